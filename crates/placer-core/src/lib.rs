@@ -1,0 +1,22 @@
+//! placer-core: the pure heart of placer. CPU sets, the machine's topology, raw samples and
+//! the observations derived from them, plans, policies and configuration. No I/O happens
+//! here; see `placer-linux` for the real machine and `placer-sim` for modelled ones.
+
+pub mod config;
+pub mod cpuset;
+pub mod host;
+pub mod machines;
+pub mod observation;
+mod observe;
+pub mod plan;
+pub mod policies;
+pub mod policy;
+pub mod sample;
+pub mod topology;
+
+pub use cpuset::CpuSet;
+pub use observation::Observation;
+pub use plan::{Action, Outcome, Plan};
+pub use policy::{Policy, PolicyState};
+pub use sample::{ProcKey, Sample};
+pub use topology::Topology;

@@ -1,0 +1,135 @@
+//! Rates derived from two raw samples by a pure function: what each CPU, process, flow and
+//! IRQ did during the interval. Policies read only this (and the topology).
+
+use crate::cpuset::CpuSet;
+use crate::sample::{ProcKey, Sample};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Observation {
+    /// Time of the later sample.
+    pub time_ns: u64,
+    pub interval_s: f64,
+    pub cpus: Vec<CpuObs>,
+    pub procs: Vec<ProcObs>,
+    pub irqs: Vec<IrqObs>,
+    /// Whole-machine power over the interval, from energy counters or power sensors.
+    pub power_w: Option<f64>,
+    /// Power per energy domain (`intel-rapl:0` -> W).
+    #[serde(default)]
+    pub power_by_domain_w: BTreeMap<String, f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct CpuObs {
+    pub cpu: u32,
+    /// Busy fraction of the interval (everything but idle and iowait), 0..=1.
+    pub util: f64,
+    pub user: f64,
+    pub system: f64,
+    pub irq: f64,
+    pub softirq: f64,
+    pub net_rx_softirqs_per_s: f64,
+    pub net_tx_softirqs_per_s: f64,
+    pub irqs_per_s: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProcObs {
+    pub pid: u32,
+    pub start_time_ticks: u64,
+    pub comm: String,
+    pub state: char,
+    pub uid: Option<u32>,
+    pub cgroup: String,
+    pub kernel_thread: bool,
+    /// CPU time over the interval in CPUs (1.0 = one CPU fully busy).
+    pub cpu_share: f64,
+    pub allowed_cpus: CpuSet,
+    pub last_cpu: Option<u32>,
+    pub num_threads: u32,
+    pub rx_bytes_per_s: f64,
+    pub tx_bytes_per_s: f64,
+    pub segs_in_per_s: f64,
+    pub segs_out_per_s: f64,
+    pub flows: Vec<FlowObs>,
+    #[serde(default)]
+    pub threads: Vec<ThreadObs>,
+    /// Hardware counter rates; None without a PMU.
+    #[serde(default)]
+    pub counters: Option<CounterRates>,
+    #[serde(default)]
+    pub numa_pages: BTreeMap<u32, u64>,
+    /// True when this process was first seen in the later sample (new or PID reused).
+    #[serde(default)]
+    pub new: bool,
+}
+
+impl ProcObs {
+    pub fn key(&self) -> ProcKey {
+        ProcKey {
+            pid: self.pid,
+            start_time_ticks: self.start_time_ticks,
+        }
+    }
+    pub fn net_bytes_per_s(&self) -> f64 {
+        self.rx_bytes_per_s + self.tx_bytes_per_s
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FlowObs {
+    pub local: SocketAddr,
+    pub remote: SocketAddr,
+    pub state: u8,
+    pub inode: u64,
+    pub rx_bytes_per_s: f64,
+    pub tx_bytes_per_s: f64,
+    /// Average received segment size over the interval (bytes/segment); None when idle.
+    pub avg_rx_seg_bytes: Option<f64>,
+    pub avg_tx_seg_bytes: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ThreadObs {
+    pub tid: u32,
+    pub comm: String,
+    pub cpu_share: f64,
+    pub last_cpu: Option<u32>,
+    pub allowed_cpus: CpuSet,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct CounterRates {
+    /// Event name -> events per second (multiplexing-scaled).
+    pub per_s: BTreeMap<String, f64>,
+    /// Event name -> events per 1,000 instructions (when instructions are counted).
+    pub per_kinstr: BTreeMap<String, f64>,
+    /// Lowest running/enabled ratio among the events (1.0 = never multiplexed).
+    pub coverage: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IrqObs {
+    pub irq: String,
+    pub name: String,
+    /// CPU id -> interrupts per second.
+    pub per_cpu_per_s: BTreeMap<u32, f64>,
+}
+
+impl Observation {
+    pub fn proc(&self, pid: u32) -> Option<&ProcObs> {
+        self.procs.iter().find(|p| p.pid == pid)
+    }
+
+    pub fn cpu(&self, cpu: u32) -> Option<&CpuObs> {
+        self.cpus.iter().find(|c| c.cpu == cpu)
+    }
+
+    /// Derives rates from two samples of the same machine. Pure.
+    pub fn new(prev: &Sample, cur: &Sample) -> Observation {
+        crate::observe::derive(prev, cur)
+    }
+}

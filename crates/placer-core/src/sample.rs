@@ -1,0 +1,270 @@
+//! Raw samples: counters exactly as read from the host (ticks, bytes, microjoules), with a
+//! timestamp. No rates here: [`crate::observation::Observation::new`] derives them from two
+//! samples, so samples can be recorded (`placer record`) and replayed.
+//!
+//! Produced by `placer_linux` on a real machine and by `placer_sim::SimHost` on a modelled
+//! one. Optional sources (hardware counters, energy) are empty vectors when absent; which
+//! sources exist and why the others do not is in [`SourceStatus`].
+
+use crate::cpuset::CpuSet;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+/// Version of the serialized sample format (`placer record` files carry it).
+pub const SAMPLE_FORMAT_VERSION: u32 = 1;
+
+/// Identifies one process across PID reuse: same pid and same start time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ProcKey {
+    pub pid: u32,
+    /// Start time in clock ticks since boot (field 22 of /proc/PID/stat).
+    pub start_time_ticks: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Sample {
+    /// Monotonic time of the sample (CLOCK_MONOTONIC on Linux, simulated time in the sim).
+    pub time_ns: u64,
+    /// Clock ticks per second (USER_HZ) of the machine that produced the sample.
+    pub clk_tck: u32,
+    pub cpus: Vec<CpuTimes>,
+    pub procs: Vec<ProcSample>,
+    pub sockets: Vec<SocketSample>,
+    pub irqs: Vec<IrqSample>,
+    /// NET_RX / NET_TX softirq counts per CPU (/proc/softirqs).
+    pub softirqs: Vec<SoftirqCounts>,
+    /// Cumulative energy counters (powercap/RAPL, simulated meters).
+    pub energy: Vec<EnergyCounter>,
+    /// Instantaneous power sensors (hwmon power*_input, board sensors).
+    pub power: Vec<PowerReading>,
+}
+
+/// Cumulative CPU time per state, in clock ticks (/proc/stat `cpuN` lines).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct CpuTimes {
+    pub cpu: u32,
+    pub user: u64,
+    pub nice: u64,
+    pub system: u64,
+    pub idle: u64,
+    pub iowait: u64,
+    pub irq: u64,
+    pub softirq: u64,
+    pub steal: u64,
+}
+
+impl CpuTimes {
+    pub fn total(&self) -> u64 {
+        self.user
+            + self.nice
+            + self.system
+            + self.idle
+            + self.iowait
+            + self.irq
+            + self.softirq
+            + self.steal
+    }
+    pub fn busy(&self) -> u64 {
+        self.user + self.nice + self.system + self.irq + self.softirq + self.steal
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProcSample {
+    pub pid: u32,
+    pub start_time_ticks: u64,
+    pub comm: String,
+    /// Single-letter state from /proc/PID/stat (`R`, `S`, `D`, `Z`, ...).
+    pub state: char,
+    pub ppid: u32,
+    pub uid: Option<u32>,
+    /// Cumulative CPU time of all threads, ticks.
+    pub utime_ticks: u64,
+    pub stime_ticks: u64,
+    /// CPU the main thread last ran on (field 39 of stat).
+    pub last_cpu: Option<u32>,
+    /// Cpus_allowed_list of the main thread.
+    pub allowed: CpuSet,
+    /// Cgroup path (v2 unified path, else the cpuset or first v1 hierarchy's path).
+    pub cgroup: String,
+    pub num_threads: u32,
+    /// Kernel threads (PF_KTHREAD, or children of kthreadd) are never placed.
+    pub kernel_thread: bool,
+    /// Per-thread detail; empty unless a policy asked for threads.
+    #[serde(default)]
+    pub threads: Vec<ThreadSample>,
+    /// Inodes of the sockets this process holds (from /proc/PID/fd, cached).
+    #[serde(default)]
+    pub socket_inodes: Vec<u64>,
+    /// Hardware counters, summed over the process's threads; empty without a PMU.
+    #[serde(default)]
+    pub counters: Vec<CounterValue>,
+    /// Resident pages per NUMA node (/proc/PID/numa_maps); empty unless asked for.
+    #[serde(default)]
+    pub numa_pages: BTreeMap<u32, u64>,
+}
+
+impl ProcSample {
+    pub fn key(&self) -> ProcKey {
+        ProcKey {
+            pid: self.pid,
+            start_time_ticks: self.start_time_ticks,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ThreadSample {
+    pub tid: u32,
+    pub comm: String,
+    pub state: char,
+    pub utime_ticks: u64,
+    pub stime_ticks: u64,
+    pub last_cpu: Option<u32>,
+    pub allowed: CpuSet,
+}
+
+/// One TCP socket's counters from sock_diag (INET_DIAG_INFO, struct tcp_info).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SocketSample {
+    pub inode: u64,
+    pub local: SocketAddr,
+    pub remote: SocketAddr,
+    /// TCP state number as in include/net/tcp_states.h (1 = ESTABLISHED).
+    pub state: u8,
+    pub bytes_acked: u64,
+    pub bytes_received: u64,
+    pub segs_in: u64,
+    pub segs_out: u64,
+}
+
+/// One line of /proc/interrupts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IrqSample {
+    /// The first column without its colon: `38`, `LOC`, `NMI`.
+    pub irq: String,
+    /// Per-CPU counts, indexed by position in the header (online CPUs in order).
+    pub counts: Vec<u64>,
+    /// CPU ids of the header columns (so counts map to CPU ids after hotplug).
+    pub cpu_ids: Vec<u32>,
+    /// The action names, e.g. `virtio2-input.0`.
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct SoftirqCounts {
+    pub cpu: u32,
+    pub net_rx: u64,
+    pub net_tx: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EnergyCounter {
+    /// E.g. `intel-rapl:0` (package-0), or `sim:node`.
+    pub domain: String,
+    pub energy_uj: u64,
+    /// The counter wraps to 0 after this (max_energy_range_uj).
+    pub max_range_uj: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PowerReading {
+    pub sensor: String,
+    pub power_uw: u64,
+}
+
+/// A hardware event a counter source can measure.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CounterEvent {
+    Cycles,
+    Instructions,
+    LlcReferences,
+    LlcMisses,
+    /// A raw event resolved for this microarchitecture, named as the paper names it
+    /// (`offcore_requests_buffer_full`, `l2_prefetch_requests`, ...).
+    Raw {
+        name: String,
+        config: u64,
+    },
+}
+
+impl CounterEvent {
+    /// Short stable name used in reports and rate maps.
+    pub fn name(&self) -> &str {
+        match self {
+            CounterEvent::Cycles => "cycles",
+            CounterEvent::Instructions => "instructions",
+            CounterEvent::LlcReferences => "llc_references",
+            CounterEvent::LlcMisses => "llc_misses",
+            CounterEvent::Raw { name, .. } => name,
+        }
+    }
+}
+
+/// A cumulative counter value with perf's multiplexing times.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CounterValue {
+    pub event: CounterEvent,
+    pub value: u64,
+    pub time_enabled_ns: u64,
+    pub time_running_ns: u64,
+}
+
+impl CounterValue {
+    /// The value scaled for multiplexing (value * enabled / running), as perf does.
+    pub fn scaled(&self) -> f64 {
+        if self.time_running_ns == 0 {
+            return 0.0;
+        }
+        self.value as f64 * self.time_enabled_ns as f64 / self.time_running_ns as f64
+    }
+}
+
+/// Which optional sources a host has, and why the missing ones are missing. Probed once.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct SourceStatus {
+    pub sources: Vec<Source>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Source {
+    /// `proc`, `sock_diag`, `interrupts`, `perf_hw`, `rapl`, `hwmon`, `cpufreq`, ...
+    pub name: String,
+    pub available: bool,
+    /// What was found, or why it is missing (shown once by `placer top`/daemon).
+    pub detail: String,
+}
+
+impl SourceStatus {
+    pub fn has(&self, name: &str) -> bool {
+        self.sources.iter().any(|s| s.name == name && s.available)
+    }
+    pub fn why_missing(&self, name: &str) -> Option<&str> {
+        self.sources
+            .iter()
+            .find(|s| s.name == name && !s.available)
+            .map(|s| s.detail.as_str())
+    }
+}
+
+/// What a policy wants sampled beyond the defaults (threads are costly on big machines).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct SampleRequest {
+    pub threads: bool,
+    pub sockets: bool,
+    pub counters: bool,
+    pub numa_pages: bool,
+}
+
+impl SampleRequest {
+    pub fn union(self, o: SampleRequest) -> SampleRequest {
+        SampleRequest {
+            threads: self.threads || o.threads,
+            sockets: self.sockets || o.sockets,
+            counters: self.counters || o.counters,
+            numa_pages: self.numa_pages || o.numa_pages,
+        }
+    }
+}

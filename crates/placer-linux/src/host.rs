@@ -1,0 +1,42 @@
+//! [`LinuxHost`]: the real machine behind placer's [`Host`] interface.
+
+use crate::actuator::Actuator;
+use crate::sampler::Sampler;
+use placer_core::host::{Host, HostError};
+use placer_core::plan::{ActionReport, Plan};
+use placer_core::sample::{Sample, SampleRequest, SourceStatus};
+use placer_core::Topology;
+use std::path::{Path, PathBuf};
+
+pub struct LinuxHost {
+    pub root: PathBuf,
+    pub sampler: Sampler,
+    pub actuator: Actuator,
+}
+
+impl LinuxHost {
+    pub fn new(root: &Path, state_dir: &Path) -> Self {
+        LinuxHost {
+            root: root.to_path_buf(),
+            sampler: Sampler::new(root),
+            actuator: Actuator::new(root, state_dir),
+        }
+    }
+}
+
+impl Host for LinuxHost {
+    fn topology(&mut self) -> Result<Topology, HostError> {
+        crate::topology::read(&self.root).map_err(|e| HostError::new("topology", e))
+    }
+    fn sources(&mut self) -> SourceStatus {
+        self.sampler.sources()
+    }
+    fn sample(&mut self, req: SampleRequest) -> Result<Sample, HostError> {
+        self.sampler
+            .sample(req)
+            .map_err(|e| HostError::new("sample", e))
+    }
+    fn apply(&mut self, plan: &Plan, dry_run: bool) -> Vec<ActionReport> {
+        self.actuator.apply(plan, dry_run)
+    }
+}

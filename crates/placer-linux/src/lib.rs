@@ -1,0 +1,12 @@
+//! placer-linux: the real machine. Every read and write of /proc, /sys and cgroupfs goes
+//! through a root path passed in as a value, so the readers run on fixture trees captured
+//! from real machines and on writable temporary trees as well as on `/`.
+
+pub mod actuator;
+pub mod error;
+pub mod host;
+pub mod sampler;
+pub mod topology;
+
+pub use error::{LinuxError, Result};
+pub use host::LinuxHost;

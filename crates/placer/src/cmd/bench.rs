@@ -1,0 +1,34 @@
+//! `placer bench`: benchmarks of placer's own cost (topology read, sample/observe cycle,
+//! daemon cycle and reaction, simulator speed) and of the seeds' effects (network buffers,
+//! QoS under a limiter). Each prints medians of repeated runs and, with --json, the raw runs.
+
+use anyhow::{bail, Result};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(subcommand)]
+    pub what: BenchCmd,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum BenchCmd {
+    /// Time to read the topology of a root (default /), median of runs.
+    Topo(EmptyArgs),
+    /// Cost of one sample+observe cycle.
+    Cycle(EmptyArgs),
+    /// Daemon cycle overhead and reaction time of net-affinity.
+    Daemon(EmptyArgs),
+    /// Simulator speed.
+    Sim(EmptyArgs),
+    /// ttcp-style TCP benchmark of buffer reuse and NUMA placement (seed 004).
+    Net(EmptyArgs),
+    /// Deadline misses of a periodic task under a network stream, with and without the limiter.
+    Qos(EmptyArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct EmptyArgs {}
+
+pub fn run(args: Args) -> Result<()> {
+    bail!("`placer bench {:?}` is not implemented yet", args.what)
+}

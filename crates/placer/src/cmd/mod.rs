@@ -1,0 +1,13 @@
+//! One module per subcommand.
+
+pub mod bench;
+pub mod daemon;
+pub mod explain;
+pub mod plan;
+pub mod power;
+pub mod record;
+pub mod restore;
+pub mod run;
+pub mod sim;
+pub mod top;
+pub mod topo;

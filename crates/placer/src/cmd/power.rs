@@ -1,0 +1,31 @@
+//! `placer power`: fit a power model from measurements (`fit`), or step through system
+//! states measuring watts on the hardware (`calibrate`).
+
+use anyhow::{bail, Result};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(subcommand)]
+    pub cmd: PowerCmd,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum PowerCmd {
+    /// Fit P = Pn + Ps*packages + Pc*cores + Pt*siblings from a CSV or a record file.
+    Fit(FitArgs),
+    /// Measure power per system state (cluster, frequency) on this machine.
+    Calibrate(CalibrateArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct FitArgs {}
+
+#[derive(clap::Args, Debug)]
+pub struct CalibrateArgs {}
+
+pub fn run(args: Args) -> Result<()> {
+    match args.cmd {
+        PowerCmd::Fit(_) => bail!("`placer power fit` is not implemented yet"),
+        PowerCmd::Calibrate(_) => bail!("`placer power calibrate` is not implemented yet"),
+    }
+}

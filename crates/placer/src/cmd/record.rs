@@ -1,0 +1,10 @@
+//! `placer record`. (Placeholder: filled in by its issue.)
+
+use anyhow::{bail, Result};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {}
+
+pub fn run(_args: Args) -> Result<()> {
+    bail!("`placer record` is not implemented yet")
+}

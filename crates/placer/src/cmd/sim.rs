@@ -1,0 +1,10 @@
+//! `placer sim`. (Placeholder: filled in by its issue.)
+
+use anyhow::{bail, Result};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {}
+
+pub fn run(_args: Args) -> Result<()> {
+    bail!("`placer sim` is not implemented yet")
+}

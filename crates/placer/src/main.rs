@@ -1,0 +1,73 @@
+//! placer: places processes, threads, memory and network queues for speed or energy.
+//! A thin binary: argument parsing and output; the logic lives in the library crates.
+
+mod cmd;
+mod common;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "placer",
+    version,
+    about = "Places processes and threads on cores, memory nodes and network queues"
+)]
+struct Cli {
+    /// Log filter (tracing env-filter syntax), also read from PLACER_LOG.
+    #[arg(long, global = true)]
+    log: Option<String>,
+    #[command(subcommand)]
+    cmd: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Show the machine's topology (CPUs, caches, NUMA nodes, frequency domains, NICs).
+    Topo(cmd::topo::Args),
+    /// Live view of CPUs and the busiest processes, or one observation with --once --json.
+    Top(cmd::top::Args),
+    /// Record raw samples to a file for later replay.
+    Record(cmd::record::Args),
+    /// Run the placement daemon (the main job).
+    Daemon(cmd::daemon::Args),
+    /// Why a process is where it is.
+    Explain(cmd::explain::Args),
+    /// Put back every knob placer's journal lists.
+    Restore(cmd::restore::Args),
+    /// Start a command on CPUs chosen by an allocation policy.
+    Run(cmd::run::Args),
+    /// Print the CPU allocation order of a policy with expected speedup and power.
+    Plan(cmd::plan::Args),
+    /// Power model: fit from measurements, or calibrate on the hardware.
+    Power(cmd::power::Args),
+    /// Run a simulator scenario comparing policies on a modelled machine.
+    Sim(cmd::sim::Args),
+    /// Benchmarks of placer's own cost and of the seeds' effects.
+    Bench(cmd::bench::Args),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    common::init_logging(cli.log.as_deref());
+    let r: Result<()> = match cli.cmd {
+        Command::Topo(a) => cmd::topo::run(a),
+        Command::Top(a) => cmd::top::run(a),
+        Command::Record(a) => cmd::record::run(a),
+        Command::Daemon(a) => cmd::daemon::run(a),
+        Command::Explain(a) => cmd::explain::run(a),
+        Command::Restore(a) => cmd::restore::run(a),
+        Command::Run(a) => cmd::run::run(a),
+        Command::Plan(a) => cmd::plan::run(a),
+        Command::Power(a) => cmd::power::run(a),
+        Command::Sim(a) => cmd::sim::run(a),
+        Command::Bench(a) => cmd::bench::run(a),
+    };
+    match r {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("placer: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

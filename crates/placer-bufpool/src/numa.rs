@@ -184,6 +184,77 @@ pub fn page_nodes_of(pid: u32, pages: &[*const u8]) -> io::Result<Vec<Result<u32
         .collect())
 }
 
+/// `move_pages` flag: move pages mapped only by this process (MPOL_MF_MOVE).
+const MPOL_MF_MOVE: libc::c_int = 1 << 1;
+
+/// Moves the given pages of process `pid` (0 = self) to `node` with
+/// `move_pages(pid, n, pages, nodes, status, MPOL_MF_MOVE)`. Another process needs
+/// CAP_SYS_NICE (and ptrace access). Each entry is the node the page is on afterwards, or
+/// the negative errno for that page (`-ENOENT` absent, `-EBUSY` pinned, `-EACCES` shared).
+pub fn move_pages_to(
+    pid: u32,
+    pages: &[*const u8],
+    node: u32,
+) -> io::Result<Vec<Result<u32, i32>>> {
+    if pages.is_empty() {
+        return Ok(Vec::new());
+    }
+    let node =
+        libc::c_int::try_from(node).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let nodes = vec![node; pages.len()];
+    let mut status = vec![i32::MIN; pages.len()];
+    // SAFETY: pages, nodes and status all hold pages.len() entries.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_move_pages,
+            pid as libc::c_ulong,
+            pages.len() as libc::c_ulong,
+            pages.as_ptr(),
+            nodes.as_ptr(),
+            status.as_mut_ptr(),
+            MPOL_MF_MOVE,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(status
+        .into_iter()
+        .map(|s| u32::try_from(s).map_err(|_| s))
+        .collect())
+}
+
+/// Moves every page of process `pid` that is on a node of `from` to the node at the same
+/// position in `to` (`migrate_pages(2)`; both lists sorted, equal length works best).
+/// Returns the number of pages that could not be moved. Unbounded: the whole process's
+/// memory may move in one call, stalling it meanwhile.
+pub fn migrate_pages(pid: u32, from: &[u32], to: &[u32]) -> io::Result<u64> {
+    let mut old = [0u64; MASK_WORDS];
+    let mut new = [0u64; MASK_WORDS];
+    for (list, mask) in [(from, &mut old), (to, &mut new)] {
+        for &n in list {
+            let m = mask_of(n)?;
+            for (w, b) in mask.iter_mut().zip(m) {
+                *w |= b;
+            }
+        }
+    }
+    // SAFETY: both masks hold MAXNODE - 1 bits and are only read.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_migrate_pages,
+            pid as libc::c_ulong,
+            MAXNODE,
+            old.as_ptr(),
+            new.as_ptr(),
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(r as u64)
+}
+
 /// The host's page size in bytes (`sysconf(_SC_PAGESIZE)`).
 pub fn page_bytes() -> usize {
     // SAFETY: sysconf has no preconditions.
@@ -205,6 +276,27 @@ mod tests {
             assert_eq!(nodes_of(&mask_of(n).unwrap()), vec![n]);
         }
         assert!(mask_of(1024).is_err());
+    }
+
+    #[test]
+    fn self_migration_to_node_0_moves_nothing_off_node() {
+        let v = vec![1u8; 1 << 16];
+        let pages: Vec<*const u8> = (0..v.len())
+            .step_by(page_bytes())
+            .map(|o| &v[o] as *const u8)
+            .collect();
+        match move_pages_to(0, &pages, 0) {
+            Ok(st) => assert!(st.iter().all(|s| *s == Ok(0)), "{st:?}"),
+            Err(e) => eprintln!("skipping move_pages: {e}"),
+        }
+        match migrate_pages(std::process::id(), &[0], &[0]) {
+            Ok(left) => assert_eq!(left, 0),
+            Err(e) => eprintln!("skipping migrate_pages: {e}"),
+        }
+        assert!(
+            migrate_pages(0, &[2000], &[0]).is_err(),
+            "node beyond the mask"
+        );
     }
 
     #[test]

@@ -5,6 +5,8 @@
 pub mod actuator;
 pub mod error;
 pub mod host;
+pub mod membind;
+pub mod numa_maps;
 pub mod sampler;
 pub mod topology;
 

@@ -158,30 +158,7 @@ pub fn page_nodes(pages: &[*const u8]) -> io::Result<Vec<Result<u32, i32>>> {
 
 /// [`page_nodes`] for another process (`pid`, 0 = self); needs ptrace-level access to it.
 pub fn page_nodes_of(pid: u32, pages: &[*const u8]) -> io::Result<Vec<Result<u32, i32>>> {
-    let mut status = vec![i32::MIN; pages.len()];
-    if pages.is_empty() {
-        return Ok(Vec::new());
-    }
-    // SAFETY: `pages` and `status` both hold `pages.len()` entries; nodes is NULL so the
-    // kernel only reports.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_move_pages,
-            pid as libc::c_ulong,
-            pages.len() as libc::c_ulong,
-            pages.as_ptr(),
-            std::ptr::null::<libc::c_int>(),
-            status.as_mut_ptr(),
-            0 as libc::c_int,
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(status
-        .into_iter()
-        .map(|s| u32::try_from(s).map_err(|_| s))
-        .collect())
+    move_pages_raw(pid, pages, None)
 }
 
 /// `move_pages` flag: move pages mapped only by this process (MPOL_MF_MOVE).
@@ -196,23 +173,36 @@ pub fn move_pages_to(
     pages: &[*const u8],
     node: u32,
 ) -> io::Result<Vec<Result<u32, i32>>> {
+    let node =
+        libc::c_int::try_from(node).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    move_pages_raw(pid, pages, Some(node))
+}
+
+/// `move_pages` to `node`, or a status query when `node` is None.
+fn move_pages_raw(
+    pid: u32,
+    pages: &[*const u8],
+    node: Option<libc::c_int>,
+) -> io::Result<Vec<Result<u32, i32>>> {
     if pages.is_empty() {
         return Ok(Vec::new());
     }
-    let node =
-        libc::c_int::try_from(node).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    let nodes = vec![node; pages.len()];
+    let nodes = node.map(|n| vec![n; pages.len()]);
+    let (nodes_ptr, flags) = match &nodes {
+        Some(v) => (v.as_ptr(), MPOL_MF_MOVE),
+        None => (std::ptr::null(), 0),
+    };
     let mut status = vec![i32::MIN; pages.len()];
-    // SAFETY: pages, nodes and status all hold pages.len() entries.
+    // SAFETY: pages, status and (when given) nodes all hold pages.len() entries.
     let r = unsafe {
         libc::syscall(
             libc::SYS_move_pages,
             pid as libc::c_ulong,
             pages.len() as libc::c_ulong,
             pages.as_ptr(),
-            nodes.as_ptr(),
+            nodes_ptr,
             status.as_mut_ptr(),
-            MPOL_MF_MOVE,
+            flags,
         )
     };
     if r < 0 {

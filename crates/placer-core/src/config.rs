@@ -211,6 +211,12 @@ impl Config {
                 field: format!("net_affinity.{f}"),
                 message: m,
             })?;
+        self.numa_local
+            .validate()
+            .map_err(|(f, m)| ConfigError::Invalid {
+                field: format!("numa_local.{f}"),
+                message: m,
+            })?;
         Ok(())
     }
 }

@@ -50,13 +50,7 @@ impl MemRecord {
 }
 
 /// The node holding the most pages (lowest id on a tie).
-pub fn main_node(pages: &BTreeMap<u32, u64>) -> Option<u32> {
-    pages
-        .iter()
-        .filter(|(_, &p)| p > 0)
-        .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
-        .map(|(&n, _)| n)
-}
+pub use placer_core::policies::numa_local::main_page_node as main_node;
 
 /// What one bounded migration did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

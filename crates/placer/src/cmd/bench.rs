@@ -21,7 +21,7 @@ pub enum BenchCmd {
     /// Simulator speed.
     Sim(EmptyArgs),
     /// ttcp-style TCP benchmark of buffer reuse and NUMA placement (seed 004).
-    Net(EmptyArgs),
+    Net(super::bench_net::Args),
     /// Deadline misses of a periodic task under a network stream, with and without the limiter.
     Qos(EmptyArgs),
 }
@@ -30,5 +30,8 @@ pub enum BenchCmd {
 pub struct EmptyArgs {}
 
 pub fn run(args: Args) -> Result<()> {
-    bail!("`placer bench {:?}` is not implemented yet", args.what)
+    match args.what {
+        BenchCmd::Net(a) => super::bench_net::run(a),
+        other => bail!("`placer bench {:?}` is not implemented yet", other),
+    }
 }

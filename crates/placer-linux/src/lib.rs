@@ -10,3 +10,8 @@ pub mod topology;
 
 pub use error::{LinuxError, Result};
 pub use host::LinuxHost;
+pub mod energy;
+pub mod interrupts;
+pub mod perf;
+pub mod procfs;
+pub mod sockdiag;

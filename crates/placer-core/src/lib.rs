@@ -4,6 +4,7 @@
 
 pub mod config;
 pub mod cpuset;
+pub mod engine;
 pub mod host;
 pub mod machines;
 pub mod observation;

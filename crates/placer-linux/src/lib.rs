@@ -5,6 +5,7 @@
 pub mod actuator;
 pub mod error;
 pub mod host;
+pub mod journal;
 pub mod sampler;
 pub mod topology;
 

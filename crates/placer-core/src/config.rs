@@ -220,6 +220,12 @@ impl Config {
                 field: format!("net_affinity.{f}"),
                 message: m,
             })?;
+        self.smt_energy
+            .validate()
+            .map_err(|(f, m)| ConfigError::Invalid {
+                field: format!("smt_energy.{f}"),
+                message: m,
+            })?;
         Ok(())
     }
 }

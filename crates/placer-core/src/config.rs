@@ -211,6 +211,12 @@ impl Config {
                 field: format!("net_affinity.{f}"),
                 message: m,
             })?;
+        self.energy_qos
+            .validate()
+            .map_err(|(f, m)| ConfigError::Invalid {
+                field: format!("energy_qos.{f}"),
+                message: m,
+            })?;
         Ok(())
     }
 }

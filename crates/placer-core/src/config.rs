@@ -226,6 +226,12 @@ impl Config {
                 field: format!("smt_energy.{f}"),
                 message: m,
             })?;
+        self.energy_qos
+            .validate()
+            .map_err(|(f, m)| ConfigError::Invalid {
+                field: format!("energy_qos.{f}"),
+                message: m,
+            })?;
         Ok(())
     }
 }

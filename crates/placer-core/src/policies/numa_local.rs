@@ -649,6 +649,9 @@ mod tests {
             tx_bytes_per_s: 0.0,
             avg_rx_seg_bytes: None,
             avg_tx_seg_bytes: None,
+            segs_in_per_s: 0.0,
+            segs_out_per_s: 0.0,
+            new: false,
         });
         let t = target_node(&topo, &p, &NumaLocalConfig::default().target_order).unwrap();
         assert_eq!(t.node, 6, "{}", t.why);

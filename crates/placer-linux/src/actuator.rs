@@ -109,6 +109,7 @@ impl Handlers {
             Box::new(ProcAffinityHandler::default()),
             Box::new(IrqHandler),
             Box::new(RpsHandler),
+            Box::new(crate::membind::MemPolicyHandler),
             // Other areas add their handlers here.
         ];
         Handlers { list }

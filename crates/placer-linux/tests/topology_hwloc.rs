@@ -18,7 +18,7 @@
 
 mod topology_util;
 
-use placer_core::topology::CacheKind;
+use placer_core::topology::{CacheKind, CoreType};
 use placer_core::{CpuSet, Topology};
 use std::collections::BTreeMap;
 use topology_util::*;
@@ -32,6 +32,8 @@ struct Expected {
     parts: BTreeMap<String, Partition>,
     /// (os node, os node) -> distance.
     distances: BTreeMap<(u32, u32), u32>,
+    /// CPU kinds as (efficiency rank, CPUs).
+    kinds: Vec<(u64, CpuSet)>,
 }
 
 #[derive(Debug)]
@@ -126,8 +128,16 @@ fn parse_console(text: &str) -> Expected {
         .into_iter()
         .map(|(k, m)| (k, m.into_values().collect()))
         .collect();
-    // Latency matrix.
+    // Latency matrix and CPU kinds.
     let rest: Vec<&str> = lines.collect();
+    for l in &rest {
+        if let Some(r) = l.strip_prefix("CPU kind #") {
+            let w: Vec<&str> = r.split_whitespace().collect();
+            // "0 efficiency 0 cpuset 0x000ff000"
+            exp.kinds
+                .push((w[2].parse().unwrap(), CpuSet::parse_mask(w[4]).unwrap()));
+        }
+    }
     if let Some(h) = rest
         .iter()
         .position(|l| l.starts_with("Relative latency matrix"))
@@ -187,6 +197,12 @@ fn parse_xml(text: &str) -> Expected {
             {
                 keyed.entry(cat).or_default().insert(cpus);
             }
+        } else if l.starts_with("<cpukind ") {
+            let cpus = CpuSet::parse_mask(attr(l, "cpuset").unwrap()).unwrap();
+            let eff = attr(l, "forced_efficiency")
+                .map(|e| e.parse().unwrap())
+                .unwrap_or(exp.kinds.len() as u64);
+            exp.kinds.push((eff, cpus));
         } else if l.starts_with("<distances2 ") && attr(l, "type") == Some("NUMANode") {
             assert_eq!(attr(l, "indexing"), Some("os"));
             let mut ids: Vec<u32> = Vec::new();
@@ -321,6 +337,43 @@ fn hwloc_snapshots_match_expected_partitions() {
             if &got != want {
                 fail(format!("{cat}: ours {} / hwloc {}", show(&got), show(want)));
             }
+        }
+        // CPU kinds: with two kinds, the less efficient (lower rank) must be placer's
+        // little CPUs. The `-nomidr` output is hwloc's own frequency/capacity heuristic
+        // splitting by cluster too (four kinds), advisory only; one kind = no core types.
+        let mut kinds = exp.kinds.clone();
+        kinds.sort();
+        let typed = |t: CoreType| -> CpuSet {
+            shown
+                .iter()
+                .filter(|&c| topo.cpu(c).unwrap().core_type == Some(t))
+                .collect()
+        };
+        match kinds.len() {
+            0 => {}
+            1 => {
+                if !typed(CoreType::Big).is_empty() || !typed(CoreType::Little).is_empty() {
+                    fail("hwloc sees one CPU kind, placer has core types".into());
+                }
+            }
+            2 => {
+                compared += 1;
+                let (little, big) = (
+                    kinds[0].1.intersection(&shown),
+                    kinds[1].1.intersection(&shown),
+                );
+                if typed(CoreType::Little) != little || typed(CoreType::Big) != big {
+                    fail(format!(
+                        "kinds: ours little {} big {}, hwloc {little} / {big}",
+                        typed(CoreType::Little),
+                        typed(CoreType::Big)
+                    ));
+                }
+            }
+            n => eprintln!(
+                "{}: {n} CPU kinds (hwloc heuristic), not compared",
+                case.name
+            ),
         }
         for (&(a, b), &d) in &exp.distances {
             let ours = topo.node(a).and_then(|n| n.distances.get(&b)).copied();

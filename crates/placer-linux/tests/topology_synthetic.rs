@@ -324,12 +324,13 @@ fn malformed_inputs_name_the_file() {
         ("cpu/online", "0-\n", "cpu/online"),
         ("cpu/present", "0-3,,5\n", "cpu/present"),
         (
-            "cpu/cpu2/topology/thread_siblings",
-            "zz,0c\n",
-            "cpu2/topology/thread_siblings",
+            "cpu/cpu0/topology/thread_siblings",
+            "zz,03\n",
+            "cpu0/topology/thread_siblings",
         ),
+        ("node/node1/cpumap", "00,7g\n", "node1/cpumap"),
         (
-            "cpu/cpu1/topology/physical_package_id",
+            "cpu/cpu2/topology/physical_package_id",
             "one\n",
             "physical_package_id",
         ),

@@ -9,7 +9,7 @@
 //!   (`eth0`, `eth0-TxRx-3`, `i40e-eth0-TxRx-0`). Only receive-side vectors are kept:
 //!   names with `rx`, `input` or `comp` (mlx5), or names without `tx`/`output`/`config`/
 //!   `async`/`misc`/`ctrl`/`cmd`/`event`/`lsc` (a single shared vector);
-//! - each IRQ's CPUs: `/proc/irq/N/smp_affinity_list`, else the `smp_affinity` mask;
+//! - each IRQ's CPUs: `/proc/irq/N/smp_affinity` (mask), else `smp_affinity_list`;
 //! - RPS: `queues/rx-N/rps_cpus` (mask; all zero = off);
 //! - an IRQ joins queue `rx-N` when its name ends in N (`virtio2-input.N`,
 //!   `eth0-TxRx-N`), or `rx-0` when it is the only receive vector and has no number;

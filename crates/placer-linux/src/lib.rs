@@ -3,9 +3,14 @@
 //! from real machines and on writable temporary trees as well as on `/`.
 
 pub mod actuator;
+pub mod cpufreq;
 pub mod error;
 pub mod host;
+pub mod journal;
+pub mod membind;
+pub mod numa_maps;
 pub mod sampler;
+pub mod tc;
 pub mod topology;
 
 pub use error::{LinuxError, Result};

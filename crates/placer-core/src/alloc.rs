@@ -412,6 +412,45 @@ pub fn prefix_stats(
     out
 }
 
+/// How many units of an order a job is worth, from its prefix stats (see
+/// [`crate::amdahl`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Caps {
+    pub serial_fraction: f64,
+    /// The paper's `1/S + 1` in compute units (parallel efficiency 1/2); null when
+    /// S = 0.
+    pub efficiency_limit_compute: Option<f64>,
+    /// Longest prefix whose compute is within that limit.
+    pub efficiency_n: usize,
+    /// Longest prefix where every added unit paid off in energy (the marginal rule).
+    pub energy_n: usize,
+    /// Prefix with the least energy over the whole order.
+    pub energy_optimum_n: usize,
+}
+
+impl Caps {
+    /// The smaller of the efficiency and energy caps, at least 1.
+    pub fn cap(&self) -> usize {
+        self.efficiency_n.min(self.energy_n).max(1)
+    }
+}
+
+pub fn caps(stats: &[PrefixStats], serial_fraction: f64) -> Caps {
+    let s = serial_fraction;
+    let limit = crate::amdahl::efficiency_limit(s);
+    let pre: Vec<(f64, f64)> = stats.iter().map(|p| (p.compute, p.power_w)).collect();
+    Caps {
+        serial_fraction: s,
+        efficiency_limit_compute: limit.is_finite().then_some(limit),
+        efficiency_n: stats
+            .iter()
+            .take_while(|p| p.compute <= limit + 1e-9)
+            .count(),
+        energy_n: crate::amdahl::energy_cap(s, &pre),
+        energy_optimum_n: crate::amdahl::energy_optimum(s, &pre),
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -730,6 +769,16 @@ pub(crate) mod tests {
         for k in 1..=8 {
             assert!(s2[2 * k - 1].spn > s1[k - 1].spn, "k={k}");
         }
+        // S = 0.1 on policy 1: efficiency limit 11 compute units is beyond all 16 CPUs
+        // (10.4 compute), so only the energy rule can cap.
+        let c = caps(&prefix_stats(&t, &sp, &m, 0.1, &opts), 0.1);
+        assert_eq!(c.efficiency_n, 16);
+        assert!(c.energy_n >= 1 && c.energy_n <= 16);
+        assert_eq!(c.cap(), c.energy_n);
+        let c = caps(&prefix_stats(&t, &ef, &m, 0.5, &opts), 0.5);
+        assert_eq!(c.efficiency_limit_compute, Some(3.0));
+        // 3.0 compute: 2 full cores with siblings is 2.6, a third core makes 3.6.
+        assert_eq!(c.efficiency_n, 4);
         // Everything busy: both orders end in the same state.
         assert_eq!(s1[15].power_w, s2[15].power_w);
         assert!((s1[15].compute - 8.0 * 1.3).abs() < 1e-9);

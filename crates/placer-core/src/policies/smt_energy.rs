@@ -157,11 +157,7 @@ impl SmtEnergy {
             sigma: self.cfg.sigma,
         };
         let stats = alloc::prefix_stats(topo, order, &model, s, &opts);
-        let pre: Vec<(f64, f64)> = stats.iter().map(|p| (p.compute, p.power_w)).collect();
-        let energy = crate::amdahl::energy_cap(s, &pre);
-        let limit = crate::amdahl::efficiency_limit(s);
-        let eff = stats.iter().take_while(|p| p.compute <= limit).count();
-        Some(energy.min(eff).max(1))
+        Some(alloc::caps(&stats, s).cap())
     }
 }
 

@@ -6,6 +6,7 @@ pub mod alloc;
 pub mod amdahl;
 pub mod config;
 pub mod cpuset;
+pub mod engine;
 pub mod host;
 pub mod machines;
 pub mod observation;

@@ -451,6 +451,54 @@ pub fn caps(stats: &[PrefixStats], serial_fraction: f64) -> Caps {
     }
 }
 
+/// The seed's Table 7 view: at equal physical cores, order `b` (policy 2, all threads of
+/// each core) against order `a` (policy 1, one thread per core).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PerCore {
+    pub cores: u32,
+    /// Units of `a`: the first prefix reaching `cores` cores.
+    pub n_a: usize,
+    /// Units of `b`: the last prefix with `cores` cores.
+    pub n_b: usize,
+    pub speedup_a: f64,
+    pub speedup_b: f64,
+    /// speedup_b / speedup_a - 1.
+    pub gain: f64,
+    pub power_a_w: f64,
+    pub power_b_w: f64,
+}
+
+pub fn per_core_comparison(a: &[PrefixStats], b: &[PrefixStats]) -> Vec<PerCore> {
+    let max = a.iter().map(|p| p.cores).max().unwrap_or(0);
+    (1..=max)
+        .filter_map(|k| {
+            let pa = a.iter().find(|p| p.cores == k)?;
+            let pb = b.iter().rev().find(|p| p.cores == k)?;
+            Some(PerCore {
+                cores: k,
+                n_a: pa.n,
+                n_b: pb.n,
+                speedup_a: pa.speedup,
+                speedup_b: pb.speedup,
+                gain: pb.speedup / pa.speedup - 1.0,
+                power_a_w: pa.power_w,
+                power_b_w: pb.power_w,
+            })
+        })
+        .collect()
+}
+
+/// For each prefix of `b`, the smallest prefix of `a` at least as fast (the seed's "10
+/// units of policy 2 run like 7 of policy 1 at 3 W less"): `(n_b, n_a, power_b - power_a)`.
+pub fn equal_speed_matches(a: &[PrefixStats], b: &[PrefixStats]) -> Vec<(usize, usize, f64)> {
+    b.iter()
+        .filter_map(|pb| {
+            let pa = a.iter().find(|p| p.speedup >= pb.speedup - 1e-9)?;
+            Some((pb.n, pa.n, pb.power_w - pa.power_w))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -779,6 +827,18 @@ pub(crate) mod tests {
         assert_eq!(c.efficiency_limit_compute, Some(3.0));
         // 3.0 compute: 2 full cores with siblings is 2.6, a third core makes 3.6.
         assert_eq!(c.efficiency_n, 4);
+        // Per physical core, policy 2 gains sigma = 30% of compute, less with S > 0.
+        let cmp = per_core_comparison(&s1, &s2);
+        assert_eq!(cmp.len(), 8);
+        assert!(cmp
+            .iter()
+            .all(|c| (c.gain - 0.3).abs() < 1e-9 && c.n_b == 2 * c.n_a));
+        let m1 = prefix_stats(&t, &sp, &m, 0.077, &opts);
+        let m2 = prefix_stats(&t, &ef, &m, 0.077, &opts);
+        let cmp = per_core_comparison(&m1, &m2);
+        assert!(cmp.iter().all(|c| c.gain > 0.0 && c.gain < 0.3));
+        let eq = equal_speed_matches(&m1, &m2);
+        assert!(eq.iter().all(|(nb, na, _)| na <= nb));
         // Everything busy: both orders end in the same state.
         assert_eq!(s1[15].power_w, s2[15].power_w);
         assert!((s1[15].compute - 8.0 * 1.3).abs() < 1e-9);

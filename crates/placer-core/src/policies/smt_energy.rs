@@ -620,6 +620,20 @@ mod tests {
     }
 
     #[test]
+    fn the_engine_builds_it_from_the_config() {
+        let cfg = crate::config::Config::from_toml(
+            "policies = [\"smt-energy\"]\n[smt_energy]\norder = \"speedup\"\n\
+             apps = [{ comm = \"wc*\" }]\nserial_fraction = 0.077\n",
+        )
+        .unwrap();
+        assert_eq!(cfg.smt_energy.order, AllocPolicy::Speedup);
+        let ps = crate::engine::policies_from_config(&cfg);
+        assert_eq!(ps.iter().map(|p| p.name()).collect::<Vec<_>>(), vec![NAME]);
+        let bad = crate::config::Config::from_toml("[smt_energy]\nsigma = 2.0\n");
+        assert!(bad.unwrap_err().to_string().contains("smt_energy.sigma"));
+    }
+
+    #[test]
     fn released_processes_are_left_alone() {
         let t = machine("dell-c6100").unwrap();
         let pol = SmtEnergy::new(cfg_for("wc"));

@@ -920,7 +920,10 @@ mod tests {
             false,
         );
         assert_eq!(rep[0].outcome, Outcome::Done);
-        assert_eq!(CpuSet::parse_mask(&read(&f)).expect("mask"), CpuSet::single(1));
+        assert_eq!(
+            CpuSet::parse_mask(&read(&f)).expect("mask"),
+            CpuSet::single(1)
+        );
         // A new actuator (as after a crash) restores from the file alone.
         let mut b = Actuator::new(&r.0, &r.state());
         let res = b.restore_all().expect("restore");

@@ -7,6 +7,8 @@ pub mod cpufreq;
 pub mod error;
 pub mod host;
 pub mod journal;
+pub mod membind;
+pub mod numa_maps;
 pub mod sampler;
 pub mod tc;
 pub mod topology;

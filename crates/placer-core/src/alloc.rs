@@ -412,6 +412,88 @@ pub fn prefix_stats(
     out
 }
 
+/// Checks invariants 1, 2 and (for `policy`) 4 or 5 of the module doc on an order `o` of
+/// `topo`; the error says which invariant broke and where. [`verify_policy`] adds the
+/// prefix property. Used by the unit tests and the fixture tests of real topologies.
+pub fn verify_order(topo: &Topology, policy: AllocPolicy, o: &[u32]) -> Result<(), String> {
+    let set: crate::CpuSet = o.iter().copied().collect();
+    if set.len() != o.len() {
+        return Err(format!("{policy}: a CPU appears twice in {o:?}"));
+    }
+    let allowed = topo.allowed();
+    if set != allowed {
+        return Err(format!(
+            "{policy}: order covers {} but the allowed online CPUs are {}",
+            set.to_list_string(),
+            allowed.to_list_string()
+        ));
+    }
+    let us = units(topo);
+    let unit_of: BTreeMap<u32, &Unit> = us.iter().map(|u| (u.cpu, u)).collect();
+    let homogeneous = us.iter().all(|u| (u.capacity - 1.0).abs() < 1e-9);
+    if policy == AllocPolicy::Speedup && homogeneous {
+        let cores: std::collections::BTreeSet<u32> = us.iter().map(|u| u.core).collect();
+        let first_shared = o
+            .iter()
+            .position(|c| unit_of[c].thread_rank > 0)
+            .unwrap_or(o.len());
+        if first_shared != cores.len() {
+            return Err(format!(
+                "speedup: first shared sibling at position {first_shared}, before all {} cores \
+                 have a thread",
+                cores.len()
+            ));
+        }
+    }
+    if policy == AllocPolicy::Efficiency {
+        let mut core_size: BTreeMap<u32, usize> = BTreeMap::new();
+        let mut pkg_size: BTreeMap<Option<u32>, usize> = BTreeMap::new();
+        for u in &us {
+            *core_size.entry(u.core).or_default() += 1;
+            *pkg_size.entry(u.package).or_default() += 1;
+        }
+        let mut cores: BTreeMap<u32, usize> = BTreeMap::new();
+        let mut pkgs: BTreeMap<Option<u32>, usize> = BTreeMap::new();
+        for (i, c) in o.iter().enumerate() {
+            let u = unit_of[c];
+            *cores.entry(u.core).or_default() += 1;
+            *pkgs.entry(u.package).or_default() += 1;
+            let partial_cores = cores.iter().filter(|(k, n)| **n < core_size[*k]).count();
+            let partial_pkgs = pkgs.iter().filter(|(k, n)| **n < pkg_size[*k]).count();
+            if partial_cores > 1 || partial_pkgs > 1 {
+                return Err(format!(
+                    "efficiency: after {} units {partial_cores} cores and {partial_pkgs} \
+                     packages are partly used",
+                    i + 1
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// [`verify_order`] on `policy`'s own order, plus invariant 3 (prefix property) through
+/// [`allocate`].
+pub fn verify_policy(
+    topo: &Topology,
+    policy: AllocPolicy,
+    opts: &AllocOptions,
+) -> Result<(), String> {
+    let o = order(topo, policy, opts);
+    verify_order(topo, policy, &o)?;
+    for n in 1..o.len() {
+        let a = allocate(topo, policy, n, opts).map_err(|e| e.to_string())?;
+        let b = allocate(topo, policy, n + 1, opts).map_err(|e| e.to_string())?;
+        if a[..] != b[..n] {
+            return Err(format!(
+                "{policy}: allocation for {n} is not a prefix of {}",
+                n + 1
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// How many units of an order a job is worth, from its prefix stats (see
 /// [`crate::amdahl`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -569,18 +651,9 @@ pub(crate) mod tests {
     }
 
     fn check_invariants(t: &Topology) {
-        let allowed = t.allowed();
         for p in AllocPolicy::ALL {
-            let o = order(t, p, &AllocOptions::default());
-            // 1 + 2: a permutation of the allowed online CPUs.
-            let set: CpuSet = o.iter().copied().collect();
-            assert_eq!(set.len(), o.len(), "{} {p}: duplicate in {o:?}", t.source);
-            assert_eq!(set, allowed, "{} {p}: {o:?}", t.source);
-            // 3: prefix property through allocate().
-            for n in 1..o.len() {
-                let a = allocate(t, p, n, &AllocOptions::default()).unwrap();
-                let b = allocate(t, p, n + 1, &AllocOptions::default()).unwrap();
-                assert_eq!(a[..], b[..n], "{} {p} n={n}", t.source);
+            if let Err(e) = verify_policy(t, p, &AllocOptions::default()) {
+                panic!("{}: {e}", t.source);
             }
         }
     }
@@ -691,54 +764,29 @@ pub(crate) mod tests {
         );
     }
 
-    /// Invariant 4.
     #[test]
-    fn speedup_uses_every_core_before_any_sibling() {
-        for t in test_topologies() {
-            let us = units(&t);
-            if us.iter().any(|u| (u.capacity - 1.0).abs() > 1e-9) {
-                continue;
-            }
-            let cores: std::collections::BTreeSet<u32> = us.iter().map(|u| u.core).collect();
-            let o = order(&t, AllocPolicy::Speedup, &AllocOptions::default());
-            let first_shared = o
-                .iter()
-                .position(|c| us.iter().any(|u| u.cpu == *c && u.thread_rank > 0))
-                .unwrap_or(o.len());
-            assert_eq!(first_shared, cores.len(), "{}", t.source);
-        }
-    }
-
-    /// Invariant 5.
-    #[test]
-    fn efficiency_opens_a_core_or_package_only_when_the_last_is_full() {
-        for t in test_topologies() {
-            let us = units(&t);
-            let o = order(&t, AllocPolicy::Efficiency, &AllocOptions::default());
-            let size = |f: &dyn Fn(&Unit) -> bool| us.iter().filter(|u| f(u)).count();
-            for n in 1..=o.len() {
-                let pre: Vec<&Unit> = o[..n]
-                    .iter()
-                    .map(|c| us.iter().find(|u| u.cpu == *c).unwrap())
-                    .collect();
-                let mut cores: BTreeMap<u32, usize> = BTreeMap::new();
-                let mut pkgs: BTreeMap<Option<u32>, usize> = BTreeMap::new();
-                for u in &pre {
-                    *cores.entry(u.core).or_default() += 1;
-                    *pkgs.entry(u.package).or_default() += 1;
-                }
-                let partial_cores = cores
-                    .iter()
-                    .filter(|(k, n)| **n < size(&|u: &Unit| u.core == **k))
-                    .count();
-                let partial_pkgs = pkgs
-                    .iter()
-                    .filter(|(k, n)| **n < size(&|u: &Unit| u.package == **k))
-                    .count();
-                assert!(partial_cores <= 1, "{} n={n}", t.source);
-                assert!(partial_pkgs <= 1, "{} n={n}", t.source);
-            }
-        }
+    fn verify_order_catches_broken_orders() {
+        let t = machine("dell-c6100").unwrap();
+        let opts = AllocOptions::default();
+        let sc = order(&t, AllocPolicy::Scatter, &opts);
+        let ef = order(&t, AllocPolicy::Efficiency, &opts);
+        // Scatter opens both packages at once: not an efficiency order (invariant 5).
+        let e = verify_order(&t, AllocPolicy::Efficiency, &sc).unwrap_err();
+        assert!(e.contains("partly used"), "{e}");
+        // Efficiency shares a core at unit 2: not a speedup order (invariant 4).
+        let e = verify_order(&t, AllocPolicy::Speedup, &ef).unwrap_err();
+        assert!(e.contains("first shared sibling at position 1"), "{e}");
+        // Missing, extra or repeated CPUs (invariants 1 and 2).
+        assert!(verify_order(&t, AllocPolicy::Compact, &ef[..15]).is_err());
+        let mut dup = ef.clone();
+        dup[15] = dup[0];
+        assert!(verify_order(&t, AllocPolicy::Compact, &dup)
+            .unwrap_err()
+            .contains("twice"));
+        let mut off = t.clone();
+        off.cpus[3].online = false;
+        assert!(verify_order(&off, AllocPolicy::Compact, &ef).is_err());
+        verify_order(&t, AllocPolicy::Efficiency, &ef).unwrap();
     }
 
     #[test]

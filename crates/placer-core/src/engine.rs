@@ -45,6 +45,9 @@ pub fn policies_from_config(config: &Config) -> Vec<Box<dyn Policy>> {
                 config.scope.clone(),
                 self_pid,
             ))),
+            "smt-energy" => v.push(Box::new(crate::policies::smt_energy::SmtEnergy::new(
+                config.smt_energy.clone(),
+            ))),
             _ => {}
         }
     }

@@ -6,6 +6,7 @@ pub mod daemon;
 pub mod explain;
 pub mod plan;
 pub mod power;
+pub mod power_fit;
 pub mod record;
 pub mod restore;
 pub mod run;

@@ -17,15 +17,15 @@ pub enum PowerCmd {
     Calibrate(CalibrateArgs),
 }
 
-#[derive(clap::Args, Debug)]
-pub struct FitArgs {}
+/// `placer power fit` arguments (defined with the code in power_fit.rs).
+pub use super::power_fit::Args as FitArgs;
 
 #[derive(clap::Args, Debug)]
 pub struct CalibrateArgs {}
 
 pub fn run(args: Args) -> Result<()> {
     match args.cmd {
-        PowerCmd::Fit(_) => bail!("`placer power fit` is not implemented yet"),
+        PowerCmd::Fit(a) => super::power_fit::run(a),
         PowerCmd::Calibrate(_) => bail!("`placer power calibrate` is not implemented yet"),
     }
 }

@@ -211,6 +211,12 @@ impl Config {
                 field: format!("net_affinity.{f}"),
                 message: m,
             })?;
+        self.contention
+            .validate()
+            .map_err(|(f, m)| ConfigError::Invalid {
+                field: format!("contention.{f}"),
+                message: m,
+            })?;
         Ok(())
     }
 }

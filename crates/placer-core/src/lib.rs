@@ -2,7 +2,9 @@
 //! the observations derived from them, plans, policies and configuration. No I/O happens
 //! here; see `placer-linux` for the real machine and `placer-sim` for modelled ones.
 
+pub mod classify;
 pub mod config;
+pub mod counter_trace;
 pub mod cpuset;
 pub mod host;
 pub mod machines;

@@ -240,7 +240,11 @@ fn derive_power(prev: &Sample, cur: &Sample, dt: f64) -> (Option<f64>, BTreeMap<
     (power, by_domain)
 }
 
-fn counter_rates(prev: &[CounterValue], cur: &[CounterValue], dt: f64) -> Option<CounterRates> {
+pub(crate) fn counter_rates(
+    prev: &[CounterValue],
+    cur: &[CounterValue],
+    dt: f64,
+) -> Option<CounterRates> {
     if cur.is_empty() {
         return None;
     }

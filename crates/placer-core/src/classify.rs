@@ -50,6 +50,9 @@ pub const LLC_REFERENCES: &str = "llc_references";
 pub const L2_PREFETCH: &str = "l2_prefetch_requests";
 /// Rate-map name of memory bandwidth in bytes (per second = bytes/s), where measured.
 pub const MEM_BANDWIDTH_BYTES: &str = "mem_bandwidth_bytes";
+/// Rate-map name of LLC misses: the aggressiveness proxy when no buffer-full event exists
+/// (generic fallback, see placer-linux's pmu_events).
+pub const LLC_MISSES: &str = "llc_misses";
 pub const CYCLES: &str = "cycles";
 pub const INSTRUCTIONS: &str = "instructions";
 
@@ -209,11 +212,18 @@ pub struct Signals {
     pub llc_references: f64,
     pub l2_prefetch: Option<f64>,
     pub mem_bandwidth_bytes_per_s: Option<f64>,
+    /// True when `buffer_full` holds LLC misses (no buffer-full event on this CPU).
+    #[serde(default)]
+    pub proxy: bool,
 }
 
 /// Extracts the signals from counter rates; None when the classifying counters are absent.
+/// Without a buffer-full count, LLC misses stand in for it (`proxy`).
 pub fn signals(rates: &CounterRates, basis: Basis) -> Option<Signals> {
-    let bf = *rates.per_s.get(BUFFER_FULL)?;
+    let (bf, proxy) = match rates.per_s.get(BUFFER_FULL) {
+        Some(&v) => (v, false),
+        None => (*rates.per_s.get(LLC_MISSES)?, true),
+    };
     let llc = *rates.per_s.get(LLC_REFERENCES)?;
     let scale = match basis {
         Basis::PerS => 1.0,
@@ -230,6 +240,7 @@ pub fn signals(rates: &CounterRates, basis: Basis) -> Option<Signals> {
         llc_references: llc * scale,
         l2_prefetch: rates.per_s.get(L2_PREFETCH).map(|v| v * scale),
         mem_bandwidth_bytes_per_s: rates.per_s.get(MEM_BANDWIDTH_BYTES).copied(),
+        proxy,
     })
 }
 
@@ -419,8 +430,13 @@ fn si(v: f64) -> String {
 /// One line for `placer top`: the class and the rates behind it.
 pub fn describe(c: &Classified, basis: Basis) -> String {
     let u = basis.unit();
+    let bf = if c.signals.proxy {
+        "LLC misses (buffer-full proxy)"
+    } else {
+        "buffer-full"
+    };
     let mut s = format!(
-        "{} (raw {}): buffer-full {}{u}, LLC refs {}{u}",
+        "{} (raw {}): {bf} {}{u}, LLC refs {}{u}",
         c.class,
         c.raw.number(),
         si(c.signals.buffer_full),
@@ -638,6 +654,18 @@ pub(crate) mod tests {
         let mut c = Classifier::new();
         c.update([&calm], &k1, None);
         assert_eq!(c.update([&spike], &k1, None)[0].class, Group::Aggressive);
+    }
+
+    #[test]
+    fn llc_misses_stand_in_for_buffer_full() {
+        let mut p = proc_with(1, "lbm", 0.0, 1.0e8);
+        let r = p.counters.as_mut().unwrap();
+        r.per_s.remove(BUFFER_FULL);
+        r.per_s.insert(LLC_MISSES.into(), 8.6e7);
+        let c = &Classifier::new().update([&p], &ClassifyConfig::default(), None)[0];
+        assert!(c.signals.proxy);
+        assert_eq!(c.class, Group::Aggressive);
+        assert!(describe(c, Basis::PerS).contains("proxy"));
     }
 
     #[test]

@@ -5,6 +5,7 @@
 pub mod actuator;
 pub mod error;
 pub mod host;
+pub mod pmu_events;
 pub mod sampler;
 pub mod topology;
 

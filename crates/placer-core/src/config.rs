@@ -24,6 +24,14 @@ pub struct Config {
     pub contention: policies::contention::ContentionConfig,
     pub energy_qos: policies::energy_qos::EnergyQosConfig,
     pub numa_local: policies::numa_local::NumaLocalConfig,
+    /// Re-read the topology (NIC IRQ affinity and RPS CPUs, hotplug) this often,
+    /// milliseconds; 0 = only at start.
+    #[serde(default = "default_topology_refresh_ms")]
+    pub topology_refresh_ms: u64,
+}
+
+fn default_topology_refresh_ms() -> u64 {
+    10_000
 }
 
 impl Default for Config {
@@ -39,6 +47,7 @@ impl Default for Config {
             contention: Default::default(),
             energy_qos: Default::default(),
             numa_local: Default::default(),
+            topology_refresh_ms: default_topology_refresh_ms(),
         }
     }
 }
@@ -205,18 +214,18 @@ impl Config {
                 format!("{:?} is not an address:port", self.metrics.listen),
             );
         }
-        self.net_affinity
-            .validate()
-            .map_err(|(f, m)| ConfigError::Invalid {
-                field: format!("net_affinity.{f}"),
+        // Each policy validates its own section; errors are prefixed with the section name.
+        let section = |name: &str, r: Result<(), (String, String)>| {
+            r.map_err(|(f, m)| ConfigError::Invalid {
+                field: format!("{name}.{f}"),
                 message: m,
-            })?;
-        self.contention
-            .validate()
-            .map_err(|(f, m)| ConfigError::Invalid {
-                field: format!("contention.{f}"),
-                message: m,
-            })?;
+            })
+        };
+        section("net_affinity", self.net_affinity.validate())?;
+        section("smt_energy", self.smt_energy.validate())?;
+        section("energy_qos", self.energy_qos.validate())?;
+        section("numa_local", self.numa_local.validate())?;
+        section("contention", self.contention.validate())?;
         Ok(())
     }
 }

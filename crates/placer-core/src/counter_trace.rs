@@ -237,7 +237,7 @@ pub fn raw_rates(prev: &[RawCounter], cur: &[RawCounter], dt_s: f64) -> Option<C
             })
             .collect()
     };
-    crate::observe::counter_rates(&conv(prev), &conv(cur), dt_s)
+    crate::observe::counter_rates(&conv(prev), &conv(cur), &|v| v / dt_s)
 }
 
 /// A running, CPU-bound process as traces describe it (no network, one thread); the

@@ -2,10 +2,13 @@
 //! the observations derived from them, plans, policies and configuration. No I/O happens
 //! here; see `placer-linux` for the real machine and `placer-sim` for modelled ones.
 
+pub mod alloc;
+pub mod amdahl;
 pub mod classify;
 pub mod config;
 pub mod counter_trace;
 pub mod cpuset;
+pub mod engine;
 pub mod host;
 pub mod machines;
 pub mod observation;
@@ -13,6 +16,7 @@ mod observe;
 pub mod plan;
 pub mod policies;
 pub mod policy;
+pub mod power_model;
 pub mod sample;
 pub mod topology;
 

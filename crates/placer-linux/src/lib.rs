@@ -3,11 +3,21 @@
 //! from real machines and on writable temporary trees as well as on `/`.
 
 pub mod actuator;
+pub mod cpufreq;
 pub mod error;
 pub mod host;
+pub mod journal;
+pub mod membind;
+pub mod numa_maps;
 pub mod pmu_events;
 pub mod sampler;
+pub mod tc;
 pub mod topology;
 
 pub use error::{LinuxError, Result};
 pub use host::LinuxHost;
+pub mod energy;
+pub mod interrupts;
+pub mod perf;
+pub mod procfs;
+pub mod sockdiag;

@@ -54,6 +54,7 @@
 //! Memory is left to the kernel's local-first policy, as in the paper.
 
 use crate::classify::{self, Classified, Classifier, ClassifyConfig, Group};
+use crate::config::Scope;
 use crate::cpuset::CpuSet;
 use crate::observation::Observation;
 use crate::plan::{Action, Plan};
@@ -482,11 +483,24 @@ pub struct ContentionState {
 #[derive(Debug, Clone, Default)]
 pub struct Contention {
     pub cfg: ContentionConfig,
+    /// Which processes may be classified and placed (the engine also drops out-of-scope
+    /// actions; filtering here keeps them out of the counts too).
+    pub scope: Scope,
+    pub self_pid: u32,
 }
 
 impl Contention {
     pub fn new(cfg: ContentionConfig) -> Self {
-        Contention { cfg }
+        Contention {
+            cfg,
+            ..Default::default()
+        }
+    }
+
+    pub fn with_scope(mut self, scope: Scope, self_pid: u32) -> Self {
+        self.scope = scope;
+        self.self_pid = self_pid;
+        self
     }
 
     fn machine<'a>(&'a self, topo: &'a Topology) -> Option<&'a str> {
@@ -557,9 +571,14 @@ impl Policy for Contention {
     fn plan(&self, topo: &Topology, obs: &Observation, state: &mut PolicyState) -> Plan {
         let mut plan = Plan::default();
         let machine = self.machine(topo).map(str::to_string);
-        let released = state.released.clone();
+        // Processes released (lease broken) or held by an earlier policy are not ours.
+        let skip: std::collections::BTreeSet<ProcKey> =
+            state.released.union(&state.taken).copied().collect();
         let st = state.private::<ContentionState>();
-        let procs = obs.procs.iter().filter(|p| !released.contains(&p.key()));
+        let procs = obs
+            .procs
+            .iter()
+            .filter(|p| !skip.contains(&p.key()) && self.scope.admits(p, self.self_pid));
         let classes = st
             .classifier
             .update(procs, &self.cfg.classify, machine.as_deref());
@@ -1048,6 +1067,71 @@ mod tests {
         }
         let plan2 = pol.plan(&topo, &obs2, &mut st);
         assert!(plan2.actions.is_empty(), "{:?}", plan2.actions);
+    }
+
+    /// A host without a PMU: the registry builds `contention`, the engine reports it
+    /// disabled with the reason on the first step and keeps running the other policies.
+    #[test]
+    fn engine_reports_disabled_without_pmu_and_runs_others() {
+        use crate::config::Config;
+        use crate::engine::{policies_from_config, Engine};
+        use crate::host::{Host, HostError};
+        use crate::plan::ActionReport;
+        use crate::sample::Sample;
+        struct NoPmu {
+            t: u64,
+        }
+        impl Host for NoPmu {
+            fn topology(&mut self) -> Result<Topology, HostError> {
+                // Two LLC domains and a NIC, so net-affinity has something to run on.
+                Ok(machine("dell-c6100").unwrap())
+            }
+            fn sources(&mut self) -> SourceStatus {
+                SourceStatus {
+                    sources: vec![Source {
+                        name: "perf_hw".into(),
+                        available: false,
+                        detail: "no hardware counters: ENOENT".into(),
+                    }],
+                }
+            }
+            fn sample(&mut self, req: SampleRequest) -> Result<Sample, HostError> {
+                assert!(!req.counters, "a disabled policy's wants are not sampled");
+                self.t += 1_000_000_000;
+                Ok(Sample {
+                    time_ns: self.t,
+                    clk_tck: 100,
+                    ..Default::default()
+                })
+            }
+            fn apply(&mut self, _p: &Plan, _dry: bool) -> Vec<ActionReport> {
+                vec![]
+            }
+        }
+        let cfg = Config {
+            policies: vec!["contention".into(), "net-affinity".into()],
+            ..Default::default()
+        };
+        let pols = policies_from_config(&cfg);
+        assert_eq!(
+            pols.iter().map(|p| p.name()).collect::<Vec<_>>(),
+            vec!["contention", "net-affinity"]
+        );
+        let mut e = Engine::new(pols, cfg);
+        let mut h = NoPmu { t: 0 };
+        let r0 = e.step(&mut h, true);
+        assert_eq!(r0.disabled.len(), 1, "{:?}", r0.disabled);
+        assert_eq!(r0.disabled[0].0, "contention");
+        assert!(r0.disabled[0].1.contains("ENOENT"), "{}", r0.disabled[0].1);
+        let r1 = e.step(&mut h, true);
+        assert!(r1.error.is_none() && r1.disabled.is_empty());
+        let running: Vec<_> = e
+            .policies()
+            .into_iter()
+            .filter(|(_, d)| d.is_none())
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(running, vec!["net-affinity"]);
     }
 
     #[test]

@@ -1135,6 +1135,29 @@ mod tests {
     }
 
     #[test]
+    fn documented_config_parses() {
+        let doc = include_str!("../../../../docs/contention.md");
+        let start = doc.find("```toml\n").expect("toml block") + 8;
+        let end = start + doc[start..].find("```").unwrap();
+        let cfg = crate::config::Config::from_toml(&doc[start..end]).unwrap();
+        assert_eq!(cfg.policies, vec!["contention"]);
+        assert_eq!(
+            cfg.contention,
+            ContentionConfig {
+                classify: ClassifyConfig {
+                    per_machine: [(
+                        "xeon-e5-2697x2".to_string(),
+                        classify::Thresholds::default()
+                    )]
+                    .into(),
+                    ..Default::default()
+                },
+                ..Default::default()
+            }
+        );
+    }
+
+    #[test]
     fn config_validates() {
         assert!(ContentionConfig::default().validate().is_ok());
         let bad = ContentionConfig {

@@ -20,4 +20,5 @@ pub mod energy;
 pub mod interrupts;
 pub mod perf;
 pub mod procfs;
+pub mod record;
 pub mod sockdiag;

@@ -13,7 +13,7 @@ pub struct Args {
 #[derive(clap::Subcommand, Debug)]
 pub enum BenchCmd {
     /// Time to read the topology of a root (default /), median of runs.
-    Topo(EmptyArgs),
+    Topo(super::bench_topo::Args),
     /// Cost of one sample+observe cycle.
     Cycle(EmptyArgs),
     /// Daemon cycle overhead and reaction time of net-affinity.
@@ -30,5 +30,8 @@ pub enum BenchCmd {
 pub struct EmptyArgs {}
 
 pub fn run(args: Args) -> Result<()> {
-    bail!("`placer bench {:?}` is not implemented yet", args.what)
+    match args.what {
+        BenchCmd::Topo(a) => super::bench_topo::run(a),
+        other => bail!("`placer bench {:?}` is not implemented yet", other),
+    }
 }

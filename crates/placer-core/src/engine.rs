@@ -48,6 +48,10 @@ pub fn policies_from_config(config: &Config) -> Vec<Box<dyn Policy>> {
             "smt-energy" => v.push(Box::new(crate::policies::smt_energy::SmtEnergy::new(
                 config.smt_energy.clone(),
             ))),
+            "contention" => v.push(Box::new(
+                crate::policies::contention::Contention::new(config.contention.clone())
+                    .with_scope(config.scope.clone(), self_pid),
+            )),
             _ => {}
         }
     }

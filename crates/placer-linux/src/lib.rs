@@ -6,6 +6,7 @@ pub mod actuator;
 pub mod cpufreq;
 pub mod error;
 pub mod host;
+pub mod power_meter;
 pub mod sampler;
 pub mod tc;
 pub mod topology;

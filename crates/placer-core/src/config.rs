@@ -24,6 +24,14 @@ pub struct Config {
     pub contention: policies::contention::ContentionConfig,
     pub energy_qos: policies::energy_qos::EnergyQosConfig,
     pub numa_local: policies::numa_local::NumaLocalConfig,
+    /// Re-read the topology (NIC IRQ affinity and RPS CPUs, hotplug) this often,
+    /// milliseconds; 0 = only at start.
+    #[serde(default = "default_topology_refresh_ms")]
+    pub topology_refresh_ms: u64,
+}
+
+fn default_topology_refresh_ms() -> u64 {
+    10_000
 }
 
 impl Default for Config {
@@ -39,6 +47,7 @@ impl Default for Config {
             contention: Default::default(),
             energy_qos: Default::default(),
             numa_local: Default::default(),
+            topology_refresh_ms: default_topology_refresh_ms(),
         }
     }
 }
@@ -209,6 +218,12 @@ impl Config {
             .validate()
             .map_err(|(f, m)| ConfigError::Invalid {
                 field: format!("net_affinity.{f}"),
+                message: m,
+            })?;
+        self.smt_energy
+            .validate()
+            .map_err(|(f, m)| ConfigError::Invalid {
+                field: format!("smt_energy.{f}"),
                 message: m,
             })?;
         self.energy_qos

@@ -2,8 +2,11 @@
 //! the observations derived from them, plans, policies and configuration. No I/O happens
 //! here; see `placer-linux` for the real machine and `placer-sim` for modelled ones.
 
+pub mod alloc;
+pub mod amdahl;
 pub mod config;
 pub mod cpuset;
+pub mod engine;
 pub mod host;
 pub mod machines;
 pub mod observation;
@@ -11,6 +14,7 @@ mod observe;
 pub mod plan;
 pub mod policies;
 pub mod policy;
+pub mod power_model;
 pub mod sample;
 pub mod topology;
 

@@ -90,6 +90,13 @@ pub struct FlowObs {
     /// Average received segment size over the interval (bytes/segment); None when idle.
     pub avg_rx_seg_bytes: Option<f64>,
     pub avg_tx_seg_bytes: Option<f64>,
+    #[serde(default)]
+    pub segs_in_per_s: f64,
+    #[serde(default)]
+    pub segs_out_per_s: f64,
+    /// First seen in the later sample: no rate yet.
+    #[serde(default)]
+    pub new: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

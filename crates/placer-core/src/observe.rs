@@ -1,9 +1,43 @@
-//! The pure derivation of an [`Observation`] from two [`Sample`]s.
+//! The pure derivation of an [`Observation`] from two [`Sample`]s (`prev` then `cur`).
 //!
-//! Rules: a counter that went backwards wrapped (energy counters wrap at their range;
-//! other counters are treated as reset and give 0 for the interval rather than a huge
-//! negative or positive rate); a process present only in `cur` is new (its rate covers its
-//! own lifetime: counters since start); a pid whose start time changed is a new process.
+//! Rules, each tested below:
+//! - **Interval**: `dt = cur.time_ns - prev.time_ns`. A zero or negative interval gives
+//!   zero rates (never infinities or NaN).
+//! - **Counter resets**: a cumulative counter that went backwards was reset (a re-opened
+//!   perf fd, a re-created socket under the same inode, a CPU that went offline and back);
+//!   it contributes 0 for the interval rather than a huge rate.
+//! - **Wrap-around**: energy counters wrap at their `max_range_uj`; TCP segment counters
+//!   (`tcpi_segs_in/out`, `data_segs_*`) are 32-bit in the kernel and wrap at 2^32. A wrapped
+//!   counter gives the true difference when it wrapped at most once in the interval.
+//! - **Processes** are matched by [`ProcKey`] (pid and start time): a pid whose start time
+//!   changed is a reused pid, i.e. a new process. A process only in `cur` is `new`; when it
+//!   started after `prev` was taken (start time >= prev time), all its CPU time was spent
+//!   in the interval and its share counts; when it started earlier (it was missed in
+//!   `prev`), its share over the interval is unknown and is 0. Processes only in `prev`
+//!   exited and do not appear.
+//! - **CPU share** is (utime + stime) ticks / clk_tck / dt, in CPUs (1.0 = one CPU busy).
+//!   Threads are matched by tid within the same process; a thread only in `cur` gets 0.
+//! - **Flows**: a process's sockets are those whose inode it holds in `cur`. A socket seen
+//!   in both samples gives receive rate `d bytes_received / dt`, send rate
+//!   `d bytes_acked / dt` (acknowledged payload: what the network delivered), segment rates,
+//!   and average segment sizes `d bytes / d data_segs` (falling back to all segments on
+//!   kernels without data_segs; `None` when nothing moved). A socket first seen in `cur`
+//!   is listed with zero rates and `new = true`; a socket closed during the interval is
+//!   lost (its last bytes are not counted). The process rates are the sums over its flows.
+//! - **CPUs**: utilisation = busy ticks / all ticks of that CPU (busy = all but idle and
+//!   iowait), so it does not depend on clk_tck; NET_RX/NET_TX softirqs per second; IRQs per
+//!   second counts device interrupts (numbered rows of /proc/interrupts) only — LOC, RES,
+//!   CAL and the other architecture rows are in `irqs` but would drown the device rate.
+//! - **IRQs**: per IRQ, per CPU id (matched by the header's CPU ids, so hotplug that
+//!   shifts columns does not mix CPUs up).
+//! - **Power**: RAPL energy domains give watts by difference; the whole-machine figure is
+//!   the sum of top-level domains (`intel-rapl:0`, not its sub-zone `intel-rapl:0:0`).
+//!   Instantaneous sensors (hwmon) are reported per sensor, and give the whole-machine
+//!   figure only when there are no energy counters (RAPL integrates over the interval; a
+//!   sensor is one instant).
+//! - **Hardware counters**: per event, scaled for multiplexing by the interval's
+//!   `d time_enabled / d time_running`; rates per second and per 1,000 instructions;
+//!   `coverage` is the lowest running/enabled ratio of the interval.
 
 use crate::observation::*;
 use crate::sample::*;
@@ -26,125 +60,57 @@ fn delta_wrapping(prev: u64, cur: u64, range: Option<u64>) -> u64 {
     }
 }
 
+/// Difference of a kernel u32 counter (TCP segment counts), wrapping at 2^32.
+fn delta_u32(prev: u64, cur: u64) -> u64 {
+    if prev <= u32::MAX as u64 && cur <= u32::MAX as u64 {
+        (cur as u32).wrapping_sub(prev as u32) as u64
+    } else {
+        delta(prev, cur)
+    }
+}
+
 pub(crate) fn derive(prev: &Sample, cur: &Sample) -> Observation {
     let dt_ns = cur.time_ns.saturating_sub(prev.time_ns);
-    let dt = (dt_ns as f64 / 1e9).max(1e-9);
+    let dt = dt_ns as f64 / 1e9;
+    // Rates over the interval; 0 for an empty interval.
+    let per_s = |x: f64| if dt > 0.0 { x / dt } else { 0.0 };
     let hz = if cur.clk_tck == 0 {
         100.0
     } else {
         cur.clk_tck as f64
     };
 
-    // Per CPU.
-    let prev_cpu: HashMap<u32, &CpuTimes> = prev.cpus.iter().map(|c| (c.cpu, c)).collect();
-    let prev_soft: HashMap<u32, &SoftirqCounts> =
-        prev.softirqs.iter().map(|c| (c.cpu, c)).collect();
-    let cur_soft: HashMap<u32, &SoftirqCounts> = cur.softirqs.iter().map(|c| (c.cpu, c)).collect();
-    let irqs = derive_irqs(prev, cur, dt);
-    let mut irqs_per_cpu: BTreeMap<u32, f64> = BTreeMap::new();
-    for i in &irqs {
-        for (&c, &r) in &i.per_cpu_per_s {
-            *irqs_per_cpu.entry(c).or_default() += r;
-        }
-    }
-    let cpus = cur
-        .cpus
-        .iter()
-        .map(|c| {
-            let mut o = CpuObs {
-                cpu: c.cpu,
-                ..Default::default()
-            };
-            if let Some(p) = prev_cpu.get(&c.cpu) {
-                let total = delta(p.total(), c.total()) as f64;
-                if total > 0.0 {
-                    let f = |a: u64, b: u64| delta(a, b) as f64 / total;
-                    o.util = (delta(p.busy(), c.busy()) as f64 / total).clamp(0.0, 1.0);
-                    o.user = f(p.user + p.nice, c.user + c.nice);
-                    o.system = f(p.system, c.system);
-                    o.irq = f(p.irq, c.irq);
-                    o.softirq = f(p.softirq, c.softirq);
-                }
-            }
-            if let (Some(p), Some(s)) = (prev_soft.get(&c.cpu), cur_soft.get(&c.cpu)) {
-                o.net_rx_softirqs_per_s = delta(p.net_rx, s.net_rx) as f64 / dt;
-                o.net_tx_softirqs_per_s = delta(p.net_tx, s.net_tx) as f64 / dt;
-            }
-            o.irqs_per_s = irqs_per_cpu.get(&c.cpu).copied().unwrap_or(0.0);
-            o
-        })
-        .collect();
+    let irqs = derive_irqs(prev, cur, &per_s);
+    let cpus = derive_cpus(prev, cur, &irqs, &per_s);
 
-    // Sockets by inode.
     let prev_socks: HashMap<u64, &SocketSample> =
         prev.sockets.iter().map(|s| (s.inode, s)).collect();
     let cur_socks: HashMap<u64, &SocketSample> = cur.sockets.iter().map(|s| (s.inode, s)).collect();
-
     let prev_procs: HashMap<ProcKey, &ProcSample> =
         prev.procs.iter().map(|p| (p.key(), p)).collect();
+    // Start times are in ticks since boot; sample times are monotonic ns since boot.
+    let prev_time_ticks = prev.time_ns as f64 / 1e9 * hz;
+
     let procs = cur
         .procs
         .iter()
         .map(|p| {
-            let before = prev_procs.get(&p.key());
-            let new = before.is_none();
+            let before = prev_procs.get(&p.key()).copied();
             let cpu_ticks = match before {
                 Some(b) => delta(b.utime_ticks + b.stime_ticks, p.utime_ticks + p.stime_ticks),
+                // Started during the interval: all of its CPU time is in the interval.
+                None if p.start_time_ticks as f64 >= prev_time_ticks => {
+                    p.utime_ticks + p.stime_ticks
+                }
                 None => 0,
             };
-            let mut flows = Vec::new();
-            let (mut rx, mut tx, mut si, mut so) = (0.0, 0.0, 0.0, 0.0);
-            for ino in &p.socket_inodes {
-                let Some(s) = cur_socks.get(ino) else {
-                    continue;
-                };
-                // A socket first seen now: no rate yet (its counters cover an unknown span).
-                let Some(b) = prev_socks.get(ino) else {
-                    continue;
-                };
-                let drx = delta(b.bytes_received, s.bytes_received) as f64;
-                let dtx = delta(b.bytes_acked, s.bytes_acked) as f64;
-                let dsi = delta(b.segs_in, s.segs_in) as f64;
-                let dso = delta(b.segs_out, s.segs_out) as f64;
-                rx += drx / dt;
-                tx += dtx / dt;
-                si += dsi / dt;
-                so += dso / dt;
-                flows.push(FlowObs {
-                    local: s.local,
-                    remote: s.remote,
-                    state: s.state,
-                    inode: s.inode,
-                    rx_bytes_per_s: drx / dt,
-                    tx_bytes_per_s: dtx / dt,
-                    avg_rx_seg_bytes: (dsi > 0.0 && drx > 0.0).then(|| drx / dsi),
-                    avg_tx_seg_bytes: (dso > 0.0 && dtx > 0.0).then(|| dtx / dso),
-                });
-            }
-            let threads = p
-                .threads
+            let flows: Vec<FlowObs> = p
+                .socket_inodes
                 .iter()
-                .map(|t| {
-                    let share = before
-                        .and_then(|b| b.threads.iter().find(|bt| bt.tid == t.tid))
-                        .map(|bt| {
-                            delta(
-                                bt.utime_ticks + bt.stime_ticks,
-                                t.utime_ticks + t.stime_ticks,
-                            ) as f64
-                                / hz
-                                / dt
-                        })
-                        .unwrap_or(0.0);
-                    ThreadObs {
-                        tid: t.tid,
-                        comm: t.comm.clone(),
-                        cpu_share: share,
-                        last_cpu: t.last_cpu,
-                        allowed_cpus: t.allowed.clone(),
-                    }
-                })
+                .filter_map(|ino| cur_socks.get(ino))
+                .map(|s| derive_flow(prev_socks.get(&s.inode).copied(), s, &per_s))
                 .collect();
+            let sum = |f: fn(&FlowObs) -> f64| flows.iter().map(f).sum::<f64>();
             ProcObs {
                 pid: p.pid,
                 start_time_ticks: p.start_time_ticks,
@@ -153,24 +119,24 @@ pub(crate) fn derive(prev: &Sample, cur: &Sample) -> Observation {
                 uid: p.uid,
                 cgroup: p.cgroup.clone(),
                 kernel_thread: p.kernel_thread,
-                cpu_share: cpu_ticks as f64 / hz / dt,
+                cpu_share: per_s(cpu_ticks as f64 / hz),
                 allowed_cpus: p.allowed.clone(),
                 last_cpu: p.last_cpu,
                 num_threads: p.num_threads,
-                rx_bytes_per_s: rx,
-                tx_bytes_per_s: tx,
-                segs_in_per_s: si,
-                segs_out_per_s: so,
-                flows,
-                threads,
-                counters: before.and_then(|b| counter_rates(&b.counters, &p.counters, dt)),
+                rx_bytes_per_s: sum(|f| f.rx_bytes_per_s),
+                tx_bytes_per_s: sum(|f| f.tx_bytes_per_s),
+                segs_in_per_s: sum(|f| f.segs_in_per_s),
+                segs_out_per_s: sum(|f| f.segs_out_per_s),
+                threads: derive_threads(before, p, hz, &per_s),
+                counters: before.and_then(|b| counter_rates(&b.counters, &p.counters, &per_s)),
                 numa_pages: p.numa_pages.clone(),
-                new,
+                new: before.is_none(),
+                flows,
             }
         })
         .collect();
 
-    let (power_w, power_by_domain_w) = derive_power(prev, cur, dt);
+    let (power_w, power_by_domain_w) = derive_power(prev, cur, &per_s);
     Observation {
         time_ns: cur.time_ns,
         interval_s: dt,
@@ -182,7 +148,123 @@ pub(crate) fn derive(prev: &Sample, cur: &Sample) -> Observation {
     }
 }
 
-fn derive_irqs(prev: &Sample, cur: &Sample, dt: f64) -> Vec<IrqObs> {
+fn derive_cpus(
+    prev: &Sample,
+    cur: &Sample,
+    irqs: &[IrqObs],
+    per_s: &dyn Fn(f64) -> f64,
+) -> Vec<CpuObs> {
+    let prev_cpu: HashMap<u32, &CpuTimes> = prev.cpus.iter().map(|c| (c.cpu, c)).collect();
+    let prev_soft: HashMap<u32, &SoftirqCounts> =
+        prev.softirqs.iter().map(|c| (c.cpu, c)).collect();
+    let cur_soft: HashMap<u32, &SoftirqCounts> = cur.softirqs.iter().map(|c| (c.cpu, c)).collect();
+    let mut irqs_per_cpu: BTreeMap<u32, f64> = BTreeMap::new();
+    for i in irqs.iter().filter(|i| is_device_irq(&i.irq)) {
+        for (&c, &r) in &i.per_cpu_per_s {
+            *irqs_per_cpu.entry(c).or_default() += r;
+        }
+    }
+    cur.cpus
+        .iter()
+        .map(|c| {
+            let mut o = CpuObs {
+                cpu: c.cpu,
+                ..Default::default()
+            };
+            if let Some(p) = prev_cpu.get(&c.cpu) {
+                let total = delta(p.total(), c.total()) as f64;
+                if total > 0.0 {
+                    let f = |a: u64, b: u64| (delta(a, b) as f64 / total).clamp(0.0, 1.0);
+                    o.util = f(p.busy(), c.busy());
+                    o.user = f(p.user + p.nice, c.user + c.nice);
+                    o.system = f(p.system, c.system);
+                    o.irq = f(p.irq, c.irq);
+                    o.softirq = f(p.softirq, c.softirq);
+                }
+            }
+            if let (Some(p), Some(s)) = (prev_soft.get(&c.cpu), cur_soft.get(&c.cpu)) {
+                o.net_rx_softirqs_per_s = per_s(delta(p.net_rx, s.net_rx) as f64);
+                o.net_tx_softirqs_per_s = per_s(delta(p.net_tx, s.net_tx) as f64);
+            }
+            o.irqs_per_s = irqs_per_cpu.get(&c.cpu).copied().unwrap_or(0.0);
+            o
+        })
+        .collect()
+}
+
+/// Numbered rows of /proc/interrupts are device interrupts; `LOC`, `NMI`... are not.
+fn is_device_irq(irq: &str) -> bool {
+    !irq.is_empty() && irq.bytes().all(|b| b.is_ascii_digit())
+}
+
+fn derive_flow(b: Option<&SocketSample>, s: &SocketSample, per_s: &dyn Fn(f64) -> f64) -> FlowObs {
+    let mut f = FlowObs {
+        local: s.local,
+        remote: s.remote,
+        state: s.state,
+        inode: s.inode,
+        rx_bytes_per_s: 0.0,
+        tx_bytes_per_s: 0.0,
+        avg_rx_seg_bytes: None,
+        avg_tx_seg_bytes: None,
+        segs_in_per_s: 0.0,
+        segs_out_per_s: 0.0,
+        new: b.is_none(),
+    };
+    let Some(b) = b else { return f };
+    let drx = delta(b.bytes_received, s.bytes_received) as f64;
+    let dtx = delta(b.bytes_acked, s.bytes_acked) as f64;
+    let dsi = delta_u32(b.segs_in, s.segs_in) as f64;
+    let dso = delta_u32(b.segs_out, s.segs_out) as f64;
+    // Data segments exclude pure ACKs; use them when the kernel reports them.
+    let ddi = delta_u32(b.data_segs_in, s.data_segs_in) as f64;
+    let ddo = delta_u32(b.data_segs_out, s.data_segs_out) as f64;
+    let (rx_segs, tx_segs) = (
+        if ddi > 0.0 { ddi } else { dsi },
+        if ddo > 0.0 { ddo } else { dso },
+    );
+    f.rx_bytes_per_s = per_s(drx);
+    f.tx_bytes_per_s = per_s(dtx);
+    f.segs_in_per_s = per_s(dsi);
+    f.segs_out_per_s = per_s(dso);
+    f.avg_rx_seg_bytes = (rx_segs > 0.0 && drx > 0.0).then(|| drx / rx_segs);
+    f.avg_tx_seg_bytes = (tx_segs > 0.0 && dtx > 0.0).then(|| dtx / tx_segs);
+    f
+}
+
+fn derive_threads(
+    before: Option<&ProcSample>,
+    p: &ProcSample,
+    hz: f64,
+    per_s: &dyn Fn(f64) -> f64,
+) -> Vec<ThreadObs> {
+    let prev: HashMap<u32, &ThreadSample> = before
+        .map(|b| b.threads.iter().map(|t| (t.tid, t)).collect())
+        .unwrap_or_default();
+    p.threads
+        .iter()
+        .map(|t| {
+            let ticks = prev
+                .get(&t.tid)
+                .map(|bt| {
+                    delta(
+                        bt.utime_ticks + bt.stime_ticks,
+                        t.utime_ticks + t.stime_ticks,
+                    )
+                })
+                .unwrap_or(0);
+            ThreadObs {
+                tid: t.tid,
+                comm: t.comm.clone(),
+                cpu_share: per_s(ticks as f64 / hz),
+                last_cpu: t.last_cpu,
+                allowed_cpus: t.allowed.clone(),
+            }
+        })
+        .collect()
+}
+
+fn derive_irqs(prev: &Sample, cur: &Sample, per_s: &dyn Fn(f64) -> f64) -> Vec<IrqObs> {
     let prev_irq: HashMap<&str, &IrqSample> =
         prev.irqs.iter().map(|i| (i.irq.as_str(), i)).collect();
     cur.irqs
@@ -193,20 +275,14 @@ fn derive_irqs(prev: &Sample, cur: &Sample, dt: f64) -> Vec<IrqObs> {
             for (pos, &count) in i.counts.iter().enumerate() {
                 let cpu = i.cpu_ids.get(pos).copied().unwrap_or(pos as u32);
                 let prev_count = before.and_then(|b| {
-                    b.cpu_ids
-                        .iter()
-                        .position(|&c| c == cpu)
-                        .or(if b.cpu_ids.is_empty() {
-                            Some(pos)
-                        } else {
-                            None
-                        })
-                        .and_then(|bp| b.counts.get(bp).copied())
+                    let bp = if b.cpu_ids.is_empty() {
+                        Some(pos)
+                    } else {
+                        b.cpu_ids.iter().position(|&c| c == cpu)
+                    };
+                    bp.and_then(|bp| b.counts.get(bp).copied())
                 });
-                let r = match prev_count {
-                    Some(pc) => delta(pc, count) as f64 / dt,
-                    None => 0.0,
-                };
+                let r = prev_count.map_or(0.0, |pc| per_s(delta(pc, count) as f64));
                 per_cpu.insert(cpu, r);
             }
             IrqObs {
@@ -218,29 +294,38 @@ fn derive_irqs(prev: &Sample, cur: &Sample, dt: f64) -> Vec<IrqObs> {
         .collect()
 }
 
-fn derive_power(prev: &Sample, cur: &Sample, dt: f64) -> (Option<f64>, BTreeMap<String, f64>) {
+fn derive_power(
+    prev: &Sample,
+    cur: &Sample,
+    per_s: &dyn Fn(f64) -> f64,
+) -> (Option<f64>, BTreeMap<String, f64>) {
     let mut by_domain = BTreeMap::new();
+    let mut energy_total = None;
     for e in &cur.energy {
         if let Some(p) = prev.energy.iter().find(|p| p.domain == e.domain) {
             let duj = delta_wrapping(p.energy_uj, e.energy_uj, e.max_range_uj);
-            by_domain.insert(e.domain.clone(), duj as f64 / 1e6 / dt);
+            let w = per_s(duj as f64 / 1e6);
+            by_domain.insert(e.domain.clone(), w);
+            // Top-level zones only (`a:b`; sub-zones are `a:b:c`), nothing counted twice.
+            if e.domain.matches(':').count() <= 1 {
+                *energy_total.get_or_insert(0.0) += w;
+            }
         }
     }
+    let mut sensor_total = None;
     for s in &cur.power {
-        by_domain.insert(s.sensor.clone(), s.power_uw as f64 / 1e6);
+        let w = s.power_uw as f64 / 1e6;
+        by_domain.insert(s.sensor.clone(), w);
+        *sensor_total.get_or_insert(0.0) += w;
     }
-    // Whole-machine power: the top-level domains only (RAPL subdomains are `a:b:c`, nested
-    // in `a:b`), so nothing is counted twice.
-    let total: f64 = by_domain
-        .iter()
-        .filter(|(k, _)| k.matches(':').count() <= 1)
-        .map(|(_, v)| v)
-        .sum();
-    let power = (!by_domain.is_empty()).then_some(total);
-    (power, by_domain)
+    (energy_total.or(sensor_total), by_domain)
 }
 
-fn counter_rates(prev: &[CounterValue], cur: &[CounterValue], dt: f64) -> Option<CounterRates> {
+fn counter_rates(
+    prev: &[CounterValue],
+    cur: &[CounterValue],
+    per_s: &dyn Fn(f64) -> f64,
+) -> Option<CounterRates> {
     if cur.is_empty() {
         return None;
     }
@@ -263,7 +348,9 @@ fn counter_rates(prev: &[CounterValue], cur: &[CounterValue], dt: f64) -> Option
         if d_en > 0 {
             rates.coverage = rates.coverage.min(d_run as f64 / d_en as f64);
         }
-        rates.per_s.insert(c.event.name().to_string(), scaled / dt);
+        rates
+            .per_s
+            .insert(c.event.name().to_string(), per_s(scaled));
     }
     if let Some(&instr) = rates.per_s.get("instructions") {
         if instr > 0.0 {
@@ -278,6 +365,54 @@ fn counter_rates(prev: &[CounterValue], cur: &[CounterValue], dt: f64) -> Option
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::CpuSet;
+
+    const S: u64 = 1_000_000_000;
+
+    fn sample(t_s: u64) -> Sample {
+        Sample {
+            time_ns: t_s * S,
+            clk_tck: 100,
+            ..Default::default()
+        }
+    }
+
+    fn proc_(pid: u32, start: u64, ticks: u64) -> ProcSample {
+        ProcSample {
+            pid,
+            start_time_ticks: start,
+            comm: format!("p{pid}"),
+            state: 'R',
+            ppid: 1,
+            uid: Some(0),
+            utime_ticks: ticks,
+            stime_ticks: 0,
+            last_cpu: Some(1),
+            allowed: CpuSet::first_n(2),
+            cgroup: "/".into(),
+            num_threads: 1,
+            kernel_thread: false,
+            threads: vec![],
+            socket_inodes: vec![],
+            counters: vec![],
+            numa_pages: BTreeMap::new(),
+        }
+    }
+
+    fn sock(inode: u64, rx: u64, tx: u64, segs_in: u64, data_in: u64) -> SocketSample {
+        SocketSample {
+            inode,
+            local: "10.0.0.1:5001".parse().unwrap(),
+            remote: "10.0.0.2:40000".parse().unwrap(),
+            state: 1,
+            bytes_acked: tx,
+            bytes_received: rx,
+            segs_in,
+            segs_out: 0,
+            data_segs_in: data_in,
+            data_segs_out: 0,
+        }
+    }
 
     #[test]
     fn energy_wraps() {
@@ -285,5 +420,277 @@ mod tests {
         assert_eq!(delta_wrapping(10, 30, Some(100)), 20);
         assert_eq!(delta_wrapping(90, 10, None), 0);
         assert_eq!(delta(5, 3), 0);
+    }
+
+    #[test]
+    fn segment_counters_wrap_at_u32() {
+        assert_eq!(delta_u32(u32::MAX as u64 - 4, 5), 10);
+        assert_eq!(delta_u32(5, 15), 10);
+        // Not u32 values (a simulated source): plain reset rule.
+        assert_eq!(delta_u32(1 << 40, 5), 0);
+    }
+
+    #[test]
+    fn cpu_share_of_a_busy_process_is_one() {
+        let mut a = sample(100);
+        let mut b = sample(102);
+        a.procs.push(proc_(10, 5, 1000));
+        b.procs.push(proc_(10, 5, 1200)); // 200 ticks at 100 Hz over 2 s
+        let o = Observation::new(&a, &b);
+        let p = o.proc(10).unwrap();
+        assert!((p.cpu_share - 1.0).abs() < 1e-9);
+        assert!(!p.new);
+        assert_eq!(o.interval_s, 2.0);
+    }
+
+    #[test]
+    fn reused_pid_is_a_new_process_and_exited_ones_vanish() {
+        let mut a = sample(100);
+        let mut b = sample(101);
+        a.procs.push(proc_(10, 5, 50_000));
+        a.procs.push(proc_(11, 6, 10));
+        // pid 10 reused by a process started at t=100.5 s (10050 ticks) with 30 ticks.
+        b.procs.push(proc_(10, 10_050, 30));
+        let o = Observation::new(&a, &b);
+        assert_eq!(o.procs.len(), 1, "pid 11 exited");
+        let p = o.proc(10).unwrap();
+        assert!(p.new);
+        // Not 50_000 ticks backwards, and not 0: its own 30 ticks over the 1 s interval.
+        assert!((p.cpu_share - 0.3).abs() < 1e-9, "{}", p.cpu_share);
+    }
+
+    #[test]
+    fn missed_old_process_gets_no_share() {
+        let a = sample(100);
+        let mut b = sample(101);
+        b.procs.push(proc_(12, 500, 9_000)); // started at 5 s, long before prev
+        let o = Observation::new(&a, &b);
+        assert!(o.proc(12).unwrap().new);
+        assert_eq!(o.proc(12).unwrap().cpu_share, 0.0);
+    }
+
+    #[test]
+    fn counter_reset_gives_zero_not_huge() {
+        let mut a = sample(100);
+        let mut b = sample(101);
+        a.procs.push(proc_(10, 5, 500));
+        b.procs.push(proc_(10, 5, 100));
+        let o = Observation::new(&a, &b);
+        assert_eq!(o.proc(10).unwrap().cpu_share, 0.0);
+    }
+
+    #[test]
+    fn zero_interval_gives_zero_rates() {
+        let mut a = sample(100);
+        a.procs.push(proc_(10, 5, 500));
+        let mut b = a.clone();
+        b.procs[0].utime_ticks = 600;
+        let o = Observation::new(&a, &b);
+        assert_eq!(o.proc(10).unwrap().cpu_share, 0.0);
+        assert!(serde_json::to_string(&o).is_ok());
+    }
+
+    #[test]
+    fn flows_rates_segment_sizes_and_new_sockets() {
+        let mut a = sample(100);
+        let mut b = sample(102);
+        let mut p = proc_(10, 5, 0);
+        p.socket_inodes = vec![7, 8, 9];
+        a.procs.push(p.clone());
+        b.procs.push(p);
+        // Socket 7: 2 MB received in 2 s over 1000 data segments (+ 10 pure ACKs).
+        a.sockets.push(sock(7, 1_000_000, 0, 100, 90));
+        b.sockets.push(sock(7, 3_000_000, 0, 1110, 1090));
+        // Socket 8: first seen now.
+        b.sockets.push(sock(8, 5_000, 0, 5, 5));
+        // Socket 9: closed during the interval (only in prev): not listed.
+        a.sockets.push(sock(9, 1, 1, 1, 1));
+        // Socket 11: not this process's.
+        a.sockets.push(sock(11, 0, 0, 0, 0));
+        b.sockets.push(sock(11, 1 << 30, 0, 0, 0));
+        let o = Observation::new(&a, &b);
+        let p = o.proc(10).unwrap();
+        assert_eq!(p.flows.len(), 2);
+        let f7 = p.flows.iter().find(|f| f.inode == 7).unwrap();
+        assert_eq!(f7.rx_bytes_per_s, 1_000_000.0);
+        assert_eq!(f7.avg_rx_seg_bytes, Some(2000.0));
+        assert_eq!(f7.segs_in_per_s, 505.0);
+        assert_eq!(f7.avg_tx_seg_bytes, None);
+        assert!(!f7.new);
+        let f8 = p.flows.iter().find(|f| f.inode == 8).unwrap();
+        assert!(f8.new);
+        assert_eq!(f8.rx_bytes_per_s, 0.0);
+        assert_eq!(p.rx_bytes_per_s, 1_000_000.0);
+        assert_eq!(p.tx_bytes_per_s, 0.0);
+    }
+
+    #[test]
+    fn avg_segment_falls_back_to_all_segments_without_data_segs() {
+        let b = sock(1, 3000, 0, 12, 0);
+        let a = sock(1, 0, 0, 10, 0);
+        let f = derive_flow(Some(&a), &b, &|x| x);
+        assert_eq!(f.avg_rx_seg_bytes, Some(1500.0));
+    }
+
+    #[test]
+    fn irq_rates_by_cpu_id_and_device_only_in_cpu_totals() {
+        let irq = |name: &str, counts: Vec<u64>, ids: Vec<u32>| IrqSample {
+            irq: name.into(),
+            counts,
+            cpu_ids: ids,
+            name: String::new(),
+        };
+        let mut a = sample(100);
+        let mut b = sample(101);
+        for c in [0, 1, 3] {
+            a.cpus.push(CpuTimes {
+                cpu: c,
+                ..Default::default()
+            });
+            b.cpus.push(CpuTimes {
+                cpu: c,
+                ..Default::default()
+            });
+        }
+        a.irqs.push(irq("30", vec![10, 20], vec![0, 1]));
+        // CPU 3 came online: a new column; CPU 1's count is matched by id, not position.
+        b.irqs.push(irq("30", vec![15, 120, 7], vec![0, 1, 3]));
+        a.irqs.push(irq("LOC", vec![0, 0], vec![0, 1]));
+        b.irqs
+            .push(irq("LOC", vec![1000, 1000, 1000], vec![0, 1, 3]));
+        let o = Observation::new(&a, &b);
+        let i = o.irqs.iter().find(|i| i.irq == "30").unwrap();
+        assert_eq!(i.per_cpu_per_s[&0], 5.0);
+        assert_eq!(i.per_cpu_per_s[&1], 100.0);
+        assert_eq!(i.per_cpu_per_s[&3], 0.0, "no previous count for CPU 3");
+        assert_eq!(o.cpu(1).unwrap().irqs_per_s, 100.0, "LOC not counted");
+    }
+
+    #[test]
+    fn cpu_util_and_softirqs() {
+        let mut a = sample(100);
+        let mut b = sample(101);
+        a.cpus.push(CpuTimes {
+            cpu: 0,
+            user: 100,
+            idle: 100,
+            ..Default::default()
+        });
+        b.cpus.push(CpuTimes {
+            cpu: 0,
+            user: 150,
+            idle: 130,
+            softirq: 20,
+            ..Default::default()
+        });
+        a.softirqs.push(SoftirqCounts {
+            cpu: 0,
+            net_rx: 10,
+            net_tx: 0,
+        });
+        b.softirqs.push(SoftirqCounts {
+            cpu: 0,
+            net_rx: 1010,
+            net_tx: 5,
+        });
+        let o = Observation::new(&a, &b);
+        let c = o.cpu(0).unwrap();
+        assert!((c.util - 0.7).abs() < 1e-9);
+        assert!((c.user - 0.5).abs() < 1e-9);
+        assert!((c.softirq - 0.2).abs() < 1e-9);
+        assert_eq!(c.net_rx_softirqs_per_s, 1000.0);
+        assert_eq!(c.net_tx_softirqs_per_s, 5.0);
+    }
+
+    #[test]
+    fn power_from_rapl_top_level_and_sensors() {
+        let e = |d: &str, uj: u64| EnergyCounter {
+            domain: d.into(),
+            energy_uj: uj,
+            max_range_uj: Some(1_000_000_000),
+        };
+        let mut a = sample(100);
+        let mut b = sample(102);
+        a.energy = vec![e("intel-rapl:0", 999_000_000), e("intel-rapl:0:0", 0)];
+        // Package wrapped: 1e6 uJ before the wrap + 99e6 after = 100 J in 2 s = 50 W.
+        b.energy = vec![
+            e("intel-rapl:0", 99_000_000),
+            e("intel-rapl:0:0", 60_000_000),
+        ];
+        b.power = vec![PowerReading {
+            sensor: "hwmon0/acpi/power1".into(),
+            power_uw: 120_000_000,
+        }];
+        let o = Observation::new(&a, &b);
+        assert_eq!(o.power_by_domain_w["intel-rapl:0"], 50.0);
+        assert_eq!(o.power_by_domain_w["intel-rapl:0:0"], 30.0);
+        assert_eq!(o.power_by_domain_w["hwmon0/acpi/power1"], 120.0);
+        assert_eq!(o.power_w, Some(50.0), "RAPL preferred, sub-zone not added");
+        // Sensors only.
+        a.energy.clear();
+        b.energy.clear();
+        assert_eq!(Observation::new(&a, &b).power_w, Some(120.0));
+        b.power.clear();
+        assert_eq!(Observation::new(&a, &b).power_w, None);
+    }
+
+    #[test]
+    fn counter_rates_scaled_and_per_kinstr() {
+        let cv = |e: CounterEvent, v: u64, en: u64, run: u64| CounterValue {
+            event: e,
+            value: v,
+            time_enabled_ns: en,
+            time_running_ns: run,
+        };
+        let mut a = sample(100);
+        let mut b = sample(101);
+        let mut p = proc_(10, 5, 0);
+        p.counters = vec![
+            cv(CounterEvent::Instructions, 0, 0, 0),
+            cv(CounterEvent::LlcMisses, 0, 0, 0),
+        ];
+        a.procs.push(p.clone());
+        // Instructions: 1e9 counted over the full second; misses: 1e6 counted half the time.
+        p.counters = vec![
+            cv(CounterEvent::Instructions, 1_000_000_000, S, S),
+            cv(CounterEvent::LlcMisses, 1_000_000, S, S / 2),
+        ];
+        b.procs.push(p);
+        let o = Observation::new(&a, &b);
+        let c = o.proc(10).unwrap().counters.as_ref().unwrap();
+        assert_eq!(c.per_s["instructions"], 1e9);
+        assert_eq!(c.per_s["llc_misses"], 2e6);
+        assert_eq!(c.per_kinstr["llc_misses"], 2.0);
+        assert_eq!(c.coverage, 0.5);
+        // No PMU: no counters at all, not zeros.
+        let a = sample(1);
+        let mut b = sample(2);
+        b.procs.push(proc_(1, 0, 0));
+        assert!(Observation::new(&a, &b).procs[0].counters.is_none());
+    }
+
+    #[test]
+    fn thread_shares_matched_by_tid() {
+        let t = |tid: u32, ticks: u64| ThreadSample {
+            tid,
+            comm: "w".into(),
+            state: 'R',
+            utime_ticks: ticks,
+            stime_ticks: 0,
+            last_cpu: Some(0),
+            allowed: CpuSet::single(0),
+        };
+        let mut a = sample(100);
+        let mut b = sample(101);
+        let mut p = proc_(10, 5, 0);
+        p.threads = vec![t(10, 0), t(11, 0)];
+        a.procs.push(p.clone());
+        p.threads = vec![t(10, 50), t(12, 80)];
+        b.procs.push(p);
+        let o = Observation::new(&a, &b);
+        let th = &o.proc(10).unwrap().threads;
+        assert_eq!(th.len(), 2);
+        assert_eq!(th[0].cpu_share, 0.5);
+        assert_eq!(th[1].cpu_share, 0.0, "new thread: unknown start, no share");
     }
 }

@@ -47,6 +47,9 @@ pub struct PolicyState {
     pub released: BTreeSet<ProcKey>,
     /// The last cycle's outcomes for this policy's actions.
     pub last_reports: Vec<ActionReport>,
+    /// Processes held (or acted on this cycle) by policies that run earlier: this policy
+    /// must not touch them. Set by the engine before each `plan`.
+    pub taken: BTreeSet<ProcKey>,
     private: Option<Box<dyn Any + Send>>,
 }
 

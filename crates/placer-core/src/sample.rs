@@ -92,16 +92,16 @@ pub struct ProcSample {
     /// Kernel threads (PF_KTHREAD, or children of kthreadd) are never placed.
     pub kernel_thread: bool,
     /// Per-thread detail; empty unless a policy asked for threads.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub threads: Vec<ThreadSample>,
     /// Inodes of the sockets this process holds (from /proc/PID/fd, cached).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub socket_inodes: Vec<u64>,
     /// Hardware counters, summed over the process's threads; empty without a PMU.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub counters: Vec<CounterValue>,
     /// Resident pages per NUMA node (/proc/PID/numa_maps); empty unless asked for.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub numa_pages: BTreeMap<u32, u64>,
 }
 
@@ -137,6 +137,12 @@ pub struct SocketSample {
     pub bytes_received: u64,
     pub segs_in: u64,
     pub segs_out: u64,
+    /// Segments carrying data (tcpi_data_segs_in/out, Linux >= 4.6); 0 when unknown.
+    /// Average segment sizes use these when non-zero: pure ACKs carry no payload.
+    #[serde(default)]
+    pub data_segs_in: u64,
+    #[serde(default)]
+    pub data_segs_out: u64,
 }
 
 /// One line of /proc/interrupts.

@@ -6,6 +6,7 @@ pub mod actuator;
 pub mod cpufreq;
 pub mod error;
 pub mod host;
+pub mod journal;
 pub mod power_meter;
 pub mod sampler;
 pub mod tc;
@@ -13,3 +14,8 @@ pub mod topology;
 
 pub use error::{LinuxError, Result};
 pub use host::LinuxHost;
+pub mod energy;
+pub mod interrupts;
+pub mod perf;
+pub mod procfs;
+pub mod sockdiag;

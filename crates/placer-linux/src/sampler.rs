@@ -1,25 +1,591 @@
-//! Takes raw [`Sample`]s of the machine under a root. (Placeholder: the observation issue
-//! fills it in.)
+//! Takes raw [`Sample`]s of the machine under a root (`/` or a fixture tree).
+//!
+//! Each sample reads: `proc/stat` (per-CPU ticks), `proc/interrupts`, `proc/softirqs`,
+//! and for every `proc/PID`: `stat` (comm, state, ppid, flags, CPU ticks, threads, start
+//! time, last CPU), and for user processes `status` (Uid, Cpus_allowed_list) and `cgroup`.
+//! Kernel threads (PF_KTHREAD, or kthreadd and its children) get `stat` only: they are
+//! never placed, and skipping two files each keeps the cycle cheap. On request: threads
+//! (`task/TID/stat` + `status`), TCP sockets (sock_diag, see [`crate::sockdiag`]) mapped
+//! to processes, hardware counters ([`crate::perf`]). Energy and power sensors
+//! ([`crate::energy`]) are read when present.
+//!
+//! Robustness: a process that exits mid-read (any of its files vanishes) is dropped
+//! silently; a malformed file drops only that process (or that line); only an unreadable
+//! `proc/stat` — a wrong root — fails the sample.
+//!
+//! Socket-to-process mapping is cached per process (keyed by pid and start time): a
+//! process's `fd/` directory is re-read only when (1) the process is new (or its PID was
+//! reused), (2) its open-fd count changed (`stat(proc/PID/fd).st_size` is the number of
+//! open fds since Linux 6.2; on older kernels it is constant and this rule is inert), or
+//! (3) sock_diag reports a socket inode that no cached process owns and that was not
+//! already unowned in the previous sample — then every process not re-read this cycle is
+//! re-read once. Rule 3 catches an fd swapped for another at a constant count; remembering
+//! the unowned set keeps sockets nobody can map (other users' without permission, sockets
+//! of processes in another PID namespace) from forcing a full re-read every cycle.
+//!
+//! sock_diag talks to the kernel, not to the root path, so it is only used when the root
+//! is `/` (override with [`Sampler::set_sock_diag`]).
 
+use crate::energy::EnergySource;
 use crate::error::{LinuxError, Result};
-use placer_core::sample::{SampleRequest, SourceStatus};
-use placer_core::Sample;
+use crate::interrupts::{parse_interrupts, parse_softirqs};
+use crate::perf::{CounterSource, PerfCounters};
+use crate::procfs::{parse_cgroup, parse_pid_stat, parse_proc_stat, parse_status, socket_inode};
+use crate::sockdiag::SockDiag;
+use placer_core::sample::{ProcSample, SampleRequest, Source, SourceStatus, ThreadSample};
+use placer_core::{CpuSet, Sample};
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
+
+/// The cached socket inodes of one process.
+#[derive(Debug, Clone)]
+struct FdEntry {
+    start_time_ticks: u64,
+    fd_count: u64,
+    inodes: Vec<u64>,
+}
+
+/// Counters of the work the sampler did in its last sample (for tests and the bench).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SampleStats {
+    pub procs: usize,
+    pub dropped_procs: usize,
+    pub fd_dirs_scanned: usize,
+    pub full_rescan: bool,
+}
 
 pub struct Sampler {
     pub root: PathBuf,
+    proc_dir: PathBuf,
+    clk_tck: u32,
+    use_sock_diag: bool,
+    sock_diag: Option<std::result::Result<SockDiag, String>>,
+    fd_cache: HashMap<u32, FdEntry>,
+    last_unowned: HashSet<u64>,
+    energy: Option<EnergySource>,
+    counters: Option<Box<dyn CounterSource>>,
+    status: Option<SourceStatus>,
+    buf: String,
+    pub last_stats: SampleStats,
+}
+
+fn clk_tck() -> u32 {
+    // SAFETY: sysconf has no preconditions.
+    let v = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if v > 0 {
+        v as u32
+    } else {
+        100
+    }
+}
+
+/// A clock in nanoseconds: `CLOCK_MONOTONIC` for sample times, `CLOCK_THREAD_CPUTIME_ID`
+/// or `CLOCK_PROCESS_CPUTIME_ID` for measuring the sampler's own cost.
+pub fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid out-pointer.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Reads a file into `buf` (cleared first). Invalid UTF-8 is replaced, not an error.
+fn read_into(path: &Path, buf: &mut String) -> io::Result<()> {
+    buf.clear();
+    let mut f = fs::File::open(path)?;
+    let mut bytes = std::mem::take(buf).into_bytes();
+    let r = f.read_to_end(&mut bytes);
+    *buf = match String::from_utf8(bytes) {
+        Ok(s) => s,
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    };
+    r.map(|_| ())
+}
+
+/// Numeric entries of a directory (pids or tids), sorted.
+fn numeric_entries(dir: &Path) -> io::Result<Vec<u32>> {
+    let mut v: Vec<u32> = fs::read_dir(dir)?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    v.sort_unstable();
+    Ok(v)
 }
 
 impl Sampler {
     pub fn new(root: &Path) -> Self {
         Sampler {
             root: root.to_path_buf(),
+            proc_dir: root.join("proc"),
+            clk_tck: clk_tck(),
+            use_sock_diag: root == Path::new("/"),
+            sock_diag: None,
+            fd_cache: HashMap::new(),
+            last_unowned: HashSet::new(),
+            energy: None,
+            counters: None,
+            status: None,
+            buf: String::with_capacity(4096),
+            last_stats: SampleStats::default(),
         }
     }
-    pub fn sources(&mut self) -> SourceStatus {
-        SourceStatus::default()
+
+    /// Use sock_diag (the current network namespace) even for a non-`/` root, or not at all.
+    pub fn set_sock_diag(&mut self, on: bool) {
+        self.use_sock_diag = on;
+        self.sock_diag = None;
+        self.status = None;
     }
-    pub fn sample(&mut self, _req: SampleRequest) -> Result<Sample> {
-        Err(LinuxError::Other("sampler not implemented yet".into()))
+
+    /// Replace the counter source (a [`crate::perf::ReplayCounters`] in tests and replays).
+    pub fn set_counter_source(&mut self, src: Box<dyn CounterSource>) {
+        self.counters = Some(src);
+        self.status = None;
+    }
+
+    fn ensure_probed(&mut self) {
+        if self.status.is_some() {
+            return;
+        }
+        let mut sources = Vec::new();
+        let stat = self.proc_dir.join("stat");
+        sources.push(Source {
+            name: "proc".into(),
+            available: stat.exists(),
+            detail: if stat.exists() {
+                format!("{}", self.proc_dir.display())
+            } else {
+                format!("{} missing", stat.display())
+            },
+        });
+        for (name, file) in [("interrupts", "interrupts"), ("softirqs", "softirqs")] {
+            let p = self.proc_dir.join(file);
+            sources.push(Source {
+                name: name.into(),
+                available: p.exists(),
+                detail: if p.exists() {
+                    p.display().to_string()
+                } else {
+                    format!("{} missing", p.display())
+                },
+            });
+        }
+        if self.use_sock_diag && self.sock_diag.is_none() {
+            self.sock_diag = Some(SockDiag::open().map_err(|e| e.to_string()));
+        }
+        sources.push(match &self.sock_diag {
+            Some(Ok(_)) => Source {
+                name: "sock_diag".into(),
+                available: true,
+                detail: "TCP sockets of this network namespace (IPv4, IPv6)".into(),
+            },
+            Some(Err(e)) => Source {
+                name: "sock_diag".into(),
+                available: false,
+                detail: format!("netlink sock_diag: {e}"),
+            },
+            None => Source {
+                name: "sock_diag".into(),
+                available: false,
+                detail: format!(
+                    "not used for root {} (sock_diag sees the host's kernel)",
+                    self.root.display()
+                ),
+            },
+        });
+        if self.counters.is_none() {
+            let real_root = self.root == Path::new("/");
+            if real_root {
+                self.counters = Some(Box::new(PerfCounters::probe(crate::perf::default_events())));
+            }
+        }
+        sources.push(match &self.counters {
+            Some(c) => c.status(),
+            None => Source {
+                name: "perf_hw".into(),
+                available: false,
+                detail: format!("no counters for root {}", self.root.display()),
+            },
+        });
+        let (energy, es) = EnergySource::probe(&self.root);
+        self.energy = Some(energy);
+        sources.extend(es);
+        self.status = Some(SourceStatus { sources });
+    }
+
+    /// Which optional sources exist and why the others do not (probed once).
+    pub fn sources(&mut self) -> SourceStatus {
+        self.ensure_probed();
+        self.status.clone().unwrap_or_default()
+    }
+
+    /// One raw sample now.
+    pub fn sample(&mut self, req: SampleRequest) -> Result<Sample> {
+        self.ensure_probed();
+        let mut stats = SampleStats::default();
+        let time_ns = clock_ns(libc::CLOCK_MONOTONIC);
+        let stat_path = self.proc_dir.join("stat");
+        read_into(&stat_path, &mut self.buf).map_err(|e| LinuxError::io(&stat_path, e))?;
+        let cpus = parse_proc_stat(&self.buf);
+        let irqs = match read_into(&self.proc_dir.join("interrupts"), &mut self.buf) {
+            Ok(()) => parse_interrupts(&self.buf),
+            Err(_) => Vec::new(),
+        };
+        let softirqs = match read_into(&self.proc_dir.join("softirqs"), &mut self.buf) {
+            Ok(()) => parse_softirqs(&self.buf),
+            Err(_) => Vec::new(),
+        };
+
+        let pids =
+            numeric_entries(&self.proc_dir).map_err(|e| LinuxError::io(&self.proc_dir, e))?;
+        let mut procs = Vec::with_capacity(pids.len());
+        for pid in pids {
+            match self.read_proc(pid, req) {
+                Some(p) => procs.push(p),
+                None => stats.dropped_procs += 1,
+            }
+        }
+        stats.procs = procs.len();
+
+        let mut sockets = Vec::new();
+        if req.sockets {
+            if let Some(Ok(sd)) = &mut self.sock_diag {
+                match sd.tcp_sockets() {
+                    Ok(s) => sockets = s,
+                    Err(e) => tracing::debug!("sock_diag: {e}"),
+                }
+            }
+            self.map_sockets(&mut procs, &sockets, &mut stats);
+        }
+
+        if req.counters {
+            if let Some(c) = &mut self.counters {
+                let alive: HashSet<u32> = procs.iter().map(|p| p.pid).collect();
+                c.retain(&alive);
+                let proc_dir = &self.proc_dir;
+                for p in procs.iter_mut().filter(|p| !p.kernel_thread) {
+                    let tids: Vec<u32> = if p.threads.is_empty() {
+                        numeric_entries(&proc_dir.join(format!("{}/task", p.pid)))
+                            .unwrap_or_default()
+                    } else {
+                        p.threads.iter().map(|t| t.tid).collect()
+                    };
+                    p.counters = c.read(p.pid, &tids);
+                }
+            }
+        }
+
+        let (energy, power) = match &self.energy {
+            Some(e) => (e.read_energy(), e.read_power()),
+            None => (Vec::new(), Vec::new()),
+        };
+        self.last_stats = stats;
+        Ok(Sample {
+            time_ns,
+            clk_tck: self.clk_tck,
+            cpus,
+            procs,
+            sockets,
+            irqs,
+            softirqs,
+            energy,
+            power,
+        })
+    }
+
+    /// Reads one process; `None` when it exited mid-read or its stat is malformed.
+    fn read_proc(&mut self, pid: u32, req: SampleRequest) -> Option<ProcSample> {
+        let dir = self.proc_dir.join(pid.to_string());
+        read_into(&dir.join("stat"), &mut self.buf).ok()?;
+        let st = parse_pid_stat(&self.buf)?;
+        let kernel_thread = st.is_kernel_thread();
+        let (mut uid, mut allowed, mut cgroup) = (None, CpuSet::new(), String::new());
+        if !kernel_thread {
+            read_into(&dir.join("status"), &mut self.buf).ok()?;
+            let status = parse_status(&self.buf);
+            uid = status.uid;
+            allowed = status.cpus_allowed.unwrap_or_default();
+            match read_into(&dir.join("cgroup"), &mut self.buf) {
+                Ok(()) => cgroup = parse_cgroup(&self.buf),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
+                Err(_) => {}
+            }
+        }
+        let mut threads = Vec::new();
+        if req.threads && !kernel_thread {
+            let task = dir.join("task");
+            // No task dir: the process exited, its threads with it.
+            for tid in numeric_entries(&task).unwrap_or_default() {
+                let tdir = task.join(tid.to_string());
+                if read_into(&tdir.join("stat"), &mut self.buf).is_err() {
+                    continue; // thread exited
+                }
+                let Some(ts) = parse_pid_stat(&self.buf) else {
+                    continue;
+                };
+                let t_allowed = match read_into(&tdir.join("status"), &mut self.buf) {
+                    Ok(()) => parse_status(&self.buf).cpus_allowed.unwrap_or_default(),
+                    Err(_) => continue,
+                };
+                threads.push(ThreadSample {
+                    tid,
+                    comm: ts.comm,
+                    state: ts.state,
+                    utime_ticks: ts.utime_ticks,
+                    stime_ticks: ts.stime_ticks,
+                    last_cpu: ts.last_cpu,
+                    allowed: t_allowed,
+                });
+            }
+        }
+        Some(ProcSample {
+            pid,
+            start_time_ticks: st.start_time_ticks,
+            comm: st.comm,
+            state: st.state,
+            ppid: st.ppid,
+            uid,
+            utime_ticks: st.utime_ticks,
+            stime_ticks: st.stime_ticks,
+            last_cpu: st.last_cpu,
+            allowed,
+            cgroup,
+            num_threads: st.num_threads,
+            kernel_thread,
+            threads,
+            socket_inodes: Vec::new(),
+            counters: Vec::new(),
+            numa_pages: Default::default(),
+        })
+    }
+
+    /// The socket inodes among a process's open fds, and the fd count (`None`: exited).
+    fn scan_fds(&self, pid: u32) -> Option<Vec<u64>> {
+        let fd_dir = self.proc_dir.join(format!("{pid}/fd"));
+        let mut inodes = Vec::new();
+        for e in fs::read_dir(&fd_dir).ok()?.flatten() {
+            if let Ok(link) = fs::read_link(e.path()) {
+                if let Some(ino) = socket_inode(link.as_os_str().as_encoded_bytes()) {
+                    inodes.push(ino);
+                }
+            }
+        }
+        inodes.sort_unstable();
+        inodes.dedup();
+        Some(inodes)
+    }
+
+    fn fd_count(&self, pid: u32) -> u64 {
+        fs::metadata(self.proc_dir.join(format!("{pid}/fd")))
+            .map(|m| m.len())
+            .unwrap_or(0)
+    }
+
+    fn map_sockets(
+        &mut self,
+        procs: &mut [ProcSample],
+        sockets: &[placer_core::sample::SocketSample],
+        stats: &mut SampleStats,
+    ) {
+        let alive: HashSet<u32> = procs.iter().map(|p| p.pid).collect();
+        self.fd_cache.retain(|pid, _| alive.contains(pid));
+        let mut scanned: HashSet<u32> = HashSet::new();
+        for p in procs.iter().filter(|p| !p.kernel_thread) {
+            let count = self.fd_count(p.pid);
+            let fresh = match self.fd_cache.get(&p.pid) {
+                Some(e) => e.start_time_ticks == p.start_time_ticks && e.fd_count == count,
+                None => false,
+            };
+            if !fresh {
+                let inodes = self.scan_fds(p.pid).unwrap_or_default();
+                stats.fd_dirs_scanned += 1;
+                scanned.insert(p.pid);
+                self.fd_cache.insert(
+                    p.pid,
+                    FdEntry {
+                        start_time_ticks: p.start_time_ticks,
+                        fd_count: count,
+                        inodes,
+                    },
+                );
+            }
+        }
+        let owned = |cache: &HashMap<u32, FdEntry>| -> HashSet<u64> {
+            cache
+                .values()
+                .flat_map(|e| e.inodes.iter().copied())
+                .collect()
+        };
+        let mut own = owned(&self.fd_cache);
+        let unowned: HashSet<u64> = sockets
+            .iter()
+            .map(|s| s.inode)
+            .filter(|&i| i != 0 && !own.contains(&i))
+            .collect();
+        if unowned.iter().any(|i| !self.last_unowned.contains(i)) {
+            stats.full_rescan = true;
+            for p in procs.iter().filter(|p| !p.kernel_thread) {
+                if scanned.contains(&p.pid) {
+                    continue;
+                }
+                let inodes = self.scan_fds(p.pid).unwrap_or_default();
+                stats.fd_dirs_scanned += 1;
+                if let Some(e) = self.fd_cache.get_mut(&p.pid) {
+                    e.inodes = inodes;
+                }
+            }
+            own = owned(&self.fd_cache);
+        }
+        self.last_unowned = sockets
+            .iter()
+            .map(|s| s.inode)
+            .filter(|&i| i != 0 && !own.contains(&i))
+            .collect();
+        let live: HashSet<u64> = sockets.iter().map(|s| s.inode).collect();
+        for p in procs.iter_mut() {
+            if let Some(e) = self.fd_cache.get(&p.pid) {
+                p.socket_inodes = e
+                    .inodes
+                    .iter()
+                    .copied()
+                    .filter(|i| live.contains(i))
+                    .collect();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writable fixture root with a given set of proc files.
+    struct Tree(PathBuf);
+    impl Tree {
+        fn new(tag: &str) -> Tree {
+            let d = std::env::temp_dir().join(format!(
+                "placer-sampler-{tag}-{}-{:?}",
+                std::process::id(),
+                std::thread::current().id()
+            ));
+            let _ = fs::remove_dir_all(&d);
+            fs::create_dir_all(d.join("proc")).unwrap();
+            Tree(d)
+        }
+        fn write(&self, rel: &str, text: &str) {
+            let p = self.0.join("proc").join(rel);
+            fs::create_dir_all(p.parent().unwrap()).unwrap();
+            fs::write(p, text).unwrap();
+        }
+    }
+    impl Drop for Tree {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn stat_line(pid: u32, comm: &str, ppid: u32, flags: u64, ut: u64, start: u64) -> String {
+        format!(
+            "{pid} ({comm}) S {ppid} {pid} {pid} 0 -1 {flags} 0 0 0 0 {ut} 3 0 0 20 0 1 0 {start} \
+             1000 100 1 1 1 1 1 1 0 0 0 0 0 0 0 17 1 0 0"
+        )
+    }
+
+    #[test]
+    fn fixture_tree_with_malformed_and_vanished_processes() {
+        let t = Tree::new("fix");
+        t.write("stat", "cpu  1 2 3 4\ncpu0 1 2 3 4 5 6 7 8\ncpu1 1 1 1 1\n");
+        t.write("interrupts", "  CPU0 CPU1\n 30: 1 2 PCI-MSI 1-edge eth0\n");
+        t.write("softirqs", "  CPU0 CPU1\nNET_RX: 4 5\nNET_TX: 6 7\n");
+        t.write("100/stat", &stat_line(100, "a b) (c", 1, 0, 42, 500));
+        t.write(
+            "100/status",
+            "Uid:\t1000\t1000\t1000\t1000\nCpus_allowed_list:\t0-1\n",
+        );
+        t.write("100/cgroup", "0::/work\n");
+        t.write("101/stat", "101 (trunc) S 1 1");
+        t.write("102/stat", &stat_line(102, "gone", 1, 0, 1, 1)); // no status: exited
+        t.write(
+            "103/stat",
+            &stat_line(103, "kworker/0:1", 2, 0x0020_0000, 0, 7),
+        );
+        t.write("self/stat", "not a pid dir");
+        let mut s = Sampler::new(&t.0);
+        let src = s.sources();
+        assert!(src.has("proc") && src.has("interrupts"));
+        assert!(!src.has("sock_diag") && !src.has("rapl") && !src.has("perf_hw"));
+        let sample = s
+            .sample(SampleRequest {
+                sockets: true,
+                threads: true,
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(sample.cpus.len(), 2);
+        assert_eq!(sample.irqs.len(), 1);
+        assert_eq!(sample.softirqs[1].net_tx, 7);
+        let pids: Vec<u32> = sample.procs.iter().map(|p| p.pid).collect();
+        assert_eq!(pids, vec![100, 103]);
+        let p = &sample.procs[0];
+        assert_eq!(p.comm, "a b) (c");
+        assert_eq!(p.uid, Some(1000));
+        assert_eq!(p.allowed.to_vec(), vec![0, 1]);
+        assert_eq!(p.cgroup, "/work");
+        assert_eq!((p.utime_ticks, p.start_time_ticks), (42, 500));
+        assert!(sample.procs[1].kernel_thread);
+        assert_eq!(s.last_stats.dropped_procs, 2);
+    }
+
+    #[test]
+    fn wrong_root_is_an_error() {
+        let mut s = Sampler::new(Path::new("/nonexistent-placer-root"));
+        assert!(s.sample(SampleRequest::default()).is_err());
+        assert!(!s.sources().has("proc"));
+    }
+
+    #[test]
+    fn this_machine_maps_a_socket_to_this_process_and_caches() {
+        let mut s = Sampler::new(Path::new("/"));
+        if !s.sources().has("sock_diag") {
+            eprintln!("skipped: {:?}", s.sources().why_missing("sock_diag"));
+            return;
+        }
+        let req = SampleRequest {
+            sockets: true,
+            ..Default::default()
+        };
+        s.sample(req).unwrap();
+        let first_scans = s.last_stats.fd_dirs_scanned;
+        assert!(first_scans > 0);
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (_srv, _) = l.accept().unwrap();
+        let me = std::process::id();
+        let sample = s.sample(req).unwrap();
+        let p = sample.procs.iter().find(|p| p.pid == me).unwrap();
+        let cl = c.local_addr().unwrap();
+        let mine: Vec<_> = sample
+            .sockets
+            .iter()
+            .filter(|s| p.socket_inodes.contains(&s.inode))
+            .filter(|s| s.local == cl || s.remote == cl)
+            .collect();
+        assert!(
+            mine.iter().any(|s| s.local == c.local_addr().unwrap()),
+            "{mine:?}"
+        );
+        assert_eq!(mine.len(), 2, "client and accepted socket");
+        // Nothing changed: the next sample re-reads (almost) no fd directory.
+        let _ = s.sample(req).unwrap();
+        assert!(
+            s.last_stats.fd_dirs_scanned < first_scans / 2 + 3,
+            "{} vs {first_scans}",
+            s.last_stats.fd_dirs_scanned
+        );
+        assert!(!s.last_stats.full_rescan);
     }
 }

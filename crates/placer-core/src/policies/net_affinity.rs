@@ -1,17 +1,1418 @@
-//! Policy `net-affinity` (seed 002): communication-intensive processes run on the CPU that
-//! does their NIC's receive processing, or on a cache-sharing CPU when it is busy, and get
-//! their original affinity back when they go quiet.
-//! (Placeholder: the placement-loop issue fills it in.)
+//! Policy `net-affinity` (seed 002, ../shared/seeds/002_dc8fe7910a045125.txt, "Dynamic
+//! Scheduling of Network Processes for Multi-Core Systems", Jang, Jin, Kim, KIISE 2009):
+//! communication-intensive processes run on the CPU that does their NIC's receive
+//! processing, or on a CPU sharing cache with it when that CPU is busy, and get their
+//! original affinity back when they go quiet.
+//!
+//! The paper measured that a receiver on the CPU taking the NIC interrupt, or on one
+//! sharing its L2, costs far less CPU than one elsewhere (up to 27 % more without shared
+//! cache), and implemented in Linux 2.6.28: (1) detect communication-intensive processes,
+//! (2) find the CPU(s) the NIC's interrupt affinity points to, (3) if that CPU's load is
+//! under a threshold run the process there, else on a CPU sharing cache with it, (4) keep
+//! re-evaluating intensity, IRQ affinity and loads. Intensity is kept per connection in an
+//! LRU list of last activity; a timer drops connections idle longer than a threshold and
+//! restores the process's original affinity.
+//!
+//! Algorithm, every interval (pure: same topology, observation and state, same plan):
+//! 1. Activity: each connection (process, socket inode) that moved at least
+//!    `active_flow_bytes_per_s` is moved to the tail of the LRU with the current time.
+//!    Connections idle longer than `idle_timeout_ms` fall off its head.
+//! 2. Intensity: a process is intensive in an interval when its send + receive rate exceeds
+//!    `intensive_bytes_per_s`; it becomes a candidate after `pin_after_intervals`
+//!    consecutive intensive intervals (hysteresis against bursts).
+//! 3. Target: the NIC its flows use (`Topology::nic_for_addr` on each flow's local address;
+//!    with flows on several NICs, the one carrying the most bytes this interval); that
+//!    NIC's receive CPUs (`Nic::rx_cpus`: IRQ affinity of its queues, or RPS CPUs for
+//!    software queues such as veth). The least-loaded receive CPU, its load counted
+//!    *without* the process itself (and with the processes this plan already moved there),
+//!    is the target if under `cpu_load_threshold`; else, with `when_busy = cache_neighbour`,
+//!    the least-loaded CPU sharing the lowest shared cache level with it
+//!    (`Topology::cache_neighbours`) that is under the threshold; else the process is left
+//!    alone (with a note saying why).
+//! 4. Restore: a held process none of whose connections remains in the LRU (all idle longer
+//!    than the timeout), and held at least `min_hold_ms`, gets its original affinity back.
+//! 5. Re-pin: a held process whose target differs from where it is pinned for
+//!    `repin_after_intervals` consecutive intervals (IRQ affinity moved, its CPU got busy),
+//!    and held at least `min_hold_ms`, is pinned to the new target.
+//!
+//! Invariants (each tested below):
+//! - never pins a process outside the scope (kernel threads, placer's own pid, `scope`);
+//! - never touches a process released (lease broken / permanent failure) or held by an
+//!   earlier policy (`PolicyState::taken`);
+//! - never pins a process to CPUs outside the affinity it had before placer first pinned it
+//!   (its cpuset or a user's choice), nor one already confined to exactly that CPU;
+//! - a pinned CPU is a receive CPU of the process's NIC, or shares a cache with one;
+//! - a pin is restored only after every connection has been idle for the timeout;
+//! - at most one action per process per interval.
 
+use crate::config::Scope;
+use crate::cpuset::CpuSet;
+use crate::observation::{Observation, ProcObs};
+use crate::plan::{Action, Plan};
+use crate::policy::{Policy, PolicyState};
+use crate::sample::{ProcKey, SampleRequest};
+use crate::topology::Topology;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub const NAME: &str = "net-affinity";
+
+/// What to do when the NIC's receive CPU is too busy to take the process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum WhenBusy {
+    /// Pin to the least-loaded CPU sharing the lowest cache level with it (the paper).
+    #[default]
+    CacheNeighbour,
+    /// Leave the process where the kernel puts it.
+    Leave,
+}
+
+/// Configuration of `net-affinity` (`[net_affinity]` in the TOML; docs/config.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct NetAffinityConfig {}
+pub struct NetAffinityConfig {
+    /// A process is communication-intensive in an interval when its send + receive rate
+    /// (bytes acknowledged + bytes received over all its TCP connections) exceeds this,
+    /// bytes per second. Default 1 MiB/s.
+    pub intensive_bytes_per_s: u64,
+    /// A connection counts as active in an interval (moves to the tail of the LRU) when it
+    /// moved at least this many bytes per second; lower than the intensity threshold, so a
+    /// pinned process stays pinned while it still talks, but heartbeats do not keep it.
+    /// Default 1 KiB/s.
+    pub active_flow_bytes_per_s: u64,
+    /// A pinned process whose connections have all been idle longer than this gets its
+    /// original affinity back, milliseconds. Default 5000.
+    pub idle_timeout_ms: u64,
+    /// The receive CPU takes the process only if its load, counted without the process
+    /// itself, is below this busy fraction (0 < x <= 1). Default 0.8.
+    pub cpu_load_threshold: f64,
+    /// When the receive CPU is too busy: `cache_neighbour` (least-loaded CPU sharing cache
+    /// with it, the paper) or `leave` (do not pin). Default `cache_neighbour`.
+    pub when_busy: WhenBusy,
+    /// Consecutive intensive intervals before a process is pinned (>= 1). Default 1: the
+    /// paper reacts at the first send/receive; the timeout and minimum hold damp flapping.
+    pub pin_after_intervals: u32,
+    /// Minimum time a pin is kept before it is restored or moved, milliseconds. Default 2000.
+    pub min_hold_ms: u64,
+    /// Consecutive intervals a new target must persist before a pinned process is moved
+    /// (>= 1). Default 3.
+    pub repin_after_intervals: u32,
+}
+
+impl Default for NetAffinityConfig {
+    fn default() -> Self {
+        NetAffinityConfig {
+            intensive_bytes_per_s: 1 << 20,
+            active_flow_bytes_per_s: 1 << 10,
+            idle_timeout_ms: 5000,
+            cpu_load_threshold: 0.8,
+            when_busy: WhenBusy::CacheNeighbour,
+            pin_after_intervals: 1,
+            min_hold_ms: 2000,
+            repin_after_intervals: 3,
+        }
+    }
+}
 
 impl NetAffinityConfig {
     /// Checks values; Err((field, message)).
     pub fn validate(&self) -> Result<(), (String, String)> {
+        let bad = |f: &str, m: String| Err((f.to_string(), m));
+        if self.intensive_bytes_per_s == 0 {
+            return bad("intensive_bytes_per_s", "must be > 0".into());
+        }
+        if self.active_flow_bytes_per_s > self.intensive_bytes_per_s {
+            return bad(
+                "active_flow_bytes_per_s",
+                format!(
+                    "{} exceeds intensive_bytes_per_s ({}): an intensive process would have no active connection",
+                    self.active_flow_bytes_per_s, self.intensive_bytes_per_s
+                ),
+            );
+        }
+        if self.idle_timeout_ms == 0 {
+            return bad("idle_timeout_ms", "must be > 0".into());
+        }
+        if !(self.cpu_load_threshold > 0.0 && self.cpu_load_threshold <= 1.0) {
+            return bad(
+                "cpu_load_threshold",
+                format!("{} is not in (0, 1]", self.cpu_load_threshold),
+            );
+        }
+        if self.pin_after_intervals == 0 {
+            return bad("pin_after_intervals", "must be >= 1".into());
+        }
+        if self.repin_after_intervals == 0 {
+            return bad("repin_after_intervals", "must be >= 1".into());
+        }
         Ok(())
+    }
+}
+
+/// The policy. Holds its configuration and who it must never touch.
+pub struct NetAffinity {
+    pub cfg: NetAffinityConfig,
+    pub scope: Scope,
+    pub self_pid: u32,
+}
+
+impl NetAffinity {
+    pub fn new(cfg: NetAffinityConfig, scope: Scope, self_pid: u32) -> Self {
+        NetAffinity {
+            cfg,
+            scope,
+            self_pid,
+        }
+    }
+}
+
+type FlowId = (ProcKey, u64);
+
+/// The paper's per-connection list of last activity: touched connections move to the
+/// tail; expiry walks from the head.
+#[derive(Debug, Default)]
+struct Lru {
+    next_seq: u64,
+    /// seq -> connection, oldest first.
+    order: BTreeMap<u64, FlowId>,
+    /// connection -> (seq, last activity, s).
+    recs: BTreeMap<FlowId, (u64, f64)>,
+}
+
+impl Lru {
+    fn touch(&mut self, id: FlowId, now_s: f64) {
+        if let Some((seq, _)) = self.recs.get(&id) {
+            self.order.remove(seq);
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.order.insert(seq, id);
+        self.recs.insert(id, (seq, now_s));
+    }
+
+    fn remove(&mut self, id: &FlowId) {
+        if let Some((seq, _)) = self.recs.remove(id) {
+            self.order.remove(&seq);
+        }
+    }
+
+    /// Drops connections idle longer than `timeout_s` (from the head).
+    fn expire(&mut self, now_s: f64, timeout_s: f64) {
+        while let Some((&seq, &id)) = self.order.iter().next() {
+            let last = self.recs.get(&id).map_or(f64::NEG_INFINITY, |r| r.1);
+            if now_s - last <= timeout_s {
+                break;
+            }
+            self.order.remove(&seq);
+            self.recs.remove(&id);
+        }
+    }
+
+    fn of(&self, k: ProcKey) -> impl Iterator<Item = (&FlowId, &(u64, f64))> {
+        self.recs.range((k, 0)..=(k, u64::MAX))
+    }
+
+    fn count(&self, k: ProcKey) -> usize {
+        self.of(k).count()
+    }
+
+    /// Most recent activity of any of the process's connections.
+    fn last_active(&self, k: ProcKey) -> Option<f64> {
+        self.of(k).map(|(_, r)| r.1).reduce(f64::max)
+    }
+}
+
+#[derive(Debug, Default)]
+struct Track {
+    /// Consecutive intensive intervals.
+    streak: u32,
+    /// A target different from the pinned CPUs, and for how many intervals in a row.
+    pending: Option<(u32, u32)>,
+    /// Affinity before placer first pinned it: targets stay inside it.
+    original: Option<CpuSet>,
+}
+
+#[derive(Debug, Default)]
+struct NetState {
+    lru: Lru,
+    procs: BTreeMap<ProcKey, Track>,
+}
+
+/// Bytes per second, human-readable.
+pub fn fmt_rate(bytes_per_s: f64) -> String {
+    let (v, unit) = if bytes_per_s >= 1e9 {
+        (bytes_per_s / 1e9, "GB/s")
+    } else if bytes_per_s >= 1e6 {
+        (bytes_per_s / 1e6, "MB/s")
+    } else if bytes_per_s >= 1e3 {
+        (bytes_per_s / 1e3, "kB/s")
+    } else {
+        (bytes_per_s, "B/s")
+    };
+    format!("{v:.1} {unit}")
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.0}%", x * 100.0)
+}
+
+/// Where the process should run, and why; or why it has no target.
+struct Target {
+    cpu: u32,
+    why: String,
+}
+
+impl NetAffinity {
+    /// The CPU's busy fraction without `p` itself, plus what this plan already moved there.
+    fn load(&self, obs: &Observation, p: &ProcObs, cpu: u32, extra: &BTreeMap<u32, f64>) -> f64 {
+        let util = obs.cpu(cpu).map_or(0.0, |c| c.util);
+        let own = if p.allowed_cpus == CpuSet::single(cpu) || p.last_cpu == Some(cpu) {
+            p.cpu_share.min(util)
+        } else {
+            0.0
+        };
+        (util - own).max(0.0) + extra.get(&cpu).copied().unwrap_or(0.0)
+    }
+
+    fn target(
+        &self,
+        topo: &Topology,
+        obs: &Observation,
+        p: &ProcObs,
+        allowed: &CpuSet,
+        current: Option<u32>,
+        extra: &BTreeMap<u32, f64>,
+    ) -> Result<Target, String> {
+        // The NIC carrying most of its bytes this interval.
+        let mut by_nic: BTreeMap<&str, f64> = BTreeMap::new();
+        for f in &p.flows {
+            let bytes = f.rx_bytes_per_s + f.tx_bytes_per_s;
+            if bytes <= 0.0 {
+                continue;
+            }
+            let ip = f.local.ip().to_canonical();
+            if let Some(n) = topo.nic_for_addr(&ip) {
+                *by_nic.entry(n.name.as_str()).or_default() += bytes;
+            }
+        }
+        let Some((nic_name, nic_bytes)) = by_nic
+            .iter()
+            .max_by(|a, b| a.1.total_cmp(b.1).then(b.0.cmp(a.0)))
+            .map(|(n, b)| (*n, *b))
+        else {
+            return Err("the local addresses of its active flows belong to no known NIC".into());
+        };
+        let nic = topo.nic(nic_name).expect("name from the topology");
+        let others = if by_nic.len() > 1 {
+            format!(
+                " (most of its traffic, {} of {}; also {})",
+                fmt_rate(nic_bytes),
+                fmt_rate(by_nic.values().sum()),
+                by_nic
+                    .keys()
+                    .filter(|n| **n != nic_name)
+                    .copied()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        } else {
+            String::new()
+        };
+        let rx = nic.rx_cpus.intersection(&topo.online());
+        if rx.is_empty() {
+            return Err(format!(
+                "{nic_name}{others} has no known receive CPU (no IRQ affinity or RPS CPUs)"
+            ));
+        }
+        let thr = self.cfg.cpu_load_threshold;
+        let load = |c: u32| self.load(obs, p, c, extra);
+        let least = |set: &CpuSet| -> Option<(u32, f64)> {
+            set.iter()
+                .map(|c| (c, load(c)))
+                .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)))
+        };
+        let rx_ok = rx.intersection(allowed);
+        // Stay on the current receive CPU while it is under the threshold (stability).
+        let rx_pick = match current {
+            Some(c) if rx_ok.contains(c) && load(c) < thr => Some((c, load(c))),
+            _ => least(&rx_ok),
+        };
+        let Some((rc, rl)) = rx_pick.or_else(|| least(&rx)) else {
+            return Err(format!("{nic_name}{others}: no receive CPU"));
+        };
+        if rl < thr && rx_ok.contains(rc) {
+            return Ok(Target {
+                cpu: rc,
+                why: format!(
+                    "{nic_name}{others} receives on CPU {rc}, load {} without this process < {}",
+                    pct(rl),
+                    pct(thr)
+                ),
+            });
+        }
+        let busy = if rx_ok.contains(rc) {
+            format!(
+                "{nic_name}{others} receives on CPU {rc}, busy: {} without this process >= {}",
+                pct(rl),
+                pct(thr)
+            )
+        } else {
+            format!(
+                "{nic_name}{others} receives on CPU(s) {rx}, outside its allowed CPUs {allowed}"
+            )
+        };
+        if self.cfg.when_busy == WhenBusy::Leave {
+            return Err(format!("{busy}; when_busy = leave"));
+        }
+        let neigh = topo.cache_neighbours(rc).intersection(allowed);
+        match least(&neigh) {
+            Some((n, nl)) if nl < thr => {
+                let level = topo
+                    .caches_of(rc)
+                    .into_iter()
+                    .find(|c| c.cpus.contains(n))
+                    .map_or("a cache".to_string(), |c| format!("L{}", c.level));
+                Ok(Target {
+                    cpu: n,
+                    why: format!(
+                        "{busy}; CPU {n} shares {level} with it, load {} < {}",
+                        pct(nl),
+                        pct(thr)
+                    ),
+                })
+            }
+            Some((n, nl)) => Err(format!(
+                "{busy}; least-loaded cache neighbour CPU {n} busy too ({} >= {})",
+                pct(nl),
+                pct(thr)
+            )),
+            None => Err(format!("{busy}; no allowed CPU shares a cache with it")),
+        }
+    }
+}
+
+impl Policy for NetAffinity {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn wants(&self) -> SampleRequest {
+        SampleRequest {
+            sockets: true,
+            ..Default::default()
+        }
+    }
+
+    fn disabled_reason(
+        &self,
+        topo: &Topology,
+        sources: &crate::sample::SourceStatus,
+    ) -> Option<String> {
+        if let Some(why) = sources.why_missing("sock_diag") {
+            return Some(format!("needs per-connection counters (sock_diag): {why}"));
+        }
+        if topo.nics.iter().all(|n| n.rx_cpus.is_empty()) {
+            return Some(
+                "no NIC with a known receive CPU (IRQ affinity or RPS) in the topology".into(),
+            );
+        }
+        None
+    }
+
+    fn plan(&self, topo: &Topology, obs: &Observation, state: &mut PolicyState) -> Plan {
+        let mut st = std::mem::take(state.private::<NetState>());
+        let plan = self.plan_with(topo, obs, state, &mut st);
+        *state.private::<NetState>() = st;
+        plan
+    }
+}
+
+impl NetAffinity {
+    fn plan_with(
+        &self,
+        topo: &Topology,
+        obs: &Observation,
+        state: &PolicyState,
+        st: &mut NetState,
+    ) -> Plan {
+        let cfg = &self.cfg;
+        let now = state.now_s;
+        let timeout_s = cfg.idle_timeout_ms as f64 / 1e3;
+        let min_hold_s = cfg.min_hold_ms as f64 / 1e3;
+        let mut plan = Plan::default();
+
+        // 1-2. Activity and intensity.
+        let present: std::collections::BTreeSet<ProcKey> =
+            obs.procs.iter().map(|p| p.key()).collect();
+        st.procs.retain(|k, _| present.contains(k));
+        let gone: Vec<FlowId> = st
+            .lru
+            .recs
+            .keys()
+            .filter(|(k, _)| !present.contains(k))
+            .copied()
+            .collect();
+        for id in &gone {
+            st.lru.remove(id);
+        }
+        for p in &obs.procs {
+            let k = p.key();
+            for f in &p.flows {
+                let bytes = f.rx_bytes_per_s + f.tx_bytes_per_s;
+                if bytes > 0.0 && bytes >= cfg.active_flow_bytes_per_s as f64 {
+                    st.lru.touch((k, f.inode), now);
+                }
+            }
+            let t = st.procs.entry(k).or_default();
+            t.streak = if p.net_bytes_per_s() > cfg.intensive_bytes_per_s as f64 {
+                t.streak.saturating_add(1)
+            } else {
+                0
+            };
+        }
+        st.lru.expire(now, timeout_s);
+
+        // 3-5. Decisions, biggest communicators first so they get the receive CPU.
+        let mut order: Vec<&ProcObs> = obs.procs.iter().collect();
+        order.sort_by(|a, b| {
+            b.net_bytes_per_s()
+                .total_cmp(&a.net_bytes_per_s())
+                .then(a.pid.cmp(&b.pid))
+        });
+        let mut extra: BTreeMap<u32, f64> = BTreeMap::new();
+        let thr_s = fmt_rate(cfg.intensive_bytes_per_s as f64);
+        for p in order {
+            let k = p.key();
+            let rate = p.net_bytes_per_s();
+            let rates = format!(
+                "rx {} + tx {}",
+                fmt_rate(p.rx_bytes_per_s),
+                fmt_rate(p.tx_bytes_per_s)
+            );
+            let track = st.procs.entry(k).or_default();
+            if let Some(h) = state.held.get(&k) {
+                let held_for = now - h.since_s;
+                let conns = st.lru.count(k);
+                if conns == 0 {
+                    if held_for >= min_hold_s {
+                        let idle = st
+                            .lru
+                            .last_active(k)
+                            .map_or(String::new(), |t| format!(" ({:.1} s)", now - t));
+                        plan.push(
+                            NAME,
+                            Action::RestoreProcess {
+                                proc: k,
+                                comm: p.comm.clone(),
+                            },
+                            format!(
+                                "all its connections idle longer than {:.1} s{idle}: no longer communication-intensive; original affinity back",
+                                timeout_s
+                            ),
+                        );
+                        track.pending = None;
+                        track.original = None;
+                    } else {
+                        plan.note(
+                            NAME,
+                            Some(k),
+                            format!(
+                                "idle, but pinned to {} only {held_for:.1} s ago (min_hold {min_hold_s:.1} s)",
+                                h.cpus
+                            ),
+                        );
+                    }
+                    continue;
+                }
+                let allowed = track
+                    .original
+                    .clone()
+                    .unwrap_or_else(|| p.allowed_cpus.clone());
+                let current = (h.cpus.len() == 1).then(|| h.cpus.first()).flatten();
+                match self.target(topo, obs, p, &allowed, current, &extra) {
+                    Ok(t) if CpuSet::single(t.cpu) == h.cpus => {
+                        track.pending = None;
+                        plan.note(
+                            NAME,
+                            Some(k),
+                            format!(
+                                "stays on CPU {}: {rates}, {conns} active connection(s); {}",
+                                t.cpu, t.why
+                            ),
+                        );
+                    }
+                    Ok(t) => {
+                        let n = match track.pending {
+                            Some((c, n)) if c == t.cpu => n + 1,
+                            _ => 1,
+                        };
+                        track.pending = Some((t.cpu, n));
+                        if n >= cfg.repin_after_intervals && held_for >= min_hold_s {
+                            track.pending = None;
+                            *extra.entry(t.cpu).or_default() += p.cpu_share;
+                            plan.push(
+                                NAME,
+                                Action::PinProcess {
+                                    proc: k,
+                                    comm: p.comm.clone(),
+                                    cpus: CpuSet::single(t.cpu),
+                                },
+                                format!(
+                                    "moved from {} after {n} interval(s) with a new target: {rates}; {}",
+                                    h.cpus, t.why
+                                ),
+                            );
+                        } else {
+                            plan.note(
+                                NAME,
+                                Some(k),
+                                format!(
+                                    "stays on {} for now: target CPU {} for {n}/{} interval(s), held {held_for:.1} s (min {min_hold_s:.1} s); {}",
+                                    h.cpus, t.cpu, cfg.repin_after_intervals, t.why
+                                ),
+                            );
+                        }
+                    }
+                    Err(why) => {
+                        track.pending = None;
+                        plan.note(
+                            NAME,
+                            Some(k),
+                            format!(
+                                "stays on {}: {conns} active connection(s), no better target: {why}",
+                                h.cpus
+                            ),
+                        );
+                    }
+                }
+                continue;
+            }
+            if rate <= 0.0 {
+                continue;
+            }
+            if state.released.contains(&k) {
+                plan.note(
+                    NAME,
+                    Some(k),
+                    "released: its affinity was changed by someone else (or a pin failed for good); placer leaves it alone",
+                );
+                continue;
+            }
+            if state.taken.contains(&k) {
+                plan.note(NAME, Some(k), "held by an earlier policy");
+                continue;
+            }
+            if !self.scope.admits(p, self.self_pid) {
+                plan.note(NAME, Some(k), "outside the configured scope: never placed");
+                continue;
+            }
+            if track.streak == 0 {
+                plan.note(
+                    NAME,
+                    Some(k),
+                    format!("not communication-intensive: {rates} <= {thr_s}"),
+                );
+                continue;
+            }
+            if track.streak < cfg.pin_after_intervals {
+                plan.note(
+                    NAME,
+                    Some(k),
+                    format!(
+                        "intensive ({rates} > {thr_s}) for {}/{} interval(s): not pinned yet",
+                        track.streak, cfg.pin_after_intervals
+                    ),
+                );
+                continue;
+            }
+            let allowed = p.allowed_cpus.clone();
+            match self.target(topo, obs, p, &allowed, None, &extra) {
+                Ok(t) if allowed == CpuSet::single(t.cpu) => plan.note(
+                    NAME,
+                    Some(k),
+                    format!(
+                        "already confined to CPU {} (not by placer): {}",
+                        t.cpu, t.why
+                    ),
+                ),
+                Ok(t) => {
+                    track.original = Some(allowed);
+                    *extra.entry(t.cpu).or_default() += p.cpu_share;
+                    plan.push(
+                        NAME,
+                        Action::PinProcess {
+                            proc: k,
+                            comm: p.comm.clone(),
+                            cpus: CpuSet::single(t.cpu),
+                        },
+                        format!("communication-intensive: {rates} > {thr_s}; {}", t.why),
+                    );
+                }
+                Err(why) => plan.note(
+                    NAME,
+                    Some(k),
+                    format!("communication-intensive ({rates} > {thr_s}) but left alone: {why}"),
+                ),
+            }
+        }
+        plan
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::machines::machine;
+    use crate::observation::{CpuObs, FlowObs};
+    use crate::policy::Held;
+    use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+    const MB: f64 = 1e6;
+
+    fn ip(last: u8, net: u8) -> IpAddr {
+        IpAddr::V4(Ipv4Addr::new(10, net, 0, last))
+    }
+
+    /// Gives NIC `ethN` address 10.N.0.1.
+    fn with_addrs(mut t: Topology) -> Topology {
+        for (i, n) in t.nics.iter_mut().enumerate() {
+            n.addrs = vec![ip(1, i as u8)];
+        }
+        t
+    }
+
+    fn flow(nic: u8, inode: u64, rx: f64) -> FlowObs {
+        FlowObs {
+            local: SocketAddr::new(ip(1, nic), 5001),
+            remote: SocketAddr::new(ip(2, nic), 40000 + inode as u16),
+            state: 1,
+            inode,
+            rx_bytes_per_s: rx,
+            tx_bytes_per_s: 0.0,
+            avg_rx_seg_bytes: None,
+            avg_tx_seg_bytes: None,
+        }
+    }
+
+    fn proc_obs(pid: u32, comm: &str, allowed: CpuSet, flows: Vec<FlowObs>) -> ProcObs {
+        let rx = flows.iter().map(|f| f.rx_bytes_per_s).sum();
+        ProcObs {
+            pid,
+            start_time_ticks: 1000 + pid as u64,
+            comm: comm.into(),
+            state: 'S',
+            uid: Some(1000),
+            cgroup: "/user.slice".into(),
+            kernel_thread: false,
+            cpu_share: 0.2,
+            allowed_cpus: allowed,
+            last_cpu: Some(5),
+            num_threads: 1,
+            rx_bytes_per_s: rx,
+            tx_bytes_per_s: 0.0,
+            segs_in_per_s: 0.0,
+            segs_out_per_s: 0.0,
+            flows,
+            threads: vec![],
+            counters: None,
+            numa_pages: Default::default(),
+            new: false,
+        }
+    }
+
+    fn obs(topo: &Topology, loads: &[(u32, f64)], procs: Vec<ProcObs>, t_s: f64) -> Observation {
+        Observation {
+            time_ns: (t_s * 1e9) as u64,
+            interval_s: 1.0,
+            cpus: topo
+                .online()
+                .iter()
+                .map(|c| CpuObs {
+                    cpu: c,
+                    util: loads
+                        .iter()
+                        .find(|(id, _)| *id == c)
+                        .map_or(0.05, |(_, u)| *u),
+                    ..Default::default()
+                })
+                .collect(),
+            procs,
+            ..Default::default()
+        }
+    }
+
+    fn policy(cfg: NetAffinityConfig) -> NetAffinity {
+        NetAffinity::new(cfg, Scope::default(), 1)
+    }
+
+    /// What the engine does with outcomes when every action succeeds.
+    fn run(p: &NetAffinity, topo: &Topology, o: &Observation, st: &mut PolicyState) -> Plan {
+        st.now_s = o.time_ns as f64 / 1e9;
+        let plan = p.plan(topo, o, st);
+        for a in &plan.actions {
+            match &a.action {
+                Action::PinProcess { proc, comm, cpus } => {
+                    st.held.insert(
+                        *proc,
+                        Held {
+                            cpus: cpus.clone(),
+                            since_s: st.now_s,
+                            comm: comm.clone(),
+                        },
+                    );
+                }
+                Action::RestoreProcess { proc, .. } => {
+                    st.held.remove(proc);
+                }
+                _ => {}
+            }
+        }
+        plan
+    }
+
+    /// Process 10 streams 50 MB/s on eth1 at t = 1 s and is pinned to CPU 1.
+    fn pin_first(p: &NetAffinity, t: &Topology, st: &mut PolicyState) {
+        let pr = proc_obs(10, "rx", t.online(), vec![flow(1, 1, 50.0 * MB)]);
+        let plan = run(p, t, &obs(t, &[], vec![pr], 1.0), st);
+        assert_eq!(pinned_to(&plan, 10), Some(CpuSet::single(1)));
+    }
+
+    fn pinned_to(plan: &Plan, pid: u32) -> Option<CpuSet> {
+        plan.actions.iter().find_map(|a| match &a.action {
+            Action::PinProcess { proc, cpus, .. } if proc.pid == pid => Some(cpus.clone()),
+            _ => None,
+        })
+    }
+
+    fn restored(plan: &Plan, pid: u32) -> bool {
+        plan.actions
+            .iter()
+            .any(|a| matches!(&a.action, Action::RestoreProcess { proc, .. } if proc.pid == pid))
+    }
+
+    fn note_of(plan: &Plan, pid: u32) -> String {
+        plan.notes
+            .iter()
+            .filter(|n| n.proc.map(|k| k.pid) == Some(pid))
+            .map(|n| n.text.clone())
+            .collect::<Vec<_>>()
+            .join(" | ")
+    }
+
+    fn xeon() -> Topology {
+        with_addrs(machine("xeon-5355x2").expect("model"))
+    }
+
+    #[test]
+    fn xeon_5355_l2_pairs_as_the_paper_says() {
+        let t = xeon();
+        // The seed's testbed: cores 0 and 1 share an L2; eth1's interrupt is on CPU 1.
+        assert_eq!(t.cache_neighbours(1), CpuSet::single(0));
+        assert_eq!(t.nic("eth1").expect("eth1").rx_cpus, CpuSet::single(1));
+    }
+
+    #[test]
+    fn intensive_process_pinned_to_the_receive_cpu() {
+        let t = xeon();
+        let p = policy(Default::default());
+        let mut st = PolicyState::default();
+        let o = obs(
+            &t,
+            &[],
+            vec![proc_obs(10, "rx", t.online(), vec![flow(1, 1, 50.0 * MB)])],
+            1.0,
+        );
+        let plan = run(&p, &t, &o, &mut st);
+        assert_eq!(pinned_to(&plan, 10), Some(CpuSet::single(1)));
+        let reason = &plan.actions[0].reason;
+        assert!(
+            reason.contains("eth1") && reason.contains("CPU 1"),
+            "{reason}"
+        );
+        assert!(reason.contains("50.0 MB/s"), "{reason}");
+    }
+
+    #[test]
+    fn busy_receive_cpu_sends_it_to_the_cache_sharing_cpu() {
+        let t = xeon();
+        let p = policy(Default::default());
+        let mut st = PolicyState::default();
+        let o = obs(
+            &t,
+            &[(1, 0.95)],
+            vec![proc_obs(10, "rx", t.online(), vec![flow(1, 1, 50.0 * MB)])],
+            1.0,
+        );
+        let plan = run(&p, &t, &o, &mut st);
+        assert_eq!(pinned_to(&plan, 10), Some(CpuSet::single(0)));
+        assert!(
+            plan.actions[0].reason.contains("shares L2"),
+            "{}",
+            plan.actions[0].reason
+        );
+    }
+
+    #[test]
+    fn busy_receive_cpu_and_leave_configured_leaves_it() {
+        let t = xeon();
+        let p = policy(NetAffinityConfig {
+            when_busy: WhenBusy::Leave,
+            ..Default::default()
+        });
+        let mut st = PolicyState::default();
+        let o = obs(
+            &t,
+            &[(1, 0.95)],
+            vec![proc_obs(10, "rx", t.online(), vec![flow(1, 1, 50.0 * MB)])],
+            1.0,
+        );
+        let plan = run(&p, &t, &o, &mut st);
+        assert!(plan.actions.is_empty());
+        assert!(note_of(&plan, 10).contains("when_busy = leave"));
+    }
+
+    #[test]
+    fn busy_receive_cpu_and_busy_neighbours_leaves_it() {
+        let t = xeon();
+        let p = policy(Default::default());
+        let mut st = PolicyState::default();
+        let o = obs(
+            &t,
+            &[(0, 0.9), (1, 0.95)],
+            vec![proc_obs(10, "rx", t.online(), vec![flow(1, 1, 50.0 * MB)])],
+            1.0,
+        );
+        let plan = run(&p, &t, &o, &mut st);
+        assert!(plan.actions.is_empty());
+        assert!(
+            note_of(&plan, 10).contains("busy too"),
+            "{}",
+            note_of(&plan, 10)
+        );
+    }
+
+    #[test]
+    fn load_counts_without_the_process_itself() {
+        let t = xeon();
+        let p = policy(Default::default());
+        let mut st = PolicyState::default();
+        // CPU 1 at 90%, of which 50% is this process (it last ran there).
+        let mut pr = proc_obs(10, "rx", t.online(), vec![flow(1, 1, 50.0 * MB)]);
+        pr.last_cpu = Some(1);
+        pr.cpu_share = 0.5;
+        let o = obs(&t, &[(1, 0.9)], vec![pr], 1.0);
+        let plan = run(&p, &t, &o, &mut st);
+        assert_eq!(pinned_to(&plan, 10), Some(CpuSet::single(1)));
+    }
+
+    #[test]
+    fn threshold_separates_intensive_from_not() {
+        let t = xeon();
+        let p = policy(Default::default());
+        let thr = NetAffinityConfig::default().intensive_bytes_per_s as f64;
+        let mut st = PolicyState::default();
+        let o = obs(
+            &t,
+            &[],
+            vec![proc_obs(10, "rx", t.online(), vec![flow(1, 1, thr)])],
+            1.0,
+        );
+        let plan = run(&p, &t, &o, &mut st);
+        assert!(plan.actions.is_empty(), "at the threshold is not above it");
+        assert!(note_of(&plan, 10).contains("not communication-intensive"));
+        let o = obs(
+            &t,
+            &[],
+            vec![proc_obs(10, "rx", t.online(), vec![flow(1, 1, thr + 1.0)])],
+            2.0,
+        );
+        let plan = run(&p, &t, &o, &mut st);
+        assert_eq!(pinned_to(&plan, 10), Some(CpuSet::single(1)));
+    }
+
+    #[test]
+    fn restored_only_after_every_connection_idles_past_the_timeout() {
+        let t = xeon();
+        let p = policy(NetAffinityConfig {
+            idle_timeout_ms: 3000,
+            min_hold_ms: 0,
+            ..Default::default()
+        });
+        let mut st = PolicyState::default();
+        let busy =
+            |r1: f64, r2: f64| proc_obs(10, "rx", t.online(), vec![flow(1, 1, r1), flow(1, 2, r2)]);
+        let plan = run(
+            &p,
+            &t,
+            &obs(&t, &[], vec![busy(50.0 * MB, 10.0 * MB)], 1.0),
+            &mut st,
+        );
+        assert!(pinned_to(&plan, 10).is_some());
+        // Connection 1 goes quiet; connection 2 keeps trickling above the activity floor.
+        for s in 2..=6 {
+            let mut pr = busy(0.0, 5000.0);
+            pr.allowed_cpus = CpuSet::single(1);
+            let plan = run(&p, &t, &obs(&t, &[], vec![pr], s as f64), &mut st);
+            assert!(plan.actions.is_empty(), "t={s}: {:?}", plan.actions);
+        }
+        // Now both idle: restored once 3 s have passed since the last activity (t=6).
+        for s in 7..=9 {
+            let mut pr = busy(0.0, 0.0);
+            pr.allowed_cpus = CpuSet::single(1);
+            let plan = run(&p, &t, &obs(&t, &[], vec![pr], s as f64), &mut st);
+            assert!(!restored(&plan, 10), "t={s}: restored too early");
+        }
+        let mut pr = busy(0.0, 0.0);
+        pr.allowed_cpus = CpuSet::single(1);
+        let plan = run(&p, &t, &obs(&t, &[], vec![pr], 9.5), &mut st);
+        assert!(restored(&plan, 10), "t=9.5: {:?}", plan.notes);
+        assert!(plan.actions[0].reason.contains("idle longer than 3.0 s"));
+    }
+
+    #[test]
+    fn heartbeats_below_the_activity_floor_do_not_keep_a_pin() {
+        let t = xeon();
+        let p = policy(NetAffinityConfig {
+            idle_timeout_ms: 1000,
+            min_hold_ms: 0,
+            ..Default::default()
+        });
+        let mut st = PolicyState::default();
+        pin_first(&p, &t, &mut st);
+        let mut plan = Plan::default();
+        for s in 2..=3 {
+            let mut pr = proc_obs(10, "rx", CpuSet::single(1), vec![flow(1, 1, 100.0)]);
+            pr.allowed_cpus = CpuSet::single(1);
+            plan = run(&p, &t, &obs(&t, &[], vec![pr], s as f64), &mut st);
+        }
+        assert!(restored(&plan, 10));
+    }
+
+    #[test]
+    fn min_hold_delays_restore() {
+        let t = xeon();
+        let p = policy(NetAffinityConfig {
+            idle_timeout_ms: 500,
+            min_hold_ms: 4000,
+            ..Default::default()
+        });
+        let mut st = PolicyState::default();
+        pin_first(&p, &t, &mut st);
+        let idle = || proc_obs(10, "rx", CpuSet::single(1), vec![flow(1, 1, 0.0)]);
+        for s in 2..=4 {
+            let plan = run(&p, &t, &obs(&t, &[], vec![idle()], s as f64), &mut st);
+            assert!(!restored(&plan, 10), "t={s}");
+            assert!(note_of(&plan, 10).contains("min_hold"));
+        }
+        let plan = run(&p, &t, &obs(&t, &[], vec![idle()], 5.0), &mut st);
+        assert!(restored(&plan, 10));
+    }
+
+    #[test]
+    fn hysteresis_pins_after_k_consecutive_intensive_intervals() {
+        let t = xeon();
+        let p = policy(NetAffinityConfig {
+            pin_after_intervals: 3,
+            ..Default::default()
+        });
+        let mut st = PolicyState::default();
+        let hot = || proc_obs(10, "rx", t.online(), vec![flow(1, 1, 50.0 * MB)]);
+        let cold = || proc_obs(10, "rx", t.online(), vec![flow(1, 1, 10.0)]);
+        // hot, hot, cold (resets), hot, hot, hot -> pinned on the 6th.
+        let seq = [hot(), hot(), cold(), hot(), hot()];
+        for (i, pr) in seq.into_iter().enumerate() {
+            let plan = run(&p, &t, &obs(&t, &[], vec![pr], 1.0 + i as f64), &mut st);
+            assert!(plan.actions.is_empty(), "interval {i}");
+        }
+        let plan = run(&p, &t, &obs(&t, &[], vec![hot()], 6.0), &mut st);
+        assert_eq!(pinned_to(&plan, 10), Some(CpuSet::single(1)));
+    }
+
+    #[test]
+    fn moved_only_after_the_new_target_persists() {
+        let mut t = xeon();
+        let p = policy(NetAffinityConfig {
+            repin_after_intervals: 3,
+            min_hold_ms: 0,
+            ..Default::default()
+        });
+        let mut st = PolicyState::default();
+        let pr = |allowed: CpuSet| proc_obs(10, "rx", allowed, vec![flow(1, 1, 50.0 * MB)]);
+        run(&p, &t, &obs(&t, &[], vec![pr(t.online())], 1.0), &mut st);
+        // irqbalance moves eth1's interrupt to CPU 6.
+        let nic = t.nics.iter_mut().find(|n| n.name == "eth1").expect("eth1");
+        nic.rx_cpus = CpuSet::single(6);
+        for s in 2..=3 {
+            let plan = run(
+                &p,
+                &t,
+                &obs(&t, &[], vec![pr(CpuSet::single(1))], s as f64),
+                &mut st,
+            );
+            assert!(plan.actions.is_empty(), "t={s}");
+            assert!(
+                note_of(&plan, 10).contains("target CPU 6"),
+                "{}",
+                note_of(&plan, 10)
+            );
+        }
+        let plan = run(
+            &p,
+            &t,
+            &obs(&t, &[], vec![pr(CpuSet::single(1))], 4.0),
+            &mut st,
+        );
+        assert_eq!(pinned_to(&plan, 10), Some(CpuSet::single(6)));
+    }
+
+    #[test]
+    fn held_process_stays_while_its_cpu_is_busy_only_with_itself() {
+        let t = xeon();
+        let p = policy(Default::default());
+        let mut st = PolicyState::default();
+        pin_first(&p, &t, &mut st);
+        for s in 2..=6 {
+            let mut pr = proc_obs(10, "rx", CpuSet::single(1), vec![flow(1, 1, 50.0 * MB)]);
+            pr.cpu_share = 0.9;
+            let plan = run(&p, &t, &obs(&t, &[(1, 0.95)], vec![pr], s as f64), &mut st);
+            assert!(plan.actions.is_empty(), "t={s}");
+            assert!(note_of(&plan, 10).contains("stays on CPU 1"));
+        }
+    }
+
+    #[test]
+    fn scope_exclusions_are_never_pinned() {
+        let t = xeon();
+        let scope = Scope {
+            exclude_comm: vec!["sshd".into()],
+            include_comm: vec!["rx*".into(), "sshd".into(), "kworker*".into()],
+            ..Default::default()
+        };
+        let p = NetAffinity::new(Default::default(), scope, 11);
+        let mut st = PolicyState::default();
+        let f = || vec![flow(1, 1, 50.0 * MB)];
+        let mut kt = proc_obs(12, "kworker/1:0", t.online(), f());
+        kt.kernel_thread = true;
+        let procs = vec![
+            proc_obs(10, "sshd", t.online(), f()),
+            proc_obs(11, "rxself", t.online(), f()), // placer's own pid
+            kt,
+            proc_obs(13, "other", t.online(), f()), // not included
+            proc_obs(14, "rxd", t.online(), f()),
+        ];
+        let plan = run(&p, &t, &obs(&t, &[], procs, 1.0), &mut st);
+        let pinned: Vec<u32> = plan
+            .actions
+            .iter()
+            .filter_map(|a| a.action.proc())
+            .map(|k| k.pid)
+            .collect();
+        assert_eq!(pinned, vec![14]);
+        for pid in [10, 11, 12, 13] {
+            assert!(note_of(&plan, pid).contains("scope"), "{pid}");
+        }
+    }
+
+    #[test]
+    fn released_and_taken_processes_are_left_alone() {
+        let t = xeon();
+        let p = policy(Default::default());
+        let mut st = PolicyState::default();
+        let a = proc_obs(10, "a", t.online(), vec![flow(1, 1, 50.0 * MB)]);
+        let b = proc_obs(11, "b", t.online(), vec![flow(1, 2, 50.0 * MB)]);
+        st.released.insert(a.key());
+        st.taken.insert(b.key());
+        let plan = run(&p, &t, &obs(&t, &[], vec![a, b], 1.0), &mut st);
+        assert!(plan.actions.is_empty());
+        assert!(note_of(&plan, 10).contains("released"));
+        assert!(note_of(&plan, 11).contains("earlier policy"));
+    }
+
+    #[test]
+    fn never_outside_the_original_affinity_nor_on_an_own_pin() {
+        let t = xeon();
+        let p = policy(Default::default());
+        let mut st = PolicyState::default();
+        // Its cpuset is 4-7: eth1's CPU 1 and its L2 sibling 0 are out of bounds.
+        let a = proc_obs(
+            10,
+            "a",
+            CpuSet::parse_list("4-7").expect("list"),
+            vec![flow(1, 1, 50.0 * MB)],
+        );
+        // A user pinned it to CPU 1 already.
+        let b = proc_obs(11, "b", CpuSet::single(1), vec![flow(1, 2, 50.0 * MB)]);
+        let plan = run(&p, &t, &obs(&t, &[], vec![a, b], 1.0), &mut st);
+        assert!(plan.actions.is_empty(), "{:?}", plan.actions);
+        assert!(
+            note_of(&plan, 10).contains("outside its allowed"),
+            "{}",
+            note_of(&plan, 10)
+        );
+        assert!(note_of(&plan, 11).contains("already confined"));
+    }
+
+    #[test]
+    fn two_nics_follow_the_one_with_most_traffic() {
+        let t = xeon();
+        let p = policy(Default::default());
+        let mut st = PolicyState::default();
+        // eth2 (IRQ on CPU 0) carries 30 MB/s, eth3 (IRQ on CPU 1) 5 MB/s.
+        let pr = proc_obs(
+            10,
+            "rx",
+            t.online(),
+            vec![flow(2, 1, 30.0 * MB), flow(3, 2, 5.0 * MB)],
+        );
+        let plan = run(&p, &t, &obs(&t, &[], vec![pr], 1.0), &mut st);
+        assert_eq!(pinned_to(&plan, 10), Some(CpuSet::single(0)));
+        let r = &plan.actions[0].reason;
+        assert!(r.contains("eth2") && r.contains("also eth3"), "{r}");
+        let mut st = PolicyState::default();
+        let pr = proc_obs(
+            10,
+            "rx",
+            t.online(),
+            vec![flow(2, 1, 5.0 * MB), flow(3, 2, 30.0 * MB)],
+        );
+        let plan = run(&p, &t, &obs(&t, &[], vec![pr], 1.0), &mut st);
+        assert_eq!(pinned_to(&plan, 10), Some(CpuSet::single(1)));
+    }
+
+    #[test]
+    fn second_process_sees_the_load_the_first_adds() {
+        let t = xeon();
+        let p = policy(Default::default());
+        let mut st = PolicyState::default();
+        let mut a = proc_obs(10, "a", t.online(), vec![flow(1, 1, 80.0 * MB)]);
+        a.cpu_share = 0.7;
+        let mut b = proc_obs(11, "b", t.online(), vec![flow(1, 2, 40.0 * MB)]);
+        b.cpu_share = 0.5;
+        let plan = run(
+            &p,
+            &t,
+            &obs(&t, &[(1, 0.2), (0, 0.1)], vec![b, a], 1.0),
+            &mut st,
+        );
+        // a (more traffic) gets CPU 1; CPU 1 is then 0.2 + 0.7 = 0.9: b goes to CPU 0.
+        assert_eq!(pinned_to(&plan, 10), Some(CpuSet::single(1)));
+        assert_eq!(pinned_to(&plan, 11), Some(CpuSet::single(0)));
+    }
+
+    #[test]
+    fn unknown_nic_and_loopback_without_rx_cpus_are_noted() {
+        let t = xeon();
+        let p = policy(Default::default());
+        let mut st = PolicyState::default();
+        let mut pr = proc_obs(10, "rx", t.online(), vec![flow(1, 1, 50.0 * MB)]);
+        pr.flows[0].local = "192.168.9.9:1".parse().expect("addr");
+        let plan = run(&p, &t, &obs(&t, &[], vec![pr], 1.0), &mut st);
+        assert!(plan.actions.is_empty());
+        assert!(note_of(&plan, 10).contains("no known NIC"));
+    }
+
+    #[test]
+    fn dell_c6100_busy_rx_cpu_goes_to_its_smt_sibling() {
+        let t = with_addrs(machine("dell-c6100").expect("model"));
+        let p = policy(Default::default());
+        // eth0's queues take interrupts on CPUs 0, 2, 4, 6; all busy.
+        let rx = t.nic("eth0").expect("eth0").rx_cpus.clone();
+        let loads: Vec<(u32, f64)> = rx.iter().map(|c| (c, 0.95)).collect();
+        let mut st = PolicyState::default();
+        let pr = proc_obs(10, "rx", t.online(), vec![flow(0, 1, 50.0 * MB)]);
+        let plan = run(&p, &t, &obs(&t, &loads, vec![pr], 1.0), &mut st);
+        let cpu = pinned_to(&plan, 10).expect("pinned").first().expect("cpu");
+        assert!(!rx.contains(cpu));
+        // The lowest shared level with an SMT sibling is L1: the sibling of a receive CPU.
+        let sib_of_rx = rx.iter().any(|r| t.siblings(r).contains(cpu));
+        assert!(sib_of_rx, "CPU {cpu} is no SMT sibling of {rx}");
+        assert!(
+            plan.actions[0].reason.contains("shares L1"),
+            "{}",
+            plan.actions[0].reason
+        );
+    }
+
+    #[test]
+    fn magny_cours_multi_queue_takes_the_least_loaded_receive_cpu() {
+        let t = with_addrs(machine("opteron-magny-cours-4p").expect("model"));
+        let p = policy(Default::default());
+        let rx = t.nic("eth0").expect("eth0").rx_cpus.clone();
+        assert_eq!(rx, CpuSet::parse_list("0-3").expect("list"));
+        let mut st = PolicyState::default();
+        let pr = proc_obs(10, "rx", t.online(), vec![flow(0, 1, 500.0 * MB)]);
+        let loads = [(0, 0.7), (1, 0.3), (2, 0.1), (3, 0.5)];
+        let plan = run(&p, &t, &obs(&t, &loads, vec![pr], 1.0), &mut st);
+        assert_eq!(pinned_to(&plan, 10), Some(CpuSet::single(2)));
+        // All four receive CPUs busy: they are the whole die, so no cache neighbour is free.
+        let mut st = PolicyState::default();
+        let pr = || proc_obs(10, "rx", t.online(), vec![flow(0, 1, 500.0 * MB)]);
+        let loads = [(0, 0.9), (1, 0.9), (2, 0.9), (3, 0.9)];
+        let plan = run(&p, &t, &obs(&t, &loads, vec![pr()], 1.0), &mut st);
+        assert!(plan.actions.is_empty());
+        assert!(
+            note_of(&plan, 10).contains("busy too"),
+            "{}",
+            note_of(&plan, 10)
+        );
+        // Interrupts on CPU 0 only, and it is busy: a CPU of the same die (shares L3).
+        let mut t1 = t.clone();
+        t1.nics[0].rx_cpus = CpuSet::single(0);
+        let mut st = PolicyState::default();
+        let plan = run(
+            &p,
+            &t1,
+            &obs(&t1, &[(0, 0.9), (1, 0.5)], vec![pr()], 1.0),
+            &mut st,
+        );
+        let cpu = pinned_to(&plan, 10).expect("pinned").first().expect("cpu");
+        let l3 = t.llc_of(0).expect("l3").cpus.clone();
+        assert!(
+            l3.contains(cpu) && cpu != 0 && cpu != 1,
+            "CPU {cpu} vs L3 {l3}"
+        );
+        assert!(
+            plan.actions[0].reason.contains("shares L3"),
+            "{}",
+            plan.actions[0].reason
+        );
+    }
+
+    #[test]
+    fn odroid_busy_little_rx_cpu_goes_to_its_cluster() {
+        let t = with_addrs(machine("odroid-xu4").expect("model"));
+        let p = policy(Default::default());
+        let mut st = PolicyState::default();
+        let pr = proc_obs(10, "ftp", t.online(), vec![flow(0, 1, 40.0 * MB)]);
+        let loads = [(0, 0.9), (1, 0.6), (2, 0.2), (3, 0.4)];
+        let plan = run(&p, &t, &obs(&t, &loads, vec![pr], 1.0), &mut st);
+        // CPU 0 (the A7 taking the GbE interrupt) busy: the least-loaded A7 sharing its L2.
+        assert_eq!(pinned_to(&plan, 10), Some(CpuSet::single(2)));
+    }
+
+    #[test]
+    fn same_inputs_same_plan() {
+        let t = xeon();
+        let p = policy(Default::default());
+        let mk = || {
+            vec![
+                proc_obs(10, "a", t.online(), vec![flow(1, 1, 20.0 * MB)]),
+                proc_obs(11, "b", t.online(), vec![flow(2, 2, 20.0 * MB)]),
+            ]
+        };
+        let mut s1 = PolicyState::default();
+        let mut s2 = PolicyState::default();
+        let p1 = run(&p, &t, &obs(&t, &[], mk(), 1.0), &mut s1);
+        let p2 = run(&p, &t, &obs(&t, &[], mk(), 1.0), &mut s2);
+        assert_eq!(p1, p2);
+        assert_eq!(p1.actions.len(), 2);
+    }
+
+    #[test]
+    fn disabled_without_sock_diag_or_receive_cpus() {
+        let t = xeon();
+        let p = policy(Default::default());
+        let mut sources = crate::sample::SourceStatus::default();
+        assert!(p.disabled_reason(&t, &sources).is_none());
+        sources.sources.push(crate::sample::Source {
+            name: "sock_diag".into(),
+            available: false,
+            detail: "no NETLINK_SOCK_DIAG".into(),
+        });
+        assert!(p
+            .disabled_reason(&t, &sources)
+            .expect("disabled")
+            .contains("sock_diag"));
+        let mut bare = t.clone();
+        bare.nics.clear();
+        assert!(p
+            .disabled_reason(&bare, &Default::default())
+            .expect("disabled")
+            .contains("no NIC"));
+    }
+
+    #[test]
+    fn config_validation_names_the_field() {
+        let ok = NetAffinityConfig::default();
+        assert!(ok.validate().is_ok());
+        let cases: Vec<(NetAffinityConfig, &str)> = vec![
+            (
+                NetAffinityConfig {
+                    intensive_bytes_per_s: 0,
+                    ..ok.clone()
+                },
+                "intensive_bytes_per_s",
+            ),
+            (
+                NetAffinityConfig {
+                    cpu_load_threshold: 1.5,
+                    ..ok.clone()
+                },
+                "cpu_load_threshold",
+            ),
+            (
+                NetAffinityConfig {
+                    cpu_load_threshold: f64::NAN,
+                    ..ok.clone()
+                },
+                "cpu_load_threshold",
+            ),
+            (
+                NetAffinityConfig {
+                    idle_timeout_ms: 0,
+                    ..ok.clone()
+                },
+                "idle_timeout_ms",
+            ),
+            (
+                NetAffinityConfig {
+                    pin_after_intervals: 0,
+                    ..ok.clone()
+                },
+                "pin_after_intervals",
+            ),
+            (
+                NetAffinityConfig {
+                    repin_after_intervals: 0,
+                    ..ok.clone()
+                },
+                "repin_after_intervals",
+            ),
+            (
+                NetAffinityConfig {
+                    active_flow_bytes_per_s: 1 << 30,
+                    ..ok.clone()
+                },
+                "active_flow_bytes_per_s",
+            ),
+        ];
+        for (c, field) in cases {
+            assert_eq!(c.validate().expect_err(field).0, field);
+        }
+        let e = crate::config::Config::from_toml("[net_affinity]\ncpu_load_threshold = 2.0\n")
+            .expect_err("bad value");
+        assert!(
+            e.to_string().contains("net_affinity.cpu_load_threshold"),
+            "{e}"
+        );
+        let e = crate::config::Config::from_toml("[net_affinity]\nidle_timeout = 2\n")
+            .expect_err("unknown key");
+        assert!(e.to_string().contains("idle_timeout"), "{e}");
+        let e = crate::config::Config::from_toml("[net_affinity]\nwhen_busy = \"sometimes\"\n")
+            .expect_err("bad enum");
+        assert!(
+            e.to_string().contains("when_busy") || e.to_string().contains("sometimes"),
+            "{e}"
+        );
+        let c = crate::config::Config::from_toml(
+            "[net_affinity]\nwhen_busy = \"leave\"\nidle_timeout_ms = 700\n",
+        )
+        .expect("valid");
+        assert_eq!(c.net_affinity.when_busy, WhenBusy::Leave);
+        assert_eq!(c.net_affinity.idle_timeout_ms, 700);
+        let round = crate::config::Config::from_toml(&crate::config::Config::default().to_toml())
+            .expect("default round-trips");
+        assert_eq!(round, crate::config::Config::default());
     }
 }

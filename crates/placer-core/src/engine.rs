@@ -1,0 +1,767 @@
+//! The placement cycle, host-agnostic: the daemon (on a `LinuxHost`) and the simulator (on a
+//! `SimHost`) both drive [`Engine::step`].
+//!
+//! One step: sample (the union of what the enabled policies want) -> derive the
+//! [`Observation`] from the previous and the current sample -> check leases -> each enabled
+//! policy plans, in config order -> the host applies the combined plan -> each policy's
+//! [`PolicyState`] learns what it now holds from the outcomes.
+//!
+//! Invariants, each tested below:
+//! - a disabled policy never plans; its reason is reported once (first step);
+//! - a later policy never acts on a process an earlier policy holds or acted on this cycle
+//!   (its actions are dropped with a note);
+//! - nothing is ever pinned outside the configured scope (kernel threads, placer's own pid,
+//!   `scope` exclusions): the engine drops such actions whatever a policy asked;
+//! - leases: a held process whose observed affinity differs from what it was pinned to, and
+//!   that this cycle's actions did not change, was changed by someone else: the engine logs
+//!   it in the report, forgets the hold and adds the process to `released`, so the policy
+//!   never touches it again;
+//! - a pin that failed permanently (task exited, CPUs outside its cpuset, no permission)
+//!   releases the process too; a transient failure is simply planned again next cycle;
+//! - in a dry run nothing is held (nothing changed), so the next cycle plans the same again.
+
+use crate::config::{Config, Scope};
+use crate::host::Host;
+use crate::observation::Observation;
+use crate::plan::{Action, ActionReport, Outcome, Plan};
+use crate::policy::{Held, Policy, PolicyState};
+use crate::sample::{ProcKey, Sample, SampleRequest, SourceStatus};
+use crate::topology::Topology;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Builds the policies the config names, in its order. Unknown names were rejected by
+/// `Config::validate`; names with no implementation yet are skipped here and reported by
+/// [`unimplemented_policies`].
+pub fn policies_from_config(config: &Config) -> Vec<Box<dyn Policy>> {
+    let self_pid = std::process::id();
+    let mut v: Vec<Box<dyn Policy>> = Vec::new();
+    for name in &config.policies {
+        // Other policies add their arm here.
+        #[allow(clippy::single_match)]
+        match name.as_str() {
+            "net-affinity" => v.push(Box::new(crate::policies::net_affinity::NetAffinity::new(
+                config.net_affinity.clone(),
+                config.scope.clone(),
+                self_pid,
+            ))),
+            _ => {}
+        }
+    }
+    v
+}
+
+/// Configured policy names that [`policies_from_config`] could not build.
+pub fn unimplemented_policies(config: &Config) -> Vec<String> {
+    let built: Vec<&'static str> = policies_from_config(config)
+        .iter()
+        .map(|p| p.name())
+        .collect();
+    config
+        .policies
+        .iter()
+        .filter(|n| !built.contains(&n.as_str()))
+        .cloned()
+        .collect()
+}
+
+struct Slot {
+    policy: Box<dyn Policy>,
+    state: PolicyState,
+    disabled: Option<String>,
+}
+
+/// The placement loop's state between cycles.
+pub struct Engine {
+    slots: Vec<Slot>,
+    config: Config,
+    self_pid: u32,
+    topo: Option<Topology>,
+    topo_read_ns: u64,
+    prev: Option<Sample>,
+    sources: Option<SourceStatus>,
+    cycles: u64,
+}
+
+/// A lease broken by someone else changing a held process's affinity.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LeaseBreak {
+    pub policy: String,
+    pub proc: ProcKey,
+    pub comm: String,
+    pub pinned: crate::CpuSet,
+    pub observed: crate::CpuSet,
+}
+
+/// What one step did.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct CycleReport {
+    /// Number of this step (0 = first).
+    pub cycle: u64,
+    pub time_ns: u64,
+    /// True on the first step(s): only one sample yet, nothing derived or planned.
+    pub warming_up: bool,
+    /// Policies that do not run, with the reason (filled on the first step only, so the
+    /// caller says it once).
+    pub disabled: Vec<(String, String)>,
+    /// Sources the host lacks, with the reason (first step only).
+    pub missing_sources: Vec<(String, String)>,
+    /// The observation the policies planned on (None while warming up or on error).
+    pub observation: Option<Observation>,
+    pub plan: Plan,
+    pub reports: Vec<ActionReport>,
+    pub lease_breaks: Vec<LeaseBreak>,
+    /// Processes held by any policy after this step.
+    pub managed: usize,
+    /// Topology or sample failure: the step did nothing else.
+    pub error: Option<String>,
+}
+
+impl CycleReport {
+    /// Actions by (kind, outcome) for metrics.
+    pub fn action_counts(&self) -> BTreeMap<(&'static str, &'static str), u64> {
+        let mut m = BTreeMap::new();
+        for r in &self.reports {
+            *m.entry((r.planned.action.kind(), r.outcome.kind()))
+                .or_default() += 1;
+        }
+        m
+    }
+}
+
+impl Engine {
+    pub fn new(policies: Vec<Box<dyn Policy>>, config: Config) -> Engine {
+        Engine {
+            slots: policies
+                .into_iter()
+                .map(|policy| Slot {
+                    policy,
+                    state: PolicyState::default(),
+                    disabled: None,
+                })
+                .collect(),
+            config,
+            self_pid: std::process::id(),
+            topo: None,
+            topo_read_ns: 0,
+            prev: None,
+            sources: None,
+            cycles: 0,
+        }
+    }
+
+    /// The pid never to touch (placer's own; in the simulator, whatever it likes).
+    pub fn with_self_pid(mut self, pid: u32) -> Engine {
+        self.self_pid = pid;
+        self
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn topology(&self) -> Option<&Topology> {
+        self.topo.as_ref()
+    }
+
+    /// Forces the topology to be read again next step (hotplug, IRQ affinity changes).
+    pub fn invalidate_topology(&mut self) {
+        self.topo = None;
+    }
+
+    /// Names of the policies, with their disabled reason if any.
+    pub fn policies(&self) -> Vec<(&'static str, Option<&str>)> {
+        self.slots
+            .iter()
+            .map(|s| (s.policy.name(), s.disabled.as_deref()))
+            .collect()
+    }
+
+    /// A policy's state (for tests, `explain`, the simulator's reports).
+    pub fn state(&self, policy: &str) -> Option<&PolicyState> {
+        self.slots
+            .iter()
+            .find(|s| s.policy.name() == policy)
+            .map(|s| &s.state)
+    }
+
+    /// Every process held by any policy, with the policy's name.
+    pub fn held(&self) -> Vec<(&'static str, ProcKey, &Held)> {
+        self.slots
+            .iter()
+            .flat_map(|s| {
+                s.state
+                    .held
+                    .iter()
+                    .map(move |(k, h)| (s.policy.name(), *k, h))
+            })
+            .collect()
+    }
+
+    fn scope(&self) -> &Scope {
+        &self.config.scope
+    }
+
+    /// One cycle. See the module doc.
+    pub fn step<H: Host + ?Sized>(&mut self, host: &mut H, dry_run: bool) -> CycleReport {
+        let mut report = CycleReport {
+            cycle: self.cycles,
+            ..Default::default()
+        };
+        self.cycles += 1;
+
+        if self.sources.is_none() {
+            let sources = host.sources();
+            report.missing_sources = sources
+                .sources
+                .iter()
+                .filter(|s| !s.available)
+                .map(|s| (s.name.clone(), s.detail.clone()))
+                .collect();
+            self.sources = Some(sources);
+        }
+        let refresh_ns = self.config.topology_refresh_ms.saturating_mul(1_000_000);
+        let topo_stale = match (&self.topo, &self.prev) {
+            (None, _) => true,
+            (Some(_), Some(p)) => refresh_ns > 0 && p.time_ns >= self.topo_read_ns + refresh_ns,
+            _ => false,
+        };
+        if topo_stale {
+            match host.topology() {
+                Ok(t) => {
+                    let first = self.topo.is_none() && self.topo_read_ns == 0;
+                    self.topo_read_ns = self.prev.as_ref().map_or(0, |p| p.time_ns);
+                    self.topo = Some(t);
+                    if first {
+                        self.decide_disabled(&mut report);
+                    }
+                }
+                Err(e) if self.topo.is_none() => {
+                    report.error = Some(format!("reading the topology: {e}"));
+                    return report;
+                }
+                // Keep the old picture; a transient read failure is not worth stopping for.
+                Err(_) => {}
+            }
+        }
+        let req = self
+            .slots
+            .iter()
+            .filter(|s| s.disabled.is_none())
+            .fold(SampleRequest::default(), |r, s| r.union(s.policy.wants()));
+        let cur = match host.sample(req) {
+            Ok(s) => s,
+            Err(e) => {
+                report.error = Some(format!("sampling: {e}"));
+                return report;
+            }
+        };
+        report.time_ns = cur.time_ns;
+        let Some(prev) = self.prev.replace(cur) else {
+            report.warming_up = true;
+            report.managed = self.managed();
+            return report;
+        };
+        let cur = self.prev.as_ref().expect("just stored");
+        let obs = Observation::new(&prev, cur);
+        let topo = self.topo.clone().expect("topology read above");
+
+        self.check_leases(&obs, &mut report);
+
+        let now_s = obs.time_ns as f64 / 1e9;
+        let mut plan = Plan::default();
+        let mut taken: BTreeSet<ProcKey> = BTreeSet::new();
+        let admitted: BTreeMap<ProcKey, bool> = obs
+            .procs
+            .iter()
+            .map(|p| (p.key(), self.scope().admits(p, self.self_pid)))
+            .collect();
+        for slot in self.slots.iter_mut() {
+            if slot.disabled.is_some() {
+                continue;
+            }
+            let name = slot.policy.name();
+            slot.state.now_s = now_s;
+            slot.state.taken = taken.clone();
+            let mine = slot.policy.plan(&topo, &obs, &mut slot.state);
+            plan.notes.extend(mine.notes);
+            for pa in mine.actions {
+                let Some(k) = pa.action.proc() else {
+                    plan.actions.push(pa);
+                    continue;
+                };
+                if taken.contains(&k) {
+                    plan.note(
+                        name,
+                        Some(k),
+                        format!(
+                            "dropped {}: an earlier policy holds this process",
+                            pa.action.kind()
+                        ),
+                    );
+                    continue;
+                }
+                let is_restore = matches!(
+                    pa.action,
+                    Action::RestoreProcess { .. } | Action::RestoreMemory { .. }
+                );
+                if !is_restore && !admitted.get(&k).copied().unwrap_or(false) {
+                    plan.note(
+                        name,
+                        Some(k),
+                        format!("dropped {}: process outside the scope", pa.action.kind()),
+                    );
+                    continue;
+                }
+                plan.actions.push(pa);
+            }
+            // What this policy holds or acts on is off limits to the next ones.
+            taken.extend(slot.state.held.keys().copied());
+            taken.extend(
+                plan.actions
+                    .iter()
+                    .filter(|a| a.policy == name)
+                    .filter_map(|a| a.action.proc()),
+            );
+        }
+
+        let reports = host.apply(&plan, dry_run);
+        for slot in self.slots.iter_mut() {
+            let name = slot.policy.name();
+            let mine: Vec<ActionReport> = reports
+                .iter()
+                .filter(|r| r.planned.policy == name)
+                .cloned()
+                .collect();
+            update_state(&mut slot.state, &mine, now_s, dry_run);
+            slot.state.last_reports = mine;
+        }
+        report.plan = plan;
+        report.reports = reports;
+        report.observation = Some(obs);
+        report.managed = self.managed();
+        report
+    }
+
+    fn managed(&self) -> usize {
+        self.slots
+            .iter()
+            .flat_map(|s| s.state.held.keys())
+            .collect::<BTreeSet<_>>()
+            .len()
+    }
+
+    fn decide_disabled(&mut self, report: &mut CycleReport) {
+        let topo = self.topo.as_ref().expect("set by caller");
+        let sources = self.sources.clone().unwrap_or_default();
+        for slot in self.slots.iter_mut() {
+            slot.disabled = slot.policy.disabled_reason(topo, &sources);
+            if let Some(why) = &slot.disabled {
+                report
+                    .disabled
+                    .push((slot.policy.name().to_string(), why.clone()));
+            }
+        }
+    }
+
+    /// Forgets holds on processes that exited, and breaks leases on processes whose
+    /// affinity someone else changed since we pinned them.
+    fn check_leases(&mut self, obs: &Observation, report: &mut CycleReport) {
+        let by_key: BTreeMap<ProcKey, &crate::observation::ProcObs> =
+            obs.procs.iter().map(|p| (p.key(), p)).collect();
+        for slot in self.slots.iter_mut() {
+            let name = slot.policy.name();
+            let mut broken = Vec::new();
+            slot.state.held.retain(|k, h| match by_key.get(k) {
+                None => false,
+                Some(p) if p.allowed_cpus != h.cpus => {
+                    broken.push(LeaseBreak {
+                        policy: name.to_string(),
+                        proc: *k,
+                        comm: h.comm.clone(),
+                        pinned: h.cpus.clone(),
+                        observed: p.allowed_cpus.clone(),
+                    });
+                    false
+                }
+                Some(_) => true,
+            });
+            // Forget released processes that exited (their pid may be reused; the key
+            // carries the start time, so this is only memory hygiene).
+            slot.state.released.retain(|k| by_key.contains_key(k));
+            for b in &broken {
+                slot.state.released.insert(b.proc);
+            }
+            report.lease_breaks.extend(broken);
+        }
+    }
+}
+
+/// Learns holds from outcomes. Pins that are done become held; restores that are done (or
+/// whose task is gone) end the hold; permanent pin failures release the process.
+fn update_state(state: &mut PolicyState, reports: &[ActionReport], now_s: f64, dry_run: bool) {
+    if dry_run {
+        return;
+    }
+    for r in reports {
+        match (&r.planned.action, &r.outcome) {
+            (Action::PinProcess { proc, comm, cpus }, Outcome::Done | Outcome::Skipped(_)) => {
+                let since_s = match state.held.get(proc) {
+                    Some(h) if &h.cpus == cpus => h.since_s,
+                    _ => now_s,
+                };
+                state.held.insert(
+                    *proc,
+                    Held {
+                        cpus: cpus.clone(),
+                        since_s,
+                        comm: comm.clone(),
+                    },
+                );
+            }
+            (Action::PinProcess { proc, .. }, Outcome::Permanent(_)) => {
+                state.held.remove(proc);
+                state.released.insert(*proc);
+            }
+            (Action::RestoreProcess { proc, .. }, Outcome::Done | Outcome::Skipped(_))
+            | (Action::RestoreProcess { proc, .. }, Outcome::Permanent(_)) => {
+                state.held.remove(proc);
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::HostError;
+    use crate::plan::PlannedAction;
+    use crate::sample::{CpuTimes, ProcSample};
+    use crate::CpuSet;
+    use std::sync::{Arc, Mutex};
+
+    type Seen = Arc<Mutex<Vec<BTreeSet<ProcKey>>>>;
+
+    /// A host whose processes' affinities change only through `apply` or the test.
+    struct FakeHost {
+        time_ns: u64,
+        procs: Vec<ProcSample>,
+        applied: Vec<PlannedAction>,
+        fail_pins: Option<Outcome>,
+    }
+
+    fn proc_sample(pid: u32, comm: &str) -> ProcSample {
+        ProcSample {
+            pid,
+            start_time_ticks: 100 + pid as u64,
+            comm: comm.into(),
+            state: 'S',
+            ppid: 1,
+            uid: Some(0),
+            utime_ticks: 0,
+            stime_ticks: 0,
+            last_cpu: Some(0),
+            allowed: CpuSet::first_n(4),
+            cgroup: "/".into(),
+            num_threads: 1,
+            kernel_thread: false,
+            threads: vec![],
+            socket_inodes: vec![],
+            counters: vec![],
+            numa_pages: Default::default(),
+        }
+    }
+
+    impl FakeHost {
+        fn new(procs: Vec<ProcSample>) -> Self {
+            FakeHost {
+                time_ns: 1_000_000_000,
+                procs,
+                applied: vec![],
+                fail_pins: None,
+            }
+        }
+    }
+
+    impl Host for FakeHost {
+        fn topology(&mut self) -> Result<Topology, HostError> {
+            Ok(crate::machines::machine("pkg:1 core:4 pu:1").expect("synthetic"))
+        }
+        fn sources(&mut self) -> SourceStatus {
+            SourceStatus {
+                sources: vec![crate::sample::Source {
+                    name: "perf_hw".into(),
+                    available: false,
+                    detail: "no PMU".into(),
+                }],
+            }
+        }
+        fn sample(&mut self, _req: SampleRequest) -> Result<Sample, HostError> {
+            self.time_ns += 1_000_000_000;
+            Ok(Sample {
+                time_ns: self.time_ns,
+                clk_tck: 100,
+                cpus: (0..4)
+                    .map(|cpu| CpuTimes {
+                        cpu,
+                        idle: self.time_ns / 10_000_000,
+                        ..Default::default()
+                    })
+                    .collect(),
+                procs: self.procs.clone(),
+                ..Default::default()
+            })
+        }
+        fn apply(&mut self, plan: &Plan, dry_run: bool) -> Vec<ActionReport> {
+            plan.actions
+                .iter()
+                .map(|pa| {
+                    self.applied.push(pa.clone());
+                    let mut outcome = Outcome::Done;
+                    if dry_run {
+                        outcome = Outcome::Skipped("dry run".into());
+                    } else if let Action::PinProcess { proc, cpus, .. } = &pa.action {
+                        if let Some(o) = &self.fail_pins {
+                            outcome = o.clone();
+                        } else if let Some(p) = self.procs.iter_mut().find(|p| p.pid == proc.pid) {
+                            p.allowed = cpus.clone();
+                        }
+                    } else if let Action::RestoreProcess { proc, .. } = &pa.action {
+                        if let Some(p) = self.procs.iter_mut().find(|p| p.pid == proc.pid) {
+                            p.allowed = CpuSet::first_n(4);
+                        }
+                    }
+                    ActionReport {
+                        planned: pa.clone(),
+                        outcome,
+                    }
+                })
+                .collect()
+        }
+    }
+
+    /// A policy that pins every process it sees to `cpu` (unless held or taken), and
+    /// records what it saw.
+    struct PinAll {
+        name: &'static str,
+        cpu: u32,
+        disabled: Option<String>,
+        seen_taken: Seen,
+    }
+
+    impl Policy for PinAll {
+        fn name(&self) -> &'static str {
+            self.name
+        }
+        fn disabled_reason(&self, _t: &Topology, _s: &SourceStatus) -> Option<String> {
+            self.disabled.clone()
+        }
+        fn plan(&self, _topo: &Topology, obs: &Observation, state: &mut PolicyState) -> Plan {
+            self.seen_taken
+                .lock()
+                .expect("lock")
+                .push(state.taken.clone());
+            let mut plan = Plan::default();
+            for p in &obs.procs {
+                let k = p.key();
+                if state.held.contains_key(&k) || state.released.contains(&k) {
+                    continue;
+                }
+                plan.push(
+                    self.name,
+                    Action::PinProcess {
+                        proc: k,
+                        comm: p.comm.clone(),
+                        cpus: CpuSet::single(self.cpu),
+                    },
+                    "test",
+                );
+            }
+            plan
+        }
+    }
+
+    fn pin_all(name: &'static str, cpu: u32) -> (Box<dyn Policy>, Seen) {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        (
+            Box::new(PinAll {
+                name,
+                cpu,
+                disabled: None,
+                seen_taken: seen.clone(),
+            }),
+            seen,
+        )
+    }
+
+    #[test]
+    fn first_step_warms_up_then_plans_and_holds() {
+        let (p, _) = pin_all("a", 2);
+        let mut e = Engine::new(vec![p], Config::default()).with_self_pid(1);
+        let mut h = FakeHost::new(vec![proc_sample(10, "x")]);
+        let r0 = e.step(&mut h, false);
+        assert!(r0.warming_up);
+        assert!(r0.reports.is_empty());
+        assert_eq!(
+            r0.missing_sources,
+            vec![("perf_hw".into(), "no PMU".into())]
+        );
+        let r1 = e.step(&mut h, false);
+        assert_eq!(r1.reports.len(), 1);
+        assert_eq!(r1.managed, 1);
+        assert_eq!(r1.action_counts().get(&("pin_process", "done")), Some(&1));
+        let held = &e.state("a").expect("state").held;
+        assert_eq!(held.values().next().expect("held").cpus, CpuSet::single(2));
+        // Held and unchanged: no new action, still held.
+        let r2 = e.step(&mut h, false);
+        assert!(r2.reports.is_empty());
+        assert!(r2.lease_breaks.is_empty());
+        assert_eq!(r2.managed, 1);
+        assert!(r2.missing_sources.is_empty(), "sources reported once");
+    }
+
+    #[test]
+    fn lease_broken_when_someone_else_changes_affinity() {
+        let (p, _) = pin_all("a", 2);
+        let mut e = Engine::new(vec![p], Config::default()).with_self_pid(1);
+        let mut h = FakeHost::new(vec![proc_sample(10, "x")]);
+        e.step(&mut h, false);
+        e.step(&mut h, false);
+        // Another tool moves it.
+        h.procs[0].allowed = CpuSet::single(3);
+        let r = e.step(&mut h, false);
+        assert_eq!(r.lease_breaks.len(), 1);
+        assert_eq!(r.lease_breaks[0].observed, CpuSet::single(3));
+        assert!(r.reports.is_empty(), "never fights back");
+        let st = e.state("a").expect("state");
+        assert!(st.held.is_empty());
+        assert!(st.released.contains(&h.procs[0].key()));
+        // And never again.
+        for _ in 0..3 {
+            assert!(e.step(&mut h, false).reports.is_empty());
+        }
+        assert_eq!(h.procs[0].allowed, CpuSet::single(3));
+    }
+
+    #[test]
+    fn later_policy_does_not_touch_what_earlier_holds() {
+        let (a, _) = pin_all("a", 1);
+        let (b, seen_b) = pin_all("b", 3);
+        let mut e = Engine::new(vec![a, b], Config::default()).with_self_pid(1);
+        let mut h = FakeHost::new(vec![proc_sample(10, "x")]);
+        e.step(&mut h, false);
+        let r = e.step(&mut h, false);
+        assert_eq!(r.reports.len(), 1, "{:?}", r.reports);
+        assert_eq!(r.reports[0].planned.policy, "a");
+        assert!(r.plan.notes.iter().any(|n| n.policy == "b"));
+        assert_eq!(h.procs[0].allowed, CpuSet::single(1));
+        e.step(&mut h, false);
+        let seen = seen_b.lock().expect("lock");
+        assert!(seen.last().expect("planned").contains(&h.procs[0].key()));
+    }
+
+    #[test]
+    fn disabled_policy_reported_once_and_never_plans() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let p = Box::new(PinAll {
+            name: "off",
+            cpu: 1,
+            disabled: Some("no counters".into()),
+            seen_taken: seen.clone(),
+        });
+        let mut e = Engine::new(vec![p], Config::default()).with_self_pid(1);
+        let mut h = FakeHost::new(vec![proc_sample(10, "x")]);
+        let r0 = e.step(&mut h, false);
+        assert_eq!(r0.disabled, vec![("off".into(), "no counters".into())]);
+        let r1 = e.step(&mut h, false);
+        assert!(r1.disabled.is_empty());
+        assert!(r1.reports.is_empty());
+        assert!(seen.lock().expect("lock").is_empty());
+    }
+
+    #[test]
+    fn scope_enforced_whatever_the_policy_asks() {
+        let (p, _) = pin_all("a", 2);
+        let mut cfg = Config::default();
+        cfg.scope.exclude_comm = vec!["sshd".into()];
+        let mut e = Engine::new(vec![p], cfg).with_self_pid(11);
+        let mut kt = proc_sample(12, "kworker/0:1");
+        kt.kernel_thread = true;
+        let mut h = FakeHost::new(vec![
+            proc_sample(10, "sshd"),
+            proc_sample(11, "placer"),
+            kt,
+            proc_sample(13, "app"),
+        ]);
+        e.step(&mut h, false);
+        let r = e.step(&mut h, false);
+        let pids: Vec<u32> = r
+            .reports
+            .iter()
+            .filter_map(|r| r.planned.action.proc())
+            .map(|k| k.pid)
+            .collect();
+        assert_eq!(pids, vec![13]);
+        assert_eq!(r.plan.notes.len(), 3);
+    }
+
+    #[test]
+    fn dry_run_holds_nothing() {
+        let (p, _) = pin_all("a", 2);
+        let mut e = Engine::new(vec![p], Config::default()).with_self_pid(1);
+        let mut h = FakeHost::new(vec![proc_sample(10, "x")]);
+        e.step(&mut h, true);
+        let r1 = e.step(&mut h, true);
+        assert_eq!(r1.reports.len(), 1);
+        assert_eq!(r1.managed, 0);
+        let r2 = e.step(&mut h, true);
+        assert_eq!(r2.reports.len(), 1, "planned again");
+        assert!(r2.lease_breaks.is_empty());
+        assert_eq!(h.procs[0].allowed, CpuSet::first_n(4));
+    }
+
+    #[test]
+    fn permanent_failure_releases_transient_retries() {
+        let (p, _) = pin_all("a", 2);
+        let mut e = Engine::new(vec![p], Config::default()).with_self_pid(1);
+        let mut h = FakeHost::new(vec![proc_sample(10, "x")]);
+        h.fail_pins = Some(Outcome::Transient("EBUSY".into()));
+        e.step(&mut h, false);
+        e.step(&mut h, false);
+        assert_eq!(e.step(&mut h, false).reports.len(), 1, "retried");
+        h.fail_pins = Some(Outcome::Permanent("EINVAL".into()));
+        e.step(&mut h, false);
+        assert!(e
+            .state("a")
+            .expect("state")
+            .released
+            .contains(&h.procs[0].key()));
+        assert!(e.step(&mut h, false).reports.is_empty());
+    }
+
+    #[test]
+    fn exited_process_is_forgotten() {
+        let (p, _) = pin_all("a", 2);
+        let mut e = Engine::new(vec![p], Config::default()).with_self_pid(1);
+        let mut h = FakeHost::new(vec![proc_sample(10, "x")]);
+        e.step(&mut h, false);
+        e.step(&mut h, false);
+        assert_eq!(e.held().len(), 1);
+        h.procs.clear();
+        let r = e.step(&mut h, false);
+        assert_eq!(r.managed, 0);
+        assert!(r.lease_breaks.is_empty());
+    }
+
+    #[test]
+    fn registry_builds_configured_policies() {
+        let cfg = Config::default();
+        let ps = policies_from_config(&cfg);
+        assert_eq!(
+            ps.iter().map(|p| p.name()).collect::<Vec<_>>(),
+            vec!["net-affinity"]
+        );
+        assert!(unimplemented_policies(&cfg).is_empty());
+    }
+}

@@ -1,0 +1,327 @@
+//! The journal: every knob placer changed, with its value before placer's first change, so
+//! `placer restore`, a clean shutdown, or the next daemon after a crash put it back.
+//!
+//! One JSON file, `<state_dir>/journal.json`, rewritten whole on every change: written to a
+//! temporary file, fsynced, renamed over the old one, and the directory fsynced, so a crash
+//! (or SIGKILL, or power loss) leaves either the old or the new journal, never a torn one.
+//! The actuator records a knob *before* changing it; a knob whose change then failed
+//! without effect is removed again.
+//!
+//! Each entry keeps `previous` (the value before placer's first change; a later change of
+//! the same knob never overwrites it) and `applied` (what placer last wrote). A restore
+//! compares the knob's current value with `applied`: if they differ, someone else changed the
+//! knob since, and placer leaves it alone (the lease idea, applied at restore time too).
+//!
+//! Knob kinds cover every knob placer's policies touch; each kind has a restorer registered
+//! with the actuator (`crate::actuator::Handlers`). Values are text in the knob's own format
+//! (a CPU list, a hex mask, kHz, a governor name, JSON for a qdisc setup).
+
+use crate::error::{LinuxError, Result};
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+pub const JOURNAL_FILE: &str = "journal.json";
+pub const JOURNAL_VERSION: u32 = 1;
+
+/// A knob placer can change.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(tag = "knob", rename_all = "snake_case")]
+pub enum Knob {
+    /// CPU affinity of every thread of a process (value: CPU list).
+    ProcAffinity { pid: u32, start_time_ticks: u64 },
+    /// /proc/irq/N/smp_affinity_list (value: CPU list).
+    IrqAffinity { irq: u32 },
+    /// /sys/class/net/DEV/queues/QUEUE/rps_cpus (value: hex mask as the kernel prints it).
+    Rps { dev: String, queue: String },
+    /// cpufreq policyN/scaling_max_freq (value: kHz).
+    CpufreqMax { domain: u32 },
+    /// cpufreq policyN/scaling_governor (value: governor, and `name:speed_khz` for userspace).
+    CpufreqGovernor { domain: u32 },
+    /// Root qdisc setup of a device (value: JSON the tc handler understands).
+    TcQdisc { dev: String, netns: Option<String> },
+    /// Memory policy of a process (value: JSON the memory handler understands).
+    MemPolicy { pid: u32, start_time_ticks: u64 },
+}
+
+impl Knob {
+    /// Kind name, the key restorers are registered under.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Knob::ProcAffinity { .. } => "proc_affinity",
+            Knob::IrqAffinity { .. } => "irq_affinity",
+            Knob::Rps { .. } => "rps",
+            Knob::CpufreqMax { .. } => "cpufreq_max",
+            Knob::CpufreqGovernor { .. } => "cpufreq_governor",
+            Knob::TcQdisc { .. } => "tc_qdisc",
+            Knob::MemPolicy { .. } => "mem_policy",
+        }
+    }
+}
+
+impl std::fmt::Display for Knob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Knob::ProcAffinity { pid, .. } => write!(f, "affinity of pid {pid}"),
+            Knob::IrqAffinity { irq } => write!(f, "affinity of IRQ {irq}"),
+            Knob::Rps { dev, queue } => write!(f, "RPS CPUs of {dev}/{queue}"),
+            Knob::CpufreqMax { domain } => write!(f, "scaling_max_freq of policy{domain}"),
+            Knob::CpufreqGovernor { domain } => write!(f, "governor of policy{domain}"),
+            Knob::TcQdisc { dev, netns } => match netns {
+                Some(ns) => write!(f, "qdisc of {dev} in netns {ns}"),
+                None => write!(f, "qdisc of {dev}"),
+            },
+            Knob::MemPolicy { pid, .. } => write!(f, "memory policy of pid {pid}"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    #[serde(flatten)]
+    pub knob: Knob,
+    /// The value before placer's first change.
+    pub previous: String,
+    /// What placer last set.
+    pub applied: String,
+    /// Context for people: the process's comm, the policy.
+    #[serde(default)]
+    pub label: String,
+    /// When placer first changed it (Unix time, seconds).
+    #[serde(default)]
+    pub since_unix_s: u64,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct File {
+    version: u32,
+    entries: Vec<Entry>,
+}
+
+/// The journal in memory, mirrored durably to its file on every change.
+#[derive(Debug)]
+pub struct Journal {
+    path: PathBuf,
+    entries: Vec<Entry>,
+    read_only: bool,
+}
+
+fn unix_now_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl Journal {
+    /// Opens (creating the state directory if needed) the journal for writing.
+    pub fn open(state_dir: &Path) -> Result<Journal> {
+        std::fs::create_dir_all(state_dir).map_err(|e| LinuxError::io(state_dir, e))?;
+        let mut j = Journal::load(state_dir)?;
+        j.read_only = false;
+        Ok(j)
+    }
+
+    /// Reads the journal without the right to change it (dry runs, `explain`). A missing
+    /// file is an empty journal.
+    pub fn load(state_dir: &Path) -> Result<Journal> {
+        let path = state_dir.join(JOURNAL_FILE);
+        let entries = match std::fs::read_to_string(&path) {
+            Ok(text) => {
+                let f: File =
+                    serde_json::from_str(&text).map_err(|e| LinuxError::parse(&path, e))?;
+                if f.version != JOURNAL_VERSION {
+                    return Err(LinuxError::parse(
+                        &path,
+                        format!(
+                            "journal version {} (this placer reads {JOURNAL_VERSION})",
+                            f.version
+                        ),
+                    ));
+                }
+                f.entries
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(LinuxError::io(&path, e)),
+        };
+        Ok(Journal {
+            path,
+            entries,
+            read_only: true,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn get(&self, knob: &Knob) -> Option<&Entry> {
+        self.entries.iter().find(|e| &e.knob == knob)
+    }
+
+    /// Records that `knob` is about to be set to `applied`; `previous` is its value now.
+    /// Keeps the first `previous` when the knob is already journaled. Durable on return.
+    /// Returns whether the entry is new (so a failed change can drop it again).
+    pub fn record(
+        &mut self,
+        knob: Knob,
+        previous: &str,
+        applied: &str,
+        label: &str,
+    ) -> Result<bool> {
+        let new = match self.entries.iter_mut().find(|e| e.knob == knob) {
+            Some(e) => {
+                e.applied = applied.to_string();
+                false
+            }
+            None => {
+                self.entries.push(Entry {
+                    knob,
+                    previous: previous.to_string(),
+                    applied: applied.to_string(),
+                    label: label.to_string(),
+                    since_unix_s: unix_now_s(),
+                });
+                true
+            }
+        };
+        self.save()?;
+        Ok(new)
+    }
+
+    /// Forgets a knob (restored, or its object is gone). Durable on return.
+    pub fn remove(&mut self, knob: &Knob) -> Result<()> {
+        let before = self.entries.len();
+        self.entries.retain(|e| &e.knob != knob);
+        if self.entries.len() != before {
+            self.save()?;
+        }
+        Ok(())
+    }
+
+    /// Writes the whole journal atomically and durably.
+    fn save(&self) -> Result<()> {
+        if self.read_only {
+            return Err(LinuxError::Other(format!(
+                "{}: journal opened read-only",
+                self.path.display()
+            )));
+        }
+        let file = File {
+            version: JOURNAL_VERSION,
+            entries: self.entries.clone(),
+        };
+        let text = serde_json::to_string_pretty(&file)
+            .map_err(|e| LinuxError::Other(format!("serializing the journal: {e}")))?;
+        write_durably(&self.path, text.as_bytes())
+    }
+}
+
+/// Writes `bytes` to `path` via a temporary file, fsync and rename, then fsyncs the
+/// directory so the rename itself survives a crash.
+pub fn write_durably(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    let io = |p: &Path| {
+        let p = p.to_path_buf();
+        move |e| LinuxError::io(p, e)
+    };
+    {
+        let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
+        f.write_all(bytes).map_err(io(&tmp))?;
+        f.sync_all().map_err(io(&tmp))?;
+    }
+    std::fs::rename(&tmp, path).map_err(io(path))?;
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmpdir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("placer-journal-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn record_keeps_the_first_previous_and_survives_reopen() {
+        let d = tmpdir("first");
+        let mut j = Journal::open(&d).expect("open");
+        let k = Knob::IrqAffinity { irq: 30 };
+        assert!(j.record(k.clone(), "0-3", "1", "eth0").expect("record"));
+        assert!(!j.record(k.clone(), "1", "2", "eth0").expect("record"));
+        let j2 = Journal::load(&d).expect("load");
+        let e = j2.get(&k).expect("entry");
+        assert_eq!((e.previous.as_str(), e.applied.as_str()), ("0-3", "2"));
+        // No temporary file left behind.
+        let names: Vec<String> = std::fs::read_dir(&d)
+            .expect("dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, vec![JOURNAL_FILE.to_string()]);
+        let mut j = Journal::open(&d).expect("open");
+        j.remove(&k).expect("remove");
+        assert!(Journal::load(&d).expect("load").is_empty());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn every_knob_kind_round_trips() {
+        let d = tmpdir("kinds");
+        let mut j = Journal::open(&d).expect("open");
+        let knobs = vec![
+            Knob::ProcAffinity {
+                pid: 1,
+                start_time_ticks: 2,
+            },
+            Knob::IrqAffinity { irq: 3 },
+            Knob::Rps {
+                dev: "veth0".into(),
+                queue: "rx-0".into(),
+            },
+            Knob::CpufreqMax { domain: 4 },
+            Knob::CpufreqGovernor { domain: 4 },
+            Knob::TcQdisc {
+                dev: "eth0".into(),
+                netns: Some("ns1".into()),
+            },
+            Knob::MemPolicy {
+                pid: 5,
+                start_time_ticks: 6,
+            },
+        ];
+        for k in &knobs {
+            j.record(k.clone(), "a", "b", "").expect("record");
+        }
+        let j2 = Journal::load(&d).expect("load");
+        let back: Vec<Knob> = j2.entries().iter().map(|e| e.knob.clone()).collect();
+        assert_eq!(back, knobs);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn read_only_journal_refuses_changes_and_bad_files_are_errors() {
+        let d = tmpdir("ro");
+        std::fs::create_dir_all(&d).expect("mkdir");
+        let mut j = Journal::load(&d).expect("load missing = empty");
+        assert!(j
+            .record(Knob::IrqAffinity { irq: 1 }, "0", "1", "")
+            .is_err());
+        std::fs::write(d.join(JOURNAL_FILE), "{not json").expect("write");
+        let e = Journal::load(&d).expect_err("torn");
+        assert!(e.to_string().contains(JOURNAL_FILE), "{e}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}

@@ -1,0 +1,264 @@
+//! Pure parsers for the /proc files the sampler reads: text in, typed values out.
+//!
+//! Every parser takes the file's text and returns `None` (or skips a line) on malformed
+//! content instead of failing: a truncated line or an unexpected field never panics and
+//! never costs the rest of the sample. The I/O lives in [`crate::sampler`].
+
+use placer_core::sample::CpuTimes;
+use placer_core::CpuSet;
+
+/// `PF_KTHREAD` in the `flags` field (9) of /proc/PID/stat (include/linux/sched.h).
+pub const PF_KTHREAD: u64 = 0x0020_0000;
+
+/// The fields of /proc/PID/stat (or /proc/PID/task/TID/stat) the sampler keeps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PidStat {
+    pub pid: u32,
+    pub comm: String,
+    pub state: char,
+    pub ppid: u32,
+    pub flags: u64,
+    pub utime_ticks: u64,
+    pub stime_ticks: u64,
+    pub num_threads: u32,
+    pub start_time_ticks: u64,
+    /// Field 39, `processor`: the CPU the task last ran on. Absent on truncated lines.
+    pub last_cpu: Option<u32>,
+}
+
+impl PidStat {
+    /// Kernel threads: the PF_KTHREAD flag, or kthreadd (pid 2) and its children.
+    pub fn is_kernel_thread(&self) -> bool {
+        self.flags & PF_KTHREAD != 0 || self.pid == 2 || self.ppid == 2
+    }
+}
+
+/// Parses /proc/PID/stat. The comm sits between the first `(` and the LAST `)`, because a
+/// comm may itself hold spaces and parentheses (`(sd-pam)`, `(a) b)`). Fields after comm
+/// are numbered as in proc(5); fields up to `starttime` (22) are required, `processor` (39)
+/// is optional.
+pub fn parse_pid_stat(text: &str) -> Option<PidStat> {
+    let open = text.find('(')?;
+    let close = text.rfind(')')?;
+    if close < open {
+        return None;
+    }
+    let pid = text[..open].trim().parse().ok()?;
+    let comm = text[open + 1..close].to_string();
+    // rest[0] is field 3 (state).
+    let rest: Vec<&str> = text[close + 1..].split_ascii_whitespace().collect();
+    let field = |n: usize| rest.get(n - 3).copied();
+    let num = |n: usize| field(n).and_then(|s| s.parse::<u64>().ok());
+    let state = field(3)?.chars().next()?;
+    Some(PidStat {
+        pid,
+        comm,
+        state,
+        ppid: num(4)? as u32,
+        flags: num(9)?,
+        utime_ticks: num(14)?,
+        stime_ticks: num(15)?,
+        num_threads: num(20)? as u32,
+        start_time_ticks: num(22)?,
+        last_cpu: num(39).map(|c| c as u32),
+    })
+}
+
+/// The fields of /proc/PID/status the sampler keeps.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PidStatus {
+    /// Real uid (first number of the `Uid:` line).
+    pub uid: Option<u32>,
+    pub cpus_allowed: Option<CpuSet>,
+}
+
+/// Parses /proc/PID/status: `Uid:` and `Cpus_allowed_list:`. Missing or malformed lines
+/// give `None` for that field only.
+pub fn parse_status(text: &str) -> PidStatus {
+    let mut out = PidStatus::default();
+    for line in text.lines() {
+        if let Some(v) = line.strip_prefix("Uid:") {
+            out.uid = v
+                .split_ascii_whitespace()
+                .next()
+                .and_then(|s| s.parse().ok());
+        } else if let Some(v) = line.strip_prefix("Cpus_allowed_list:") {
+            out.cpus_allowed = CpuSet::parse_list(v.trim()).ok();
+        }
+    }
+    out
+}
+
+/// Parses /proc/PID/cgroup: the v2 unified path (`0::/path`) when present, else the
+/// `cpuset` hierarchy's path, else the first hierarchy's. Empty when nothing parses.
+pub fn parse_cgroup(text: &str) -> String {
+    let mut first: Option<&str> = None;
+    let mut cpuset: Option<&str> = None;
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(id), Some(ctrls), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        if id == "0" && ctrls.is_empty() {
+            return path.to_string();
+        }
+        if ctrls.split(',').any(|c| c == "cpuset") {
+            cpuset = Some(path);
+        }
+        first.get_or_insert(path);
+    }
+    cpuset.or(first).unwrap_or_default().to_string()
+}
+
+/// Parses the `cpuN` lines of /proc/stat (the aggregate `cpu` line is skipped). Lines with
+/// fewer fields than `steal` (old kernels) get zeros for the missing ones; a line whose
+/// CPU id does not parse is skipped.
+pub fn parse_proc_stat(text: &str) -> Vec<CpuTimes> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("cpu") else {
+            continue;
+        };
+        // `cpu  ...` (the aggregate) has a blank here; `cpuN ...` a digit.
+        if !rest.starts_with(|c: char| c.is_ascii_digit()) {
+            continue;
+        }
+        let mut it = rest.split_ascii_whitespace();
+        let Some(id) = it.next() else { continue };
+        let Ok(cpu) = id.parse::<u32>() else {
+            continue; // the aggregate "cpu " line, or junk
+        };
+        let v: Vec<u64> = it.map_while(|s| s.parse().ok()).collect();
+        if v.len() < 4 {
+            continue;
+        }
+        let g = |i: usize| v.get(i).copied().unwrap_or(0);
+        out.push(CpuTimes {
+            cpu,
+            user: g(0),
+            nice: g(1),
+            system: g(2),
+            idle: g(3),
+            iowait: g(4),
+            irq: g(5),
+            softirq: g(6),
+            steal: g(7),
+        });
+    }
+    out
+}
+
+/// The socket inode of an fd link target `socket:[12345]`, else `None`.
+pub fn socket_inode(link: &[u8]) -> Option<u64> {
+    let s = link.strip_prefix(b"socket:[")?.strip_suffix(b"]")?;
+    std::str::from_utf8(s).ok()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STAT: &str = "1234 (my (odd) proc) S 1 1234 1234 0 -1 4194560 100 0 0 0 \
+        250 50 0 0 20 0 3 0 98765 1000000 200 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0";
+
+    #[test]
+    fn pid_stat_comm_with_spaces_and_parens() {
+        let s = parse_pid_stat(STAT).unwrap();
+        assert_eq!(s.pid, 1234);
+        assert_eq!(s.comm, "my (odd) proc");
+        assert_eq!(s.state, 'S');
+        assert_eq!(s.ppid, 1);
+        assert_eq!(s.utime_ticks, 250);
+        assert_eq!(s.stime_ticks, 50);
+        assert_eq!(s.num_threads, 3);
+        assert_eq!(s.start_time_ticks, 98765);
+        assert_eq!(s.last_cpu, Some(1));
+        assert!(!s.is_kernel_thread());
+    }
+
+    #[test]
+    fn pid_stat_comm_ending_in_paren() {
+        let s = parse_pid_stat("7 (a) b)) R 1 7 7 0 -1 0 0 0 0 0 1 2 0 0 20 0 1 0 5").unwrap();
+        assert_eq!(s.comm, "a) b)");
+        assert_eq!(s.state, 'R');
+        assert_eq!(s.last_cpu, None, "truncated before field 39");
+    }
+
+    #[test]
+    fn pid_stat_kernel_thread() {
+        let kt = "15 (ksoftirqd/1) S 2 0 0 0 -1 69238848 0 0 0 0 0 7 0 0 20 0 1 0 3 0 0 \
+            18446744073709551615 0 0 0 0 0 0 0 2147483647 0 0 0 0 17 1 0 0 0 0 0";
+        let s = parse_pid_stat(kt).unwrap();
+        assert!(s.flags & PF_KTHREAD != 0);
+        assert!(s.is_kernel_thread());
+        // kthreadd itself: pid 2, ppid 0, flag present or not.
+        let k2 = parse_pid_stat("2 (kthreadd) S 0 0 0 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 1").unwrap();
+        assert!(k2.is_kernel_thread());
+    }
+
+    #[test]
+    fn pid_stat_malformed_is_none() {
+        for bad in [
+            "",
+            "1234",
+            "1234 (x",
+            "x) 1 (",
+            "1234 (x) S 1 2",
+            "abc (x) S 1 1 1 0 -1 0 0 0 0 0 1 2 0 0 20 0 1 0 5",
+            "1 (x) S 1 1 1 0 -1 0 0 0 0 0 notanumber 2 0 0 20 0 1 0 5",
+            "1 (x)",
+        ] {
+            assert_eq!(parse_pid_stat(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn status_uid_and_allowed() {
+        let t = "Name:\tbash\nUid:\t1000\t1000\t1000\t1000\nGid:\t100\nCpus_allowed:\tf\n\
+                 Cpus_allowed_list:\t0-1,3\nMems_allowed_list:\t0\n";
+        let s = parse_status(t);
+        assert_eq!(s.uid, Some(1000));
+        assert_eq!(s.cpus_allowed.unwrap().to_vec(), vec![0, 1, 3]);
+        let s = parse_status("Uid:\tx\nCpus_allowed_list:\t3-1\n");
+        assert_eq!(s, PidStatus::default());
+        assert_eq!(parse_status(""), PidStatus::default());
+    }
+
+    #[test]
+    fn cgroup_v2_v1_and_junk() {
+        assert_eq!(
+            parse_cgroup("0::/user.slice/x.scope\n"),
+            "/user.slice/x.scope"
+        );
+        let v1 = "12:memory:/m\n5:cpuset,cpu:/placer/a\n1:name=systemd:/s\n";
+        assert_eq!(parse_cgroup(v1), "/placer/a");
+        assert_eq!(parse_cgroup("3:memory:/m\n"), "/m");
+        let hybrid = "5:cpuset:/c\n0::/u\n";
+        assert_eq!(parse_cgroup(hybrid), "/u");
+        assert_eq!(parse_cgroup("garbage\n"), "");
+        assert_eq!(parse_cgroup(""), "");
+    }
+
+    #[test]
+    fn proc_stat_cpus() {
+        let t = "cpu  10 0 5 100 1 0 2 0 0 0\ncpu0 6 0 3 50 1 0 1 0 0 0\ncpu1 4 0 2 50\n\
+                 cpux 1 2 3 4\ncpu2 1 2\nintr 5 6\nctxt 9\n";
+        let c = parse_proc_stat(t);
+        assert_eq!(c.len(), 2);
+        assert_eq!(c[0].cpu, 0);
+        assert_eq!(
+            (c[0].user, c[0].system, c[0].idle, c[0].softirq),
+            (6, 3, 50, 1)
+        );
+        assert_eq!(c[1].cpu, 1);
+        assert_eq!((c[1].idle, c[1].steal), (50, 0));
+    }
+
+    #[test]
+    fn socket_links() {
+        assert_eq!(socket_inode(b"socket:[12345]"), Some(12345));
+        assert_eq!(socket_inode(b"pipe:[12345]"), None);
+        assert_eq!(socket_inode(b"socket:[x]"), None);
+        assert_eq!(socket_inode(b"/dev/null"), None);
+    }
+}

@@ -1497,6 +1497,9 @@ mod tests {
             tx_bytes_per_s: 0.0,
             avg_rx_seg_bytes: Some(1448.0),
             avg_tx_seg_bytes: None,
+            segs_in_per_s: 4e6 / 1448.0,
+            segs_out_per_s: 0.0,
+            new: false,
         });
         let obs = Observation {
             procs: vec![w, proc_obs(11, "blackscholes", 4), proc_obs(12, "bash", 1)],

@@ -692,6 +692,9 @@ mod tests {
             tx_bytes_per_s: 0.0,
             avg_rx_seg_bytes: None,
             avg_tx_seg_bytes: None,
+            segs_in_per_s: 0.0,
+            segs_out_per_s: 0.0,
+            new: false,
         }
     }
 

@@ -23,6 +23,7 @@ use placer_core::plan::{Direction, FlowMatch};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
 use std::process::Command;
 
 /// The HTB handle placer's qdiscs use (recognisable in `tc qdisc show`).
@@ -517,6 +518,176 @@ pub fn restore_dev(rec: &DevLimits) -> Result<()> {
     err.map_or(Ok(()), Err)
 }
 
+// ---------------------------------------------------------------------------------------
+// Actuator handler: LimitBandwidth / RemoveLimit; restores the journal's `tc_qdisc` knobs.
+// The journal entry's `previous` is the device's root qdisc before placer (for people);
+// `applied` is the device's [`DevLimits`] as JSON, which is all a restore needs.
+
+use crate::actuator::{Ctx, KnobHandler, Restored};
+use crate::journal::{Entry, Knob};
+use placer_core::plan::{Action, Outcome};
+
+/// The tc knob handler: owns the [`Limiter`] (register with `Handlers::register`).
+#[derive(Debug, Default)]
+pub struct TcHandler {
+    pub limiter: Limiter,
+    /// Network namespace the actions' devices live in (None: the host's).
+    pub ctx: TcCtx,
+}
+
+fn knob_of(rec: &DevLimits) -> Knob {
+    Knob::TcQdisc {
+        dev: rec.dev.clone(),
+        netns: rec.ctx.netns.clone(),
+    }
+}
+
+fn outcome_of_tc(e: &LinuxError) -> Outcome {
+    let m = e.to_string();
+    if m.contains("someone else") || m.contains("Cannot find device") || m.contains("not found") {
+        Outcome::Permanent(m)
+    } else {
+        Outcome::Transient(m)
+    }
+}
+
+impl TcHandler {
+    fn live(ctx: &Ctx<'_>) -> Option<Outcome> {
+        (ctx.root != std::path::Path::new("/")).then(|| {
+            Outcome::Permanent(format!(
+                "tc acts on the running kernel; root {} is not /",
+                ctx.root.display()
+            ))
+        })
+    }
+
+    fn adopt_from_journal(&mut self, ctx: &Ctx<'_>, dev: &str) {
+        if self.limiter.record(&self.ctx, dev).is_some() {
+            return;
+        }
+        let knob = Knob::TcQdisc {
+            dev: dev.to_string(),
+            netns: self.ctx.netns.clone(),
+        };
+        if let Some(rec) = ctx
+            .entry(&knob)
+            .and_then(|e| serde_json::from_str::<DevLimits>(&e.applied).ok())
+        {
+            self.limiter.adopt(rec);
+        }
+    }
+}
+
+impl KnobHandler for TcHandler {
+    fn kinds(&self) -> &'static [&'static str] {
+        &["tc_qdisc"]
+    }
+
+    fn apply(&mut self, ctx: &mut Ctx<'_>, action: &Action, dry_run: bool) -> Option<Outcome> {
+        match action {
+            Action::LimitBandwidth {
+                app,
+                dev,
+                rate_bytes_per_s,
+                flows,
+                direction,
+            } => {
+                if let Some(o) = Self::live(ctx) {
+                    return Some(o);
+                }
+                if dry_run {
+                    return Some(Outcome::Skipped(format!(
+                        "dry run: would limit {app} on {dev} to {rate_bytes_per_s} B/s \
+                         ({} flows, {direction:?})",
+                        flows.len()
+                    )));
+                }
+                self.adopt_from_journal(ctx, dev);
+                let Some(journal) = ctx.journal.as_deref_mut() else {
+                    return Some(Outcome::Transient("no journal".into()));
+                };
+                let mut jerr = None;
+                let spec = LimitSpec {
+                    app,
+                    rate_bytes_per_s: *rate_bytes_per_s,
+                    flows,
+                    direction: *direction,
+                };
+                let tctx = self.ctx.clone();
+                let r = self.limiter.limit(&tctx, dev, &spec, &mut |rec| {
+                    let value = serde_json::to_string(rec).unwrap_or_default();
+                    if let Err(e) = journal.record(knob_of(rec), &rec.prev_root, &value, app) {
+                        jerr.get_or_insert(e);
+                    }
+                });
+                Some(match (r, jerr) {
+                    (_, Some(e)) => Outcome::Transient(format!("journal: {e}")),
+                    (Ok(LimitChange::Unchanged), None) => {
+                        Outcome::Skipped(format!("{app} already limited on {dev}"))
+                    }
+                    (Ok(LimitChange::Applied), None) => Outcome::Done,
+                    (Err(e), None) => outcome_of_tc(&e),
+                })
+            }
+            Action::RemoveLimit { app, dev } => {
+                if let Some(o) = Self::live(ctx) {
+                    return Some(o);
+                }
+                if dry_run {
+                    return Some(Outcome::Skipped(format!(
+                        "dry run: would remove {app}'s limit on {dev}"
+                    )));
+                }
+                self.adopt_from_journal(ctx, dev);
+                let knob = Knob::TcQdisc {
+                    dev: dev.clone(),
+                    netns: self.ctx.netns.clone(),
+                };
+                let tctx = self.ctx.clone();
+                let r = self.limiter.remove(&tctx, dev, app);
+                let Some(journal) = ctx.journal.as_deref_mut() else {
+                    return Some(Outcome::Transient("no journal".into()));
+                };
+                let j = match &r {
+                    Ok(None) => journal.remove(&knob),
+                    Ok(Some(rec)) => journal
+                        .record(
+                            knob,
+                            &rec.prev_root,
+                            &serde_json::to_string(rec).unwrap_or_default(),
+                            app,
+                        )
+                        .map(|_| ()),
+                    Err(_) => Ok(()),
+                };
+                Some(match (r, j) {
+                    (Err(e), _) => outcome_of_tc(&e),
+                    (_, Err(e)) => Outcome::Transient(format!("journal: {e}")),
+                    _ => Outcome::Done,
+                })
+            }
+            _ => None,
+        }
+    }
+
+    fn restore(&mut self, _root: &Path, entry: &Entry) -> Restored {
+        let rec: DevLimits = match serde_json::from_str(&entry.applied) {
+            Ok(r) => r,
+            Err(e) => return Restored::Failed(format!("{}: bad journal value: {e}", entry.knob)),
+        };
+        self.limiter
+            .devs
+            .remove(&(rec.ctx.netns.clone(), rec.dev.clone()));
+        if show_qdiscs(&rec.ctx, &rec.dev).is_err() {
+            return Restored::Gone(format!("{} is gone", entry.knob));
+        }
+        match restore_dev(&rec) {
+            Ok(()) => Restored::Restored,
+            Err(e) => Restored::Failed(e.to_string()),
+        }
+    }
+}
+
 /// Test and benchmark support: two network namespaces joined by a veth pair, removed on
 /// drop. Names include the pid and a per-process counter (other agents run the same tests
 /// at the same time).
@@ -931,5 +1102,68 @@ mod tests {
         assert!(e.contains("someone else"), "{e}");
         let q = show_qdiscs(&ctx, &pair.dev_a).unwrap();
         assert!(q.iter().any(|q| q.root && q.handle == "1:"));
+    }
+
+    #[test]
+    fn real_handler_journals_and_restore_all_cleans_up() {
+        if let Some(why) = unavailable_reason() {
+            eprintln!("skipped: {why}");
+            return;
+        }
+        use crate::actuator::Actuator;
+        use placer_core::plan::Plan;
+        let pair = VethPair::new().expect("veth pair");
+        let state = std::env::temp_dir().join(format!("placer-tc-state-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&state);
+        // The built-in handler acts in the caller's namespace: run the actuator on a
+        // thread inside the sender's namespace (tc children inherit it).
+        let (st, dev) = (state.clone(), pair.dev_a.clone());
+        let applied = VethPair::in_netns(&pair.ns_a, move || {
+            let mut act = Actuator::new(Path::new("/"), &st);
+            let mut plan = Plan::default();
+            plan.push(
+                "energy-qos",
+                Action::LimitBandwidth {
+                    app: "ftp".into(),
+                    dev: dev.clone(),
+                    rate_bytes_per_s: 1_000_000,
+                    flows: vec![fm("10.201.0.1:1000", "10.201.0.2:21")],
+                    direction: Direction::Both,
+                },
+                "test",
+            );
+            act.apply(&plan, false).remove(0).outcome
+        })
+        .join()
+        .unwrap()
+        .unwrap();
+        assert_eq!(applied, Outcome::Done);
+        assert!(!clean(&pair.ns_a, &pair.dev_a));
+        let j = crate::journal::Journal::load(&state).unwrap();
+        let e = j
+            .get(&Knob::TcQdisc {
+                dev: pair.dev_a.clone(),
+                netns: None,
+            })
+            .unwrap();
+        assert_eq!(e.previous, "noqueue 0:");
+        // A fresh actuator (as `placer restore` after a daemon crash) restores from the
+        // journal alone.
+        let st = state.clone();
+        let restored = VethPair::in_netns(&pair.ns_a, move || {
+            Actuator::new(Path::new("/"), &st)
+                .restore_all()
+                .unwrap()
+                .into_iter()
+                .map(|(_, r)| r)
+                .collect::<Vec<_>>()
+        })
+        .join()
+        .unwrap()
+        .unwrap();
+        assert_eq!(restored, vec![Restored::Restored]);
+        assert!(clean(&pair.ns_a, &pair.dev_a));
+        assert!(!links(&pair.ns_a).contains("plq"));
+        let _ = std::fs::remove_dir_all(&state);
     }
 }

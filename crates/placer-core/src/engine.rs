@@ -45,6 +45,10 @@ pub fn policies_from_config(config: &Config) -> Vec<Box<dyn Policy>> {
                 config.scope.clone(),
                 self_pid,
             ))),
+            "energy-qos" => v.push(Box::new(
+                crate::policies::energy_qos::EnergyQos::new(config.energy_qos.clone())
+                    .with_scope(config.scope.clone(), self_pid),
+            )),
             _ => {}
         }
     }

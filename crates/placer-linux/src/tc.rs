@@ -186,6 +186,10 @@ pub fn u32_match(src: &SocketAddr, dst: &SocketAddr) -> Vec<String> {
             v.extend(s(&["match", fam, dir, &port.to_string(), "0xffff"]));
         }
     }
+    if v.is_empty() {
+        // u32 needs a selector: this one matches every packet.
+        v.extend(s(&["match", "u32", "0", "0"]));
+    }
     v
 }
 
@@ -704,6 +708,8 @@ pub mod testnet {
         pub dev_b: String,
         pub addr_a: IpAddr,
         pub addr_b: IpAddr,
+        /// Pin [`stream`]'s sender and receiver threads to this CPU.
+        pub pin_cpu: Option<u32>,
     }
 
     /// Why the real network tests cannot run here, if so.
@@ -732,6 +738,7 @@ pub mod testnet {
                 dev_b: format!("pvb{tag}"),
                 addr_a: "10.201.0.1".parse().expect("literal address"),
                 addr_b: "10.201.0.2".parse().expect("literal address"),
+                pin_cpu: None,
             };
             let host = TcCtx::host();
             host.run("ip", &s(&["netns", "add", &p.ns_a]))?;
@@ -766,6 +773,32 @@ pub mod testnet {
                 Ok(f())
             })
         }
+    }
+
+    /// Steers receive processing of `dev` (in namespace `ns`) to `cpu` with RPS, as a
+    /// NIC's interrupt would: packets arriving from other CPUs are processed in NET_RX
+    /// softirq on `cpu`. Written through `ip netns exec NS tee` (that command mounts the
+    /// namespace's own /sys); the value is piped on stdin, no shell involved.
+    pub fn set_rps(ns: &str, dev: &str, cpu: u32) -> Result<()> {
+        use std::io::Write;
+        let path = format!("/sys/class/net/{dev}/queues/rx-0/rps_cpus");
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", ns, "tee", &path])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| LinuxError::Other(format!("ip netns exec {ns} tee {path}: {e}")))?;
+        let mask = placer_core::CpuSet::single(cpu).to_mask_string();
+        if let Some(mut stdin) = child.stdin.take() {
+            let _ = writeln!(stdin, "{mask}");
+        }
+        let st = child
+            .wait()
+            .map_err(|e| LinuxError::Other(format!("tee {path}: {e}")))?;
+        if !st.success() {
+            return Err(LinuxError::Other(format!("tee {path}: {st}")));
+        }
+        Ok(())
     }
 
     /// Moves the calling thread into the network namespace at `path`.
@@ -804,7 +837,11 @@ pub mod testnet {
         let (tx_ready, rx_ready) = std::sync::mpsc::channel::<()>();
         let listen = SocketAddr::new(pair.addr_b, port);
         let total = Duration::from_secs_f64(warmup_s + secs);
+        let pin = pair.pin_cpu;
         let receiver = VethPair::in_netns(&pair.ns_b, move || -> std::io::Result<f64> {
+            if let Some(c) = pin {
+                crate::power_meter::pin_self(c);
+            }
             let l = std::net::TcpListener::bind(listen)?;
             let _ = tx_ready.send(());
             let (mut c, _) = l.accept()?;
@@ -836,6 +873,9 @@ pub mod testnet {
         let (tx_addr, rx_addr) = std::sync::mpsc::channel();
         let (tx_go, rx_go) = std::sync::mpsc::channel::<()>();
         let sender = VethPair::in_netns(&pair.ns_a, move || -> std::io::Result<()> {
+            if let Some(c) = pin {
+                crate::power_meter::pin_self(c);
+            }
             let mut c = std::net::TcpStream::connect_timeout(&listen, Duration::from_secs(5))?;
             let _ = tx_addr.send((c.local_addr()?, c.peer_addr()?));
             let _ = rx_go.recv_timeout(Duration::from_secs(10));
@@ -912,6 +952,8 @@ mod tests {
             s(&["ip", "netns", "exec", "n1", "tc", "qdisc", "show"])
         );
         assert_eq!(TcCtx::host().argv("tc", &[]), s(&["tc"]));
+        let any: SocketAddr = "0.0.0.0:0".parse().unwrap();
+        assert_eq!(u32_match(&any, &any), s(&["match", "u32", "0", "0"]));
     }
 
     #[test]

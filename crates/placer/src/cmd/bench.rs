@@ -23,12 +23,15 @@ pub enum BenchCmd {
     /// ttcp-style TCP benchmark of buffer reuse and NUMA placement (seed 004).
     Net(EmptyArgs),
     /// Deadline misses of a periodic task under a network stream, with and without the limiter.
-    Qos(EmptyArgs),
+    Qos(super::bench_qos::Args),
 }
 
 #[derive(clap::Args, Debug)]
 pub struct EmptyArgs {}
 
 pub fn run(args: Args) -> Result<()> {
-    bail!("`placer bench {:?}` is not implemented yet", args.what)
+    match args.what {
+        BenchCmd::Qos(a) => super::bench_qos::run(a),
+        other => bail!("`placer bench {:?}` is not implemented yet", other),
+    }
 }

@@ -1,10 +1,12 @@
 //! One module per subcommand.
 
 pub mod bench;
+pub mod bench_qos;
 pub mod daemon;
 pub mod explain;
 pub mod plan;
 pub mod power;
+pub mod power_calibrate;
 pub mod record;
 pub mod restore;
 pub mod run;

@@ -14,7 +14,7 @@ pub enum PowerCmd {
     /// Fit P = Pn + Ps*packages + Pc*cores + Pt*siblings from a CSV or a record file.
     Fit(FitArgs),
     /// Measure power per system state (cluster, frequency) on this machine.
-    Calibrate(CalibrateArgs),
+    Calibrate(super::power_calibrate::Args),
 }
 
 #[derive(clap::Args, Debug)]
@@ -26,6 +26,6 @@ pub struct CalibrateArgs {}
 pub fn run(args: Args) -> Result<()> {
     match args.cmd {
         PowerCmd::Fit(_) => bail!("`placer power fit` is not implemented yet"),
-        PowerCmd::Calibrate(_) => bail!("`placer power calibrate` is not implemented yet"),
+        PowerCmd::Calibrate(a) => super::power_calibrate::run(a),
     }
 }

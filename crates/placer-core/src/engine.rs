@@ -52,6 +52,10 @@ pub fn policies_from_config(config: &Config) -> Vec<Box<dyn Policy>> {
                 crate::policies::contention::Contention::new(config.contention.clone())
                     .with_scope(config.scope.clone(), self_pid),
             )),
+            "energy-qos" => v.push(Box::new(
+                crate::policies::energy_qos::EnergyQos::new(config.energy_qos.clone())
+                    .with_scope(config.scope.clone(), self_pid),
+            )),
             _ => {}
         }
     }

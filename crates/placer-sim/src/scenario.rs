@@ -25,8 +25,10 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Built-in scenarios: (name, TOML text). Other areas add their seed scenarios here.
-pub const BUILTIN: &[(&str, &str)] =
-    &[("seed-002", include_str!("../../../scenarios/seed-002.toml"))];
+pub const BUILTIN: &[(&str, &str)] = &[
+    ("seed-002", include_str!("../../../scenarios/seed-002.toml")),
+    ("seed-004", include_str!("../../../scenarios/seed-004.toml")),
+];
 
 fn default_seeds() -> Vec<u64> {
     vec![1, 2, 3]
@@ -108,6 +110,10 @@ pub struct Variant {
     /// Parameter overrides on top of the scenario's.
     #[serde(default)]
     pub params: Option<toml::Value>,
+    /// Workloads replacing the scenario's in this variant (seed 004 compares buffer
+    /// habits and memory nodes of one receiver).
+    #[serde(default)]
+    pub workloads: Option<Vec<WorkloadSpec>>,
 }
 
 /// One figure from the paper: `metric` of `policy` against `versus`, in percent.
@@ -279,6 +285,10 @@ impl Scenario {
         self.topology_and_params(None)?;
         for v in &self.variants {
             self.topology_and_params(Some(v))?;
+            for w in v.workloads.iter().flatten() {
+                w.validate()
+                    .map_err(|e| ScenarioError::Invalid(self.name.clone(), e))?;
+            }
         }
         Ok(())
     }
@@ -360,7 +370,9 @@ impl Scenario {
             &self.machine,
             topo,
             params,
-            self.workloads.clone(),
+            variant
+                .and_then(|v| v.workloads.clone())
+                .unwrap_or_else(|| self.workloads.clone()),
             baseline,
             seed,
         )

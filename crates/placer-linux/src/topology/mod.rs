@@ -80,8 +80,8 @@ pub fn read(root: &Path) -> Result<Topology> {
         })
         .collect();
 
-    read_cpu_ids(&files, &mut cpus, &online)?;
-    let caches = read_caches(&files, &online, &present)?;
+    let smt_source = read_cpu_ids(&files, &mut cpus, &online)?;
+    let caches = read_caches(&files, &online, &present, &smt_source)?;
     let nodes = read_nodes(&files, &present)?;
     for n in &nodes {
         for id in n.cpus.iter() {
@@ -176,7 +176,9 @@ fn first_cpuset(
     Ok(None)
 }
 
-fn read_cpu_ids(files: &Files, cpus: &mut [Cpu], online: &CpuSet) -> Result<()> {
+/// Fills package, die, cluster, core and siblings of the online CPUs. Returns, for each
+/// SMT sibling that was not read but copied, the CPU it was copied from.
+fn read_cpu_ids(files: &Files, cpus: &mut [Cpu], online: &CpuSet) -> Result<HashMap<u32, u32>> {
     let mut raw: BTreeMap<u32, RawIds> = BTreeMap::new();
     // SMT siblings share package, die, cluster and sibling set: read them once per core
     // (from its first CPU) and copy; `core_id` is read for every CPU (see
@@ -296,7 +298,7 @@ fn read_cpu_ids(files: &Files, cpus: &mut [Cpu], online: &CpuSet) -> Result<()> 
             c.siblings = g.clone();
         }
     }
-    Ok(())
+    Ok(read_by)
 }
 
 /// Splits sibling groups whose CPUs carry different `core_id`s (AMD Bulldozer/Piledriver
@@ -359,13 +361,26 @@ fn components(ids: &[u32], lists: impl Fn(u32) -> CpuSet) -> Vec<CpuSet> {
     v
 }
 
-fn read_caches(files: &Files, online: &CpuSet, present: &CpuSet) -> Result<Vec<Cache>> {
+fn read_caches(
+    files: &Files,
+    online: &CpuSet,
+    present: &CpuSet,
+    smt_source: &HashMap<u32, u32>,
+) -> Result<Vec<Cache>> {
     let mut caches: Vec<Cache> = Vec::new();
     // index number -> caches found through it, to skip CPUs already covered.
     let mut by_index: HashMap<u32, Vec<usize>> = HashMap::new();
     let mut has_id: Option<bool> = None;
+    let mut seen: HashMap<(u8, CacheKind, CpuSet), usize> = HashMap::new();
+    // Number of cache leaves of each CPU read: an SMT sibling covered by all of its
+    // source's leaves has no other (they share the core), so it is not probed further.
+    let mut leaves: HashMap<u32, u32> = HashMap::new();
     for cpu in online.iter() {
+        let source_leaves = smt_source.get(&cpu).and_then(|s| leaves.get(s)).copied();
         for idx in 0u32.. {
+            if source_leaves == Some(idx) {
+                break;
+            }
             if by_index
                 .get(&idx)
                 .is_some_and(|v| v.iter().any(|&i| caches[i].cpus.contains(cpu)))
@@ -377,6 +392,7 @@ fn read_caches(files: &Files, online: &CpuSet, present: &CpuSet) -> Result<Vec<C
                 if idx == 0 {
                     caches.extend(sparc_caches(files, cpu)?);
                 }
+                leaves.insert(cpu, idx);
                 break;
             };
             let level = u8::try_from(level).map_err(|_| {
@@ -401,12 +417,11 @@ fn read_caches(files: &Files, online: &CpuSet, present: &CpuSet) -> Result<Vec<C
             } else {
                 None
             };
-            let pos = match caches
-                .iter()
-                .position(|c| c.level == level && c.kind == kind && c.cpus == shared)
-            {
-                Some(p) => p,
+            let key = (level, kind, shared.clone());
+            let pos = match seen.get(&key) {
+                Some(&p) => p,
                 None => {
+                    seen.insert(key, caches.len());
                     caches.push(Cache {
                         level,
                         kind,

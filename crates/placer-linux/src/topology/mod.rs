@@ -7,19 +7,21 @@
 //!   listed with everything else unknown: the kernel removes most of their files.
 //! - allowed: [`allowed`] (cgroup cpuset v1/v2 and `Cpus_allowed_list`).
 //! - package: `physical_package_id`; when it is -1 or missing, the groups of
-//!   `package_cpus_list`/`core_siblings_list`/`core_siblings` numbered by first CPU; else
+//!   `package_cpus`/`core_siblings` (masks, else lists) numbered by first CPU; else
 //!   `proc/cpuinfo` `physical id`.
-//! - core: union-find over `core_cpus_list`/`thread_siblings_list`/their masks (so a
-//!   one-sided sibling list cannot make the groups inconsistent), numbered 0.. by first
-//!   CPU; else (package, die, `core_id`); else cpuinfo (`physical id`, `core id`).
-//! - caches: `cpuN/cache/indexM/{level,type,size,shared_cpu_list|shared_cpu_map,id}` of
+//! - core: union-find over `core_cpus`/`thread_siblings` (masks, else lists; so a
+//!   one-sided sibling list cannot make the groups inconsistent), split by `core_id`
+//!   (AMD modules), numbered 0.. by first CPU; else (package, die, `core_id`) with
+//!   cpuinfo's `core id` when the file is missing.
+//! - caches: `cpuN/cache/indexM/{level,type,size,shared_cpu_map|shared_cpu_list,id}` of
 //!   online CPUs, one entry per distinct (level, kind, CPU set). A CPU already covered by
 //!   an instance read through the same `indexM` is not read again (the kernel numbers
 //!   a CPU's cache leaves identically for all CPUs sharing them); this keeps a 256-CPU
 //!   read fast.
-//! - nodes: `node/nodeN/{cpulist|cpumap, meminfo, distance}`; a distance row maps to the
-//!   node directories in id order, or to `node/possible` when its length matches that
-//!   (hand-edited snapshots with an offline node); any other length is an error.
+//! - nodes: `node/nodeN/{cpumap|cpulist (else cpuM links), meminfo, distance}`; a
+//!   distance row maps to the node directories in id order, or to `node/possible` when
+//!   its length matches that (hand-edited snapshots with an offline node); any other
+//!   length is an error.
 //! - capacity `cpuN/cpu_capacity`; core type from `devices/cpu_core|cpu_atom/cpus`
 //!   (Intel hybrid), else from capacities (above the midpoint of min and max = big),
 //!   else from cpufreq `base_frequency` when it takes exactly two values (Intel hybrid
@@ -478,10 +480,12 @@ fn read_nodes(files: &Files, present: &CpuSet) -> Result<Vec<Node>> {
     let mut nodes = Vec::new();
     for &id in &ids {
         let d = format!("{NODE}/node{id}");
-        let cpus = files
-            .cpuset_pair(&format!("{d}/cpulist"), &format!("{d}/cpumap"))?
-            .unwrap_or_default()
-            .intersection(present);
+        // Very old kernels have neither file, only `nodeN/cpuM` links.
+        let cpus = match files.cpuset_pair(&format!("{d}/cpulist"), &format!("{d}/cpumap"))? {
+            Some(c) => c,
+            None => files.numbered(&d, "cpu")?.into_iter().collect(),
+        }
+        .intersection(present);
         let memory_bytes = files
             .parse(&format!("{d}/meminfo"), parse::meminfo_total_bytes)?
             .flatten();

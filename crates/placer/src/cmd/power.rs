@@ -1,7 +1,7 @@
 //! `placer power`: fit a power model from measurements (`fit`), or step through system
 //! states measuring watts on the hardware (`calibrate`).
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -14,7 +14,7 @@ pub enum PowerCmd {
     /// Fit P = Pn + Ps*packages + Pc*cores + Pt*siblings from a CSV or a record file.
     Fit(FitArgs),
     /// Measure power per system state (cluster, frequency) on this machine.
-    Calibrate(CalibrateArgs),
+    Calibrate(super::power_calibrate::Args),
 }
 
 /// `placer power fit` arguments (defined with the code in power_fit.rs).
@@ -26,6 +26,6 @@ pub struct CalibrateArgs {}
 pub fn run(args: Args) -> Result<()> {
     match args.cmd {
         PowerCmd::Fit(a) => super::power_fit::run(a),
-        PowerCmd::Calibrate(_) => bail!("`placer power calibrate` is not implemented yet"),
+        PowerCmd::Calibrate(a) => super::power_calibrate::run(a),
     }
 }

@@ -214,24 +214,17 @@ impl Config {
                 format!("{:?} is not an address:port", self.metrics.listen),
             );
         }
-        self.net_affinity
-            .validate()
-            .map_err(|(f, m)| ConfigError::Invalid {
-                field: format!("net_affinity.{f}"),
+        // Each policy validates its own section; errors are prefixed with the section name.
+        let section = |name: &str, r: Result<(), (String, String)>| {
+            r.map_err(|(f, m)| ConfigError::Invalid {
+                field: format!("{name}.{f}"),
                 message: m,
-            })?;
-        self.smt_energy
-            .validate()
-            .map_err(|(f, m)| ConfigError::Invalid {
-                field: format!("smt_energy.{f}"),
-                message: m,
-            })?;
-        self.energy_qos
-            .validate()
-            .map_err(|(f, m)| ConfigError::Invalid {
-                field: format!("energy_qos.{f}"),
-                message: m,
-            })?;
+            })
+        };
+        section("net_affinity", self.net_affinity.validate())?;
+        section("smt_energy", self.smt_energy.validate())?;
+        section("energy_qos", self.energy_qos.validate())?;
+        section("numa_local", self.numa_local.validate())?;
         Ok(())
     }
 }

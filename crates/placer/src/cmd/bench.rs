@@ -13,7 +13,7 @@ pub struct Args {
 #[derive(clap::Subcommand, Debug)]
 pub enum BenchCmd {
     /// Time to read the topology of a root (default /), median of runs.
-    Topo(EmptyArgs),
+    Topo(super::bench_topo::Args),
     /// Cost of one sample+observe cycle.
     Cycle(EmptyArgs),
     /// Daemon cycle overhead and reaction time of net-affinity.
@@ -32,6 +32,7 @@ pub struct EmptyArgs {}
 pub fn run(args: Args) -> Result<()> {
     match args.what {
         BenchCmd::Qos(a) => super::bench_qos::run(a),
+        BenchCmd::Topo(a) => super::bench_topo::run(a),
         other => bail!("`placer bench {:?}` is not implemented yet", other),
     }
 }

@@ -1,0 +1,302 @@
+//! Moving another process's memory to a NUMA node, bounded in bytes per call (the
+//! actuator side of `Action::BindMemory` / `Action::RestoreMemory`, seed 004).
+//!
+//! Why not simply bind: `set_mempolicy` and `mbind` act only on the calling process, so
+//! placer cannot set another process's policy. What it can do:
+//! - run the process on the target node's CPUs (a `PinProcess` from the policy), so the
+//!   kernel's default local policy puts its *new* pages there (first touch);
+//! - move its *existing* pages with `move_pages(pid, ...)`, a bounded number per interval:
+//!   migration copies every page and stalls the process's accesses to it, so moving a
+//!   large process in one `migrate_pages` call can freeze it for a long time.
+//!
+//! [`migrate_bounded`] scans the mappings that numa_maps says have pages off the target
+//! node, asks the kernel where each page is (a `move_pages` status query, nodes = NULL),
+//! and moves at most `max_bytes` of the off-target ones. [`snapshot`] records the pages per
+//! node before the first move (the journal's previous value); [`restore`] moves the pages
+//! back to the node that held most of them then, with one unbounded `migrate_pages` (done
+//! at shutdown or `placer restore`, when a stall is the lesser evil).
+//!
+//! Invariants (tested): never more than `max_bytes` moved per call; pages already on the
+//! target are never moved; an exited process is a `Proc` error naming the pid.
+
+use crate::error::{LinuxError, Result};
+use crate::numa_maps;
+use placer_bufpool::numa as sys;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Pages asked about per `move_pages` query.
+const QUERY_BATCH_PAGES: usize = 512;
+/// Most pages scanned (queried) per call, so a huge process cannot make one cycle slow.
+pub const MAX_SCAN_PAGES: u64 = 1 << 20;
+
+/// The journal's record of a process's memory placement before placer moved it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemRecord {
+    pub pid: u32,
+    pub start_time_ticks: u64,
+    /// Resident base pages per node before the first move.
+    pub before_pages: BTreeMap<u32, u64>,
+    /// Nodes placer moved memory to.
+    pub target: Vec<u32>,
+}
+
+impl MemRecord {
+    /// The node that held most pages before (the one `restore` moves back to).
+    pub fn previous_main_node(&self) -> Option<u32> {
+        main_node(&self.before_pages)
+    }
+}
+
+/// The node holding the most pages (lowest id on a tie).
+pub use placer_core::policies::numa_local::main_page_node as main_node;
+
+/// What one bounded migration did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct MigrateReport {
+    pub scanned_pages: u64,
+    /// Present pages found off the target node.
+    pub off_target_pages: u64,
+    pub moved_pages: u64,
+    pub moved_bytes: u64,
+    /// Pages the kernel would not move (pinned, shared, busy).
+    pub failed_pages: u64,
+    /// Stopped because `max_bytes` (or the scan cap) was reached; more may remain.
+    pub bounded: bool,
+}
+
+/// Start and end of each mapping in /proc/PID/maps text.
+pub fn parse_maps_ranges(text: &str) -> BTreeMap<u64, u64> {
+    text.lines()
+        .filter_map(|l| {
+            let (a, b) = l.split_whitespace().next()?.split_once('-')?;
+            Some((
+                u64::from_str_radix(a, 16).ok()?,
+                u64::from_str_radix(b, 16).ok()?,
+            ))
+        })
+        .collect()
+}
+
+/// From a status query of `addrs`, the addresses on a node other than `target`, at most
+/// `budget_pages` of them, in address order. Absent pages (negative status) are skipped.
+pub fn pick_off_target(
+    addrs: &[u64],
+    status: &[std::result::Result<u32, i32>],
+    target: u32,
+    budget_pages: u64,
+) -> Vec<u64> {
+    addrs
+        .iter()
+        .zip(status)
+        .filter(|(_, s)| matches!(s, Ok(n) if *n != target))
+        .map(|(&a, _)| a)
+        .take(usize::try_from(budget_pages).unwrap_or(usize::MAX))
+        .collect()
+}
+
+/// The pages per node of `pid` now, as the record of its placement before placer moves it.
+pub fn snapshot(
+    root: &Path,
+    pid: u32,
+    start_time_ticks: u64,
+    target: &[u32],
+    base_page_bytes: u64,
+) -> Result<MemRecord> {
+    let before_pages = numa_maps::read(root, pid, base_page_bytes)?.ok_or(LinuxError::Proc {
+        pid,
+        message: "process gone (no numa_maps)".into(),
+    })?;
+    Ok(MemRecord {
+        pid,
+        start_time_ticks,
+        before_pages,
+        target: target.to_vec(),
+    })
+}
+
+fn proc_err(pid: u32, what: &str, e: std::io::Error) -> LinuxError {
+    LinuxError::Proc {
+        pid,
+        message: format!("{what}: {e}"),
+    }
+}
+
+/// Moves at most `max_bytes` of `pid`'s resident pages that are not on `target` to it.
+/// `root` locates /proc (the syscalls act on the live pid, so use `/` for real moves).
+pub fn migrate_bounded(
+    root: &Path,
+    pid: u32,
+    target: u32,
+    max_bytes: u64,
+) -> Result<MigrateReport> {
+    let mut rep = MigrateReport::default();
+    if max_bytes == 0 {
+        return Ok(rep);
+    }
+    let read = |name: &str| {
+        let path = root.join(format!("proc/{pid}/{name}"));
+        std::fs::read_to_string(&path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => LinuxError::Proc {
+                pid,
+                message: "process gone".into(),
+            },
+            _ => LinuxError::io(path, e),
+        })
+    };
+    let maps = numa_maps::parse(&read("numa_maps")?);
+    let ranges = parse_maps_ranges(&read("maps")?);
+    let mut budget_bytes = max_bytes;
+    'mappings: for m in maps.iter().filter(|m| m.pages.keys().any(|&n| n != target)) {
+        let Some(&end) = ranges.get(&m.start) else {
+            continue; // the mapping changed between the two reads
+        };
+        let page = m.page_kb * 1024;
+        let mut addr = m.start;
+        while addr < end {
+            if budget_bytes < page || rep.scanned_pages >= MAX_SCAN_PAGES {
+                rep.bounded = true;
+                break 'mappings;
+            }
+            let n = ((end - addr) / page).min(QUERY_BATCH_PAGES as u64);
+            let addrs: Vec<u64> = (0..n).map(|i| addr + i * page).collect();
+            addr += n * page;
+            let ptrs: Vec<*const u8> = addrs.iter().map(|&a| a as *const u8).collect();
+            let status =
+                sys::page_nodes_of(pid, &ptrs).map_err(|e| proc_err(pid, "move_pages query", e))?;
+            rep.scanned_pages += n;
+            rep.off_target_pages += status
+                .iter()
+                .filter(|s| matches!(s, Ok(x) if *x != target))
+                .count() as u64;
+            let picked = pick_off_target(&addrs, &status, target, budget_bytes / page);
+            if picked.is_empty() {
+                continue;
+            }
+            let ptrs: Vec<*const u8> = picked.iter().map(|&a| a as *const u8).collect();
+            let after = sys::move_pages_to(pid, &ptrs, target)
+                .map_err(|e| proc_err(pid, "move_pages", e))?;
+            let moved = after.iter().filter(|s| **s == Ok(target)).count() as u64;
+            rep.moved_pages += moved;
+            rep.failed_pages += picked.len() as u64 - moved;
+            rep.moved_bytes += moved * page;
+            // Failed pages still used the budget's time; count what was attempted.
+            budget_bytes = budget_bytes.saturating_sub(picked.len() as u64 * page);
+        }
+    }
+    Ok(rep)
+}
+
+/// Puts a process's memory back on the node that held most of it before placer moved it
+/// (unbounded `migrate_pages`). Returns the pages that could not be moved; `Ok(0)` with
+/// nothing done when the previous main node is a target (nothing to undo).
+pub fn restore(rec: &MemRecord) -> Result<u64> {
+    let Some(prev) = rec.previous_main_node() else {
+        return Ok(0);
+    };
+    let from: Vec<u32> = rec.target.iter().copied().filter(|&n| n != prev).collect();
+    if from.is_empty() {
+        return Ok(0);
+    }
+    let to = vec![prev; from.len()];
+    sys::migrate_pages(rec.pid, &from, &to).map_err(|e| proc_err(rec.pid, "migrate_pages", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_ranges() {
+        let t = "00400000-00452000 r-xp 00000000 08:02 173521 /usr/bin/dbus-daemon\n\
+                 7ffd2a1c3000-7ffd2a1e4000 rw-p 00000000 00:00 0 [stack]\n";
+        let r = parse_maps_ranges(t);
+        assert_eq!(r[&0x400000], 0x452000);
+        assert_eq!(r[&0x7ffd2a1c3000], 0x7ffd2a1e4000);
+    }
+
+    #[test]
+    fn picks_only_off_target_pages_within_budget() {
+        let addrs = [0x1000, 0x2000, 0x3000, 0x4000, 0x5000, 0x6000];
+        let st = [Ok(0), Ok(1), Err(-libc::ENOENT), Ok(2), Ok(1), Ok(0)];
+        assert_eq!(
+            pick_off_target(&addrs, &st, 0, 10),
+            vec![0x2000, 0x4000, 0x5000]
+        );
+        assert_eq!(pick_off_target(&addrs, &st, 0, 2), vec![0x2000, 0x4000]);
+        assert!(pick_off_target(&addrs, &st, 0, 0).is_empty());
+        // Pages already on the target are never picked.
+        assert_eq!(
+            pick_off_target(&addrs, &st, 1, 10),
+            vec![0x1000, 0x4000, 0x6000]
+        );
+    }
+
+    #[test]
+    fn main_node_is_the_largest() {
+        assert_eq!(
+            main_node(&BTreeMap::from([(0, 5), (1, 9), (2, 9)])),
+            Some(1)
+        );
+        assert_eq!(main_node(&BTreeMap::from([(3, 0)])), None);
+        let rec = MemRecord {
+            pid: 1,
+            start_time_ticks: 1,
+            before_pages: BTreeMap::from([(2, 100), (0, 3)]),
+            target: vec![2],
+        };
+        // Previous main node is the target: restoring has nothing to undo.
+        assert_eq!(restore(&rec).unwrap(), 0);
+    }
+
+    /// A child process whose pages are all on node 0 (the only node here): a bounded
+    /// migration to node 0 scans but moves nothing; to a node that does not exist it
+    /// moves nothing either and fails per page or as a whole, never silently succeeds.
+    #[test]
+    fn live_child_on_node_0() {
+        struct Kill(std::process::Child);
+        impl Drop for Kill {
+            fn drop(&mut self) {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+            }
+        }
+        let child = match std::process::Command::new("sleep").arg("30").spawn() {
+            Ok(c) => Kill(c),
+            Err(e) => {
+                eprintln!("skipping: cannot start sleep: {e}");
+                return;
+            }
+        };
+        let pid = child.0.id();
+        // Let it exec so its mappings are sleep's.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let rec = snapshot(Path::new("/"), pid, 0, &[0], 4096).unwrap();
+        assert!(rec.before_pages.values().sum::<u64>() > 0);
+        match migrate_bounded(Path::new("/"), pid, 0, 1 << 20) {
+            Ok(rep) => {
+                let only_node0 = rec.before_pages.keys().all(|&n| n == 0);
+                if only_node0 {
+                    assert_eq!(rep.moved_pages, 0);
+                    assert_eq!(rep.off_target_pages, 0);
+                }
+                assert!(rep.moved_bytes <= 1 << 20);
+            }
+            Err(e) => eprintln!("skipping: move_pages on a child not permitted here: {e}"),
+        }
+        assert_eq!(
+            migrate_bounded(Path::new("/"), pid, 0, 0).unwrap(),
+            MigrateReport::default()
+        );
+    }
+
+    #[test]
+    fn gone_process_is_a_proc_error() {
+        // Pid beyond pid_max never exists.
+        match migrate_bounded(Path::new("/"), u32::MAX - 1, 0, 4096) {
+            Err(LinuxError::Proc { pid, .. }) => assert_eq!(pid, u32::MAX - 1),
+            other => panic!("expected a Proc error, got {other:?}"),
+        }
+    }
+}

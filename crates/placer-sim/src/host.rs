@@ -260,7 +260,8 @@ impl SimHost {
             energy_j: 0.0,
             power_w: 0.0,
             window: Window::default(),
-            next_pid: 1000,
+            // Above Linux's PID_MAX_LIMIT (4,194,304): never a real pid (placer's own included).
+            next_pid: 5_000_000,
             last_balance_ns: 0,
             speed: Vec::new(),
             want: Vec::new(),
@@ -1090,6 +1091,8 @@ impl SimHost {
                 } else {
                     f.segs as u64
                 },
+                data_segs_in: if f.rx { f.segs as u64 } else { 0 },
+                data_segs_out: if f.rx { 0 } else { f.segs as u64 },
             })
             .collect();
         let mut irqs = Vec::new();

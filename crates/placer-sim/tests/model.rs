@@ -412,8 +412,8 @@ nic = "eth{i}"
 rate_mbps = 300.0
 "#;
     let sc = scenario(text);
-    let factory = |_: &str, _: &placer_core::config::Config| -> Result<Box<dyn Policy>, String> {
-        Ok(Box::new(PinToIrq))
+    let factory = |_: &placer_core::config::Config| -> Result<Vec<Box<dyn Policy>>, String> {
+        Ok(vec![Box::new(PinToIrq)])
     };
     let rows = scenario::run(&sc, &factory);
     let (base, pol) = (&rows[0].mean, &rows[1].mean);

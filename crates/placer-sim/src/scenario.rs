@@ -24,8 +24,13 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Built-in scenarios: (name, TOML text). Other areas add their seed scenarios here.
-pub const BUILTIN: &[(&str, &str)] =
-    &[("seed-002", include_str!("../../../scenarios/seed-002.toml"))];
+pub const BUILTIN: &[(&str, &str)] = &[
+    ("seed-002", include_str!("../../../scenarios/seed-002.toml")),
+    (
+        "seed-002-small",
+        include_str!("../../../scenarios/seed-002-small.toml"),
+    ),
+];
 
 fn default_seeds() -> Vec<u64> {
     vec![1, 2, 3]
@@ -61,7 +66,7 @@ pub struct Scenario {
     pub policy_interval_ms: u64,
     /// The scenario's objective for the oracle and the headline column:
     /// `throughput` (network Gbit/s, else work rate), `makespan`, `energy`,
-    /// `perf_per_watt`.
+    /// `perf_per_watt`, `cpu_efficiency` (throughput per busy CPU).
     #[serde(default)]
     pub objective: Objective,
     /// A placer config fragment (TOML) for the placer policies.
@@ -90,6 +95,8 @@ pub enum Objective {
     Makespan,
     Energy,
     PerfPerWatt,
+    /// Network Gbit/s (else work rate) per busy CPU.
+    CpuEfficiency,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -515,12 +522,23 @@ pub fn headline(obj: Objective, m: &Metrics) -> f64 {
         Objective::Makespan => m.makespan_s.unwrap_or(f64::INFINITY),
         Objective::Energy => m.energy_j,
         Objective::PerfPerWatt => m.perf_per_watt,
+        Objective::CpuEfficiency => {
+            let perf = if m.net_gbps > 0.0 {
+                m.net_gbps
+            } else {
+                m.work_rate
+            };
+            perf / m.cpu_busy_cpus.max(1e-9)
+        }
     }
 }
 
 /// Whether a larger headline value is better.
 pub fn bigger_is_better(obj: Objective) -> bool {
-    matches!(obj, Objective::Throughput | Objective::PerfPerWatt)
+    matches!(
+        obj,
+        Objective::Throughput | Objective::PerfPerWatt | Objective::CpuEfficiency
+    )
 }
 
 fn mean_metrics(runs: &[RunResult]) -> Metrics {

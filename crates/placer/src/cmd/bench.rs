@@ -21,7 +21,7 @@ pub enum BenchCmd {
     /// Simulator speed: 10 simulated seconds of 64 tasks on 64 CPUs.
     Sim(crate::cmd::bench_sim::Args),
     /// ttcp-style TCP benchmark of buffer reuse and NUMA placement (seed 004).
-    Net(EmptyArgs),
+    Net(super::bench_net::Args),
     /// Deadline misses of a periodic task under a network stream, with and without the limiter.
     Qos(super::bench_qos::Args),
 }
@@ -34,6 +34,7 @@ pub fn run(args: Args) -> Result<()> {
         BenchCmd::Qos(a) => super::bench_qos::run(a),
         BenchCmd::Topo(a) => super::bench_topo::run(a),
         BenchCmd::Sim(a) => crate::cmd::bench_sim::run(a),
+        BenchCmd::Net(a) => super::bench_net::run(a),
         other => bail!("`placer bench {other:?}` is not implemented yet"),
     }
 }

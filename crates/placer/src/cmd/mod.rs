@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod bench;
+pub mod bench_net;
 pub mod bench_qos;
 pub mod bench_sim;
 pub mod bench_topo;
@@ -9,6 +10,7 @@ pub mod explain;
 pub mod plan;
 pub mod power;
 pub mod power_calibrate;
+pub mod power_fit;
 pub mod record;
 pub mod restore;
 pub mod run;

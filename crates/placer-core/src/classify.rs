@@ -451,6 +451,20 @@ pub fn describe(c: &Classified, basis: Basis) -> String {
     s
 }
 
+/// One interval's classes for a CLI (`placer top`): (pid, comm, [`describe`] line) of every
+/// classifiable process, without smoothing history. Empty without counters.
+pub fn class_lines(
+    obs: &Observation,
+    cfg: &ClassifyConfig,
+    machine: Option<&str>,
+) -> Vec<(u32, String, String)> {
+    Classifier::new()
+        .update_obs(obs, cfg, machine)
+        .into_iter()
+        .map(|c| (c.key.pid, c.comm.clone(), describe(&c, cfg.basis)))
+        .collect()
+}
+
 /// The rule that gave `c` its class, for `placer explain`.
 pub fn explain_rule(c: &Classified, cfg: &ClassifyConfig, machine: Option<&str>) -> String {
     let u = cfg.basis.unit();
@@ -710,5 +724,12 @@ pub(crate) mod tests {
         assert!(d.contains("G1 aggressive") && d.contains("90.00M/s"), "{d}");
         let e = explain_rule(c, &cfg, None);
         assert!(e.contains(">= threshold 20.00M/s"), "{e}");
+        let obs = Observation {
+            procs: vec![p.clone(), proc_with(2, "gromacs", 1e5, 5e6)],
+            ..Default::default()
+        };
+        let lines = class_lines(&obs, &cfg, None);
+        assert_eq!(lines.len(), 2);
+        assert!(lines[1].2.starts_with("G3 insensitive"), "{:?}", lines[1]);
     }
 }

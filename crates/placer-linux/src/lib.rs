@@ -10,6 +10,7 @@ pub mod journal;
 pub mod membind;
 pub mod numa_maps;
 pub mod pmu_events;
+pub mod power_meter;
 pub mod sampler;
 pub mod tc;
 pub mod topology;

@@ -23,7 +23,7 @@ pub enum BenchCmd {
     /// ttcp-style TCP benchmark of buffer reuse and NUMA placement (seed 004).
     Net(EmptyArgs),
     /// Deadline misses of a periodic task under a network stream, with and without the limiter.
-    Qos(EmptyArgs),
+    Qos(super::bench_qos::Args),
 }
 
 #[derive(clap::Args, Debug)]
@@ -32,6 +32,7 @@ pub struct EmptyArgs {}
 pub fn run(args: Args) -> Result<()> {
     match args.what {
         BenchCmd::Topo(a) => super::bench_topo::run(a),
+        BenchCmd::Qos(a) => super::bench_qos::run(a),
         other => bail!("`placer bench {:?}` is not implemented yet", other),
     }
 }

@@ -2,10 +2,13 @@
 
 pub mod bench;
 pub mod bench_topo;
+pub mod bench_qos;
 pub mod daemon;
 pub mod explain;
 pub mod plan;
 pub mod power;
+pub mod power_fit;
+pub mod power_calibrate;
 pub mod record;
 pub mod restore;
 pub mod run;

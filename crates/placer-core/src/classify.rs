@@ -109,6 +109,10 @@ pub enum Basis {
     PerS,
     /// Events per 1,000 cycles of the process.
     PerKiloCycle,
+    /// Events per 1,000 instructions: unchanged when contention slows the process down
+    /// (the paper: LLC references are a property of the app), at the price of
+    /// per-machine thresholds in these units.
+    PerKiloInstruction,
 }
 
 impl Basis {
@@ -116,6 +120,7 @@ impl Basis {
         match self {
             Basis::PerS => "/s",
             Basis::PerKiloCycle => "/kcycle",
+            Basis::PerKiloInstruction => "/kinstr",
         }
     }
 }
@@ -227,12 +232,17 @@ pub fn signals(rates: &CounterRates, basis: Basis) -> Option<Signals> {
     let llc = *rates.per_s.get(LLC_REFERENCES)?;
     let scale = match basis {
         Basis::PerS => 1.0,
-        Basis::PerKiloCycle => {
-            let cyc = *rates.per_s.get(CYCLES)?;
-            if cyc <= 0.0 {
+        Basis::PerKiloCycle | Basis::PerKiloInstruction => {
+            let by = if basis == Basis::PerKiloCycle {
+                CYCLES
+            } else {
+                INSTRUCTIONS
+            };
+            let d = *rates.per_s.get(by)?;
+            if d <= 0.0 {
                 return None;
             }
-            1000.0 / cyc
+            1000.0 / d
         }
     };
     Some(Signals {
@@ -605,6 +615,23 @@ pub(crate) mod tests {
         for (o, w) in out.iter().zip(PAPER) {
             assert_eq!(o.class, group_of(w.1), "{} (per kcycle)", w.0);
         }
+        // Per kilo-instruction: a process without an instruction count is not classified;
+        // with one, the signal is divided by it.
+        let cfg = ClassifyConfig {
+            basis: Basis::PerKiloInstruction,
+            ..Default::default()
+        };
+        assert!(Classifier::new()
+            .update(paper_procs().iter(), &cfg, None)
+            .is_empty());
+        let mut p = proc_with(1, "lbm", 9.0e7, 1.0e8);
+        p.counters
+            .as_mut()
+            .unwrap()
+            .per_s
+            .insert(INSTRUCTIONS.into(), 1.8e9);
+        let c = &Classifier::new().update([&p], &cfg, None)[0];
+        assert_eq!(c.signals.buffer_full, 50.0);
     }
 
     #[test]

@@ -31,10 +31,10 @@ pub struct EmptyArgs {}
 
 pub fn run(args: Args) -> Result<()> {
     match args.what {
-        BenchCmd::Qos(a) => super::bench_qos::run(a),
         BenchCmd::Topo(a) => super::bench_topo::run(a),
-        BenchCmd::Sim(a) => crate::cmd::bench_sim::run(a),
+        BenchCmd::Qos(a) => super::bench_qos::run(a),
         BenchCmd::Net(a) => super::bench_net::run(a),
+        BenchCmd::Sim(a) => super::bench_sim::run(a),
         other => bail!("`placer bench {other:?}` is not implemented yet"),
     }
 }

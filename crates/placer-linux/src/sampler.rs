@@ -35,8 +35,9 @@ use crate::sockdiag::SockDiag;
 use placer_core::sample::{ProcSample, SampleRequest, Source, SourceStatus, ThreadSample};
 use placer_core::{CpuSet, Sample};
 use std::collections::{HashMap, HashSet};
+use std::fmt::Write as _;
 use std::fs;
-use std::io::{self, Read};
+use std::io;
 use std::path::{Path, PathBuf};
 
 /// The cached socket inodes of one process.
@@ -68,6 +69,8 @@ pub struct Sampler {
     counters: Option<Box<dyn CounterSource>>,
     status: Option<SourceStatus>,
     buf: String,
+    /// The open `proc` directory (opened at the first sample).
+    proc: Option<Dir>,
     pub last_stats: SampleStats,
 }
 
@@ -93,17 +96,122 @@ pub fn clock_ns(clock: libc::clockid_t) -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Reads a file into `buf` (cleared first). Invalid UTF-8 is replaced, not an error.
-fn read_into(path: &Path, buf: &mut String) -> io::Result<()> {
-    buf.clear();
-    let mut f = fs::File::open(path)?;
-    let mut bytes = std::mem::take(buf).into_bytes();
-    let r = f.read_to_end(&mut bytes);
-    *buf = match String::from_utf8(bytes) {
-        Ok(s) => s,
-        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
-    };
-    r.map(|_| ())
+/// An open directory; files under it are opened relative to it (`openat`), which spares
+/// the kernel a walk of the whole path for each of the thousands of files a sample reads.
+struct Dir(libc::c_int);
+
+/// A NUL-terminated copy of `rel` in a small reusable buffer.
+fn c_path(rel: &str, out: &mut Vec<u8>) -> io::Result<()> {
+    out.clear();
+    out.extend_from_slice(rel.as_bytes());
+    if out.contains(&0) {
+        return Err(io::ErrorKind::InvalidInput.into());
+    }
+    out.push(0);
+    Ok(())
+}
+
+impl Dir {
+    fn open(path: &Path) -> io::Result<Dir> {
+        let mut c = Vec::new();
+        c_path(path.to_str().ok_or(io::ErrorKind::InvalidInput)?, &mut c)?;
+        Self::open_raw(libc::AT_FDCWD, &c)
+    }
+
+    fn open_at(&self, rel: &str) -> io::Result<Dir> {
+        let mut c = Vec::with_capacity(rel.len() + 1);
+        c_path(rel, &mut c)?;
+        Self::open_raw(self.0, &c)
+    }
+
+    fn open_raw(at: libc::c_int, c: &[u8]) -> io::Result<Dir> {
+        // SAFETY: c is NUL-terminated; the fd is owned by the returned Dir.
+        let fd = unsafe {
+            libc::openat(
+                at,
+                c.as_ptr() as *const libc::c_char,
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(Dir(fd))
+        }
+    }
+
+    /// Reads the file `rel` into `buf`. A short read is taken as the end of the file: true
+    /// of regular files and of /proc's seq_file files, and it saves a read per file.
+    fn read(&self, rel: &str, buf: &mut String) -> io::Result<()> {
+        let mut c = [0u8; 64];
+        let bytes = rel.as_bytes();
+        if bytes.len() >= c.len() || bytes.contains(&0) {
+            return Err(io::ErrorKind::InvalidInput.into());
+        }
+        c[..bytes.len()].copy_from_slice(bytes);
+        // SAFETY: c is NUL-terminated.
+        let fd = unsafe {
+            libc::openat(
+                self.0,
+                c.as_ptr() as *const libc::c_char,
+                libc::O_RDONLY | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut v = std::mem::take(buf).into_bytes();
+        v.clear();
+        let r = loop {
+            if v.capacity() - v.len() < 1024 {
+                v.reserve(4096);
+            }
+            let room = v.capacity() - v.len();
+            // SAFETY: writes at most `room` bytes into the spare capacity.
+            let n =
+                unsafe { libc::read(fd, v.as_mut_ptr().add(v.len()) as *mut libc::c_void, room) };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                break Err(e);
+            }
+            // SAFETY: the kernel initialised n bytes.
+            unsafe { v.set_len(v.len() + n as usize) };
+            if n == 0 || (n as usize) < room {
+                break Ok(());
+            }
+        };
+        // SAFETY: fd is ours and closed once.
+        unsafe { libc::close(fd) };
+        *buf = match String::from_utf8(v) {
+            Ok(s) => s,
+            Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+        };
+        r
+    }
+
+    /// `st_size` of `rel` (for /proc/PID/fd: the number of open fds, Linux >= 6.2).
+    fn size_of(&self, rel: &str) -> io::Result<u64> {
+        let mut c = Vec::with_capacity(rel.len() + 1);
+        c_path(rel, &mut c)?;
+        // SAFETY: st is a valid out-pointer, c NUL-terminated.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        let r = unsafe { libc::fstatat(self.0, c.as_ptr() as *const libc::c_char, &mut st, 0) };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(st.st_size as u64)
+        }
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        // SAFETY: the fd is owned and closed once.
+        unsafe { libc::close(self.0) };
+    }
 }
 
 /// Numeric entries of a directory (pids or tids), sorted.
@@ -130,6 +238,7 @@ impl Sampler {
             counters: None,
             status: None,
             buf: String::with_capacity(4096),
+            proc: None,
             last_stats: SampleStats::default(),
         }
     }
@@ -228,14 +337,20 @@ impl Sampler {
         self.ensure_probed();
         let mut stats = SampleStats::default();
         let time_ns = clock_ns(libc::CLOCK_MONOTONIC);
-        let stat_path = self.proc_dir.join("stat");
-        read_into(&stat_path, &mut self.buf).map_err(|e| LinuxError::io(&stat_path, e))?;
+        if self.proc.is_none() {
+            self.proc =
+                Some(Dir::open(&self.proc_dir).map_err(|e| LinuxError::io(&self.proc_dir, e))?);
+        }
+        let proc_ = self.proc.as_ref().expect("opened above");
+        proc_
+            .read("stat", &mut self.buf)
+            .map_err(|e| LinuxError::io(self.proc_dir.join("stat"), e))?;
         let cpus = parse_proc_stat(&self.buf);
-        let irqs = match read_into(&self.proc_dir.join("interrupts"), &mut self.buf) {
+        let irqs = match proc_.read("interrupts", &mut self.buf) {
             Ok(()) => parse_interrupts(&self.buf),
             Err(_) => Vec::new(),
         };
-        let softirqs = match read_into(&self.proc_dir.join("softirqs"), &mut self.buf) {
+        let softirqs = match proc_.read("softirqs", &mut self.buf) {
             Ok(()) => parse_softirqs(&self.buf),
             Err(_) => Vec::new(),
         };
@@ -299,17 +414,17 @@ impl Sampler {
 
     /// Reads one process; `None` when it exited mid-read or its stat is malformed.
     fn read_proc(&mut self, pid: u32, req: SampleRequest) -> Option<ProcSample> {
-        let dir = self.proc_dir.join(pid.to_string());
-        read_into(&dir.join("stat"), &mut self.buf).ok()?;
+        let dir = self.proc.as_ref()?.open_at(&pid.to_string()).ok()?;
+        dir.read("stat", &mut self.buf).ok()?;
         let st = parse_pid_stat(&self.buf)?;
         let kernel_thread = st.is_kernel_thread();
         let (mut uid, mut allowed, mut cgroup) = (None, CpuSet::new(), String::new());
         if !kernel_thread {
-            read_into(&dir.join("status"), &mut self.buf).ok()?;
+            dir.read("status", &mut self.buf).ok()?;
             let status = parse_status(&self.buf);
             uid = status.uid;
             allowed = status.cpus_allowed.unwrap_or_default();
-            match read_into(&dir.join("cgroup"), &mut self.buf) {
+            match dir.read("cgroup", &mut self.buf) {
                 Ok(()) => cgroup = parse_cgroup(&self.buf),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
                 Err(_) => {}
@@ -317,17 +432,23 @@ impl Sampler {
         }
         let mut threads = Vec::new();
         if req.threads && !kernel_thread {
-            let task = dir.join("task");
             // No task dir: the process exited, its threads with it.
-            for tid in numeric_entries(&task).unwrap_or_default() {
-                let tdir = task.join(tid.to_string());
-                if read_into(&tdir.join("stat"), &mut self.buf).is_err() {
+            let task = dir.open_at("task").ok();
+            let tids = numeric_entries(&self.proc_dir.join(format!("{pid}/task")));
+            let mut rel = String::new();
+            for tid in tids.unwrap_or_default() {
+                let Some(task) = &task else { break };
+                rel.clear();
+                let _ = write!(rel, "{tid}/stat");
+                if task.read(&rel, &mut self.buf).is_err() {
                     continue; // thread exited
                 }
                 let Some(ts) = parse_pid_stat(&self.buf) else {
                     continue;
                 };
-                let t_allowed = match read_into(&tdir.join("status"), &mut self.buf) {
+                rel.truncate(rel.len() - "stat".len());
+                rel.push_str("status");
+                let t_allowed = match task.read(&rel, &mut self.buf) {
                     Ok(()) => parse_status(&self.buf).cpus_allowed.unwrap_or_default(),
                     Err(_) => continue,
                 };
@@ -380,8 +501,9 @@ impl Sampler {
     }
 
     fn fd_count(&self, pid: u32) -> u64 {
-        fs::metadata(self.proc_dir.join(format!("{pid}/fd")))
-            .map(|m| m.len())
+        self.proc
+            .as_ref()
+            .and_then(|d| d.size_of(&format!("{pid}/fd")).ok())
             .unwrap_or(0)
     }
 

@@ -15,7 +15,7 @@ pub enum BenchCmd {
     /// Time to read the topology of a root (default /), median of runs.
     Topo(EmptyArgs),
     /// Cost of one sample+observe cycle.
-    Cycle(EmptyArgs),
+    Cycle(crate::cmd::bench_cycle::Args),
     /// Daemon cycle overhead and reaction time of net-affinity.
     Daemon(EmptyArgs),
     /// Simulator speed.
@@ -30,5 +30,8 @@ pub enum BenchCmd {
 pub struct EmptyArgs {}
 
 pub fn run(args: Args) -> Result<()> {
-    bail!("`placer bench {:?}` is not implemented yet", args.what)
+    match args.what {
+        BenchCmd::Cycle(a) => crate::cmd::bench_cycle::run(a),
+        other => bail!("`placer bench {:?}` is not implemented yet", other),
+    }
 }

@@ -320,3 +320,31 @@ fn cpu_burner_share_matches_the_kernel_runtime() {
         eprintln!("note: the machine is busy; the burner got {kernel:.2} of a CPU");
     }
 }
+
+#[test]
+fn record_writes_a_replayable_file() {
+    let path =
+        std::env::temp_dir().join(format!("placer-record-test-{}.jsonl", std::process::id()));
+    let out = Command::new(PLACER)
+        .args(["record", "--interval", "200ms", "--duration", "600ms"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let text = std::fs::read_to_string(&path);
+    let _ = std::fs::remove_file(&path);
+    assert!(
+        out.status.success(),
+        "placer record: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = text.unwrap();
+    let mut r = placer_linux::record::RecordReader::new(text.as_bytes()).unwrap();
+    assert_eq!(r.header.interval_ms, 200);
+    assert!(r.header.sources.has("proc"));
+    let samples = r.read_all().unwrap();
+    assert_eq!(samples.len(), 4, "t = 0, 200, 400, 600 ms");
+    let o = placer_core::Observation::new(&samples[0], &samples[3]);
+    assert!((o.interval_s - 0.6).abs() < 0.2, "{}", o.interval_s);
+    let me = o.procs.iter().any(|p| p.comm == "placer");
+    assert!(me, "the recorder sees itself");
+}

@@ -45,9 +45,22 @@ pub struct Args {
     /// Threads in all in the generated tree.
     #[arg(long, default_value_t = 20000)]
     pub gen_threads: u32,
+    /// Fraction of the generated tree's processes that run between two cycles (their stat
+    /// files and their threads' get more CPU ticks); the others sleep, as most do.
+    #[arg(long, default_value_t = 0.1)]
+    pub busy: f64,
+    /// Re-read idle processes' status/cgroup/threads every N samples (1 = every sample).
+    #[arg(long, default_value_t = placer_linux::sampler::DEFAULT_REFRESH_EVERY)]
+    pub refresh_every: u64,
     /// Where to generate the tree (default: /dev/shm, else the temp dir).
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// Sample this existing tree instead of generating one (it is left in place).
+    #[arg(long)]
+    pub tree: Option<PathBuf>,
+    /// Generate the tree into --dir and keep it (for --tree later).
+    #[arg(long)]
+    pub keep: bool,
     /// Print the runs as JSON.
     #[arg(long)]
     pub json: bool,
@@ -99,7 +112,14 @@ impl Drop for TempTree {
     }
 }
 
-fn cycles(setup: &str, sampler: &mut Sampler, req: SampleRequest, a: &Args) -> Result<Report> {
+fn cycles(
+    setup: &str,
+    sampler: &mut Sampler,
+    req: SampleRequest,
+    a: &Args,
+    between: &mut dyn FnMut(usize) -> Result<()>,
+) -> Result<Report> {
+    sampler.set_refresh_every(a.refresh_every);
     let mut prev = sampler.sample(req).context("sampling")?;
     let mut cpu_ms = Vec::new();
     let mut wall_ms = Vec::new();
@@ -107,6 +127,7 @@ fn cycles(setup: &str, sampler: &mut Sampler, req: SampleRequest, a: &Args) -> R
     let (mut procs, mut socks, mut threads) = (0, 0, 0);
     for i in 0..=a.runs {
         std::thread::sleep(a.pause);
+        between(i)?;
         let (c0, w0) = (
             clock_ns(libc::CLOCK_THREAD_CPUTIME_ID),
             clock_ns(libc::CLOCK_MONOTONIC),
@@ -193,6 +214,7 @@ fn machine(a: &Args) -> Result<Report> {
         &mut sampler,
         req,
         a,
+        &mut |_| Ok(()),
     )?;
     (r.cold_cpu_ms, r.cold_wall_ms) = cold;
     drop(conns);
@@ -306,10 +328,19 @@ fn generated(a: &Args) -> Result<Report> {
             std::env::temp_dir()
         }
     });
-    let root = base.join(format!("placer-bench-tree-{}", std::process::id()));
-    let _guard = TempTree(root.clone());
-    generate_tree(&root, a.gen_procs, a.gen_threads)
-        .with_context(|| format!("generating {}", root.display()))?;
+    let (root, _guard) = match &a.tree {
+        Some(t) => (t.clone(), None),
+        None => {
+            let root = base.join(format!("placer-bench-tree-{}", std::process::id()));
+            let guard = (!a.keep).then(|| TempTree(root.clone()));
+            generate_tree(&root, a.gen_procs, a.gen_threads)
+                .with_context(|| format!("generating {}", root.display()))?;
+            if a.keep {
+                eprintln!("tree kept in {}", root.display());
+            }
+            (root, guard)
+        }
+    };
     let mut sampler = Sampler::new(&root);
     let req = SampleRequest {
         threads: true,
@@ -317,14 +348,51 @@ fn generated(a: &Args) -> Result<Report> {
         counters: true,
         ..Default::default()
     };
+    // The tree's processes and their threads, for making some of them run.
+    let mut layout: Vec<(u32, Vec<u32>)> = Vec::new();
+    for e in std::fs::read_dir(root.join("proc"))?.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let tids = std::fs::read_dir(e.path().join("task"))?
+            .flatten()
+            .filter_map(|t| t.file_name().to_str()?.parse().ok())
+            .collect();
+        layout.push((pid, tids));
+    }
+    layout.sort();
+    let nbusy = ((layout.len() as f64 * a.busy).round() as usize).min(layout.len());
+    let mut run_some = |k: usize| -> Result<()> {
+        let proc_ = root.join("proc");
+        for j in 0..nbusy {
+            let (pid, tids) = &layout[(k * nbusy + j) % layout.len()];
+            let comm = format!("worker {} (gen)", pid.saturating_sub(1000));
+            let ticks = 10_000 + 10 * k as u64;
+            let n = tids.len() as u32;
+            std::fs::write(
+                proc_.join(format!("{pid}/stat")),
+                stat_text(*pid, &comm, ticks * n as u64, n),
+            )?;
+            for tid in tids {
+                std::fs::write(
+                    proc_.join(format!("{pid}/task/{tid}/stat")),
+                    stat_text(*tid, &comm, ticks, n),
+                )?;
+            }
+        }
+        Ok(())
+    };
     cycles(
         &format!(
-            "generated /proc ({} processes, {} threads)",
-            a.gen_procs, a.gen_threads
+            "generated /proc ({} processes, {} threads, {:.0}% running each interval)",
+            layout.len(),
+            layout.iter().map(|l| l.1.len()).sum::<usize>(),
+            a.busy * 100.0
         ),
         &mut sampler,
         req,
         a,
+        &mut run_some,
     )
 }
 
@@ -346,8 +414,8 @@ pub fn run(a: Args) -> Result<()> {
     for r in &reports {
         println!("{}", r.setup);
         println!(
-            "  sampled {} processes, {} threads, {} sockets",
-            r.procs_sampled, r.threads_sampled, r.sockets_sampled
+            "  sampled {} processes, {} threads, {} sockets; idle re-read every {} samples",
+            r.procs_sampled, r.threads_sampled, r.sockets_sampled, a.refresh_every
         );
         println!(
             "  cold cycle: {:.2} ms CPU, {:.2} ms wall",

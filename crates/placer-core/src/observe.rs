@@ -322,7 +322,7 @@ fn derive_power(
     (energy_total.or(sensor_total), by_domain)
 }
 
-fn counter_rates(
+pub(crate) fn counter_rates(
     prev: &[CounterValue],
     cur: &[CounterValue],
     per_s: &dyn Fn(f64) -> f64,

@@ -9,6 +9,8 @@ pub mod host;
 pub mod journal;
 pub mod membind;
 pub mod numa_maps;
+pub mod pmu_events;
+pub mod power_meter;
 pub mod sampler;
 pub mod tc;
 pub mod topology;

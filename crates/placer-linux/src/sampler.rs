@@ -440,12 +440,9 @@ impl Sampler {
         }
 
         if req.numa_pages {
-            // SAFETY: sysconf has no preconditions.
-            let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
-            let unreadable = crate::numa_maps::fill_samples(&self.root, &mut procs, page);
-            if unreadable > 0 {
-                tracing::debug!("numa_maps unreadable for {unreadable} process(es)");
-            }
+            // numa_maps walks each process's page tables: read only when a policy asks.
+            let page = placer_bufpool::numa::page_bytes() as u64;
+            crate::numa_maps::fill_samples(&self.root, &mut procs, page);
         }
 
         let (energy, power) = match &self.energy {

@@ -39,6 +39,27 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "seed-002-small",
         include_str!("../../../scenarios/seed-002-small.toml"),
     ),
+    ("seed-003", include_str!("../../../scenarios/seed-003.toml")),
+    (
+        "seed-003-6",
+        include_str!("../../../scenarios/seed-003-6.toml"),
+    ),
+    (
+        "seed-003-g1g3",
+        include_str!("../../../scenarios/seed-003-g1g3.toml"),
+    ),
+    (
+        "seed-003-18",
+        include_str!("../../../scenarios/seed-003-18.toml"),
+    ),
+    (
+        "seed-003-24",
+        include_str!("../../../scenarios/seed-003-24.toml"),
+    ),
+    (
+        "seed-003-28",
+        include_str!("../../../scenarios/seed-003-28.toml"),
+    ),
     ("seed-004", include_str!("../../../scenarios/seed-004.toml")),
 ];
 

@@ -15,7 +15,7 @@ pub enum BenchCmd {
     /// Time to read the topology of a root (default /), median of runs.
     Topo(super::bench_topo::Args),
     /// Cost of one sample+observe cycle.
-    Cycle(EmptyArgs),
+    Cycle(crate::cmd::bench_cycle::Args),
     /// Daemon cycle overhead and reaction time of net-affinity.
     Daemon(EmptyArgs),
     /// Simulator speed: 10 simulated seconds of 64 tasks on 64 CPUs.
@@ -31,6 +31,7 @@ pub struct EmptyArgs {}
 
 pub fn run(args: Args) -> Result<()> {
     match args.what {
+        BenchCmd::Cycle(a) => crate::cmd::bench_cycle::run(a),
         BenchCmd::Topo(a) => super::bench_topo::run(a),
         BenchCmd::Qos(a) => super::bench_qos::run(a),
         BenchCmd::Net(a) => super::bench_net::run(a),

@@ -23,6 +23,8 @@ use std::time::{Duration, Instant};
 const PLACER: &str = env!("CARGO_BIN_EXE_placer");
 const INTERVAL_MS: u64 = 250;
 const TIMEOUT_MS: u64 = 1000;
+/// 20 MB/s: 20x the default intensity threshold.
+const SENDER_BYTES_PER_S: u64 = 20_000_000;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 static SEQ: AtomicU32 = AtomicU32::new(0);
@@ -256,15 +258,20 @@ impl Net {
         k
     }
 
-    /// Connects, idles `idle_s`, prints `start`, streams `stream_s`, prints `stop`, idles.
+    /// Connects, idles `idle_s`, prints `start`, streams `stream_s` at about
+    /// SENDER_BYTES_PER_S (far above the intensity threshold, without saturating a CPU on
+    /// this 2-CPU machine), prints `stop`, idles with the connection open.
     fn sender(&self, idle_s: f64, stream_s: f64) -> Kid {
         let code = "import socket,sys,time\n\
             open('/proc/self/comm','w').write('plrtx')\n\
             c=socket.create_connection((sys.argv[1],int(sys.argv[2])))\n\
             time.sleep(float(sys.argv[3]))\n\
             print('start',flush=True)\n\
-            b=b'x'*65536; end=time.time()+float(sys.argv[4])\n\
-            while time.time()<end: c.sendall(b)\n\
+            b=b'x'*65536; t0=time.time(); end=t0+float(sys.argv[4]); n=0; rate=float(sys.argv[5])\n\
+            while time.time()<end:\n\
+            \x20c.sendall(b); n+=len(b)\n\
+            \x20ahead=n/rate-(time.time()-t0)\n\
+            \x20if ahead>0: time.sleep(ahead)\n\
             print('stop',flush=True)\n\
             time.sleep(3600)\n";
         Kid::spawn(self.in_ns(&self.tx_ns).args([
@@ -275,6 +282,7 @@ impl Net {
             PORT,
             &idle_s.to_string(),
             &stream_s.to_string(),
+            &SENDER_BYTES_PER_S.to_string(),
         ]))
     }
 
@@ -422,7 +430,10 @@ fn pins_the_receiver_to_the_rps_cpu_and_restores_it_when_quiet() {
     assert!(gone.is_some(), "journal still lists the receiver");
 }
 
-/// A burner pinned to CPU 1 makes the receive CPU busy.
+/// A burner pinned to CPU 1 makes the receive CPU busy: it takes at least half of CPU 1
+/// whoever else runs there, so with a threshold of 0.5 CPU 1 is always too busy.
+const BUSY_AT_HALF: &str = "cpu_load_threshold = 0.5\n";
+/// Starts the burner on CPU 1.
 fn burner(net: &Net) -> Kid {
     let k = Kid::spawn(net.in_ns(&net.rx_ns).args([
         "taskset",
@@ -445,7 +456,7 @@ fn busy_receive_cpu_gives_its_cache_neighbour() {
     let _burn = burner(&net);
     let (rx, _d, _tx, original, _started) = scenario(
         &net,
-        "cpu_load_threshold = 0.9\nwhen_busy = \"cache_neighbour\"\n",
+        &format!("{BUSY_AT_HALF}when_busy = \"cache_neighbour\"\n"),
         &[],
         3.0,
     );
@@ -479,7 +490,7 @@ fn busy_receive_cpu_and_leave_configured_leaves_it_alone() {
     let _burn = burner(&net);
     let (rx, _d, _tx, original, _started) = scenario(
         &net,
-        "cpu_load_threshold = 0.9\nwhen_busy = \"leave\"\n",
+        &format!("{BUSY_AT_HALF}when_busy = \"leave\"\n"),
         &[],
         3.0,
     );

@@ -637,3 +637,66 @@ fn bad_config_is_rejected_naming_the_field() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+fn explain(net: &Net, pid: u32, in_ns: bool) -> serde_json::Value {
+    let cfg = net.dir.join("placer.toml");
+    let mut cmd = if in_ns {
+        net.in_ns(&net.rx_ns)
+    } else {
+        Command::new("env")
+    };
+    cmd.arg(PLACER)
+        .args(["explain", &pid.to_string(), "--json", "--config"])
+        .arg(&cfg);
+    let o = run(&mut cmd).expect("placer explain");
+    assert!(
+        o.status.success(),
+        "explain failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).expect("explain --json")
+}
+
+#[test]
+fn explain_from_the_daemon_and_without_one() {
+    let Some(_g) = setup() else { return };
+    let net = Net::new();
+    let (rx, mut d, _tx, original, _started) = scenario(&net, ANY_LOAD, &[], 30.0);
+    assert!(
+        wait_for(interval() * 4, || affinity(rx.pid()) == "1").is_some(),
+        "{}",
+        net.logs()
+    );
+    std::thread::sleep(interval() * 2);
+    let e = explain(&net, rx.pid(), false);
+    assert_eq!(e["source"], "daemon", "{e}");
+    assert_eq!(e["allowed_cpus_now"], "1");
+    assert_eq!(
+        cpus(e["journal"]["previous"].as_str().unwrap_or("")),
+        cpus(&original),
+        "{e}"
+    );
+    let act = &e["decision"]["last_action"];
+    assert_eq!(act["kind"], "pin_process", "{e}");
+    assert!(
+        act["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("receives on CPU 1"),
+        "{e}"
+    );
+    assert_eq!(e["decision"]["held_by"], "net-affinity");
+    d.signal(libc::SIGTERM);
+    d.wait_exit(Duration::from_secs(5)).expect("daemon exits");
+    // No daemon: one observation in dry run, in the receiver's namespace (its sockets).
+    let e = explain(&net, rx.pid(), true);
+    assert_eq!(e["source"], "dry_run", "{e}");
+    assert!(e["journal"].is_null(), "{e}");
+    let act = &e["decision"]["last_action"];
+    assert_eq!(act["kind"], "pin_process", "{e}");
+    assert!(
+        act["detail"].as_str().unwrap_or("").contains("dry run"),
+        "{e}"
+    );
+    assert_eq!(affinity(rx.pid()), original, "explain changed something");
+}

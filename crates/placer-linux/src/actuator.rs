@@ -217,7 +217,13 @@ impl Actuator {
                     })
                     .collect();
             }
-            self.maintain();
+        }
+        if !dry_run {
+            // Every cycle, plan or not: threads of held processes created since.
+            let fixed = self.maintain();
+            if fixed > 0 {
+                tracing::info!("pinned {fixed} new thread(s) of held processes");
+            }
         }
         let mut ctx = if dry_run {
             Ctx {

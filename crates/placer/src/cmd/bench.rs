@@ -17,7 +17,7 @@ pub enum BenchCmd {
     /// Cost of one sample+observe cycle.
     Cycle(EmptyArgs),
     /// Daemon cycle overhead and reaction time of net-affinity.
-    Daemon(EmptyArgs),
+    Daemon(crate::cmd::bench_daemon::Args),
     /// Simulator speed.
     Sim(EmptyArgs),
     /// ttcp-style TCP benchmark of buffer reuse and NUMA placement (seed 004).
@@ -30,5 +30,8 @@ pub enum BenchCmd {
 pub struct EmptyArgs {}
 
 pub fn run(args: Args) -> Result<()> {
-    bail!("`placer bench {:?}` is not implemented yet", args.what)
+    match args.what {
+        BenchCmd::Daemon(a) => crate::cmd::bench_daemon::run(a),
+        other => bail!("`placer bench {:?}` is not implemented yet", other),
+    }
 }

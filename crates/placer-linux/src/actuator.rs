@@ -551,6 +551,11 @@ impl ProcAffinityHandler {
             let Ok(applied) = CpuSet::parse_list(&e.applied) else {
                 continue;
             };
+            // Someone else moved the process since (lease broken): its threads are theirs.
+            if get_affinity(pid).map_or(true, |a| a != applied) {
+                self.known.remove(&k);
+                continue;
+            }
             let Ok(tids) = task_ids(root, pid) else {
                 continue;
             };

@@ -8,8 +8,8 @@
 //!
 //! Reaction (root, `ip`, two CPUs): two network namespaces joined by veth, the receiver's
 //! receive processing steered to CPU 1 with RPS, `placer daemon` in the receiver's
-//! namespace; each run starts a fresh receiver and a sender that connects, idles two
-//! intervals, then streams; reaction = time from the first byte sent to the receiver's
+//! namespace; each run starts a fresh receiver and, at a random phase of the daemon's
+//! cycle, a sender that connects, idles two intervals, then streams; reaction = time from the first byte sent to the receiver's
 //! Cpus_allowed_list reading `1`. Median over the runs. The receive CPU's load check is
 //! off (cpu_load_threshold = 1.0) so a busy shared machine does not change the answer.
 //!
@@ -461,6 +461,11 @@ fn reaction(args: &Args, interval: Duration) -> Result<Reaction> {
         wait_line(&mut rx, "listening", Duration::from_secs(10))?;
         kids.0.push(rx);
         let original = affinity(rx_pid);
+        // A random phase against the daemon's cycle: runs are otherwise spaced by whole
+        // intervals and would all hit the same point of the cycle.
+        let phase_ns =
+            monotonic_ns().wrapping_mul(0x9E37_79B9_7F4A_7C15) % interval.as_nanos().max(1) as u64;
+        std::thread::sleep(Duration::from_nanos(phase_ns));
         let mut tx = net
             .exec(&net.tx, &exe)
             .args(["bench", "daemon", "--role", "sender", "--addr", &addr])

@@ -1,4 +1,26 @@
 //! placer-sim: modelled machines (performance, power, contention, network, NUMA),
 //! workloads and baseline schedulers, behind the same `Host` interface as the real machine,
 //! so placer's real policies run on the seeds' servers and boards.
-//! (Placeholder: the simulator issue fills it in.)
+//!
+//! Modules: [`params`] (every model number, named, sourced, overridable), [`machine`]
+//! (performance model), [`workload`], [`network`], [`power`], [`baselines`]
+//! (`linux-default`, `eas`), [`host`] (`SimHost`), [`scenario`] (TOML scenarios and the
+//! runner), [`report`] (tables, JSON), [`oracle`] (exhaustive search for small cases).
+//! docs/simulator.md describes the model and every parameter's source.
+
+pub mod baselines;
+pub mod host;
+pub mod machine;
+pub mod network;
+pub mod params;
+pub mod power;
+pub mod rng;
+pub mod workload;
+
+pub use baselines::Baseline;
+pub use host::SimHost;
+pub use params::Params;
+pub mod oracle;
+pub mod plot;
+pub mod report;
+pub mod scenario;

@@ -57,10 +57,6 @@ fn missing() -> Option<String> {
     if !ok(Command::new("python3").args(["-c", "import socket"])) {
         return Some("needs python3".into());
     }
-    // Until the topology reader lands on this branch, the daemon cannot see NICs.
-    if !ok(Command::new(PLACER).args(["topo", "--json"])) {
-        return Some("needs a working topology reader (`placer topo --json` fails)".into());
-    }
     let allowed = status_field(std::process::id(), "Cpus_allowed_list").unwrap_or_default();
     if !cpus(&allowed).is_some_and(|v| v.contains(&0) && v.contains(&1)) {
         return Some(format!("needs CPUs 0 and 1 (allowed: {allowed})"));

@@ -1,10 +1,103 @@
-//! `placer sim`. (Placeholder: filled in by its issue.)
+//! `placer sim`: runs a simulator scenario (built-in name or TOML path) comparing policies
+//! on a modelled machine, and prints a table (or `--json`, or a plot with `--plot`).
+//! `placer sim --list` shows the built-in scenarios; `--params MACHINE` every model
+//! parameter with its value and source.
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
+use placer_sim::oracle;
+use placer_sim::report::Report;
+use placer_sim::scenario::{self, Scenario, BUILTIN};
 
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+pub struct Args {
+    /// A built-in scenario (see --list) or a scenario TOML file.
+    pub scenario: Option<String>,
+    /// List the built-in scenarios.
+    #[arg(long)]
+    pub list: bool,
+    /// Print every model parameter of MACHINE with its value and source.
+    #[arg(long, value_name = "MACHINE")]
+    pub params: Option<String>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Draw the comparison to FILE (.svg, or .png).
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<std::path::PathBuf>,
+    /// Override the scenario's seeds (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub seeds: Vec<u64>,
+    /// Override the simulated duration, seconds.
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Run only these policies (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub policy: Vec<String>,
+    /// Also run the exhaustive oracle (always on when the scenario has an [oracle] table).
+    #[arg(long)]
+    pub oracle: bool,
+}
 
-pub fn run(_args: Args) -> Result<()> {
-    bail!("`placer sim` is not implemented yet")
+pub fn run(args: Args) -> Result<()> {
+    if args.list {
+        for (name, text) in BUILTIN {
+            let desc = Scenario::from_toml(name, text)
+                .map(|s| format!("{} ({})", s.description, s.machine))
+                .unwrap_or_else(|e| format!("(does not parse: {e})"));
+            println!("{name:12} {desc}");
+        }
+        return Ok(());
+    }
+    if let Some(m) = &args.params {
+        let topo = placer_core::machines::machine(m)?;
+        let max_khz = topo.cpus.iter().filter_map(|c| c.max_khz).max();
+        let p = placer_sim::Params::for_machine(m, max_khz);
+        for (k, v, src) in p.describe() {
+            println!("{k} = {v}\n    # {src}");
+        }
+        return Ok(());
+    }
+    let Some(name) = &args.scenario else {
+        bail!("name a scenario (placer sim --list shows the built-in ones) or a TOML file");
+    };
+    let mut sc = Scenario::load(name).with_context(|| format!("loading scenario {name}"))?;
+    if !args.seeds.is_empty() {
+        sc.seeds = args.seeds.clone();
+    }
+    if let Some(d) = args.duration {
+        if d <= sc.warmup_s {
+            sc.warmup_s = d / 4.0;
+        }
+        sc.duration_s = d;
+    }
+    if !args.policy.is_empty() {
+        sc.policies = args.policy.clone();
+    }
+    sc.validate()?;
+    let rows = scenario::run(&sc, &placer_sim::scenario::default_factory);
+    let mut oracles = Vec::new();
+    if args.oracle || sc.oracle.is_some() {
+        let spec = sc.oracle.clone().unwrap_or(scenario::OracleSpec {
+            duration_s: 0.5,
+            warmup_s: 0.1,
+            max_placements: 20_000,
+        });
+        for v in sc.variant_list() {
+            oracles.push(oracle::search(&sc, v, &spec));
+        }
+    }
+    let report = Report::new(&sc, rows, oracles);
+    if let Some(path) = &args.plot {
+        placer_sim::plot::draw(&report, path)
+            .with_context(|| format!("drawing {}", path.display()))?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.to_text());
+        if let Some(path) = &args.plot {
+            println!("\nplot written to {}", path.display());
+        }
+    }
+    Ok(())
 }

@@ -1,0 +1,464 @@
+//! Baseline schedulers: what the kernel does without placer.
+//!
+//! `linux-default` (CFS as seed 001 Table 1 and the kernel's select_task_rq/load_balance
+//! describe it, simplified):
+//! - a new task (or one whose affinity no longer holds its CPU) goes to the idlest place:
+//!   a fully idle core (every SMT thread idle), in the package with the least load, then
+//!   an idle SMT thread, then the least loaded CPU; higher capacity first on asymmetric
+//!   machines; ties broken by the host's seeded PRNG;
+//! - a woken task stays on its previous CPU if idle, else takes an idle CPU of the same
+//!   LLC (select_idle_sibling), else stays;
+//! - every `balance_interval_ms`: an idle CPU pulls a task from the CPU with the most
+//!   runnable tasks; a fully idle core takes one thread of a core whose threads are all
+//!   busy; and a task moves from the busiest to the idlest CPU when their loads (sum of
+//!   tasks' utilisation averages) differ by more than `imbalance_ratio`.
+//!
+//! It never looks at IRQs, softirq time or cache contention.
+//!
+//! `eas` (CAL E): on asymmetric machines, while no CPU is over `eas_overutilized` of its
+//! capacity, every woken or new task (and every runnable task at each balance interval,
+//! standing in for its wakeups) goes to the CPU, among its previous CPU and each
+//! performance domain's CPU with the most spare capacity, that minimises the energy
+//! model's estimate `sum over domains of cost(opp) * sum(util) / capacity`, with the OPP
+//! chosen schedutil-like; it moves only when that saves more than `eas_margin`. When
+//! overutilized, or on symmetric machines, it is `linux-default`. Both run the
+//! machine's DVFS domains under schedutil (the topology's governor).
+
+use crate::host::SimHost;
+use crate::machine::volts_at;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Baseline {
+    LinuxDefault,
+    Eas,
+}
+
+impl Baseline {
+    pub fn parse(s: &str) -> Option<Baseline> {
+        match s {
+            "linux-default" | "linux" | "cfs" => Some(Baseline::LinuxDefault),
+            "eas" => Some(Baseline::Eas),
+            _ => None,
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Baseline::LinuxDefault => "linux-default",
+            Baseline::Eas => "eas",
+        }
+    }
+}
+
+/// Capacity of CPU `c` at its maximum frequency, relative to the big core at its
+/// maximum (1.0), as the kernel's capacity-dmips-mhz x f_max.
+fn capacity(h: &SimHost, c: usize) -> f64 {
+    let info = &h.m.cpus[c];
+    let dm = if info.little {
+        h.params.cpu.little_dmips_per_mhz / h.params.cpu.big_dmips_per_mhz.max(1e-9)
+    } else {
+        1.0
+    };
+    dm * info.max_khz as f64 / h.params.cpu.big_max_khz.max(1) as f64
+}
+
+struct Load {
+    nr: Vec<u32>,
+    util: Vec<f64>,
+}
+
+fn loads(h: &SimHost) -> Load {
+    let n = h.m.cpus.len();
+    let mut l = Load {
+        nr: vec![0; n],
+        util: vec![0.0; n],
+    };
+    for t in &h.tasks {
+        if t.runnable && t.placed {
+            l.nr[t.cpu] += 1;
+            l.util[t.cpu] += t.util_avg.max(0.05);
+        }
+    }
+    l
+}
+
+fn allowed_idx(h: &SimHost, ti: usize) -> Vec<usize> {
+    let mut v: Vec<usize> = h.tasks[ti]
+        .allowed
+        .iter()
+        .filter_map(|id| h.m.idx(id))
+        .collect();
+    if v.is_empty() {
+        v = (0..h.m.cpus.len()).collect();
+    }
+    v
+}
+
+fn core_idle(h: &SimHost, l: &Load, c: usize) -> bool {
+    l.nr[c] == 0 && h.m.cpus[c].siblings.iter().all(|&s| l.nr[s] == 0)
+}
+
+/// The idlest allowed CPU for a new task.
+fn select_idlest(h: &mut SimHost, l: &Load, ti: usize) -> usize {
+    let cands = allowed_idx(h, ti);
+    let mut pkg_load = vec![0.0; h.m.n_packages];
+    for (c, info) in h.m.cpus.iter().enumerate() {
+        pkg_load[info.package] += l.util[c] + l.nr[c] as f64;
+    }
+    // Rank: (class, -capacity, package load), then a random tie-break.
+    let mut best: Vec<usize> = Vec::new();
+    let mut best_key = (u8::MAX, f64::INFINITY, f64::INFINITY);
+    for &c in &cands {
+        let class = if core_idle(h, l, c) {
+            0
+        } else if l.nr[c] == 0 {
+            1
+        } else {
+            2
+        };
+        let key = (
+            class,
+            -capacity(h, c),
+            if class == 2 {
+                l.util[c] + l.nr[c] as f64
+            } else {
+                pkg_load[h.m.cpus[c].package]
+            },
+        );
+        let cmp = (key.0.cmp(&best_key.0))
+            .then(key.1.total_cmp(&best_key.1))
+            .then(key.2.total_cmp(&best_key.2));
+        match cmp {
+            std::cmp::Ordering::Less => {
+                best_key = key;
+                best.clear();
+                best.push(c);
+            }
+            std::cmp::Ordering::Equal => best.push(c),
+            _ => {}
+        }
+    }
+    let k = h.rng.below(best.len());
+    best.get(k).copied().unwrap_or(0)
+}
+
+/// Wakeup: previous CPU if idle, else an idle CPU in its LLC (idle core first), else stay.
+fn select_wake(h: &mut SimHost, l: &Load, ti: usize) -> usize {
+    let prev = h.tasks[ti].cpu;
+    if l.nr[prev] == 0 {
+        return prev;
+    }
+    let llc = h.m.cpus[prev].llc;
+    let cands: Vec<usize> = allowed_idx(h, ti)
+        .into_iter()
+        .filter(|&c| h.m.cpus[c].llc == llc && l.nr[c] == 0)
+        .collect();
+    let idle_core: Vec<usize> = cands
+        .iter()
+        .copied()
+        .filter(|&c| core_idle(h, l, c))
+        .collect();
+    let pool = if idle_core.is_empty() {
+        cands
+    } else {
+        idle_core
+    };
+    if pool.is_empty() {
+        return prev;
+    }
+    let k = h.rng.below(pool.len());
+    pool[k]
+}
+
+fn move_task(h: &mut SimHost, l: &mut Load, ti: usize, to: usize) {
+    let t = &mut h.tasks[ti];
+    if t.placed && t.runnable {
+        l.nr[t.cpu] = l.nr[t.cpu].saturating_sub(1);
+        l.util[t.cpu] -= t.util_avg.max(0.05);
+    }
+    t.cpu = to;
+    t.placed = true;
+    if t.runnable {
+        l.nr[to] += 1;
+        l.util[to] += t.util_avg.max(0.05);
+    }
+    // First touch: memory lands on the node of the first CPU the process runs on.
+    let pi = t.proc;
+    if !h.procs[pi].mem_placed {
+        let spec = &h.specs[h.procs[pi].spec];
+        let node = h.m.node_pos(h.m.cpus[to].node);
+        let target = match &h.procs[pi].bind {
+            Some(b) if !b.is_empty() => b[0],
+            _ => node,
+        };
+        h.procs[pi].mem_bytes[target] = spec.mem_mb * 1e6;
+        h.procs[pi].mem_placed = true;
+    }
+}
+
+/// Step 2 of the tick: placement and balancing.
+pub fn schedule(h: &mut SimHost) {
+    let mut l = loads(h);
+    let eas_on =
+        h.baseline == Baseline::Eas && h.m.cpus.iter().any(|c| c.little) && !overutilized(h);
+    for ti in 0..h.tasks.len() {
+        let t = &h.tasks[ti];
+        if !t.runnable {
+            continue;
+        }
+        let cpu_id = h.m.cpus[t.cpu].id;
+        let disallowed = t.placed && !t.allowed.contains(cpu_id);
+        if t.placed && !disallowed && t.was_runnable {
+            continue;
+        }
+        let to = if eas_on {
+            select_energy(h, ti)
+        } else if !t.placed || disallowed {
+            select_idlest(h, &l, ti)
+        } else {
+            select_wake(h, &l, ti)
+        };
+        move_task(h, &mut l, ti, to);
+    }
+    let interval = h.params.sched.balance_interval_ms.max(1) * 1_000_000;
+    if h.time_ns >= h.last_balance_ns + interval {
+        h.last_balance_ns = h.time_ns;
+        if eas_on {
+            for ti in 0..h.tasks.len() {
+                if h.tasks[ti].runnable && h.tasks[ti].placed {
+                    let to = select_energy(h, ti);
+                    if to != h.tasks[ti].cpu {
+                        move_task(h, &mut l, ti, to);
+                    }
+                }
+            }
+        } else {
+            balance(h, &mut l);
+        }
+    }
+}
+
+fn movable(h: &SimHost, from: usize, to: usize) -> Vec<usize> {
+    let to_id = h.m.cpus[to].id;
+    (0..h.tasks.len())
+        .filter(|&ti| {
+            let t = &h.tasks[ti];
+            t.runnable && t.placed && t.cpu == from && t.allowed.contains(to_id)
+        })
+        .collect()
+}
+
+fn balance(h: &mut SimHost, l: &mut Load) {
+    let n = h.m.cpus.len();
+    let max_moves = n.div_ceil(2).max(1);
+    let mut moves = 0;
+    // 1. Idle CPUs pull from the CPU with the most runnable tasks (nearest first).
+    for dst in 0..n {
+        if moves >= max_moves {
+            return;
+        }
+        if l.nr[dst] != 0 {
+            continue;
+        }
+        let mut best: Option<(u32, u8, usize)> = None;
+        for src in 0..n {
+            if l.nr[src] < 2 {
+                continue;
+            }
+            let dist = if h.m.cpus[src].llc == h.m.cpus[dst].llc {
+                0
+            } else if h.m.cpus[src].package == h.m.cpus[dst].package {
+                1
+            } else {
+                2
+            };
+            if movable(h, src, dst).is_empty() {
+                continue;
+            }
+            let better = match best {
+                None => true,
+                Some((nr, d, _)) => l.nr[src] > nr || (l.nr[src] == nr && dist < d),
+            };
+            if better {
+                best = Some((l.nr[src], dist, src));
+            }
+        }
+        if let Some((_, _, src)) = best {
+            let m = movable(h, src, dst);
+            let ti = m[h.rng.below(m.len())];
+            move_task(h, l, ti, dst);
+            moves += 1;
+        }
+    }
+    // 2. SMT: a fully idle core takes one thread of a core whose threads are all busy.
+    for dst in 0..n {
+        if moves >= max_moves {
+            return;
+        }
+        if !core_idle(h, l, dst) || h.m.cpus[dst].siblings.iter().any(|&s| s < dst) {
+            continue;
+        }
+        let src = (0..n).find(|&c| {
+            !h.m.cpus[c].siblings.is_empty()
+                && l.nr[c] >= 1
+                && h.m.cpus[c].siblings.iter().all(|&s| l.nr[s] >= 1)
+                && !movable(h, c, dst).is_empty()
+        });
+        if let Some(src) = src {
+            let m = movable(h, src, dst);
+            move_task(h, l, m[0], dst);
+            moves += 1;
+        }
+    }
+    // 3. Load imbalance between the busiest and the idlest CPU.
+    while moves < max_moves {
+        let (mut hi, mut lo) = (0, 0);
+        for c in 0..n {
+            if l.util[c] / capacity(h, c) > l.util[hi] / capacity(h, hi) {
+                hi = c;
+            }
+            if l.util[c] / capacity(h, c) < l.util[lo] / capacity(h, lo) {
+                lo = c;
+            }
+        }
+        let (uh, ul) = (l.util[hi] / capacity(h, hi), l.util[lo] / capacity(h, lo));
+        if l.nr[hi] < 2 || uh <= h.params.sched.imbalance_ratio * ul + 0.1 {
+            return;
+        }
+        let half = (uh - ul) / 2.0;
+        let cands = movable(h, hi, lo);
+        let pick = cands
+            .iter()
+            .copied()
+            .filter(|&ti| h.tasks[ti].util_avg.max(0.05) <= half + 1e-9)
+            .max_by(|&a, &b| h.tasks[a].util_avg.total_cmp(&h.tasks[b].util_avg));
+        match pick {
+            Some(ti) => {
+                move_task(h, l, ti, lo);
+                moves += 1;
+            }
+            None => return,
+        }
+    }
+}
+
+fn overutilized(h: &SimHost) -> bool {
+    h.cpu
+        .iter()
+        .any(|st| st.util_avg > h.params.sched.eas_overutilized)
+}
+
+/// Energy-model estimate of the whole machine with the per-CPU utilisations `util`
+/// (capacity units, 1.0 = the big core at f_max).
+fn em_energy(h: &SimHost, util: &[f64]) -> f64 {
+    let mut e = 0.0;
+    for (d, dom) in h.topo.freq_domains.iter().enumerate() {
+        let cpus: Vec<usize> = dom.cpus.iter().filter_map(|id| h.m.idx(id)).collect();
+        if cpus.is_empty() {
+            continue;
+        }
+        let cap = capacity(h, cpus[0]);
+        let little = h.m.cpus[cpus[0]].little;
+        let fmax = h.m.cpus[cpus[0]].max_khz as f64 / 1000.0;
+        let (max_u, sum_u) = cpus
+            .iter()
+            .fold((0.0f64, 0.0), |(m, s), &c| (m.max(util[c]), s + util[c]));
+        let target = h.params.sched.schedutil_headroom * max_u / cap * fmax;
+        let max_cap_mhz = h.domains[d].scaling_max_khz as f64 / 1000.0;
+        let f = dom
+            .available_khz
+            .iter()
+            .map(|&k| k as f64 / 1000.0)
+            .filter(|&f| f + 1e-6 >= target && f <= max_cap_mhz + 1e-6)
+            .fold(f64::INFINITY, f64::min);
+        let f = if f.is_finite() {
+            f
+        } else {
+            max_cap_mhz.min(fmax)
+        };
+        let (coeff, opp) = if little {
+            (h.params.power.em_little_coeff, &h.params.power.little_opp)
+        } else {
+            (h.params.power.em_big_coeff, &h.params.power.big_opp)
+        };
+        let v = volts_at(opp, f).unwrap_or(1.0);
+        let power = coeff * v * v * f;
+        let cost = power * fmax / f.max(1.0);
+        e += cost * sum_u / cap;
+    }
+    e
+}
+
+/// EAS: the CPU minimising the energy estimate for task `ti`.
+fn select_energy(h: &mut SimHost, ti: usize) -> usize {
+    let n = h.m.cpus.len();
+    let mut util = vec![0.0; n];
+    for (c, u) in util.iter_mut().enumerate() {
+        *u = h.cpu[c].softirq * capacity(h, c);
+    }
+    for (k, t) in h.tasks.iter().enumerate() {
+        if k != ti && t.runnable && t.placed {
+            util[t.cpu] += t.util_avg * capacity(h, t.cpu);
+        }
+    }
+    let t = &h.tasks[ti];
+    let prev = t.cpu;
+    // A new task starts at half a big core's capacity (the kernel's initial util).
+    let tu = if t.placed {
+        (t.util_avg * capacity(h, prev)).max(0.02)
+    } else {
+        0.5
+    };
+    let allowed = allowed_idx(h, ti);
+    let mut cands: Vec<usize> = Vec::new();
+    if t.placed && allowed.contains(&prev) {
+        cands.push(prev);
+    }
+    for dom in &h.topo.freq_domains {
+        let best = dom
+            .cpus
+            .iter()
+            .filter_map(|id| h.m.idx(id))
+            .filter(|c| allowed.contains(c))
+            .max_by(|&a, &b| (capacity(h, a) - util[a]).total_cmp(&(capacity(h, b) - util[b])));
+        if let Some(c) = best {
+            if !cands.contains(&c) {
+                cands.push(c);
+            }
+        }
+    }
+    if cands.is_empty() {
+        return allowed[0];
+    }
+    let mut best = (cands[0], f64::INFINITY);
+    let mut prev_e = f64::INFINITY;
+    for &c in &cands {
+        // Only CPUs where the task fits (util + task <= capacity).
+        if util[c] + tu > capacity(h, c) && c != prev {
+            continue;
+        }
+        util[c] += tu;
+        let e = em_energy(h, &util);
+        util[c] -= tu;
+        if c == prev && t.placed {
+            prev_e = e;
+        }
+        if e < best.1 {
+            best = (c, e);
+        }
+    }
+    if !best.1.is_finite() {
+        // Nothing fits: the biggest spare capacity.
+        return cands
+            .iter()
+            .copied()
+            .max_by(|&a, &b| (capacity(h, a) - util[a]).total_cmp(&(capacity(h, b) - util[b])))
+            .unwrap_or(prev);
+    }
+    if prev_e.is_finite() && best.1 > prev_e * (1.0 - h.params.sched.eas_margin) {
+        return prev;
+    }
+    best.0
+}

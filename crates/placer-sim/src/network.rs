@@ -1,0 +1,288 @@
+//! The network model: NIC line rate, receive processing in softirq context on the receive
+//! CPU ahead of every task, the copy in the receiving process (dearer when the process
+//! runs on a CPU sharing no cache with the receive CPU: seed 002), sends, and the
+//! per-task progress of every workload kind.
+//!
+//! A receive flow offers `min(sender rate, fair share of the NIC's line rate, limit)` each
+//! tick, bounded by the free space of its socket buffer (TCP flow control: a slow reader
+//! closes the window). The receive CPU processes what its capacity allows
+//! (`rx_softirq_cycles_per_packet` per segment plus `rx_softirq_cycles_per_byte`); what it
+//! cannot process is lost for that tick (the sender backs off). Processed bytes wait in the
+//! socket buffer until the receiver copies them (`rx_copy_cycles_per_byte`, plus
+//! `rx_remote_cache_extra` of the whole local receive cost when no cache is shared).
+
+use crate::host::SimHost;
+use crate::workload::Kind;
+
+/// The CPU index doing receive processing for flow `f` (its queue's RPS CPU, else the
+/// first CPU of the queue's IRQ affinity).
+pub fn rx_cpu_of(h: &SimHost, f: usize) -> usize {
+    let fl = &h.flows[f];
+    let q = &h.topo.nics[fl.nic].queues[fl.queue];
+    let id = if !q.rps_cpus.is_empty() {
+        let v = q.rps_cpus.to_vec();
+        v[f % v.len()]
+    } else {
+        q.irq_cpus.first().unwrap_or(0)
+    };
+    h.m.idx(id).unwrap_or(0)
+}
+
+/// Step 4 of the tick: softirq receive processing.
+pub fn softirq(h: &mut SimHost, dt: f64) {
+    for x in h.softirq_cycles.iter_mut() {
+        *x = 0.0;
+    }
+    let net = h.params.net.clone();
+    // Active receive flows per NIC share its line rate.
+    let mut active = vec![0usize; h.topo.nics.len()];
+    for f in &h.flows {
+        let p = &h.procs[f.proc];
+        if f.rx && p.started && !p.exited {
+            active[f.nic] += 1;
+        }
+    }
+    for fi in 0..h.flows.len() {
+        let (started, exited) = {
+            let p = &h.procs[h.flows[fi].proc];
+            (p.started, p.exited)
+        };
+        if !h.flows[fi].rx || !started || exited {
+            h.flows[fi].offered = 0.0;
+            continue;
+        }
+        let rc = rx_cpu_of(h, fi);
+        let f = &mut h.flows[fi];
+        let line_bps = h.topo.nics[f.nic].speed_mbps.unwrap_or(1000) as f64 * 1e6 / 8.0;
+        let mut rate = f.rate_bps.min(line_bps / active[f.nic].max(1) as f64);
+        if let Some(l) = f.limit_bps {
+            rate = rate.min(l);
+        }
+        let offered = (rate * dt).min((net.rcvbuf_bytes - f.buffer).max(0.0));
+        f.offered = offered;
+        f.rx_cpu = rc;
+        h.softirq_cycles[rc] += offered * net.rx_softirq_cycles_per_byte
+            + offered / f.packet_bytes * net.rx_softirq_cycles_per_packet;
+    }
+    let little_ratio = h
+        .params
+        .archetypes
+        .get("net-receive")
+        .map(|a| a.big_little_ratio)
+        .unwrap_or(1.0);
+    let mut grant = vec![1.0; h.cpu.len()];
+    for (c, g) in grant.iter_mut().enumerate() {
+        let mut cap = h.cpu[c].khz as f64 * 1e3 * dt;
+        if h.m.cpus[c].little {
+            cap /= little_ratio;
+        }
+        let demand = h.softirq_cycles[c];
+        h.cpu[c].softirq = if cap > 0.0 {
+            (demand / cap).min(1.0)
+        } else {
+            0.0
+        };
+        if demand > cap && demand > 0.0 {
+            *g = cap / demand;
+        }
+    }
+    for f in h.flows.iter_mut() {
+        if f.offered <= 0.0 {
+            continue;
+        }
+        let done = f.offered * grant[f.rx_cpu];
+        f.buffer += done;
+        f.bytes += done;
+        let pkts = done / f.packet_bytes;
+        f.segs += pkts;
+        let irqs = pkts / net.packets_per_irq.max(1.0);
+        h.cpu[f.rx_cpu].net_rx += irqs;
+        h.cpu[f.rx_cpu].irqs += irqs;
+    }
+}
+
+/// Cycles the receiving process spends per byte of flow `f` when it runs on CPU `c`.
+pub fn rx_cost_per_byte(h: &SimHost, f: usize, c: usize) -> f64 {
+    let n = &h.params.net;
+    let fl = &h.flows[f];
+    let local_total = n.rx_softirq_cycles_per_byte
+        + n.rx_softirq_cycles_per_packet / fl.packet_bytes
+        + n.rx_copy_cycles_per_byte;
+    let mut copy = n.rx_copy_cycles_per_byte;
+    let p = &h.procs[fl.proc];
+    if !h.specs[p.spec].buffer_reuse {
+        // A fresh buffer per message lives on the process's memory node; the copy pays
+        // the latency ratio between it and the NIC's node.
+        let nic_node = h.topo.nics[fl.nic].node.unwrap_or(0);
+        let mem_node = p
+            .mem_bytes
+            .iter()
+            .enumerate()
+            .max_by(|a, b| a.1.total_cmp(b.1))
+            .map(|(i, _)| i)
+            .unwrap_or(0);
+        let d = h.m.distance[h.m.node_pos(nic_node)][mem_node];
+        copy *= h.params.numa_ratio(d).powf(n.rx_fresh_buffer_numa_exponent);
+    }
+    let extra = if h.m.share_cache(c, fl.rx_cpu) {
+        0.0
+    } else {
+        n.rx_remote_cache_extra * local_total
+    };
+    copy + extra
+}
+
+fn tx_cost_per_byte(h: &SimHost, f: usize) -> f64 {
+    let n = &h.params.net;
+    n.tx_cycles_per_byte + n.tx_cycles_per_packet / h.flows[f].packet_bytes
+}
+
+fn tx_rate(h: &SimHost, f: usize) -> f64 {
+    let fl = &h.flows[f];
+    let line = h.topo.nics[fl.nic].speed_mbps.unwrap_or(1000) as f64 * 1e6 / 8.0;
+    let mut r = fl.rate_bps.min(line);
+    if let Some(l) = fl.limit_bps {
+        r = r.min(l);
+    }
+    r
+}
+
+/// Effective cycles of CPU `c` in `cycles` for a task of the process's class (little
+/// cores do less per cycle).
+fn eff_cycles(h: &SimHost, ti: usize, c: usize, cycles: f64) -> f64 {
+    if h.m.cpus[c].little {
+        cycles / h.procs[h.tasks[ti].proc].class.big_little_ratio.max(1e-9)
+    } else {
+        cycles
+    }
+}
+
+/// The fraction of CPU `c` task `ti` wants this tick (`cycles` = the CPU's cycles in one
+/// tick, `dt` = tick seconds).
+pub fn task_want(h: &SimHost, ti: usize, c: usize, cycles: f64, dt: f64) -> f64 {
+    let t = &h.tasks[ti];
+    let p = &h.procs[t.proc];
+    match p.kind {
+        Kind::Cpu | Kind::Periodic => {
+            let s = h.speed[ti];
+            if s <= 0.0 {
+                return 0.0;
+            }
+            (t.left / (s * dt)).min(1.0)
+        }
+        Kind::Rx => {
+            let Some(f) = p.flow else { return 0.0 };
+            let need = h.flows[f].buffer * rx_cost_per_byte(h, f, c);
+            let have = eff_cycles(h, ti, c, cycles);
+            if have <= 0.0 {
+                return 0.0;
+            }
+            (need / have).min(1.0)
+        }
+        Kind::Tx => {
+            let Some(f) = p.flow else { return 0.0 };
+            let need = tx_rate(h, f) * dt * tx_cost_per_byte(h, f);
+            let have = eff_cycles(h, ti, c, cycles);
+            if have <= 0.0 {
+                return 0.0;
+            }
+            (need / have).min(1.0)
+        }
+    }
+}
+
+/// Applies `share` of CPU `c` for one tick to task `ti`. Returns true when the time is
+/// system time (network syscalls), false for user time.
+pub fn progress(
+    h: &mut SimHost,
+    ti: usize,
+    c: usize,
+    share: f64,
+    dt: f64,
+    in_window: bool,
+) -> bool {
+    let pi = h.tasks[ti].proc;
+    let kind = h.procs[pi].kind;
+    let cycles = h.cpu[c].khz as f64 * 1e3 * dt * share;
+    match kind {
+        Kind::Cpu | Kind::Periodic => {
+            let work = share * h.speed[ti] * dt;
+            let done = work.min(h.tasks[ti].left);
+            h.tasks[ti].left -= done;
+            if in_window {
+                h.procs[pi].result.work_done_s += done;
+            }
+            if h.tasks[ti].left <= 1e-12 {
+                h.tasks[ti].left = 0.0;
+                // It finished `share` of the way into the tick.
+                let finish_ns = h.time_ns as f64 + share * h.tick_ns as f64;
+                if kind == Kind::Cpu {
+                    cpu_phase_done(h, pi, finish_ns);
+                } else if in_window {
+                    let p = &mut h.procs[pi];
+                    p.result
+                        .completions_s
+                        .push((finish_ns - p.run_started_ns as f64) / 1e9);
+                }
+            }
+            false
+        }
+        Kind::Rx => {
+            if let Some(f) = h.procs[pi].flow {
+                let per_byte = rx_cost_per_byte(h, f, c).max(1e-9);
+                let bytes = (eff_cycles(h, ti, c, cycles) / per_byte).min(h.flows[f].buffer);
+                h.flows[f].buffer -= bytes;
+                if in_window {
+                    h.procs[pi].result.rx_bytes += bytes;
+                }
+            }
+            true
+        }
+        Kind::Tx => {
+            if let Some(f) = h.procs[pi].flow {
+                let per_byte = tx_cost_per_byte(h, f).max(1e-9);
+                let bytes = (eff_cycles(h, ti, c, cycles) / per_byte).min(tx_rate(h, f) * dt);
+                let fl = &mut h.flows[f];
+                fl.bytes += bytes;
+                fl.segs += bytes / fl.packet_bytes;
+                if in_window {
+                    h.procs[pi].result.tx_bytes += bytes;
+                }
+            }
+            true
+        }
+    }
+}
+
+/// A `cpu` job's thread finished its part: start the parallel phase after the serial one,
+/// or complete the job when every thread is done.
+fn cpu_phase_done(h: &mut SimHost, pi: usize, finish_ns: f64) {
+    let spec = h.specs[h.procs[pi].spec].clone();
+    let p = &mut h.procs[pi];
+    if p.serial_left > 0.0 {
+        p.serial_left = 0.0;
+        let w = spec.work_s.unwrap_or(f64::INFINITY);
+        let per = w * (1.0 - spec.serial_fraction) / p.threads.len() as f64;
+        if per > 0.0 {
+            for &t in &p.threads {
+                h.tasks[t].left = per;
+            }
+            return;
+        }
+    }
+    if p.threads.iter().any(|&t| h.tasks[t].left > 0.0) {
+        return;
+    }
+    p.result
+        .completions_s
+        .push((finish_ns - p.run_started_ns as f64) / 1e9);
+    if spec.repeat {
+        p.started = false;
+        p.start_ns = h.time_ns + h.tick_ns;
+    } else {
+        p.exited = true;
+        for &t in &p.threads {
+            h.tasks[t].runnable = false;
+        }
+    }
+}

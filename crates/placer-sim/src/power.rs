@@ -1,0 +1,81 @@
+//! Power: governors choosing each DVFS domain's frequency, and whole-node power
+//!
+//! `P = node_idle_w + package_w * sum(active packages) + sum(core power) + smt_sibling_w *
+//! sum(busy second threads)`, where a package is active the fraction of time its busiest
+//! CPU is busy, a core draws `core_w(type) * V(f)^2 f / (V(fmax)^2 fmax)` (no scaling
+//! without an OPP table) times the busy fraction of its busiest thread, and a second
+//! thread counts the time both threads are busy (the lesser busy fraction). This is seed
+//! 001's `P = Pn + Ps*packages + Pc*cores + Pt*siblings` in fractional form, with CAL A's
+//! V^2 f scaling for DVFS domains. Energy is its integral over the ticks.
+
+use crate::host::SimHost;
+use crate::machine::core_power_w;
+
+/// Sets each frequency domain's current frequency from its governor (schedutil: lowest
+/// available frequency >= headroom * util * f_max, util being the domain's busiest CPU's
+/// frequency-invariant average).
+pub fn governors(h: &mut SimHost) {
+    for (d, dom) in h.topo.freq_domains.iter().enumerate() {
+        let st = &h.domains[d];
+        let (lo, hi) = (
+            st.scaling_min_khz,
+            st.scaling_max_khz.max(st.scaling_min_khz),
+        );
+        let clamp_avail = |target: u64| -> u64 {
+            dom.available_khz
+                .iter()
+                .copied()
+                .filter(|&f| f >= target && f >= lo && f <= hi)
+                .min()
+                .unwrap_or(hi)
+        };
+        let khz = match st.governor.as_str() {
+            "performance" => hi,
+            "powersave" => lo,
+            "userspace" => st.speed_khz.map(|s| s.clamp(lo, hi)).unwrap_or(hi),
+            _ => {
+                let mut util: f64 = 0.0;
+                let mut fmax = 0u64;
+                for id in dom.cpus.iter() {
+                    if let Some(c) = h.m.idx(id) {
+                        util = util.max(h.cpu[c].util_avg);
+                        fmax = fmax.max(h.m.cpus[c].max_khz);
+                    }
+                }
+                let target = h.params.sched.schedutil_headroom * util * fmax as f64;
+                clamp_avail(target.ceil() as u64)
+            }
+        };
+        h.domains[d].khz = khz;
+    }
+}
+
+/// Whole-node power now, W.
+pub fn node_power_w(h: &SimHost) -> f64 {
+    let pw = &h.params.power;
+    let mut p = pw.node_idle_w;
+    let mut pkg_active = vec![0.0f64; h.m.n_packages];
+    for (c, info) in h.m.cpus.iter().enumerate() {
+        let u = (h.cpu[c].busy + h.cpu[c].softirq).min(1.0);
+        pkg_active[info.package] = pkg_active[info.package].max(u);
+        // Count each core once, at its lowest-index thread.
+        if info.siblings.iter().any(|&s| s < c) {
+            continue;
+        }
+        let mut hi = u;
+        let mut second = 0.0f64;
+        for &s in &info.siblings {
+            let us = (h.cpu[s].busy + h.cpu[s].softirq).min(1.0);
+            second = second.max(us.min(hi));
+            hi = hi.max(us);
+        }
+        let (w, opp) = if info.little {
+            (pw.little_core_w, &pw.little_opp)
+        } else {
+            (pw.big_core_w, &pw.big_opp)
+        };
+        p += core_power_w(w, opp, h.cpu[c].khz, info.max_khz) * hi;
+        p += pw.smt_sibling_w * second;
+    }
+    p + pw.package_w * pkg_active.iter().sum::<f64>()
+}

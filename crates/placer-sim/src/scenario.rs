@@ -1,0 +1,697 @@
+//! Scenarios: TOML files naming a machine, workloads, the policies to compare, the seeds
+//! to average over and the paper's figures to print beside the simulated ones; and the
+//! runner that plays each (variant, policy, seed).
+//!
+//! A policy is a baseline (`linux-default`, `eas`) or a baseline plus placer policies
+//! (`net-affinity` = `linux-default+net-affinity`, `eas+energy-qos`). Placer policies run
+//! through the same sample -> observe -> plan -> apply cycle as the daemon, every
+//! `policy_interval_ms` of simulated time, built by a policy factory (the real policies
+//! from placer-core by default; tests may inject their own).
+//!
+//! The file format is in docs/simulator.md; built-in scenarios live in `scenarios/` at the
+//! repository root and are embedded in the binary ([`BUILTIN`]).
+
+use crate::baselines::Baseline;
+use crate::host::SimHost;
+use crate::params::Params;
+use crate::workload::{Kind, ProcResult, WorkloadSpec};
+use placer_core::config::Config;
+use placer_core::host::Host;
+use placer_core::plan::{Action, Outcome};
+use placer_core::policy::{Held, Policy, PolicyState};
+use placer_core::sample::SampleRequest;
+use placer_core::{CpuSet, Observation};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Built-in scenarios: (name, TOML text). Other areas add their seed scenarios here.
+pub const BUILTIN: &[(&str, &str)] =
+    &[("seed-002", include_str!("../../../scenarios/seed-002.toml"))];
+
+fn default_seeds() -> Vec<u64> {
+    vec![1, 2, 3]
+}
+fn default_interval() -> u64 {
+    1000
+}
+fn default_policies() -> Vec<String> {
+    vec!["linux-default".into()]
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// A built-in machine or a synthetic spec (`pkg:2 core:4 pu:2`).
+    pub machine: String,
+    /// Simulated seconds per run (a run also stops when every finite job is done, when
+    /// `stop_when_done`).
+    pub duration_s: f64,
+    /// Seconds before the measurement window opens.
+    #[serde(default)]
+    pub warmup_s: f64,
+    #[serde(default)]
+    pub stop_when_done: bool,
+    #[serde(default = "default_seeds")]
+    pub seeds: Vec<u64>,
+    #[serde(default = "default_policies")]
+    pub policies: Vec<String>,
+    #[serde(default = "default_interval")]
+    pub policy_interval_ms: u64,
+    /// The scenario's objective for the oracle and the headline column:
+    /// `throughput` (network Gbit/s, else work rate), `makespan`, `energy`,
+    /// `perf_per_watt`.
+    #[serde(default)]
+    pub objective: Objective,
+    /// A placer config fragment (TOML) for the placer policies.
+    #[serde(default)]
+    pub config: Option<toml::Value>,
+    /// Model parameter overrides (see `placer sim --params MACHINE`).
+    #[serde(default)]
+    pub params: Option<toml::Value>,
+    /// Machine setups compared separately (IRQ affinity, frequency, parameters); none =
+    /// one unnamed setup.
+    #[serde(default)]
+    pub variants: Vec<Variant>,
+    pub workloads: Vec<WorkloadSpec>,
+    /// The paper's figures, printed beside the simulated ones.
+    #[serde(default)]
+    pub paper: Vec<PaperFigure>,
+    #[serde(default)]
+    pub oracle: Option<OracleSpec>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Objective {
+    #[default]
+    Throughput,
+    Makespan,
+    Energy,
+    PerfPerWatt,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Variant {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// NIC name -> CPU list of every queue's IRQ (e.g. `eth0 = "0"`).
+    #[serde(default)]
+    pub irq: BTreeMap<String, String>,
+    /// NIC name -> RPS CPU list of every queue.
+    #[serde(default)]
+    pub rps: BTreeMap<String, String>,
+    /// Parameter overrides on top of the scenario's.
+    #[serde(default)]
+    pub params: Option<toml::Value>,
+}
+
+/// One figure from the paper: `metric` of `policy` against `versus`, in percent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PaperFigure {
+    #[serde(default)]
+    pub variant: Option<String>,
+    /// `throughput`, `cpu_saving`, `cpu_efficiency`, `energy_saving`, `perf_per_watt`,
+    /// `completion_speedup`, `work_rate`, `deadline_miss_reduction`.
+    pub metric: String,
+    pub policy: String,
+    pub versus: String,
+    pub low_pct: f64,
+    pub high_pct: f64,
+    #[serde(default)]
+    pub source: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OracleSpec {
+    /// Simulated seconds per evaluated placement (after `warmup_s` of it).
+    #[serde(default = "oracle_duration")]
+    pub duration_s: f64,
+    #[serde(default = "oracle_warmup")]
+    pub warmup_s: f64,
+    /// Give up when there are more placements than this.
+    #[serde(default = "oracle_budget")]
+    pub max_placements: u64,
+}
+
+fn oracle_duration() -> f64 {
+    0.5
+}
+fn oracle_warmup() -> f64 {
+    0.1
+}
+fn oracle_budget() -> u64 {
+    20_000
+}
+
+/// What one run measured, over its measurement window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Metrics {
+    pub window_s: f64,
+    /// Network bytes received + sent by the workloads, Gbit/s.
+    pub net_gbps: f64,
+    /// Work done per second (seconds of full-speed work per second).
+    pub work_rate: f64,
+    /// Completion time of finished jobs (cpu kind), mean and max, seconds.
+    pub completion_mean_s: Option<f64>,
+    pub makespan_s: Option<f64>,
+    pub jobs_done: u64,
+    /// Busy CPU time over all CPUs: percent of the machine, and in CPUs.
+    pub cpu_util_pct: f64,
+    pub cpu_busy_cpus: f64,
+    pub energy_j: f64,
+    pub power_w: f64,
+    /// Primary performance (net Gbit/s if any network workload, else work rate) per watt.
+    pub perf_per_watt: f64,
+    pub periodic_jobs: u64,
+    pub deadline_misses: u64,
+    /// Placer actions applied (done).
+    pub actions: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunResult {
+    pub seed: u64,
+    pub metrics: Metrics,
+    pub procs: Vec<ProcResult>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicyResult {
+    pub variant: Option<String>,
+    pub policy: String,
+    pub mean: Metrics,
+    /// Smallest and largest value across seeds of the objective's headline metric.
+    pub spread: (f64, f64),
+    pub runs: Vec<RunResult>,
+    /// Why the policy could not run, if so.
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+/// Builds a placer policy by name with the scenario's config.
+pub type PolicyFactory<'a> = &'a dyn Fn(&str, &Config) -> Result<Box<dyn Policy>, String>;
+
+/// The real policies of placer-core.
+pub fn default_factory(name: &str, _cfg: &Config) -> Result<Box<dyn Policy>, String> {
+    Err(format!(
+        "policy {name:?} is not available in this build of placer-core yet"
+    ))
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    #[error("scenario {0:?}: {1}")]
+    Parse(String, String),
+    #[error("scenario {0:?}: {1}")]
+    Invalid(String, String),
+    #[error("reading {0}: {1}")]
+    Io(String, String),
+}
+
+impl Scenario {
+    pub fn from_toml(name: &str, text: &str) -> Result<Scenario, ScenarioError> {
+        let s: Scenario =
+            toml::from_str(text).map_err(|e| ScenarioError::Parse(name.into(), e.to_string()))?;
+        s.validate()?;
+        Ok(s)
+    }
+
+    /// A built-in scenario by name, or a file path.
+    pub fn load(name_or_path: &str) -> Result<Scenario, ScenarioError> {
+        if let Some((_, text)) = BUILTIN.iter().find(|(n, _)| *n == name_or_path) {
+            return Scenario::from_toml(name_or_path, text);
+        }
+        let text = std::fs::read_to_string(name_or_path).map_err(|e| {
+            ScenarioError::Io(
+                name_or_path.into(),
+                format!(
+                    "{e} (built-in scenarios: {})",
+                    BUILTIN
+                        .iter()
+                        .map(|(n, _)| *n)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )
+        })?;
+        Scenario::from_toml(name_or_path, &text)
+    }
+
+    pub fn validate(&self) -> Result<(), ScenarioError> {
+        let bad = |m: String| Err(ScenarioError::Invalid(self.name.clone(), m));
+        if self.duration_s.is_nan()
+            || self.duration_s <= 0.0
+            || self.warmup_s < 0.0
+            || self.warmup_s >= self.duration_s
+        {
+            return bad("need duration_s > warmup_s >= 0".into());
+        }
+        if self.seeds.is_empty() {
+            return bad("seeds must not be empty".into());
+        }
+        if self.workloads.is_empty() {
+            return bad("no workloads".into());
+        }
+        for w in &self.workloads {
+            w.validate()
+                .map_err(|e| ScenarioError::Invalid(self.name.clone(), e))?;
+        }
+        for p in &self.policies {
+            let (_, placer) = split_policy(p);
+            for q in &placer {
+                if !placer_core::config::POLICY_NAMES.contains(&q.as_str()) {
+                    return bad(format!(
+                        "unknown policy {q:?} in {p:?}; baselines: linux-default, eas; placer \
+                         policies: {}",
+                        placer_core::config::POLICY_NAMES.join(", ")
+                    ));
+                }
+            }
+        }
+        self.placer_config()?;
+        self.topology_and_params(None)?;
+        for v in &self.variants {
+            self.topology_and_params(Some(v))?;
+        }
+        Ok(())
+    }
+
+    /// The placer config for the policies: defaults with the `[config]` fragment.
+    pub fn placer_config(&self) -> Result<Config, ScenarioError> {
+        match &self.config {
+            None => Ok(Config::default()),
+            Some(v) => {
+                let text = toml::to_string(v)
+                    .map_err(|e| ScenarioError::Invalid(self.name.clone(), e.to_string()))?;
+                Config::from_toml(&text).map_err(|e| {
+                    ScenarioError::Invalid(self.name.clone(), format!("[config]: {e}"))
+                })
+            }
+        }
+    }
+
+    /// The machine's topology and parameters for a variant (IRQ/RPS affinities and
+    /// parameter overrides applied).
+    pub fn topology_and_params(
+        &self,
+        variant: Option<&Variant>,
+    ) -> Result<(placer_core::Topology, Params), ScenarioError> {
+        let bad = |m: String| ScenarioError::Invalid(self.name.clone(), m);
+        let mut topo =
+            placer_core::machines::machine(&self.machine).map_err(|e| bad(e.to_string()))?;
+        let max_khz = topo.cpus.iter().filter_map(|c| c.max_khz).max();
+        let mut params = Params::for_machine(&self.machine, max_khz);
+        if let Some(o) = &self.params {
+            params = params.with_overrides(o).map_err(bad)?;
+        }
+        if let Some(v) = variant {
+            if let Some(o) = &v.params {
+                params = params.with_overrides(o).map_err(bad)?;
+            }
+            for (table, rps) in [(&v.irq, false), (&v.rps, true)] {
+                for (nic, list) in table {
+                    let cpus = CpuSet::parse_list(list).map_err(|e| bad(e.to_string()))?;
+                    let n = topo
+                        .nics
+                        .iter_mut()
+                        .find(|n| &n.name == nic)
+                        .ok_or_else(|| bad(format!("variant {}: no NIC {nic}", v.name)))?;
+                    for q in &mut n.queues {
+                        if rps {
+                            q.rps_cpus = cpus.clone();
+                        } else {
+                            q.irq_cpus = cpus.clone();
+                        }
+                    }
+                    n.rx_cpus = n.queues.iter().fold(CpuSet::new(), |a, q| {
+                        a.union(&q.irq_cpus).union(&q.rps_cpus)
+                    });
+                }
+            }
+        }
+        Ok((topo, params))
+    }
+
+    /// Variants to run (one unnamed when the file has none).
+    pub fn variant_list(&self) -> Vec<Option<&Variant>> {
+        if self.variants.is_empty() {
+            vec![None]
+        } else {
+            self.variants.iter().map(Some).collect()
+        }
+    }
+
+    /// Builds the host for one run.
+    pub fn host(
+        &self,
+        variant: Option<&Variant>,
+        baseline: Baseline,
+        seed: u64,
+    ) -> Result<SimHost, ScenarioError> {
+        let (topo, params) = self.topology_and_params(variant)?;
+        SimHost::new(
+            &self.machine,
+            topo,
+            params,
+            self.workloads.clone(),
+            baseline,
+            seed,
+        )
+        .map_err(|e| ScenarioError::Invalid(self.name.clone(), e.to_string()))
+    }
+}
+
+/// Splits `eas+energy-qos` into the baseline and the placer policies; a spec that does
+/// not start with a baseline runs on `linux-default`.
+pub fn split_policy(spec: &str) -> (Baseline, Vec<String>) {
+    let mut parts = spec.split('+').map(str::trim).filter(|s| !s.is_empty());
+    let first = parts.next().unwrap_or("linux-default");
+    match Baseline::parse(first) {
+        Some(b) => (b, parts.map(String::from).collect()),
+        None => (
+            Baseline::LinuxDefault,
+            std::iter::once(first.to_string())
+                .chain(parts.map(String::from))
+                .collect(),
+        ),
+    }
+}
+
+/// The loop the daemon runs (sample -> observe -> plan -> apply -> state update), driven
+/// in simulated time. Returns the number of actions done.
+pub struct PolicyLoop {
+    pub policies: Vec<(Box<dyn Policy>, PolicyState)>,
+    pub interval_ns: u64,
+    prev: Option<placer_core::Sample>,
+    req: SampleRequest,
+    pub actions_done: u64,
+    pub log: Vec<String>,
+}
+
+impl PolicyLoop {
+    pub fn new(policies: Vec<Box<dyn Policy>>, interval_ms: u64) -> PolicyLoop {
+        let req = policies.iter().fold(
+            SampleRequest {
+                sockets: true,
+                ..Default::default()
+            },
+            |r, p| r.union(p.wants()),
+        );
+        PolicyLoop {
+            policies: policies
+                .into_iter()
+                .map(|p| (p, PolicyState::default()))
+                .collect(),
+            interval_ns: interval_ms.max(1) * 1_000_000,
+            prev: None,
+            req,
+            actions_done: 0,
+            log: Vec::new(),
+        }
+    }
+
+    /// One cycle on `host`.
+    pub fn cycle(&mut self, host: &mut SimHost) {
+        let Ok(cur) = host.sample(self.req) else {
+            return;
+        };
+        let Some(prev) = self.prev.replace(cur.clone()) else {
+            return;
+        };
+        let obs = Observation::new(&prev, &cur);
+        let Ok(topo) = host.topology() else { return };
+        for (pol, st) in &mut self.policies {
+            st.now_s = obs.time_ns as f64 / 1e9;
+            let plan = pol.plan(&topo, &obs, st);
+            if plan.is_empty() {
+                st.last_reports.clear();
+                continue;
+            }
+            let reports = host.apply(&plan, false);
+            for r in &reports {
+                let ok = matches!(r.outcome, Outcome::Done | Outcome::Skipped(_));
+                if matches!(r.outcome, Outcome::Done) {
+                    self.actions_done += 1;
+                }
+                match (&r.planned.action, ok) {
+                    (Action::PinProcess { proc, comm, cpus }, true) => {
+                        st.held.insert(
+                            *proc,
+                            Held {
+                                cpus: cpus.clone(),
+                                since_s: st.now_s,
+                                comm: comm.clone(),
+                            },
+                        );
+                    }
+                    (Action::RestoreProcess { proc, .. }, true) => {
+                        st.held.remove(proc);
+                    }
+                    (a, false) => {
+                        if let (Some(p), Outcome::Permanent(_)) = (a.proc(), &r.outcome) {
+                            st.held.remove(&p);
+                            st.released.insert(p);
+                        }
+                    }
+                    _ => {}
+                }
+                if self.log.len() < 10_000 {
+                    self.log.push(format!(
+                        "{:.3}s {} {} -> {} ({})",
+                        st.now_s,
+                        r.planned.policy,
+                        r.planned.action.kind(),
+                        r.outcome.kind(),
+                        r.planned.reason
+                    ));
+                }
+            }
+            st.last_reports = reports;
+        }
+    }
+}
+
+/// Runs one (variant, policy, seed).
+pub fn run_one(
+    sc: &Scenario,
+    variant: Option<&Variant>,
+    policy: &str,
+    seed: u64,
+    factory: PolicyFactory,
+) -> Result<RunResult, String> {
+    let (baseline, placer) = split_policy(policy);
+    let cfg = sc.placer_config().map_err(|e| e.to_string())?;
+    let mut pols = Vec::new();
+    for name in &placer {
+        pols.push(factory(name, &cfg)?);
+    }
+    let mut host = sc
+        .host(variant, baseline, seed)
+        .map_err(|e| e.to_string())?;
+    let mut lp = (!pols.is_empty()).then(|| PolicyLoop::new(pols, sc.policy_interval_ms));
+    let end_ns = (sc.duration_s * 1e9) as u64;
+    let warm_ns = (sc.warmup_s * 1e9) as u64;
+    let mut window_open = warm_ns == 0;
+    if window_open {
+        host.open_window();
+    }
+    let step = lp.as_ref().map(|l| l.interval_ns).unwrap_or(end_ns.max(1));
+    if let Some(l) = lp.as_mut() {
+        l.cycle(&mut host);
+    }
+    while host.time_ns < end_ns {
+        let mut next = (host.time_ns / step + 1) * step;
+        if !window_open && warm_ns < next {
+            next = warm_ns;
+        }
+        host.run_until(next.min(end_ns), sc.stop_when_done);
+        if !window_open && host.time_ns >= warm_ns {
+            host.open_window();
+            window_open = true;
+        }
+        if sc.stop_when_done && host.all_done() {
+            break;
+        }
+        if let Some(l) = lp.as_mut() {
+            if host.time_ns % step == 0 {
+                l.cycle(&mut host);
+            }
+        }
+    }
+    let actions = lp.as_ref().map(|l| l.actions_done).unwrap_or(0);
+    Ok(RunResult {
+        seed,
+        metrics: metrics_of(&host, actions),
+        procs: host.procs.iter().map(|p| p.result.clone()).collect(),
+    })
+}
+
+/// Metrics of a finished run.
+pub fn metrics_of(host: &SimHost, actions: u64) -> Metrics {
+    let window_s = ((host.time_ns - host.window.start_ns) as f64 / 1e9).max(1e-9);
+    let (mut rx, mut tx, mut work) = (0.0, 0.0, 0.0);
+    let (mut completions, mut jobs, mut misses) = (Vec::new(), 0, 0);
+    let mut has_net = false;
+    for p in &host.procs {
+        rx += p.result.rx_bytes;
+        tx += p.result.tx_bytes;
+        work += p.result.work_done_s;
+        match p.kind {
+            Kind::Cpu => completions.extend(p.result.completions_s.iter().copied()),
+            Kind::Periodic => {
+                jobs += p.result.jobs;
+                misses += p.result.deadline_misses;
+            }
+            Kind::Rx | Kind::Tx => has_net = true,
+        }
+    }
+    let n = host.m.cpus.len() as f64;
+    let busy_cpus = host.window.busy_ns / 1e9 / window_s;
+    let power_w = host.window.energy_j / window_s;
+    let net_gbps = (rx + tx) * 8.0 / window_s / 1e9;
+    let work_rate = work / window_s;
+    let perf = if has_net { net_gbps } else { work_rate };
+    Metrics {
+        window_s,
+        net_gbps,
+        work_rate,
+        completion_mean_s: (!completions.is_empty())
+            .then(|| completions.iter().sum::<f64>() / completions.len() as f64),
+        makespan_s: completions
+            .iter()
+            .copied()
+            .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x)))),
+        jobs_done: completions.len() as u64,
+        cpu_util_pct: busy_cpus / n * 100.0,
+        cpu_busy_cpus: busy_cpus,
+        energy_j: host.window.energy_j,
+        power_w,
+        perf_per_watt: if power_w > 0.0 { perf / power_w } else { 0.0 },
+        periodic_jobs: jobs,
+        deadline_misses: misses,
+        actions,
+    }
+}
+
+/// The headline value of an objective (bigger is better for all but makespan/energy).
+pub fn headline(obj: Objective, m: &Metrics) -> f64 {
+    match obj {
+        Objective::Throughput => {
+            if m.net_gbps > 0.0 {
+                m.net_gbps
+            } else {
+                m.work_rate
+            }
+        }
+        Objective::Makespan => m.makespan_s.unwrap_or(f64::INFINITY),
+        Objective::Energy => m.energy_j,
+        Objective::PerfPerWatt => m.perf_per_watt,
+    }
+}
+
+/// Whether a larger headline value is better.
+pub fn bigger_is_better(obj: Objective) -> bool {
+    matches!(obj, Objective::Throughput | Objective::PerfPerWatt)
+}
+
+fn mean_metrics(runs: &[RunResult]) -> Metrics {
+    let n = runs.len().max(1) as f64;
+    let avg = |f: &dyn Fn(&Metrics) -> f64| runs.iter().map(|r| f(&r.metrics)).sum::<f64>() / n;
+    let avg_opt = |f: &dyn Fn(&Metrics) -> Option<f64>| {
+        let v: Vec<f64> = runs.iter().filter_map(|r| f(&r.metrics)).collect();
+        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    };
+    Metrics {
+        window_s: avg(&|m| m.window_s),
+        net_gbps: avg(&|m| m.net_gbps),
+        work_rate: avg(&|m| m.work_rate),
+        completion_mean_s: avg_opt(&|m| m.completion_mean_s),
+        makespan_s: avg_opt(&|m| m.makespan_s),
+        jobs_done: (avg(&|m| m.jobs_done as f64)).round() as u64,
+        cpu_util_pct: avg(&|m| m.cpu_util_pct),
+        cpu_busy_cpus: avg(&|m| m.cpu_busy_cpus),
+        energy_j: avg(&|m| m.energy_j),
+        power_w: avg(&|m| m.power_w),
+        perf_per_watt: avg(&|m| m.perf_per_watt),
+        periodic_jobs: (avg(&|m| m.periodic_jobs as f64)).round() as u64,
+        deadline_misses: (avg(&|m| m.deadline_misses as f64)).round() as u64,
+        actions: (avg(&|m| m.actions as f64)).round() as u64,
+    }
+}
+
+/// Runs every (variant, policy, seed) of a scenario.
+pub fn run(sc: &Scenario, factory: PolicyFactory) -> Vec<PolicyResult> {
+    let mut out = Vec::new();
+    for v in sc.variant_list() {
+        for pol in &sc.policies {
+            let mut runs = Vec::new();
+            let mut error = None;
+            for &seed in &sc.seeds {
+                match run_one(sc, v, pol, seed, factory) {
+                    Ok(r) => runs.push(r),
+                    Err(e) => {
+                        error = Some(e);
+                        break;
+                    }
+                }
+            }
+            let heads: Vec<f64> = runs
+                .iter()
+                .map(|r| headline(sc.objective, &r.metrics))
+                .collect();
+            let spread = (
+                heads.iter().copied().fold(f64::INFINITY, f64::min),
+                heads.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            );
+            out.push(PolicyResult {
+                variant: v.map(|v| v.name.clone()),
+                policy: pol.clone(),
+                mean: mean_metrics(&runs),
+                spread: if runs.is_empty() { (0.0, 0.0) } else { spread },
+                runs,
+                error,
+            });
+        }
+    }
+    out
+}
+
+/// The simulated value, in percent, of a paper metric of `p` against `b`.
+pub fn compare(metric: &str, p: &Metrics, b: &Metrics) -> Option<f64> {
+    let gain = |x: f64, y: f64| (y > 0.0).then(|| (x / y - 1.0) * 100.0);
+    let saving = |x: f64, y: f64| (y > 0.0).then(|| (1.0 - x / y) * 100.0);
+    let perf = |m: &Metrics| {
+        if m.net_gbps > 0.0 {
+            m.net_gbps
+        } else {
+            m.work_rate
+        }
+    };
+    match metric {
+        "throughput" => gain(perf(p), perf(b)),
+        "work_rate" => gain(p.work_rate, b.work_rate),
+        "cpu_saving" => saving(p.cpu_busy_cpus, b.cpu_busy_cpus),
+        "cpu_efficiency" => {
+            let e = |m: &Metrics| perf(m) / m.cpu_busy_cpus.max(1e-9);
+            gain(e(p), e(b))
+        }
+        "energy_saving" => saving(p.energy_j, b.energy_j),
+        "perf_per_watt" => gain(p.perf_per_watt, b.perf_per_watt),
+        "completion_speedup" => match (p.makespan_s, b.makespan_s) {
+            (Some(x), Some(y)) if x > 0.0 => Some((y / x - 1.0) * 100.0),
+            _ => None,
+        },
+        "deadline_miss_reduction" => {
+            let r = |m: &Metrics| m.deadline_misses as f64 / m.periodic_jobs.max(1) as f64;
+            saving(r(p), r(b))
+        }
+        _ => None,
+    }
+}

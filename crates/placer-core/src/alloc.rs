@@ -412,6 +412,175 @@ pub fn prefix_stats(
     out
 }
 
+/// Checks invariants 1, 2 and (for `policy`) 4 or 5 of the module doc on an order `o` of
+/// `topo`; the error says which invariant broke and where. [`verify_policy`] adds the
+/// prefix property. Used by the unit tests and the fixture tests of real topologies.
+pub fn verify_order(topo: &Topology, policy: AllocPolicy, o: &[u32]) -> Result<(), String> {
+    let set: crate::CpuSet = o.iter().copied().collect();
+    if set.len() != o.len() {
+        return Err(format!("{policy}: a CPU appears twice in {o:?}"));
+    }
+    let allowed = topo.allowed();
+    if set != allowed {
+        return Err(format!(
+            "{policy}: order covers {} but the allowed online CPUs are {}",
+            set.to_list_string(),
+            allowed.to_list_string()
+        ));
+    }
+    let us = units(topo);
+    let unit_of: BTreeMap<u32, &Unit> = us.iter().map(|u| (u.cpu, u)).collect();
+    let homogeneous = us.iter().all(|u| (u.capacity - 1.0).abs() < 1e-9);
+    if policy == AllocPolicy::Speedup && homogeneous {
+        let cores: std::collections::BTreeSet<u32> = us.iter().map(|u| u.core).collect();
+        let first_shared = o
+            .iter()
+            .position(|c| unit_of[c].thread_rank > 0)
+            .unwrap_or(o.len());
+        if first_shared != cores.len() {
+            return Err(format!(
+                "speedup: first shared sibling at position {first_shared}, before all {} cores \
+                 have a thread",
+                cores.len()
+            ));
+        }
+    }
+    if policy == AllocPolicy::Efficiency {
+        let mut core_size: BTreeMap<u32, usize> = BTreeMap::new();
+        let mut pkg_size: BTreeMap<Option<u32>, usize> = BTreeMap::new();
+        for u in &us {
+            *core_size.entry(u.core).or_default() += 1;
+            *pkg_size.entry(u.package).or_default() += 1;
+        }
+        let mut cores: BTreeMap<u32, usize> = BTreeMap::new();
+        let mut pkgs: BTreeMap<Option<u32>, usize> = BTreeMap::new();
+        for (i, c) in o.iter().enumerate() {
+            let u = unit_of[c];
+            *cores.entry(u.core).or_default() += 1;
+            *pkgs.entry(u.package).or_default() += 1;
+            let partial_cores = cores.iter().filter(|(k, n)| **n < core_size[*k]).count();
+            let partial_pkgs = pkgs.iter().filter(|(k, n)| **n < pkg_size[*k]).count();
+            if partial_cores > 1 || partial_pkgs > 1 {
+                return Err(format!(
+                    "efficiency: after {} units {partial_cores} cores and {partial_pkgs} \
+                     packages are partly used",
+                    i + 1
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// [`verify_order`] on `policy`'s own order, plus invariant 3 (prefix property) through
+/// [`allocate`].
+pub fn verify_policy(
+    topo: &Topology,
+    policy: AllocPolicy,
+    opts: &AllocOptions,
+) -> Result<(), String> {
+    let o = order(topo, policy, opts);
+    verify_order(topo, policy, &o)?;
+    for n in 1..o.len() {
+        let a = allocate(topo, policy, n, opts).map_err(|e| e.to_string())?;
+        let b = allocate(topo, policy, n + 1, opts).map_err(|e| e.to_string())?;
+        if a[..] != b[..n] {
+            return Err(format!(
+                "{policy}: allocation for {n} is not a prefix of {}",
+                n + 1
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// How many units of an order a job is worth, from its prefix stats (see
+/// [`crate::amdahl`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Caps {
+    pub serial_fraction: f64,
+    /// The paper's `1/S + 1` in compute units (parallel efficiency 1/2); null when
+    /// S = 0.
+    pub efficiency_limit_compute: Option<f64>,
+    /// Longest prefix whose compute is within that limit.
+    pub efficiency_n: usize,
+    /// Longest prefix where every added unit paid off in energy (the marginal rule).
+    pub energy_n: usize,
+    /// Prefix with the least energy over the whole order.
+    pub energy_optimum_n: usize,
+}
+
+impl Caps {
+    /// The smaller of the efficiency and energy caps, at least 1.
+    pub fn cap(&self) -> usize {
+        self.efficiency_n.min(self.energy_n).max(1)
+    }
+}
+
+pub fn caps(stats: &[PrefixStats], serial_fraction: f64) -> Caps {
+    let s = serial_fraction;
+    let limit = crate::amdahl::efficiency_limit(s);
+    let pre: Vec<(f64, f64)> = stats.iter().map(|p| (p.compute, p.power_w)).collect();
+    Caps {
+        serial_fraction: s,
+        efficiency_limit_compute: limit.is_finite().then_some(limit),
+        efficiency_n: stats
+            .iter()
+            .take_while(|p| p.compute <= limit + 1e-9)
+            .count(),
+        energy_n: crate::amdahl::energy_cap(s, &pre),
+        energy_optimum_n: crate::amdahl::energy_optimum(s, &pre),
+    }
+}
+
+/// The seed's Table 7 view: at equal physical cores, order `b` (policy 2, all threads of
+/// each core) against order `a` (policy 1, one thread per core).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PerCore {
+    pub cores: u32,
+    /// Units of `a`: the first prefix reaching `cores` cores.
+    pub n_a: usize,
+    /// Units of `b`: the last prefix with `cores` cores.
+    pub n_b: usize,
+    pub speedup_a: f64,
+    pub speedup_b: f64,
+    /// speedup_b / speedup_a - 1.
+    pub gain: f64,
+    pub power_a_w: f64,
+    pub power_b_w: f64,
+}
+
+pub fn per_core_comparison(a: &[PrefixStats], b: &[PrefixStats]) -> Vec<PerCore> {
+    let max = a.iter().map(|p| p.cores).max().unwrap_or(0);
+    (1..=max)
+        .filter_map(|k| {
+            let pa = a.iter().find(|p| p.cores == k)?;
+            let pb = b.iter().rev().find(|p| p.cores == k)?;
+            Some(PerCore {
+                cores: k,
+                n_a: pa.n,
+                n_b: pb.n,
+                speedup_a: pa.speedup,
+                speedup_b: pb.speedup,
+                gain: pb.speedup / pa.speedup - 1.0,
+                power_a_w: pa.power_w,
+                power_b_w: pb.power_w,
+            })
+        })
+        .collect()
+}
+
+/// For each prefix of `b`, the smallest prefix of `a` at least as fast (the seed's "10
+/// units of policy 2 run like 7 of policy 1 at 3 W less"): `(n_b, n_a, power_b - power_a)`.
+pub fn equal_speed_matches(a: &[PrefixStats], b: &[PrefixStats]) -> Vec<(usize, usize, f64)> {
+    b.iter()
+        .filter_map(|pb| {
+            let pa = a.iter().find(|p| p.speedup >= pb.speedup - 1e-9)?;
+            Some((pb.n, pa.n, pb.power_w - pa.power_w))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -482,18 +651,9 @@ pub(crate) mod tests {
     }
 
     fn check_invariants(t: &Topology) {
-        let allowed = t.allowed();
         for p in AllocPolicy::ALL {
-            let o = order(t, p, &AllocOptions::default());
-            // 1 + 2: a permutation of the allowed online CPUs.
-            let set: CpuSet = o.iter().copied().collect();
-            assert_eq!(set.len(), o.len(), "{} {p}: duplicate in {o:?}", t.source);
-            assert_eq!(set, allowed, "{} {p}: {o:?}", t.source);
-            // 3: prefix property through allocate().
-            for n in 1..o.len() {
-                let a = allocate(t, p, n, &AllocOptions::default()).unwrap();
-                let b = allocate(t, p, n + 1, &AllocOptions::default()).unwrap();
-                assert_eq!(a[..], b[..n], "{} {p} n={n}", t.source);
+            if let Err(e) = verify_policy(t, p, &AllocOptions::default()) {
+                panic!("{}: {e}", t.source);
             }
         }
     }
@@ -604,54 +764,29 @@ pub(crate) mod tests {
         );
     }
 
-    /// Invariant 4.
     #[test]
-    fn speedup_uses_every_core_before_any_sibling() {
-        for t in test_topologies() {
-            let us = units(&t);
-            if us.iter().any(|u| (u.capacity - 1.0).abs() > 1e-9) {
-                continue;
-            }
-            let cores: std::collections::BTreeSet<u32> = us.iter().map(|u| u.core).collect();
-            let o = order(&t, AllocPolicy::Speedup, &AllocOptions::default());
-            let first_shared = o
-                .iter()
-                .position(|c| us.iter().any(|u| u.cpu == *c && u.thread_rank > 0))
-                .unwrap_or(o.len());
-            assert_eq!(first_shared, cores.len(), "{}", t.source);
-        }
-    }
-
-    /// Invariant 5.
-    #[test]
-    fn efficiency_opens_a_core_or_package_only_when_the_last_is_full() {
-        for t in test_topologies() {
-            let us = units(&t);
-            let o = order(&t, AllocPolicy::Efficiency, &AllocOptions::default());
-            let size = |f: &dyn Fn(&Unit) -> bool| us.iter().filter(|u| f(u)).count();
-            for n in 1..=o.len() {
-                let pre: Vec<&Unit> = o[..n]
-                    .iter()
-                    .map(|c| us.iter().find(|u| u.cpu == *c).unwrap())
-                    .collect();
-                let mut cores: BTreeMap<u32, usize> = BTreeMap::new();
-                let mut pkgs: BTreeMap<Option<u32>, usize> = BTreeMap::new();
-                for u in &pre {
-                    *cores.entry(u.core).or_default() += 1;
-                    *pkgs.entry(u.package).or_default() += 1;
-                }
-                let partial_cores = cores
-                    .iter()
-                    .filter(|(k, n)| **n < size(&|u: &Unit| u.core == **k))
-                    .count();
-                let partial_pkgs = pkgs
-                    .iter()
-                    .filter(|(k, n)| **n < size(&|u: &Unit| u.package == **k))
-                    .count();
-                assert!(partial_cores <= 1, "{} n={n}", t.source);
-                assert!(partial_pkgs <= 1, "{} n={n}", t.source);
-            }
-        }
+    fn verify_order_catches_broken_orders() {
+        let t = machine("dell-c6100").unwrap();
+        let opts = AllocOptions::default();
+        let sc = order(&t, AllocPolicy::Scatter, &opts);
+        let ef = order(&t, AllocPolicy::Efficiency, &opts);
+        // Scatter opens both packages at once: not an efficiency order (invariant 5).
+        let e = verify_order(&t, AllocPolicy::Efficiency, &sc).unwrap_err();
+        assert!(e.contains("partly used"), "{e}");
+        // Efficiency shares a core at unit 2: not a speedup order (invariant 4).
+        let e = verify_order(&t, AllocPolicy::Speedup, &ef).unwrap_err();
+        assert!(e.contains("first shared sibling at position 1"), "{e}");
+        // Missing, extra or repeated CPUs (invariants 1 and 2).
+        assert!(verify_order(&t, AllocPolicy::Compact, &ef[..15]).is_err());
+        let mut dup = ef.clone();
+        dup[15] = dup[0];
+        assert!(verify_order(&t, AllocPolicy::Compact, &dup)
+            .unwrap_err()
+            .contains("twice"));
+        let mut off = t.clone();
+        off.cpus[3].online = false;
+        assert!(verify_order(&off, AllocPolicy::Compact, &ef).is_err());
+        verify_order(&t, AllocPolicy::Efficiency, &ef).unwrap();
     }
 
     #[test]
@@ -730,6 +865,28 @@ pub(crate) mod tests {
         for k in 1..=8 {
             assert!(s2[2 * k - 1].spn > s1[k - 1].spn, "k={k}");
         }
+        // S = 0.1 on policy 1: efficiency limit 11 compute units is beyond all 16 CPUs
+        // (10.4 compute), so only the energy rule can cap.
+        let c = caps(&prefix_stats(&t, &sp, &m, 0.1, &opts), 0.1);
+        assert_eq!(c.efficiency_n, 16);
+        assert!(c.energy_n >= 1 && c.energy_n <= 16);
+        assert_eq!(c.cap(), c.energy_n);
+        let c = caps(&prefix_stats(&t, &ef, &m, 0.5, &opts), 0.5);
+        assert_eq!(c.efficiency_limit_compute, Some(3.0));
+        // 3.0 compute: 2 full cores with siblings is 2.6, a third core makes 3.6.
+        assert_eq!(c.efficiency_n, 4);
+        // Per physical core, policy 2 gains sigma = 30% of compute, less with S > 0.
+        let cmp = per_core_comparison(&s1, &s2);
+        assert_eq!(cmp.len(), 8);
+        assert!(cmp
+            .iter()
+            .all(|c| (c.gain - 0.3).abs() < 1e-9 && c.n_b == 2 * c.n_a));
+        let m1 = prefix_stats(&t, &sp, &m, 0.077, &opts);
+        let m2 = prefix_stats(&t, &ef, &m, 0.077, &opts);
+        let cmp = per_core_comparison(&m1, &m2);
+        assert!(cmp.iter().all(|c| c.gain > 0.0 && c.gain < 0.3));
+        let eq = equal_speed_matches(&m1, &m2);
+        assert!(eq.iter().all(|(nb, na, _)| na <= nb));
         // Everything busy: both orders end in the same state.
         assert_eq!(s1[15].power_w, s2[15].power_w);
         assert!((s1[15].compute - 8.0 * 1.3).abs() < 1e-9);

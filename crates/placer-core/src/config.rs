@@ -225,6 +225,7 @@ impl Config {
         section("smt_energy", self.smt_energy.validate())?;
         section("energy_qos", self.energy_qos.validate())?;
         section("numa_local", self.numa_local.validate())?;
+        section("contention", self.contention.validate())?;
         Ok(())
     }
 }

@@ -45,6 +45,17 @@ pub fn policies_from_config(config: &Config) -> Vec<Box<dyn Policy>> {
                 config.scope.clone(),
                 self_pid,
             ))),
+            "smt-energy" => v.push(Box::new(crate::policies::smt_energy::SmtEnergy::new(
+                config.smt_energy.clone(),
+            ))),
+            "contention" => v.push(Box::new(
+                crate::policies::contention::Contention::new(config.contention.clone())
+                    .with_scope(config.scope.clone(), self_pid),
+            )),
+            "energy-qos" => v.push(Box::new(
+                crate::policies::energy_qos::EnergyQos::new(config.energy_qos.clone())
+                    .with_scope(config.scope.clone(), self_pid),
+            )),
             _ => {}
         }
     }

@@ -4,7 +4,9 @@
 
 pub mod alloc;
 pub mod amdahl;
+pub mod classify;
 pub mod config;
+pub mod counter_trace;
 pub mod cpuset;
 pub mod engine;
 pub mod host;

@@ -110,7 +110,8 @@ pub(crate) fn derive(prev: &Sample, cur: &Sample) -> Observation {
                 .filter_map(|ino| cur_socks.get(ino))
                 .map(|s| derive_flow(prev_socks.get(&s.inode).copied(), s, &per_s))
                 .collect();
-            let sum = |f: fn(&FlowObs) -> f64| flows.iter().map(f).sum::<f64>();
+            // fold from +0.0: `Sum` of an empty f64 iterator is -0.0, which prints as "-0".
+            let sum = |f: fn(&FlowObs) -> f64| flows.iter().map(f).fold(0.0, |a, b| a + b);
             ProcObs {
                 pid: p.pid,
                 start_time_ticks: p.start_time_ticks,
@@ -321,7 +322,7 @@ fn derive_power(
     (energy_total.or(sensor_total), by_domain)
 }
 
-fn counter_rates(
+pub(crate) fn counter_rates(
     prev: &[CounterValue],
     cur: &[CounterValue],
     per_s: &dyn Fn(f64) -> f64,

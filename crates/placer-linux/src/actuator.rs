@@ -109,6 +109,8 @@ impl Handlers {
             Box::new(ProcAffinityHandler::default()),
             Box::new(IrqHandler),
             Box::new(RpsHandler),
+            Box::new(crate::cpufreq::CpufreqHandler),
+            Box::new(crate::tc::TcHandler::default()),
             // Other areas add their handlers here.
         ];
         Handlers { list }
@@ -1000,7 +1002,8 @@ mod tests {
             }]),
             false,
         );
-        assert!(matches!(&rep[0].outcome, Outcome::Permanent(s) if s.contains("no handler")));
+        // The cpufreq handler finds no policy0 under this root.
+        assert!(matches!(&rep[0].outcome, Outcome::Permanent(_)));
     }
 
     #[test]

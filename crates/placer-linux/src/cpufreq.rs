@@ -210,6 +210,221 @@ pub fn restore(root: &Path, prev: &CpufreqPrev) -> Result<()> {
     Ok(())
 }
 
+// ---------------------------------------------------------------------------------------
+// Actuator handler: CapFrequency, SetGovernor, RestoreFrequency; restores the journal's
+// `cpufreq_max` and `cpufreq_governor` knobs.
+
+use crate::actuator::{classify, Ctx, KnobHandler, Restored};
+use crate::journal::{Entry, Knob};
+use placer_core::plan::{Action, Outcome};
+
+/// Journal value of a governor knob: `name`, or `userspace:KHZ`.
+fn governor_value(st: &CpufreqState) -> String {
+    let g = st.governor.clone().unwrap_or_default();
+    match (
+        g.as_str(),
+        read_khz(&st.dir.join("scaling_setspeed")).ok().flatten(),
+    ) {
+        ("userspace", Some(k)) => format!("userspace:{k}"),
+        _ => g,
+    }
+}
+
+fn outcome_of(e: &LinuxError, what: &str) -> Outcome {
+    match e {
+        LinuxError::Io { source, .. } => classify(source, what),
+        other => Outcome::Permanent(format!("{what}: {other}")),
+    }
+}
+
+/// Drops a settled entry from the journal and turns a restore result into an outcome.
+pub(crate) fn settle_entry(ctx: &mut Ctx<'_>, knob: &Knob, r: Restored) -> Outcome {
+    if r.settled() {
+        if let Some(j) = ctx.journal.as_deref_mut() {
+            if let Err(err) = j.remove(knob) {
+                return Outcome::Transient(format!("journal: {err}"));
+            }
+        }
+    }
+    match r {
+        Restored::Restored => Outcome::Done,
+        Restored::Gone(why) => Outcome::Permanent(why),
+        Restored::ChangedElsewhere(why) => Outcome::Skipped(why),
+        Restored::Failed(why) => Outcome::Transient(why),
+    }
+}
+
+/// The cpufreq knob handler (register with `Handlers::register`).
+#[derive(Debug, Default)]
+pub struct CpufreqHandler;
+
+impl CpufreqHandler {
+    /// Journals `knob` (previous -> applied) then runs `write`; drops a new entry again
+    /// when the write fails.
+    fn journaled(
+        ctx: &mut Ctx<'_>,
+        knob: Knob,
+        previous: &str,
+        applied: &str,
+        write: impl FnOnce() -> Result<()>,
+    ) -> Outcome {
+        let Some(journal) = ctx.journal.as_deref_mut() else {
+            return Outcome::Transient("no journal".into());
+        };
+        let new = match journal.record(knob.clone(), previous, applied, "energy-qos") {
+            Ok(n) => n,
+            Err(e) => return Outcome::Transient(format!("journal: {e}")),
+        };
+        match write() {
+            Ok(()) => Outcome::Done,
+            Err(e) => {
+                if new {
+                    let _ = journal.remove(&knob);
+                }
+                outcome_of(&e, &format!("{knob}"))
+            }
+        }
+    }
+
+    fn cap(ctx: &mut Ctx<'_>, domain: u32, khz: u64, dry_run: bool) -> Outcome {
+        let st = match read_state(ctx.root, domain) {
+            Ok(s) => s,
+            Err(e) => return Outcome::Permanent(e.to_string()),
+        };
+        let f = snap_khz(&st, khz);
+        let knob = Knob::CpufreqMax { domain };
+        if st.scaling_max_khz == Some(f) {
+            return Outcome::Skipped(format!("{knob} already {f} kHz"));
+        }
+        if dry_run {
+            return Outcome::Skipped(format!("dry run: would set {knob} to {f} kHz"));
+        }
+        let prev = st
+            .scaling_max_khz
+            .map(|k| k.to_string())
+            .unwrap_or_default();
+        let root = ctx.root.to_path_buf();
+        Self::journaled(ctx, knob, &prev, &f.to_string(), || {
+            cap_max(&root, domain, f).map(|_| ())
+        })
+    }
+
+    fn governor(
+        ctx: &mut Ctx<'_>,
+        domain: u32,
+        governor: &str,
+        speed: Option<u64>,
+        dry_run: bool,
+    ) -> Outcome {
+        let st = match read_state(ctx.root, domain) {
+            Ok(s) => s,
+            Err(e) => return Outcome::Permanent(e.to_string()),
+        };
+        let applied = match speed {
+            Some(k) if governor == "userspace" => format!("userspace:{}", snap_khz(&st, k)),
+            _ => governor.to_string(),
+        };
+        let knob = Knob::CpufreqGovernor { domain };
+        let prev = governor_value(&st);
+        if prev == applied {
+            return Outcome::Skipped(format!("{knob} already {applied}"));
+        }
+        if dry_run {
+            return Outcome::Skipped(format!("dry run: would set {knob} to {applied}"));
+        }
+        let root = ctx.root.to_path_buf();
+        let g = governor.to_string();
+        Self::journaled(ctx, knob, &prev, &applied, || {
+            set_governor(&root, domain, &g, speed).map(|_| ())
+        })
+    }
+}
+
+impl KnobHandler for CpufreqHandler {
+    fn kinds(&self) -> &'static [&'static str] {
+        &["cpufreq_max", "cpufreq_governor"]
+    }
+
+    fn apply(&mut self, ctx: &mut Ctx<'_>, action: &Action, dry_run: bool) -> Option<Outcome> {
+        match action {
+            Action::CapFrequency { domain, max_khz } => {
+                Some(Self::cap(ctx, *domain, *max_khz, dry_run))
+            }
+            Action::SetGovernor {
+                domain,
+                governor,
+                speed_khz,
+            } => Some(Self::governor(ctx, *domain, governor, *speed_khz, dry_run)),
+            Action::RestoreFrequency { domain } => {
+                let mut out = Outcome::Skipped(format!("policy{domain}: placer did not change it"));
+                // Governor first, then the cap (see `restore`).
+                for knob in [
+                    Knob::CpufreqGovernor { domain: *domain },
+                    Knob::CpufreqMax { domain: *domain },
+                ] {
+                    let Some(e) = ctx.entry(&knob) else { continue };
+                    if dry_run {
+                        out = Outcome::Skipped(format!("dry run: would restore {knob}"));
+                        continue;
+                    }
+                    let r = self.restore(ctx.root, &e);
+                    out = settle_entry(ctx, &knob, r);
+                }
+                Some(out)
+            }
+            _ => None,
+        }
+    }
+
+    fn restore(&mut self, root: &Path, entry: &Entry) -> Restored {
+        let (domain, is_max) = match entry.knob {
+            Knob::CpufreqMax { domain } => (domain, true),
+            Knob::CpufreqGovernor { domain } => (domain, false),
+            _ => return Restored::Failed("not a cpufreq knob".into()),
+        };
+        let st = match read_state(root, domain) {
+            Ok(s) => s,
+            Err(e) => return Restored::Gone(e.to_string()),
+        };
+        let now = if is_max {
+            st.scaling_max_khz
+                .map(|k| k.to_string())
+                .unwrap_or_default()
+        } else {
+            governor_value(&st)
+        };
+        if now != entry.applied {
+            return Restored::ChangedElsewhere(format!(
+                "{} is {now} now, not the {} placer set: left as is",
+                entry.knob, entry.applied
+            ));
+        }
+        let prev = if is_max {
+            CpufreqPrev {
+                domain,
+                scaling_max_khz: entry.previous.parse().ok(),
+                governor: None,
+                setspeed_khz: None,
+            }
+        } else {
+            let (g, speed) = match entry.previous.split_once(':') {
+                Some((g, k)) => (g.to_string(), k.parse().ok()),
+                None => (entry.previous.clone(), None),
+            };
+            CpufreqPrev {
+                domain,
+                scaling_max_khz: None,
+                governor: Some(g),
+                setspeed_khz: speed,
+            }
+        };
+        match restore(root, &prev) {
+            Ok(()) => Restored::Restored,
+            Err(e) => Restored::Failed(e.to_string()),
+        }
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -317,5 +532,95 @@ pub(crate) mod tests {
             vec![200_000, 300_000]
         );
         assert!(parse_khz_list("").is_empty());
+    }
+
+    #[test]
+    fn handler_journals_caps_and_restores() {
+        use crate::actuator::Actuator;
+        use placer_core::plan::Plan;
+        let fs = FakeSysfs::new("handler");
+        let state = fs.root.join("state");
+        let mut act = Actuator::new(&fs.root, &state);
+        act.handlers.register(Box::new(CpufreqHandler));
+        let mut plan = Plan::default();
+        plan.push(
+            "energy-qos",
+            Action::CapFrequency {
+                domain: 4,
+                max_khz: 1_000_000,
+            },
+            "test",
+        );
+        plan.push(
+            "energy-qos",
+            Action::SetGovernor {
+                domain: 0,
+                governor: "userspace".into(),
+                speed_khz: Some(600_000),
+            },
+            "test",
+        );
+        // Dry run changes nothing.
+        let r = act.apply(&plan, true);
+        assert!(r.iter().all(|r| r.outcome.kind() == "skipped"), "{r:?}");
+        assert_eq!(fs.read(4, "scaling_max_freq"), "2000000");
+        let r = act.apply(&plan, false);
+        assert!(r.iter().all(|r| r.outcome == Outcome::Done), "{r:?}");
+        assert_eq!(fs.read(4, "scaling_max_freq"), "1000000");
+        assert_eq!(fs.read(0, "scaling_governor"), "userspace");
+        assert_eq!(fs.read(0, "scaling_setspeed"), "600000");
+        let j = crate::journal::Journal::load(&state).unwrap();
+        let e = j.get(&Knob::CpufreqMax { domain: 4 }).unwrap();
+        assert_eq!(
+            (e.previous.as_str(), e.applied.as_str()),
+            ("2000000", "1000000")
+        );
+        let e = j.get(&Knob::CpufreqGovernor { domain: 0 }).unwrap();
+        assert_eq!(
+            (e.previous.as_str(), e.applied.as_str()),
+            ("schedutil", "userspace:600000")
+        );
+        // Same plan again: already so.
+        let r = act.apply(&plan, false);
+        assert!(r.iter().all(|r| r.outcome.kind() == "skipped"), "{r:?}");
+        // Restore everything from the journal (as `placer restore` does).
+        let restored = act.restore_all().unwrap();
+        assert!(
+            restored.iter().all(|(_, r)| *r == Restored::Restored),
+            "{restored:?}"
+        );
+        assert_eq!(fs.read(4, "scaling_max_freq"), "2000000");
+        assert_eq!(fs.read(0, "scaling_governor"), "schedutil");
+        assert!(crate::journal::Journal::load(&state).unwrap().is_empty());
+    }
+
+    #[test]
+    fn handler_leaves_a_cap_someone_else_changed() {
+        use crate::actuator::Actuator;
+        use placer_core::plan::Plan;
+        let fs = FakeSysfs::new("lease");
+        let state = fs.root.join("state");
+        let mut act = Actuator::new(&fs.root, &state);
+        act.handlers.register(Box::new(CpufreqHandler));
+        let mut plan = Plan::default();
+        plan.push(
+            "energy-qos",
+            Action::CapFrequency {
+                domain: 0,
+                max_khz: 800_000,
+            },
+            "test",
+        );
+        assert_eq!(act.apply(&plan, false)[0].outcome, Outcome::Done);
+        std::fs::write(
+            fs.root
+                .join("sys/devices/system/cpu/cpufreq/policy0/scaling_max_freq"),
+            "1000000\n",
+        )
+        .unwrap();
+        let mut plan = Plan::default();
+        plan.push("energy-qos", Action::RestoreFrequency { domain: 0 }, "test");
+        assert_eq!(act.apply(&plan, false)[0].outcome.kind(), "skipped");
+        assert_eq!(fs.read(0, "scaling_max_freq"), "1000000");
     }
 }

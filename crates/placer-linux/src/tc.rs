@@ -23,6 +23,7 @@ use placer_core::plan::{Direction, FlowMatch};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
 use std::process::Command;
 
 /// The HTB handle placer's qdiscs use (recognisable in `tc qdisc show`).
@@ -184,6 +185,10 @@ pub fn u32_match(src: &SocketAddr, dst: &SocketAddr) -> Vec<String> {
         if port != 0 {
             v.extend(s(&["match", fam, dir, &port.to_string(), "0xffff"]));
         }
+    }
+    if v.is_empty() {
+        // u32 needs a selector: this one matches every packet.
+        v.extend(s(&["match", "u32", "0", "0"]));
     }
     v
 }
@@ -517,6 +522,176 @@ pub fn restore_dev(rec: &DevLimits) -> Result<()> {
     err.map_or(Ok(()), Err)
 }
 
+// ---------------------------------------------------------------------------------------
+// Actuator handler: LimitBandwidth / RemoveLimit; restores the journal's `tc_qdisc` knobs.
+// The journal entry's `previous` is the device's root qdisc before placer (for people);
+// `applied` is the device's [`DevLimits`] as JSON, which is all a restore needs.
+
+use crate::actuator::{Ctx, KnobHandler, Restored};
+use crate::journal::{Entry, Knob};
+use placer_core::plan::{Action, Outcome};
+
+/// The tc knob handler: owns the [`Limiter`] (register with `Handlers::register`).
+#[derive(Debug, Default)]
+pub struct TcHandler {
+    pub limiter: Limiter,
+    /// Network namespace the actions' devices live in (None: the host's).
+    pub ctx: TcCtx,
+}
+
+fn knob_of(rec: &DevLimits) -> Knob {
+    Knob::TcQdisc {
+        dev: rec.dev.clone(),
+        netns: rec.ctx.netns.clone(),
+    }
+}
+
+fn outcome_of_tc(e: &LinuxError) -> Outcome {
+    let m = e.to_string();
+    if m.contains("someone else") || m.contains("Cannot find device") || m.contains("not found") {
+        Outcome::Permanent(m)
+    } else {
+        Outcome::Transient(m)
+    }
+}
+
+impl TcHandler {
+    fn live(ctx: &Ctx<'_>) -> Option<Outcome> {
+        (ctx.root != std::path::Path::new("/")).then(|| {
+            Outcome::Permanent(format!(
+                "tc acts on the running kernel; root {} is not /",
+                ctx.root.display()
+            ))
+        })
+    }
+
+    fn adopt_from_journal(&mut self, ctx: &Ctx<'_>, dev: &str) {
+        if self.limiter.record(&self.ctx, dev).is_some() {
+            return;
+        }
+        let knob = Knob::TcQdisc {
+            dev: dev.to_string(),
+            netns: self.ctx.netns.clone(),
+        };
+        if let Some(rec) = ctx
+            .entry(&knob)
+            .and_then(|e| serde_json::from_str::<DevLimits>(&e.applied).ok())
+        {
+            self.limiter.adopt(rec);
+        }
+    }
+}
+
+impl KnobHandler for TcHandler {
+    fn kinds(&self) -> &'static [&'static str] {
+        &["tc_qdisc"]
+    }
+
+    fn apply(&mut self, ctx: &mut Ctx<'_>, action: &Action, dry_run: bool) -> Option<Outcome> {
+        match action {
+            Action::LimitBandwidth {
+                app,
+                dev,
+                rate_bytes_per_s,
+                flows,
+                direction,
+            } => {
+                if let Some(o) = Self::live(ctx) {
+                    return Some(o);
+                }
+                if dry_run {
+                    return Some(Outcome::Skipped(format!(
+                        "dry run: would limit {app} on {dev} to {rate_bytes_per_s} B/s \
+                         ({} flows, {direction:?})",
+                        flows.len()
+                    )));
+                }
+                self.adopt_from_journal(ctx, dev);
+                let Some(journal) = ctx.journal.as_deref_mut() else {
+                    return Some(Outcome::Transient("no journal".into()));
+                };
+                let mut jerr = None;
+                let spec = LimitSpec {
+                    app,
+                    rate_bytes_per_s: *rate_bytes_per_s,
+                    flows,
+                    direction: *direction,
+                };
+                let tctx = self.ctx.clone();
+                let r = self.limiter.limit(&tctx, dev, &spec, &mut |rec| {
+                    let value = serde_json::to_string(rec).unwrap_or_default();
+                    if let Err(e) = journal.record(knob_of(rec), &rec.prev_root, &value, app) {
+                        jerr.get_or_insert(e);
+                    }
+                });
+                Some(match (r, jerr) {
+                    (_, Some(e)) => Outcome::Transient(format!("journal: {e}")),
+                    (Ok(LimitChange::Unchanged), None) => {
+                        Outcome::Skipped(format!("{app} already limited on {dev}"))
+                    }
+                    (Ok(LimitChange::Applied), None) => Outcome::Done,
+                    (Err(e), None) => outcome_of_tc(&e),
+                })
+            }
+            Action::RemoveLimit { app, dev } => {
+                if let Some(o) = Self::live(ctx) {
+                    return Some(o);
+                }
+                if dry_run {
+                    return Some(Outcome::Skipped(format!(
+                        "dry run: would remove {app}'s limit on {dev}"
+                    )));
+                }
+                self.adopt_from_journal(ctx, dev);
+                let knob = Knob::TcQdisc {
+                    dev: dev.clone(),
+                    netns: self.ctx.netns.clone(),
+                };
+                let tctx = self.ctx.clone();
+                let r = self.limiter.remove(&tctx, dev, app);
+                let Some(journal) = ctx.journal.as_deref_mut() else {
+                    return Some(Outcome::Transient("no journal".into()));
+                };
+                let j = match &r {
+                    Ok(None) => journal.remove(&knob),
+                    Ok(Some(rec)) => journal
+                        .record(
+                            knob,
+                            &rec.prev_root,
+                            &serde_json::to_string(rec).unwrap_or_default(),
+                            app,
+                        )
+                        .map(|_| ()),
+                    Err(_) => Ok(()),
+                };
+                Some(match (r, j) {
+                    (Err(e), _) => outcome_of_tc(&e),
+                    (_, Err(e)) => Outcome::Transient(format!("journal: {e}")),
+                    _ => Outcome::Done,
+                })
+            }
+            _ => None,
+        }
+    }
+
+    fn restore(&mut self, _root: &Path, entry: &Entry) -> Restored {
+        let rec: DevLimits = match serde_json::from_str(&entry.applied) {
+            Ok(r) => r,
+            Err(e) => return Restored::Failed(format!("{}: bad journal value: {e}", entry.knob)),
+        };
+        self.limiter
+            .devs
+            .remove(&(rec.ctx.netns.clone(), rec.dev.clone()));
+        if show_qdiscs(&rec.ctx, &rec.dev).is_err() {
+            return Restored::Gone(format!("{} is gone", entry.knob));
+        }
+        match restore_dev(&rec) {
+            Ok(()) => Restored::Restored,
+            Err(e) => Restored::Failed(e.to_string()),
+        }
+    }
+}
+
 /// Test and benchmark support: two network namespaces joined by a veth pair, removed on
 /// drop. Names include the pid and a per-process counter (other agents run the same tests
 /// at the same time).
@@ -533,6 +708,8 @@ pub mod testnet {
         pub dev_b: String,
         pub addr_a: IpAddr,
         pub addr_b: IpAddr,
+        /// Pin [`stream`]'s sender and receiver threads to this CPU.
+        pub pin_cpu: Option<u32>,
     }
 
     /// Why the real network tests cannot run here, if so.
@@ -561,6 +738,7 @@ pub mod testnet {
                 dev_b: format!("pvb{tag}"),
                 addr_a: "10.201.0.1".parse().expect("literal address"),
                 addr_b: "10.201.0.2".parse().expect("literal address"),
+                pin_cpu: None,
             };
             let host = TcCtx::host();
             host.run("ip", &s(&["netns", "add", &p.ns_a]))?;
@@ -595,6 +773,32 @@ pub mod testnet {
                 Ok(f())
             })
         }
+    }
+
+    /// Steers receive processing of `dev` (in namespace `ns`) to `cpu` with RPS, as a
+    /// NIC's interrupt would: packets arriving from other CPUs are processed in NET_RX
+    /// softirq on `cpu`. Written through `ip netns exec NS tee` (that command mounts the
+    /// namespace's own /sys); the value is piped on stdin, no shell involved.
+    pub fn set_rps(ns: &str, dev: &str, cpu: u32) -> Result<()> {
+        use std::io::Write;
+        let path = format!("/sys/class/net/{dev}/queues/rx-0/rps_cpus");
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", ns, "tee", &path])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| LinuxError::Other(format!("ip netns exec {ns} tee {path}: {e}")))?;
+        let mask = placer_core::CpuSet::single(cpu).to_mask_string();
+        if let Some(mut stdin) = child.stdin.take() {
+            let _ = writeln!(stdin, "{mask}");
+        }
+        let st = child
+            .wait()
+            .map_err(|e| LinuxError::Other(format!("tee {path}: {e}")))?;
+        if !st.success() {
+            return Err(LinuxError::Other(format!("tee {path}: {st}")));
+        }
+        Ok(())
     }
 
     /// Moves the calling thread into the network namespace at `path`.
@@ -633,7 +837,11 @@ pub mod testnet {
         let (tx_ready, rx_ready) = std::sync::mpsc::channel::<()>();
         let listen = SocketAddr::new(pair.addr_b, port);
         let total = Duration::from_secs_f64(warmup_s + secs);
+        let pin = pair.pin_cpu;
         let receiver = VethPair::in_netns(&pair.ns_b, move || -> std::io::Result<f64> {
+            if let Some(c) = pin {
+                crate::power_meter::pin_self(c);
+            }
             let l = std::net::TcpListener::bind(listen)?;
             let _ = tx_ready.send(());
             let (mut c, _) = l.accept()?;
@@ -665,6 +873,9 @@ pub mod testnet {
         let (tx_addr, rx_addr) = std::sync::mpsc::channel();
         let (tx_go, rx_go) = std::sync::mpsc::channel::<()>();
         let sender = VethPair::in_netns(&pair.ns_a, move || -> std::io::Result<()> {
+            if let Some(c) = pin {
+                crate::power_meter::pin_self(c);
+            }
             let mut c = std::net::TcpStream::connect_timeout(&listen, Duration::from_secs(5))?;
             let _ = tx_addr.send((c.local_addr()?, c.peer_addr()?));
             let _ = rx_go.recv_timeout(Duration::from_secs(10));
@@ -741,6 +952,8 @@ mod tests {
             s(&["ip", "netns", "exec", "n1", "tc", "qdisc", "show"])
         );
         assert_eq!(TcCtx::host().argv("tc", &[]), s(&["tc"]));
+        let any: SocketAddr = "0.0.0.0:0".parse().unwrap();
+        assert_eq!(u32_match(&any, &any), s(&["match", "u32", "0", "0"]));
     }
 
     #[test]
@@ -931,5 +1144,68 @@ mod tests {
         assert!(e.contains("someone else"), "{e}");
         let q = show_qdiscs(&ctx, &pair.dev_a).unwrap();
         assert!(q.iter().any(|q| q.root && q.handle == "1:"));
+    }
+
+    #[test]
+    fn real_handler_journals_and_restore_all_cleans_up() {
+        if let Some(why) = unavailable_reason() {
+            eprintln!("skipped: {why}");
+            return;
+        }
+        use crate::actuator::Actuator;
+        use placer_core::plan::Plan;
+        let pair = VethPair::new().expect("veth pair");
+        let state = std::env::temp_dir().join(format!("placer-tc-state-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&state);
+        // The built-in handler acts in the caller's namespace: run the actuator on a
+        // thread inside the sender's namespace (tc children inherit it).
+        let (st, dev) = (state.clone(), pair.dev_a.clone());
+        let applied = VethPair::in_netns(&pair.ns_a, move || {
+            let mut act = Actuator::new(Path::new("/"), &st);
+            let mut plan = Plan::default();
+            plan.push(
+                "energy-qos",
+                Action::LimitBandwidth {
+                    app: "ftp".into(),
+                    dev: dev.clone(),
+                    rate_bytes_per_s: 1_000_000,
+                    flows: vec![fm("10.201.0.1:1000", "10.201.0.2:21")],
+                    direction: Direction::Both,
+                },
+                "test",
+            );
+            act.apply(&plan, false).remove(0).outcome
+        })
+        .join()
+        .unwrap()
+        .unwrap();
+        assert_eq!(applied, Outcome::Done);
+        assert!(!clean(&pair.ns_a, &pair.dev_a));
+        let j = crate::journal::Journal::load(&state).unwrap();
+        let e = j
+            .get(&Knob::TcQdisc {
+                dev: pair.dev_a.clone(),
+                netns: None,
+            })
+            .unwrap();
+        assert_eq!(e.previous, "noqueue 0:");
+        // A fresh actuator (as `placer restore` after a daemon crash) restores from the
+        // journal alone.
+        let st = state.clone();
+        let restored = VethPair::in_netns(&pair.ns_a, move || {
+            Actuator::new(Path::new("/"), &st)
+                .restore_all()
+                .unwrap()
+                .into_iter()
+                .map(|(_, r)| r)
+                .collect::<Vec<_>>()
+        })
+        .join()
+        .unwrap()
+        .unwrap();
+        assert_eq!(restored, vec![Restored::Restored]);
+        assert!(clean(&pair.ns_a, &pair.dev_a));
+        assert!(!links(&pair.ns_a).contains("plq"));
+        let _ = std::fs::remove_dir_all(&state);
     }
 }

@@ -1,8 +1,1175 @@
-//! Policy: seed 003: contention-aware placement from hardware counters.
-//! (Placeholder: the issue that builds this policy fills it in.)
+//! Policy `contention` (seed 003, ../shared/seeds/003_8cca66dc96130eb1.txt, "Application
+//! Characteristic-based Divided Scheduling", KSCI 2017): keep aggressive applications away
+//! from sensitive ones across last-level-cache domains, from hardware counters.
+//!
+//! # Algorithm (each interval)
+//!
+//! 1. Classify the CPU-bound processes with counters into Group 1 aggressive, Group 2
+//!    sensitive, Group 3 insensitive ([`crate::classify`]: thresholds or relative ranking,
+//!    majority-of-K smoothing).
+//! 2. Domains are the LLC domains of the allowed CPUs (a package on the paper's Xeons, a
+//!    die on Magny-Cours). A domain's capacity is its number of physical cores (one app per
+//!    core, as in the paper's runs); with more apps than cores the capacities are scaled up
+//!    proportionally.
+//! 3. The target placement follows the three cases of the paper's Fig. 7:
+//!    - **Group 1 and Group 2 present (cases 1 and 3)**: Group 2 goes to the fewest domains
+//!      that hold it (`k2`), the "protected side", shared only with Group 3; Group 1 goes to
+//!      the other `D - k2` domains, spread evenly (counts differ by at most one); Group 3
+//!      fills free cores anywhere. This is "separate Group 1 from Group 2" and "protect
+//!      Group 2 together with Group 3".
+//!    - **Only Group 1 (case 2)**: Group 1 spread evenly over all domains, Group 3 fills
+//!      the free cores.
+//!    - **No Group 1**: nothing contends; no action.
+//!
+//!    A separation exists when Group 1 fits in the `D - k2` other domains; when it does not,
+//!    the policy falls back to case 2 (spread Group 1) and says so.
+//! 4. **Only act when contention is real.** The paper's Basic 8 (2 Group 1 + 6 Group 3 on
+//!    the 8-core machine) gained nothing or lost: gathering two aggressive apps created the
+//!    contention it meant to avoid. So the policy acts only when the *current* placement has
+//!    (a) a domain where a Group 1 shares the LLC with a Group 2 while a separation exists,
+//!    or (b) a domain with at least `min_group1_sharing` (default 2) Group 1 apps where the
+//!    target has fewer in every domain; and, when per-process memory bandwidth is measured
+//!    and `min_domain_bandwidth_bytes_per_s > 0`, that domain's summed bandwidth reaches it.
+//! 5. **Move as few processes as possible.** Among all placements satisfying the rule of
+//!    step 3, the planner picks one that keeps the most processes in their current domain:
+//!    it enumerates the protected side (all `C(D, k2)` choices up to 5,000, else the `k2`
+//!    domains holding the most Group 2), gives the uneven Group 1 slots to the domains that
+//!    already hold the most Group 1, keeps Group 2 and Group 3 where they are up to the
+//!    residual capacity, and moves only the rest (a Group 3 is evicted from the protected
+//!    side only when a moving Group 2 needs its core).
+//!
+//! # Invariants (tested)
+//! - I1 separation: when a separation exists, no Group 2 shares an LLC domain with a Group 1
+//!   in the target.
+//! - I2 spread: Group 1 counts over the Group 1 side differ by at most one.
+//! - I3 capacity: no domain holds more managed apps than its (scaled) capacity.
+//! - I4 minimal moves: the number of processes whose domain changes equals the minimum over
+//!   all placements satisfying I1-I3 with the same `k2` (checked by brute force on the
+//!   fixture machines 2x4, 2x14 and Magny-Cours).
+//! - I5 stability: a placement that already satisfies the rule moves nothing; no action
+//!   is planned unless contention is real (step 4).
+//!
+//! Processes are pinned to their target domain's CPUs (not to one core): the LLC and the
+//! memory controller are the contended resources, and the kernel balances within a domain.
+//! Memory is left to the kernel's local-first policy, as in the paper.
 
+use crate::classify::{self, Classified, Classifier, ClassifyConfig, Group};
+use crate::config::Scope;
+use crate::cpuset::CpuSet;
+use crate::observation::Observation;
+use crate::plan::{Action, Plan};
+use crate::policy::{Policy, PolicyState};
+use crate::sample::{ProcKey, SampleRequest, SourceStatus};
+use crate::topology::Topology;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub const NAME: &str = "contention";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct ContentionConfig {}
+pub struct ContentionConfig {
+    /// Classifier settings (`[contention.classify]`).
+    pub classify: ClassifyConfig,
+    /// Machine model whose per-machine thresholds apply (`xeon-x5570x2`); empty = use the
+    /// topology's `machine:NAME` source when it has one, else the default thresholds.
+    pub machine: String,
+    /// This many Group 1 apps in one LLC domain count as contention (when spreading them
+    /// lowers the count).
+    pub min_group1_sharing: usize,
+    /// When > 0 and memory bandwidth is measured per process: a contended domain must also
+    /// move at least this many bytes/s (summed over its apps) before the policy acts.
+    pub min_domain_bandwidth_bytes_per_s: f64,
+}
+
+impl Default for ContentionConfig {
+    fn default() -> Self {
+        ContentionConfig {
+            classify: ClassifyConfig::default(),
+            machine: String::new(),
+            min_group1_sharing: 2,
+            min_domain_bandwidth_bytes_per_s: 0.0,
+        }
+    }
+}
+
+impl ContentionConfig {
+    /// Checks values; Err((field, message)).
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        self.classify
+            .validate()
+            .map_err(|(f, m)| (format!("classify.{f}"), m))?;
+        if self.min_group1_sharing < 2 {
+            return Err((
+                "min_group1_sharing".into(),
+                "must be at least 2 (one app alone does not contend with itself)".into(),
+            ));
+        }
+        let b = self.min_domain_bandwidth_bytes_per_s;
+        if b.is_nan() || b < 0.0 {
+            return Err((
+                "min_domain_bandwidth_bytes_per_s".into(),
+                "must be >= 0".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Which case of Fig. 7 the target follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Case {
+    /// Cases 1 and 3: Group 1 apart from Group 2 (which shares with Group 3).
+    Separate,
+    /// Case 2: only Group 1 (or no separation possible): spread Group 1.
+    Spread,
+    /// No Group 1: nothing to do.
+    NoAggressor,
+}
+
+/// One app to place: its class and its current domain (None: unknown or spanning).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Item {
+    pub group: Group,
+    pub current: Option<usize>,
+}
+
+/// The planner's answer: a target domain per item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Assignment {
+    pub target: Vec<usize>,
+    pub case: Case,
+    /// For `Separate`: the protected side (domains allowed to hold Group 2).
+    pub protected: Vec<usize>,
+    /// True when Group 1 and Group 2 were both present but could not be separated.
+    pub separation_impossible: bool,
+}
+
+impl Assignment {
+    /// Items whose domain changes (an unknown current domain counts as a move).
+    pub fn moves(&self, items: &[Item]) -> usize {
+        items
+            .iter()
+            .zip(&self.target)
+            .filter(|(it, &t)| it.current != Some(t))
+            .count()
+    }
+}
+
+/// Capacities scaled up when there are more apps than cores (proportionally, rounding up).
+pub fn scaled_caps(caps: &[usize], n: usize) -> Vec<usize> {
+    let total: usize = caps.iter().sum();
+    if total == 0 || n <= total {
+        return caps.to_vec();
+    }
+    caps.iter().map(|&c| (c * n).div_ceil(total)).collect()
+}
+
+/// Fewest domains whose capacities hold `n` (largest first).
+pub fn min_domains_for(caps: &[usize], n: usize) -> usize {
+    if n == 0 {
+        return 0;
+    }
+    let mut c: Vec<usize> = caps.to_vec();
+    c.sort_unstable_by(|a, b| b.cmp(a));
+    let mut sum = 0;
+    for (i, x) in c.iter().enumerate() {
+        sum += x;
+        if sum >= n {
+            return i + 1;
+        }
+    }
+    c.len() + 1
+}
+
+fn counts(items: &[Item], d: usize) -> Vec<[usize; 3]> {
+    let mut v = vec![[0usize; 3]; d];
+    for it in items {
+        if let Some(c) = it.current {
+            if c < d {
+                v[c][it.group.number() as usize - 1] += 1;
+            }
+        }
+    }
+    v
+}
+
+/// Even spread of `n` Group 1 apps over `side` (counts differ by at most one, within
+/// capacity), the extra ones going where Group 1 already is.
+fn spread_g1(n: usize, side: &[usize], caps: &[usize], cur: &[[usize; 3]]) -> Option<Vec<usize>> {
+    let mut t = vec![0usize; caps.len()];
+    for _ in 0..n {
+        let best = side
+            .iter()
+            .copied()
+            .filter(|&d| t[d] < caps[d])
+            .min_by(|&a, &b| {
+                t[a].cmp(&t[b])
+                    .then((cur[b][0] as i64 - t[b] as i64).cmp(&(cur[a][0] as i64 - t[a] as i64)))
+                    .then(a.cmp(&b))
+            })?;
+        t[best] += 1;
+    }
+    Some(t)
+}
+
+/// Count-level evaluation of one choice: (stays, t1, s2, s3, evictions).
+struct Eval {
+    stays: usize,
+    t1: Vec<usize>,
+    keep2: Vec<usize>,
+    keep3: Vec<usize>,
+}
+
+#[allow(clippy::needless_range_loop)]
+fn evaluate(
+    protected: &[bool],
+    t1: Vec<usize>,
+    caps: &[usize],
+    cur: &[[usize; 3]],
+    g2: usize,
+) -> Option<Eval> {
+    let d = caps.len();
+    let mut keep2 = vec![0; d];
+    let mut keep3 = vec![0; d];
+    let mut stays = 0;
+    let mut free_prot = 0;
+    for i in 0..d {
+        let r = caps[i] - t1[i];
+        stays += cur[i][0].min(t1[i]);
+        if protected[i] {
+            keep2[i] = cur[i][1].min(r);
+        }
+        keep3[i] = cur[i][2].min(r - keep2[i]);
+        if protected[i] {
+            free_prot += r - keep2[i] - keep3[i];
+        }
+    }
+    let prot_cap: usize = (0..d)
+        .filter(|&i| protected[i])
+        .map(|i| caps[i] - t1[i])
+        .sum();
+    if prot_cap < g2 {
+        return None;
+    }
+    let movers2 = g2 - keep2.iter().sum::<usize>();
+    // Evict Group 3 stayers from the protected side when moving Group 2 needs their cores.
+    let mut need = movers2.saturating_sub(free_prot);
+    for i in 0..d {
+        if need == 0 {
+            break;
+        }
+        if protected[i] {
+            let e = keep3[i].min(need);
+            keep3[i] -= e;
+            need -= e;
+        }
+    }
+    stays += keep2.iter().sum::<usize>() + keep3.iter().sum::<usize>();
+    Some(Eval {
+        stays,
+        t1,
+        keep2,
+        keep3,
+    })
+}
+
+fn combinations(n: usize, k: usize, limit: usize) -> Option<Vec<Vec<usize>>> {
+    let mut out = Vec::new();
+    let mut c: Vec<usize> = (0..k).collect();
+    if k > n {
+        return Some(out);
+    }
+    loop {
+        out.push(c.clone());
+        if out.len() > limit {
+            return None;
+        }
+        let mut i = k;
+        loop {
+            if i == 0 {
+                return Some(out);
+            }
+            i -= 1;
+            if c[i] < n - k + i {
+                break;
+            }
+        }
+        c[i] += 1;
+        for j in i + 1..k {
+            c[j] = c[j - 1] + 1;
+        }
+    }
+}
+
+/// The minimal-move target (see the module doc). `caps` are per-domain core counts.
+pub fn assign(caps: &[usize], items: &[Item]) -> Assignment {
+    let d = caps.len();
+    let caps = scaled_caps(caps, items.len());
+    let cur = counts(items, d);
+    let n = |g: Group| items.iter().filter(|i| i.group == g).count();
+    let (g1, g2) = (n(Group::Aggressive), n(Group::Sensitive));
+    let keep_all = || Assignment {
+        target: items.iter().map(|i| i.current.unwrap_or(0)).collect(),
+        case: Case::NoAggressor,
+        protected: vec![],
+        separation_impossible: false,
+    };
+    if g1 == 0 || d == 0 {
+        return keep_all();
+    }
+    let all: Vec<usize> = (0..d).collect();
+    let mut best: Option<(Eval, Vec<usize>)> = None;
+    let mut separation_impossible = false;
+    if g2 > 0 {
+        let k2 = min_domains_for(&caps, g2);
+        let sets = combinations(d, k2, 5000).unwrap_or_else(|| {
+            let mut by: Vec<usize> = all.clone();
+            by.sort_by(|&a, &b| cur[b][1].cmp(&cur[a][1]).then(a.cmp(&b)));
+            let mut s: Vec<usize> = by[..k2.min(d)].to_vec();
+            s.sort_unstable();
+            vec![s]
+        });
+        for s in sets {
+            let prot: Vec<bool> = (0..d).map(|i| s.contains(&i)).collect();
+            let side: Vec<usize> = all.iter().copied().filter(|&i| !prot[i]).collect();
+            let Some(t1) = spread_g1(g1, &side, &caps, &cur) else {
+                continue;
+            };
+            if let Some(e) = evaluate(&prot, t1, &caps, &cur, g2) {
+                if best.as_ref().is_none_or(|(b, _)| e.stays > b.stays) {
+                    best = Some((e, s));
+                }
+            }
+        }
+        separation_impossible = best.is_none();
+    }
+    let (eval, protected, case) = match best {
+        Some((e, s)) => (e, s, Case::Separate),
+        None => {
+            // Case 2 (or no separation): spread Group 1 over every domain; Group 2 is
+            // treated like Group 3.
+            let t1 = spread_g1(g1, &all, &caps, &cur).unwrap_or_else(|| vec![0; d]);
+            let prot = vec![true; d];
+            let e = evaluate(&prot, t1, &caps, &cur, g2).expect("capacity covers all apps");
+            (e, vec![], Case::Spread)
+        }
+    };
+    let prot: Vec<bool> = (0..d)
+        .map(|i| case == Case::Spread || protected.contains(&i))
+        .collect();
+    build(
+        items,
+        &caps,
+        &eval,
+        &prot,
+        case,
+        protected,
+        separation_impossible,
+    )
+}
+
+fn build(
+    items: &[Item],
+    caps: &[usize],
+    e: &Eval,
+    prot: &[bool],
+    case: Case,
+    protected: Vec<usize>,
+    separation_impossible: bool,
+) -> Assignment {
+    let d = caps.len();
+    let mut target: Vec<Option<usize>> = vec![None; items.len()];
+    let mut load = vec![0usize; d];
+    let mut kept = [vec![0usize; d], vec![0usize; d], vec![0usize; d]];
+    let quota = [&e.t1, &e.keep2, &e.keep3];
+    // Keep stayers first, in item order.
+    for (i, it) in items.iter().enumerate() {
+        let g = it.group.number() as usize - 1;
+        if let Some(c) = it.current.filter(|&c| c < d) {
+            if kept[g][c] < quota[g][c] {
+                kept[g][c] += 1;
+                load[c] += 1;
+                target[i] = Some(c);
+            }
+        }
+    }
+    // Movers: Group 1 to its remaining slots, Group 2 to protected free cores, Group 3 to
+    // any free core (protected side first, beside Group 2, as in Fig. 7 case 3).
+    let mut g1_left: Vec<usize> = (0..d).map(|c| e.t1[c] - kept[0][c]).collect();
+    for g in [Group::Aggressive, Group::Sensitive, Group::Insensitive] {
+        for (i, it) in items.iter().enumerate() {
+            if it.group != g || target[i].is_some() {
+                continue;
+            }
+            let pick = match g {
+                Group::Aggressive => (0..d).find(|&c| g1_left[c] > 0),
+                Group::Sensitive => (0..d)
+                    .filter(|&c| prot[c] && load[c] + g1_left[c] < caps[c])
+                    .max_by_key(|&c| (caps[c] - load[c] - g1_left[c], std::cmp::Reverse(c))),
+                Group::Insensitive => (0..d)
+                    .filter(|&c| load[c] + g1_left[c] < caps[c])
+                    .max_by_key(|&c| {
+                        (
+                            prot[c],
+                            caps[c] - load[c] - g1_left[c],
+                            std::cmp::Reverse(c),
+                        )
+                    }),
+            };
+            let c = pick.unwrap_or(0);
+            if g == Group::Aggressive {
+                g1_left[c] = g1_left[c].saturating_sub(1);
+            }
+            load[c] += 1;
+            target[i] = Some(c);
+        }
+    }
+    Assignment {
+        target: target.into_iter().map(|t| t.unwrap_or(0)).collect(),
+        case,
+        protected,
+        separation_impossible,
+    }
+}
+
+#[allow(clippy::needless_range_loop)] // indices name domains in several arrays
+/// Whether the current placement has real contention (module doc, step 4); the reason.
+pub fn contention_reason(
+    caps: &[usize],
+    items: &[Item],
+    target: &Assignment,
+    min_group1_sharing: usize,
+    domain_bw: Option<&[f64]>,
+    min_bw: f64,
+) -> Option<String> {
+    let d = caps.len();
+    let cur = counts(items, d);
+    let mut tgt = vec![[0usize; 3]; d];
+    for (it, &t) in items.iter().zip(&target.target) {
+        tgt[t][it.group.number() as usize - 1] += 1;
+    }
+    let bw_ok = |i: usize| match domain_bw {
+        Some(bw) if min_bw > 0.0 => bw.get(i).copied().unwrap_or(0.0) >= min_bw,
+        _ => true,
+    };
+    let max_t1 = tgt.iter().map(|c| c[0]).max().unwrap_or(0);
+    for i in 0..d {
+        if target.case == Case::Separate && cur[i][0] > 0 && cur[i][1] > 0 && bw_ok(i) {
+            return Some(format!(
+                "domain {i} holds {} Group 1 and {} Group 2 apps sharing its LLC",
+                cur[i][0], cur[i][1]
+            ));
+        }
+        if cur[i][0] >= min_group1_sharing && cur[i][0] > max_t1 && bw_ok(i) {
+            return Some(format!(
+                "domain {i} holds {} Group 1 apps; spreading leaves at most {max_t1} per domain",
+                cur[i][0]
+            ));
+        }
+    }
+    None
+}
+
+/// The private state: the classifier and the last classification (for top/explain).
+#[derive(Debug, Default)]
+pub struct ContentionState {
+    pub classifier: Classifier,
+    pub last: Vec<Classified>,
+}
+
+/// The policy object.
+#[derive(Debug, Clone, Default)]
+pub struct Contention {
+    pub cfg: ContentionConfig,
+    /// Which processes may be classified and placed (the engine also drops out-of-scope
+    /// actions; filtering here keeps them out of the counts too).
+    pub scope: Scope,
+    pub self_pid: u32,
+}
+
+impl Contention {
+    pub fn new(cfg: ContentionConfig) -> Self {
+        Contention {
+            cfg,
+            ..Default::default()
+        }
+    }
+
+    pub fn with_scope(mut self, scope: Scope, self_pid: u32) -> Self {
+        self.scope = scope;
+        self.self_pid = self_pid;
+        self
+    }
+
+    fn machine<'a>(&'a self, topo: &'a Topology) -> Option<&'a str> {
+        if !self.cfg.machine.is_empty() {
+            Some(self.cfg.machine.as_str())
+        } else {
+            topo.source.strip_prefix("machine:")
+        }
+    }
+
+    /// LLC domains restricted to the allowed CPUs, with their core counts.
+    pub fn domains(topo: &Topology) -> Vec<(CpuSet, usize)> {
+        let allowed = topo.allowed();
+        let cores = topo.cores();
+        topo.llc_domains()
+            .into_iter()
+            .map(|d| d.intersection(&allowed))
+            .filter(|d| !d.is_empty())
+            .map(|d| {
+                let n = cores.iter().filter(|c| c.intersects(&d)).count().max(1);
+                (d, n)
+            })
+            .collect()
+    }
+
+    /// The last classification (for `placer top` / `placer explain`).
+    pub fn last_classes(state: &mut PolicyState) -> &[Classified] {
+        &state.private::<ContentionState>().last
+    }
+}
+
+fn domain_of(doms: &[(CpuSet, usize)], allowed: &CpuSet, last_cpu: Option<u32>) -> Option<usize> {
+    if let Some(i) = doms
+        .iter()
+        .position(|(d, _)| !allowed.is_empty() && allowed.is_subset(d))
+    {
+        return Some(i);
+    }
+    let c = last_cpu?;
+    doms.iter().position(|(d, _)| d.contains(c))
+}
+
+impl Policy for Contention {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn wants(&self) -> SampleRequest {
+        SampleRequest {
+            counters: true,
+            ..Default::default()
+        }
+    }
+
+    fn disabled_reason(&self, topo: &Topology, sources: &SourceStatus) -> Option<String> {
+        if !sources.has("perf_hw") {
+            let why = sources
+                .why_missing("perf_hw")
+                .unwrap_or("the host reports no perf_hw source");
+            return Some(format!("no hardware performance counters ({why})"));
+        }
+        if Self::domains(topo).len() < 2 {
+            return Some("fewer than two LLC domains: nothing to separate".into());
+        }
+        None
+    }
+
+    fn plan(&self, topo: &Topology, obs: &Observation, state: &mut PolicyState) -> Plan {
+        let mut plan = Plan::default();
+        let machine = self.machine(topo).map(str::to_string);
+        // Processes released (lease broken) or held by an earlier policy are not ours.
+        let skip: std::collections::BTreeSet<ProcKey> =
+            state.released.union(&state.taken).copied().collect();
+        let st = state.private::<ContentionState>();
+        let procs = obs
+            .procs
+            .iter()
+            .filter(|p| !skip.contains(&p.key()) && self.scope.admits(p, self.self_pid));
+        let classes = st
+            .classifier
+            .update(procs, &self.cfg.classify, machine.as_deref());
+        st.last = classes.clone();
+        let doms = Self::domains(topo);
+        if doms.len() < 2 || classes.is_empty() {
+            return plan;
+        }
+        let by_key: BTreeMap<ProcKey, &crate::observation::ProcObs> =
+            obs.procs.iter().map(|p| (p.key(), p)).collect();
+        let items: Vec<Item> = classes
+            .iter()
+            .map(|c| {
+                let p = by_key[&c.key];
+                Item {
+                    group: c.class,
+                    current: domain_of(&doms, &p.allowed_cpus, p.last_cpu),
+                }
+            })
+            .collect();
+        let caps: Vec<usize> = doms.iter().map(|d| d.1).collect();
+        let a = assign(&caps, &items);
+        let mut bw = vec![0.0; doms.len()];
+        for (c, it) in classes.iter().zip(&items) {
+            if let (Some(d), Some(b)) = (it.current, c.signals.mem_bandwidth_bytes_per_s) {
+                bw[d] += b;
+            }
+        }
+        let why = contention_reason(
+            &caps,
+            &items,
+            &a,
+            self.cfg.min_group1_sharing,
+            Some(&bw),
+            self.cfg.min_domain_bandwidth_bytes_per_s,
+        );
+        for c in &classes {
+            plan.note(
+                NAME,
+                Some(c.key),
+                classify::explain_rule(c, &self.cfg.classify, machine.as_deref()),
+            );
+        }
+        let Some(why) = why else {
+            plan.note(NAME, None, "no contention to resolve: placement left as is");
+            return plan;
+        };
+        if a.separation_impossible {
+            plan.note(
+                NAME,
+                None,
+                "Group 1 and Group 2 cannot be separated on these domains: spreading Group 1",
+            );
+        }
+        for ((c, it), &t) in classes.iter().zip(&items).zip(&a.target) {
+            let p = by_key[&c.key];
+            let cpus = &doms[t].0;
+            if it.current == Some(t) && p.allowed_cpus.is_subset(cpus) {
+                continue;
+            }
+            let what = match (a.case, c.class) {
+                (Case::Separate, Group::Aggressive) => "apart from Group 2 (Fig. 7 case 1)",
+                (Case::Separate, Group::Sensitive) => {
+                    "protected with Group 3, away from Group 1 (Fig. 7 case 3)"
+                }
+                (Case::Spread, Group::Aggressive) => "Group 1 spread (Fig. 7 case 2)",
+                _ => "fills a free core",
+            };
+            let moved = if it.current == Some(t) {
+                "kept in".to_string()
+            } else {
+                "moved to".to_string()
+            };
+            plan.push(
+                NAME,
+                Action::PinProcess {
+                    proc: c.key,
+                    comm: c.comm.clone(),
+                    cpus: cpus.clone(),
+                },
+                format!(
+                    "{}; {moved} LLC domain {t} (CPUs {}) {what}; because {why}",
+                    classify::describe(c, self.cfg.classify.basis),
+                    cpus
+                ),
+            );
+        }
+        plan
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classify::tests::{group_of, proc_with, PAPER};
+    use crate::machines::machine;
+    use crate::sample::Source;
+
+    fn g(n: u8) -> Group {
+        group_of(n)
+    }
+
+    /// The rule of step 3 as a predicate, written independently of the planner.
+    fn valid(caps: &[usize], items: &[Item], t: &[usize]) -> bool {
+        let d = caps.len();
+        let caps = scaled_caps(caps, items.len());
+        let mut c = vec![[0usize; 3]; d];
+        for (it, &x) in items.iter().zip(t) {
+            c[x][it.group.number() as usize - 1] += 1;
+        }
+        if (0..d).any(|i| c[i].iter().sum::<usize>() > caps[i]) {
+            return false;
+        }
+        let g1: usize = c.iter().map(|x| x[0]).sum();
+        let g2: usize = c.iter().map(|x| x[1]).sum();
+        if g1 == 0 {
+            return true;
+        }
+        let even = |side: &[usize]| {
+            let v: Vec<usize> = side.iter().map(|&i| c[i][0]).collect();
+            v.iter().max().unwrap_or(&0) <= &(v.iter().min().unwrap_or(&0) + 1)
+        };
+        if g2 > 0 {
+            let k2 = min_domains_for(&caps, g2);
+            let sets = combinations(d, k2, usize::MAX).unwrap();
+            let ok = sets.iter().any(|s| {
+                let side: Vec<usize> = (0..d).filter(|i| !s.contains(i)).collect();
+                (0..d).all(|i| s.contains(&i) || c[i][1] == 0)
+                    && s.iter().all(|&i| c[i][0] == 0)
+                    && even(&side)
+            });
+            if ok {
+                return true;
+            }
+            // Separation impossible: then spreading over all is the rule.
+            let any_sep = sets.iter().any(|s| {
+                let side_cap: usize = (0..d).filter(|i| !s.contains(i)).map(|i| caps[i]).sum();
+                side_cap >= g1
+            });
+            if any_sep {
+                return false;
+            }
+        }
+        let all: Vec<usize> = (0..d).collect();
+        even(&all)
+    }
+
+    fn brute_min_moves(caps: &[usize], items: &[Item]) -> Option<usize> {
+        let d = caps.len();
+        let n = items.len();
+        let mut t = vec![0usize; n];
+        let mut best: Option<usize> = None;
+        loop {
+            if valid(caps, items, &t) {
+                let m = items
+                    .iter()
+                    .zip(&t)
+                    .filter(|(it, &x)| it.current != Some(x))
+                    .count();
+                best = Some(best.map_or(m, |b: usize| b.min(m)));
+            }
+            let mut i = 0;
+            loop {
+                if i == n {
+                    return best;
+                }
+                t[i] += 1;
+                if t[i] < d {
+                    break;
+                }
+                t[i] = 0;
+                i += 1;
+            }
+        }
+    }
+
+    /// Small deterministic PRNG (no dependency).
+    struct Lcg(u64);
+    impl Lcg {
+        fn next(&mut self, n: usize) -> usize {
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((self.0 >> 33) % n as u64) as usize
+        }
+    }
+
+    fn random_items(r: &mut Lcg, n: usize, caps: &[usize]) -> Vec<Item> {
+        let mut load = vec![0; caps.len()];
+        (0..n)
+            .map(|_| {
+                let group = g(1 + r.next(3) as u8);
+                // Linux-like: somewhere with a free core, else anywhere.
+                let mut c = r.next(caps.len());
+                for _ in 0..caps.len() {
+                    if load[c] < caps[c] {
+                        break;
+                    }
+                    c = (c + 1) % caps.len();
+                }
+                load[c] += 1;
+                Item {
+                    group,
+                    current: Some(c),
+                }
+            })
+            .collect()
+    }
+
+    /// Items from (group number, current domain) pairs.
+    fn mk(v: &[(u8, usize)]) -> Vec<Item> {
+        v.iter()
+            .map(|&(grp, c)| Item {
+                group: g(grp),
+                current: Some(c),
+            })
+            .collect()
+    }
+
+    fn caps_of(name: &str) -> Vec<usize> {
+        Contention::domains(&machine(name).unwrap())
+            .iter()
+            .map(|d| d.1)
+            .collect()
+    }
+
+    fn check_invariants(caps: &[usize], items: &[Item], brute: bool) {
+        let a = assign(caps, items);
+        assert!(
+            valid(caps, items, &a.target),
+            "invalid target {:?} for {items:?} on {caps:?}",
+            a.target
+        );
+        if brute {
+            let min = brute_min_moves(caps, items).expect("a valid placement exists");
+            assert_eq!(
+                a.moves(items),
+                min,
+                "not minimal: {items:?} -> {:?} on {caps:?}",
+                a.target
+            );
+        }
+    }
+
+    #[test]
+    fn fixture_domains() {
+        assert_eq!(caps_of("xeon-x5570x2"), vec![4, 4]);
+        assert_eq!(caps_of("xeon-e5-2697x2"), vec![14, 14]);
+        assert_eq!(caps_of("opteron-magny-cours-4p"), vec![4; 8]);
+    }
+
+    /// Random Linux-like placements on a fixture machine: `(n, cases)` checked against
+    /// brute force, then larger `n` checked for I1-I3 only.
+    fn run_invariants(name: &str, seed: u64, brute: &[(usize, usize)], big: &[usize]) {
+        let caps = caps_of(name);
+        let mut r = Lcg(seed);
+        for &(n, cases) in brute {
+            for _ in 0..cases {
+                check_invariants(&caps, &random_items(&mut r, n, &caps), true);
+            }
+        }
+        for &n in big {
+            for _ in 0..10 {
+                check_invariants(&caps, &random_items(&mut r, n, &caps), false);
+            }
+        }
+    }
+
+    #[test]
+    fn invariants_2x4_exhaustive_against_brute_force() {
+        let all: Vec<(usize, usize)> = (2..=8).map(|n| (n, 40)).collect();
+        run_invariants("xeon-x5570x2", 3, &all, &[12, 16]);
+    }
+
+    #[test]
+    fn invariants_2x14_against_brute_force() {
+        // The paper's big mixes (18, 24, 28 apps) and an oversubscribed one.
+        run_invariants(
+            "xeon-e5-2697x2",
+            14,
+            &[(6, 8), (10, 8), (12, 8)],
+            &[18, 24, 28, 40],
+        );
+    }
+
+    #[test]
+    fn invariants_magny_cours_against_brute_force() {
+        run_invariants(
+            "opteron-magny-cours-4p",
+            8,
+            &[(3, 4), (5, 4), (6, 4)],
+            &[12, 20, 32],
+        );
+    }
+
+    #[test]
+    fn no_group2_shares_with_group1_when_separable() {
+        // 3 G1 + 3 G2 + 2 G3 on 2x4, mixed by Linux: after, every domain is pure.
+        let caps = vec![4, 4];
+        let items = mk(&[
+            (1, 0),
+            (2, 0),
+            (1, 0),
+            (3, 0),
+            (2, 1),
+            (1, 1),
+            (2, 1),
+            (3, 1),
+        ]);
+        let a = assign(&caps, &items);
+        assert_eq!(a.case, Case::Separate);
+        for d in 0..2 {
+            let has = |grp| {
+                items
+                    .iter()
+                    .zip(&a.target)
+                    .any(|(i, &t)| t == d && i.group == g(grp))
+            };
+            assert!(!(has(1) && has(2)), "domain {d} mixes G1 and G2");
+        }
+        // Minimal: G1 side = domain 0 (2 G1 stay), so 1 G1 moves in, 2 G2 + ... move out.
+        assert_eq!(a.moves(&items), brute_min_moves(&caps, &items).unwrap());
+        assert!(contention_reason(&caps, &items, &a, 2, None, 0.0).is_some());
+    }
+
+    #[test]
+    fn settled_placement_moves_nothing_and_is_not_contention() {
+        let caps = vec![4, 4];
+        let items = mk(&[
+            (1, 0),
+            (1, 0),
+            (1, 0),
+            (3, 0),
+            (2, 1),
+            (2, 1),
+            (2, 1),
+            (3, 1),
+        ]);
+        let a = assign(&caps, &items);
+        assert_eq!(a.moves(&items), 0);
+        assert!(contention_reason(&caps, &items, &a, 2, None, 0.0).is_none());
+    }
+
+    #[test]
+    fn basic8_two_g1_six_g3_spread_only_when_sharing() {
+        // The paper's losing mix: 2 G1 + 6 G3 on 8 cores.
+        let caps = vec![4, 4];
+        // Already apart: no contention, no action.
+        let apart = mk(&[
+            (1, 0),
+            (1, 1),
+            (3, 0),
+            (3, 0),
+            (3, 0),
+            (3, 1),
+            (3, 1),
+            (3, 1),
+        ]);
+        let a = assign(&caps, &apart);
+        assert_eq!(a.case, Case::Spread);
+        assert_eq!(a.moves(&apart), 0);
+        assert!(contention_reason(&caps, &apart, &a, 2, None, 0.0).is_none());
+        // Sharing a package: spread them, with a swap of one G3 (2 moves).
+        let shared = mk(&[
+            (1, 0),
+            (1, 0),
+            (3, 0),
+            (3, 0),
+            (3, 1),
+            (3, 1),
+            (3, 1),
+            (3, 1),
+        ]);
+        let a = assign(&caps, &shared);
+        assert!(contention_reason(&caps, &shared, &a, 2, None, 0.0).is_some());
+        assert_eq!(a.moves(&shared), 2);
+        // The bandwidth gate: below the floor, two G1 sharing is not contention.
+        assert!(contention_reason(&caps, &shared, &a, 2, Some(&[1e9, 1e9]), 5e9).is_none());
+        assert!(contention_reason(&caps, &shared, &a, 2, Some(&[9e9, 1e9]), 5e9).is_some());
+    }
+
+    #[test]
+    fn disabled_without_pmu() {
+        let topo = machine("xeon-x5570x2").unwrap();
+        let p = Contention::default();
+        let none = SourceStatus {
+            sources: vec![Source {
+                name: "perf_hw".into(),
+                available: false,
+                detail: "perf_event_open(PERF_TYPE_HARDWARE) failed: ENOENT".into(),
+            }],
+        };
+        let r = p.disabled_reason(&topo, &none).expect("disabled");
+        assert!(
+            r.contains("no hardware performance counters") && r.contains("ENOENT"),
+            "{r}"
+        );
+        assert!(p.disabled_reason(&topo, &SourceStatus::default()).is_some());
+        let yes = SourceStatus {
+            sources: vec![Source {
+                name: "perf_hw".into(),
+                available: true,
+                detail: "intel nehalem".into(),
+            }],
+        };
+        assert_eq!(p.disabled_reason(&topo, &yes), None);
+        let one = machine("pkg:1 node:1 core:4 pu:1").unwrap();
+        assert!(p.disabled_reason(&one, &yes).is_some());
+    }
+
+    #[test]
+    fn plan_on_paper_mix_separates_and_explains() {
+        // Basic-like 8-app mix on xeon-x5570x2 with Linux's interleaving: lbm, sphinx, ...
+        let topo = machine("xeon-x5570x2").unwrap();
+        let pick = [
+            "lbm",
+            "sphinx",
+            "libquantum",
+            "omnetpp",
+            "lu.B",
+            "streamcluster",
+            "gromacs",
+            "ferret",
+        ];
+        let procs: Vec<_> = pick
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let w = PAPER.iter().find(|w| w.0 == *name).unwrap();
+                let mut p = proc_with(100 + i as u32, name, w.2, w.3);
+                p.last_cpu = Some(i as u32); // cpus 0-3 package 0, 4-7 package 1
+                p
+            })
+            .collect();
+        let obs = Observation {
+            procs,
+            interval_s: 10.0,
+            ..Default::default()
+        };
+        let pol = Contention::default();
+        let mut st = PolicyState::default();
+        let plan = pol.plan(&topo, &obs, &mut st);
+        assert!(!plan.actions.is_empty());
+        let doms = Contention::domains(&topo);
+        let mut final_dom: BTreeMap<u32, usize> = obs
+            .procs
+            .iter()
+            .map(|p| {
+                (
+                    p.pid,
+                    domain_of(&doms, &p.allowed_cpus, p.last_cpu).unwrap(),
+                )
+            })
+            .collect();
+        for a in &plan.actions {
+            if let Action::PinProcess { proc, cpus, .. } = &a.action {
+                let d = doms.iter().position(|(c, _)| c == cpus).unwrap();
+                final_dom.insert(proc.pid, d);
+                assert!(a.reason.contains("because"), "{}", a.reason);
+            }
+        }
+        let grp = |pid: u32| {
+            let p = obs.procs.iter().find(|p| p.pid == pid).unwrap();
+            g(PAPER.iter().find(|w| w.0 == p.comm).unwrap().1)
+        };
+        for d in 0..2 {
+            let gs: Vec<Group> = final_dom
+                .iter()
+                .filter(|(_, &x)| x == d)
+                .map(|(&pid, _)| grp(pid))
+                .collect();
+            assert!(
+                !(gs.contains(&Group::Aggressive) && gs.contains(&Group::Sensitive)),
+                "domain {d}: {gs:?}"
+            );
+        }
+        assert_eq!(Contention::last_classes(&mut st).len(), 8);
+        assert!(plan.notes.iter().any(|n| n.text.contains("Group 1")));
+        // Applying the plan and planning again moves nothing (stability).
+        let mut obs2 = obs.clone();
+        for p in &mut obs2.procs {
+            let d = final_dom[&p.pid];
+            p.allowed_cpus = doms[d].0.clone();
+            p.last_cpu = doms[d].0.first();
+        }
+        let plan2 = pol.plan(&topo, &obs2, &mut st);
+        assert!(plan2.actions.is_empty(), "{:?}", plan2.actions);
+    }
+
+    /// A host without a PMU: the registry builds `contention`, the engine reports it
+    /// disabled with the reason on the first step and keeps running the other policies.
+    #[test]
+    fn engine_reports_disabled_without_pmu_and_runs_others() {
+        use crate::config::Config;
+        use crate::engine::{policies_from_config, Engine};
+        use crate::host::{Host, HostError};
+        use crate::plan::ActionReport;
+        use crate::sample::Sample;
+        struct NoPmu {
+            t: u64,
+        }
+        impl Host for NoPmu {
+            fn topology(&mut self) -> Result<Topology, HostError> {
+                // Two LLC domains and a NIC, so net-affinity has something to run on.
+                Ok(machine("dell-c6100").unwrap())
+            }
+            fn sources(&mut self) -> SourceStatus {
+                SourceStatus {
+                    sources: vec![Source {
+                        name: "perf_hw".into(),
+                        available: false,
+                        detail: "no hardware counters: ENOENT".into(),
+                    }],
+                }
+            }
+            fn sample(&mut self, req: SampleRequest) -> Result<Sample, HostError> {
+                assert!(!req.counters, "a disabled policy's wants are not sampled");
+                self.t += 1_000_000_000;
+                Ok(Sample {
+                    time_ns: self.t,
+                    clk_tck: 100,
+                    ..Default::default()
+                })
+            }
+            fn apply(&mut self, _p: &Plan, _dry: bool) -> Vec<ActionReport> {
+                vec![]
+            }
+        }
+        let cfg = Config {
+            policies: vec!["contention".into(), "net-affinity".into()],
+            ..Default::default()
+        };
+        let pols = policies_from_config(&cfg);
+        assert_eq!(
+            pols.iter().map(|p| p.name()).collect::<Vec<_>>(),
+            vec!["contention", "net-affinity"]
+        );
+        let mut e = Engine::new(pols, cfg);
+        let mut h = NoPmu { t: 0 };
+        let r0 = e.step(&mut h, true);
+        assert_eq!(r0.disabled.len(), 1, "{:?}", r0.disabled);
+        assert_eq!(r0.disabled[0].0, "contention");
+        assert!(r0.disabled[0].1.contains("ENOENT"), "{}", r0.disabled[0].1);
+        let r1 = e.step(&mut h, true);
+        assert!(r1.error.is_none() && r1.disabled.is_empty());
+        let running: Vec<_> = e
+            .policies()
+            .into_iter()
+            .filter(|(_, d)| d.is_none())
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(running, vec!["net-affinity"]);
+    }
+
+    #[test]
+    fn documented_config_parses() {
+        let doc = include_str!("../../../../docs/contention.md");
+        let start = doc.find("```toml\n").expect("toml block") + 8;
+        let end = start + doc[start..].find("```").unwrap();
+        let cfg = crate::config::Config::from_toml(&doc[start..end]).unwrap();
+        assert_eq!(cfg.policies, vec!["contention"]);
+        assert_eq!(
+            cfg.contention,
+            ContentionConfig {
+                classify: ClassifyConfig {
+                    per_machine: [(
+                        "xeon-e5-2697x2".to_string(),
+                        classify::Thresholds::default()
+                    )]
+                    .into(),
+                    ..Default::default()
+                },
+                ..Default::default()
+            }
+        );
+    }
+
+    #[test]
+    fn config_validates() {
+        assert!(ContentionConfig::default().validate().is_ok());
+        let bad = ContentionConfig {
+            min_group1_sharing: 1,
+            ..Default::default()
+        };
+        assert!(bad.validate().is_err());
+        let t: ContentionConfig = toml::from_str(
+            "machine = \"xeon-x5570x2\"\n[classify]\nmode = \"relative\"\nsmoothing_intervals = 5\n[classify.per_machine.xeon-x5570x2]\nbuffer_full = 1e7\n",
+        )
+        .unwrap();
+        assert_eq!(t.classify.smoothing_intervals, 5);
+        assert_eq!(t.classify.per_machine["xeon-x5570x2"].buffer_full, 1e7);
+    }
+}

@@ -934,6 +934,9 @@ pub struct EnergyQos {
     pub cfg: EnergyQosConfig,
     /// Measured power table; None = the topology's model.
     pub power: Option<PowerModel>,
+    /// Which processes placer may touch at all, and placer's own pid.
+    pub scope: crate::config::Scope,
+    pub self_pid: u32,
 }
 
 #[derive(Default)]
@@ -950,7 +953,18 @@ struct Running<'a> {
 
 impl EnergyQos {
     pub fn new(cfg: EnergyQosConfig) -> Self {
-        EnergyQos { cfg, power: None }
+        EnergyQos {
+            cfg,
+            power: None,
+            scope: Default::default(),
+            self_pid: 0,
+        }
+    }
+
+    pub fn with_scope(mut self, scope: crate::config::Scope, self_pid: u32) -> Self {
+        self.scope = scope;
+        self.self_pid = self_pid;
+        self
     }
 
     pub fn with_power_model(mut self, power: PowerModel) -> Self {
@@ -1023,7 +1037,7 @@ impl Policy for EnergyQos {
                 procs: obs
                     .procs
                     .iter()
-                    .filter(|p| !p.kernel_thread && app.matches.matches(p))
+                    .filter(|p| app.matches.matches(p) && self.scope.admits(p, self.self_pid))
                     .collect(),
             })
             .filter(|r| !r.procs.is_empty())
@@ -1497,7 +1511,7 @@ mod tests {
             tx_bytes_per_s: 0.0,
             avg_rx_seg_bytes: Some(1448.0),
             avg_tx_seg_bytes: None,
-            segs_in_per_s: 0.0,
+            segs_in_per_s: 4e6 / 1448.0,
             segs_out_per_s: 0.0,
             new: false,
         });

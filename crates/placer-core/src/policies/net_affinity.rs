@@ -85,7 +85,8 @@ pub struct NetAffinityConfig {
     /// original affinity back, milliseconds. Default 5000.
     pub idle_timeout_ms: u64,
     /// The receive CPU takes the process only if its load, counted without the process
-    /// itself, is below this busy fraction (0 < x <= 1). Default 0.8.
+    /// itself, is below this busy fraction (0 < x <= 1). Default 0.8. 1.0 turns the check
+    /// off: always the receive CPU (its softirq work for a fast stream can saturate it).
     pub cpu_load_threshold: f64,
     /// When the receive CPU is too busy: `cache_neighbour` (least-loaded CPU sharing cache
     /// with it, the paper) or `leave` (do not pin). Default `cache_neighbour`.
@@ -254,6 +255,9 @@ pub fn fmt_rate(bytes_per_s: f64) -> String {
 }
 
 fn pct(x: f64) -> String {
+    if x.is_infinite() {
+        return "any load (check off)".into();
+    }
     format!("{:.0}%", x * 100.0)
 }
 
@@ -326,6 +330,8 @@ impl NetAffinity {
             ));
         }
         let thr = self.cfg.cpu_load_threshold;
+        // 1.0 = no load check: nothing counts as busy.
+        let thr = if thr >= 1.0 { f64::INFINITY } else { thr };
         let load = |c: u32| self.load(obs, p, c, extra);
         let least = |set: &CpuSet| -> Option<(u32, f64)> {
             set.iter()
@@ -906,6 +912,19 @@ mod tests {
         pr.cpu_share = 0.5;
         let o = obs(&t, &[(1, 0.9)], vec![pr], 1.0);
         let plan = run(&p, &t, &o, &mut st);
+        assert_eq!(pinned_to(&plan, 10), Some(CpuSet::single(1)));
+    }
+
+    #[test]
+    fn load_threshold_one_turns_the_load_check_off() {
+        let t = xeon();
+        let p = policy(NetAffinityConfig {
+            cpu_load_threshold: 1.0,
+            ..Default::default()
+        });
+        let mut st = PolicyState::default();
+        let pr = proc_obs(10, "rx", t.online(), vec![flow(1, 1, 50.0 * MB)]);
+        let plan = run(&p, &t, &obs(&t, &[(1, 1.0)], vec![pr], 1.0), &mut st);
         assert_eq!(pinned_to(&plan, 10), Some(CpuSet::single(1)));
     }
 

@@ -157,11 +157,7 @@ impl SmtEnergy {
             sigma: self.cfg.sigma,
         };
         let stats = alloc::prefix_stats(topo, order, &model, s, &opts);
-        let pre: Vec<(f64, f64)> = stats.iter().map(|p| (p.compute, p.power_w)).collect();
-        let energy = crate::amdahl::energy_cap(s, &pre);
-        let limit = crate::amdahl::efficiency_limit(s);
-        let eff = stats.iter().take_while(|p| p.compute <= limit).count();
-        Some(energy.min(eff).max(1))
+        Some(alloc::caps(&stats, s).cap())
     }
 }
 
@@ -621,6 +617,20 @@ mod tests {
         let (_, compute) = alloc::usage_of(&t, &order[..n], &AllocOptions::default());
         assert!(compute <= 3.0 + 1e-9, "{n} units, compute {compute}");
         assert!((1..16).contains(&n));
+    }
+
+    #[test]
+    fn the_engine_builds_it_from_the_config() {
+        let cfg = crate::config::Config::from_toml(
+            "policies = [\"smt-energy\"]\n[smt_energy]\norder = \"speedup\"\n\
+             apps = [{ comm = \"wc*\" }]\nserial_fraction = 0.077\n",
+        )
+        .unwrap();
+        assert_eq!(cfg.smt_energy.order, AllocPolicy::Speedup);
+        let ps = crate::engine::policies_from_config(&cfg);
+        assert_eq!(ps.iter().map(|p| p.name()).collect::<Vec<_>>(), vec![NAME]);
+        let bad = crate::config::Config::from_toml("[smt_energy]\nsigma = 2.0\n");
+        assert!(bad.unwrap_err().to_string().contains("smt_energy.sigma"));
     }
 
     #[test]

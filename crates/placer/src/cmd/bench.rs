@@ -13,7 +13,7 @@ pub struct Args {
 #[derive(clap::Subcommand, Debug)]
 pub enum BenchCmd {
     /// Time to read the topology of a root (default /), median of runs.
-    Topo(EmptyArgs),
+    Topo(super::bench_topo::Args),
     /// Cost of one sample+observe cycle.
     Cycle(EmptyArgs),
     /// Daemon cycle overhead and reaction time of net-affinity.
@@ -23,7 +23,7 @@ pub enum BenchCmd {
     /// ttcp-style TCP benchmark of buffer reuse and NUMA placement (seed 004).
     Net(EmptyArgs),
     /// Deadline misses of a periodic task under a network stream, with and without the limiter.
-    Qos(EmptyArgs),
+    Qos(super::bench_qos::Args),
 }
 
 #[derive(clap::Args, Debug)]
@@ -32,6 +32,8 @@ pub struct EmptyArgs {}
 pub fn run(args: Args) -> Result<()> {
     match args.what {
         BenchCmd::Sim(a) => crate::cmd::bench_sim::run(a),
-        other => bail!("`placer bench {other:?}` is not implemented yet"),
+        BenchCmd::Topo(a) => super::bench_topo::run(a),
+        BenchCmd::Qos(a) => super::bench_qos::run(a),
+        other => bail!("`placer bench {:?}` is not implemented yet", other),
     }
 }

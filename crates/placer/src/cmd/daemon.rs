@@ -1,10 +1,326 @@
-//! `placer daemon`. (Placeholder: filled in by its issue.)
+//! `placer daemon`: observe, decide, act, every interval; never leave the machine worse
+//! than it was found.
+//!
+//! Start: load the config (built-in default without `--config`), take the state dir's lock,
+//! and restore whatever a previous daemon that crashed or was SIGKILLed left in the journal
+//! (restore, not re-adopt: the policies re-pin within an interval or two what still deserves
+//! it, and nothing stays changed on the word of a dead process). Then loop: one
+//! `Engine::step` per interval (sample, observe, plan, apply, learn), log actions, update the
+//! metrics and `decisions.json` (for `placer explain`). SIGTERM/SIGINT: restore every
+//! journaled knob, then exit.
+//!
+//! `--once`: one plan (two samples one interval apart), applied and left journaled (undo
+//! with `placer restore`); `--dry-run`: prints the plans and changes nothing (no journal,
+//! no state files).
 
-use anyhow::{bail, Result};
+pub mod metrics;
+pub mod signals;
+pub mod state;
+
+use anyhow::{Context, Result};
+use placer_core::config::Config;
+use placer_core::engine::{policies_from_config, unimplemented_policies, CycleReport, Engine};
+use placer_core::plan::Outcome;
+use placer_linux::LinuxHost;
+use serde::Serialize;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use tracing::{debug, error, info, warn};
 
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+pub struct Args {
+    #[command(flatten)]
+    pub state: state::StateArgs,
+    /// Run one cycle (two samples one interval apart), apply its plan, exit. The changes
+    /// stay journaled: `placer restore` undoes them.
+    #[arg(long)]
+    pub once: bool,
+    /// Print each plan; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Interval between cycles (e.g. 250ms, 1s), overriding the config's interval_ms.
+    #[arg(long)]
+    pub interval: Option<String>,
+    /// Print the built-in default config (TOML) and exit.
+    #[arg(long)]
+    pub print_default_config: bool,
+    /// Print plans (with --once or --dry-run) as JSON lines.
+    #[arg(long)]
+    pub json: bool,
+}
 
-pub fn run(_args: Args) -> Result<()> {
-    bail!("`placer daemon` is not implemented yet")
+/// The effective config: file or default, with the command-line overrides, validated.
+pub fn effective_config(args: &Args) -> Result<Config> {
+    let mut cfg = args.state.config()?;
+    if let Some(i) = &args.interval {
+        cfg.interval_ms = state::parse_duration(i)?.as_millis() as u64;
+        cfg.validate().context("with --interval")?;
+    }
+    Ok(cfg)
+}
+
+/// One cycle as printed by --dry-run/--once --json.
+#[derive(Serialize)]
+struct PrintedCycle<'a> {
+    cycle: u64,
+    dry_run: bool,
+    plan: &'a placer_core::Plan,
+    reports: &'a [placer_core::plan::ActionReport],
+    lease_breaks: &'a [placer_core::engine::LeaseBreak],
+    managed: usize,
+    error: &'a Option<String>,
+}
+
+fn print_cycle(r: &CycleReport, dry_run: bool, json: bool) {
+    if json {
+        let p = PrintedCycle {
+            cycle: r.cycle,
+            dry_run,
+            plan: &r.plan,
+            reports: &r.reports,
+            lease_breaks: &r.lease_breaks,
+            managed: r.managed,
+            error: &r.error,
+        };
+        println!("{}", serde_json::to_string(&p).unwrap_or_default());
+        return;
+    }
+    if let Some(e) = &r.error {
+        println!("cycle {}: error: {e}", r.cycle);
+        return;
+    }
+    if r.reports.is_empty() {
+        println!("cycle {}: no actions", r.cycle);
+    }
+    for a in &r.reports {
+        println!(
+            "cycle {}: [{}] {} {}: {} => {}",
+            r.cycle,
+            a.planned.policy,
+            a.planned.action.kind(),
+            describe_target(&a.planned.action),
+            a.planned.reason,
+            outcome_text(&a.outcome)
+        );
+    }
+    for n in &r.plan.notes {
+        let who = n.proc.map_or(String::new(), |k| format!("pid {} ", k.pid));
+        println!("cycle {}: [{}] note {who}{}", r.cycle, n.policy, n.text);
+    }
+}
+
+pub fn outcome_text(o: &Outcome) -> String {
+    match o {
+        Outcome::Done => "done".into(),
+        Outcome::Skipped(s) => format!("skipped ({s})"),
+        Outcome::Transient(s) => format!("transient ({s})"),
+        Outcome::Permanent(s) => format!("permanent ({s})"),
+    }
+}
+
+/// "pid 12 (iperf3) -> 1" and similar.
+pub fn describe_target(a: &placer_core::Action) -> String {
+    use placer_core::Action as A;
+    match a {
+        A::PinProcess { proc, comm, cpus } => format!("pid {} ({comm}) -> CPUs {cpus}", proc.pid),
+        A::RestoreProcess { proc, comm } => format!("pid {} ({comm})", proc.pid),
+        A::PinThread { proc, tid, cpus } => format!("pid {} tid {tid} -> CPUs {cpus}", proc.pid),
+        A::SetIrqAffinity { irq, cpus } => format!("IRQ {irq} -> CPUs {cpus}"),
+        A::RestoreIrq { irq } => format!("IRQ {irq}"),
+        A::SetRps { dev, queue, cpus } => format!("{dev}/{queue} -> CPUs {cpus}"),
+        other => serde_json::to_string(other).unwrap_or_default(),
+    }
+}
+
+fn log_restores(
+    what: &str,
+    res: &[(
+        placer_linux::journal::Entry,
+        placer_linux::actuator::Restored,
+    )],
+) {
+    use placer_linux::actuator::Restored;
+    for (e, r) in res {
+        match r {
+            Restored::Restored => info!(
+                "{what}: restored {} ({}) to {}",
+                e.knob, e.label, e.previous
+            ),
+            Restored::Gone(w) => info!("{what}: {} ({}): {w}", e.knob, e.label),
+            Restored::ChangedElsewhere(w) => warn!("{what}: {} ({}): {w}", e.knob, e.label),
+            Restored::Failed(w) => error!(
+                "{what}: could not restore {} ({}): {w}; it stays in the journal",
+                e.knob, e.label
+            ),
+        }
+    }
+}
+
+fn log_cycle(r: &CycleReport, last_error: &mut Option<String>) {
+    for (s, why) in &r.missing_sources {
+        info!("source {s} unavailable: {why}");
+    }
+    for (p, why) in &r.disabled {
+        warn!("policy {p} disabled: {why}");
+    }
+    if r.error != *last_error {
+        match &r.error {
+            Some(e) => warn!("cycle {}: {e} (doing nothing this cycle)", r.cycle),
+            None if last_error.is_some() => info!("cycle {}: working again", r.cycle),
+            None => {}
+        }
+        *last_error = r.error.clone();
+    }
+    for b in &r.lease_breaks {
+        warn!(
+            "pid {} ({}) was pinned to {} by {} but is on {} now: someone else changed it; placer stops managing it",
+            b.proc.pid, b.comm, b.pinned, b.policy, b.observed
+        );
+    }
+    for a in &r.reports {
+        let line = format!(
+            "[{}] {} {}: {} => {}",
+            a.planned.policy,
+            a.planned.action.kind(),
+            describe_target(&a.planned.action),
+            a.planned.reason,
+            outcome_text(&a.outcome)
+        );
+        match a.outcome {
+            Outcome::Done | Outcome::Skipped(_) => info!("{line}"),
+            Outcome::Transient(_) | Outcome::Permanent(_) => warn!("{line}"),
+        }
+    }
+    for n in &r.plan.notes {
+        debug!(pid = n.proc.map(|k| k.pid), policy = %n.policy, "{}", n.text);
+    }
+}
+
+pub fn run(args: Args) -> Result<()> {
+    if args.print_default_config {
+        print!("{}", Config::default().to_toml());
+        return Ok(());
+    }
+    let cfg = effective_config(&args)?;
+    let state_dir = PathBuf::from(&cfg.state_dir);
+    let interval = Duration::from_millis(cfg.interval_ms);
+    let dry_run = args.dry_run;
+
+    // One daemon per state dir; a dry run touches nothing, not even the lock.
+    let _lock = if dry_run {
+        None
+    } else {
+        Some(state::StateLock::acquire(&state_dir)?)
+    };
+    let mut host = LinuxHost::new(&args.state.root, &state_dir);
+    if !dry_run {
+        let journal = host
+            .actuator
+            .journal()
+            .with_context(|| format!("opening the journal in {}", state_dir.display()))?;
+        if !journal.is_empty() {
+            info!(
+                "journal {} lists {} knob(s) left by a previous daemon: restoring them",
+                journal.path().display(),
+                journal.entries().len()
+            );
+            let res = host.actuator.restore_all()?;
+            log_restores("start", &res);
+        }
+    }
+    for p in unimplemented_policies(&cfg) {
+        warn!("policy {p} is configured but not built into this placer: skipped");
+    }
+    let policies = policies_from_config(&cfg);
+    let names: Vec<(&str, bool)> = policies.iter().map(|p| (p.name(), true)).collect();
+    let mut engine = Engine::new(policies, cfg.clone());
+    signals::install().context("installing signal handlers")?;
+
+    let metrics = metrics::Metrics::new(&names, dry_run);
+    if cfg.metrics.enabled && !args.once {
+        match metrics::serve(&cfg.metrics.listen, metrics.clone()) {
+            Ok(addr) => info!("metrics on http://{addr}/metrics"),
+            Err(e) => warn!(
+                "metrics: cannot listen on {}: {e}; running without",
+                cfg.metrics.listen
+            ),
+        }
+    }
+    info!(
+        "placer daemon pid {} started: interval {} ms, policies [{}], state dir {}{}",
+        std::process::id(),
+        cfg.interval_ms,
+        cfg.policies.join(", "),
+        state_dir.display(),
+        if dry_run {
+            ", dry run (changes nothing)"
+        } else {
+            ""
+        }
+    );
+
+    let mut decisions = state::Decisions {
+        daemon_pid: std::process::id(),
+        interval_ms: cfg.interval_ms,
+        dry_run,
+        ..Default::default()
+    };
+    let mut last_error = None;
+    let mut exit_err = None;
+    loop {
+        let t0 = Instant::now();
+        let r = engine.step(&mut host, dry_run);
+        let cycle_s = t0.elapsed().as_secs_f64();
+        log_cycle(&r, &mut last_error);
+        for (p, _) in &r.disabled {
+            metrics.set_policy(p, false);
+        }
+        metrics.record(&r, cycle_s);
+        if (dry_run || args.once) && !r.warming_up {
+            print_cycle(&r, dry_run, args.json);
+        }
+        if !dry_run && r.observation.is_some() {
+            decisions.policies = engine
+                .policies()
+                .into_iter()
+                .map(|(n, d)| (n.to_string(), d.map(str::to_string)))
+                .collect();
+            let now_s = r.time_ns as f64 / 1e9;
+            decisions.update(&r, &engine.held(), now_s);
+            if let Err(e) = decisions.write(&state_dir) {
+                debug!("writing decisions: {e:#}");
+            }
+        }
+        if args.once && !r.warming_up {
+            if let Some(e) = &r.error {
+                exit_err = Some(anyhow::anyhow!("{e}"));
+            }
+            break;
+        }
+        signals::sleep_until(t0 + interval);
+        if signals::stop_requested() {
+            info!(
+                "{} received: restoring every journaled knob",
+                signals::which().unwrap_or("stop")
+            );
+            break;
+        }
+    }
+    if !dry_run && !args.once {
+        let res = host.actuator.restore_all()?;
+        log_restores("stop", &res);
+        let _ = std::fs::remove_file(state_dir.join(state::DECISIONS_FILE));
+        let failed = res
+            .iter()
+            .filter(|(_, r)| matches!(r, placer_linux::actuator::Restored::Failed(_)))
+            .count();
+        if failed > 0 {
+            anyhow::bail!("{failed} knob(s) could not be restored; they stay in the journal (`placer restore` retries)");
+        }
+        info!("placer daemon stopped; {} knob(s) restored", res.len());
+    }
+    match exit_err {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }

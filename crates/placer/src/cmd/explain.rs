@@ -1,10 +1,202 @@
-//! `placer explain`. (Placeholder: filled in by its issue.)
+//! `placer explain PID`: why the process is where it is: its affinity now, what placer
+//! changed (the journal, with the original affinity), the latest action with its reason and
+//! numbers, and what each policy thinks of it this interval. From the running daemon's
+//! `decisions.json`; with no daemon running, from one observation over one interval and the
+//! configured policies in dry-run.
 
-use anyhow::{bail, Result};
+use crate::cmd::daemon::state::{self, Decisions, ProcDecision};
+use anyhow::{bail, Context, Result};
+use placer_core::engine::{policies_from_config, Engine};
+use placer_linux::journal::{Entry, Journal, Knob};
+use placer_linux::LinuxHost;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
 
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+pub struct Args {
+    /// The process to explain.
+    pub pid: u32,
+    #[command(flatten)]
+    pub state: state::StateArgs,
+    /// Observation length when no daemon runs (e.g. 500ms), default the config's interval.
+    #[arg(long)]
+    pub interval: Option<String>,
+    #[arg(long)]
+    pub json: bool,
+}
 
-pub fn run(_args: Args) -> Result<()> {
-    bail!("`placer explain` is not implemented yet")
+#[derive(Serialize)]
+struct Explanation {
+    pid: u32,
+    comm: String,
+    start_time_ticks: u64,
+    allowed_cpus_now: String,
+    /// `daemon` (its latest cycle) or `dry_run` (one observation now, no daemon).
+    source: &'static str,
+    journal: Option<Entry>,
+    decision: Option<ProcDecision>,
+    /// Policies that do not run, with why.
+    disabled_policies: Vec<(String, String)>,
+}
+
+fn status_field(root: &Path, pid: u32, field: &str) -> Option<String> {
+    let text = std::fs::read_to_string(root.join(format!("proc/{pid}/status"))).ok()?;
+    text.lines().find_map(|l| {
+        l.strip_prefix(field)?
+            .strip_prefix(':')
+            .map(|v| v.trim().to_string())
+    })
+}
+
+/// Disabled policies with their reason.
+type Disabled = Vec<(String, String)>;
+
+fn one_shot(
+    args: &Args,
+    cfg: &placer_core::config::Config,
+    dir: &Path,
+) -> Result<(Option<ProcDecision>, Disabled)> {
+    let interval = match &args.interval {
+        Some(i) => state::parse_duration(i)?,
+        None => std::time::Duration::from_millis(cfg.interval_ms),
+    };
+    let mut host = LinuxHost::new(&args.state.root, dir);
+    let mut engine = Engine::new(policies_from_config(cfg), cfg.clone());
+    let first = engine.step(&mut host, true);
+    if let Some(e) = first.error {
+        bail!("observing: {e}");
+    }
+    std::thread::sleep(interval);
+    let r = engine.step(&mut host, true);
+    if let Some(e) = &r.error {
+        bail!("observing: {e}");
+    }
+    let mut d = Decisions::default();
+    d.update(&r, &[], 0.0);
+    Ok((d.procs.remove(&args.pid), first.disabled))
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let cfg = args.state.config()?;
+    let dir = PathBuf::from(&cfg.state_dir);
+    let pid = args.pid;
+    let start = placer_linux::actuator::start_time_ticks(&args.state.root, pid)
+        .with_context(|| format!("no process {pid}"))?;
+    let comm = std::fs::read_to_string(args.state.root.join(format!("proc/{pid}/comm")))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    let allowed = status_field(&args.state.root, pid, "Cpus_allowed_list").unwrap_or_default();
+    let journal = Journal::load(&dir).ok().and_then(|j| {
+        j.get(&Knob::ProcAffinity {
+            pid,
+            start_time_ticks: start,
+        })
+        .cloned()
+    });
+    let from_daemon = Decisions::read(&dir)
+        .filter(|d| state::pid_alive(d.daemon_pid) && !d.dry_run)
+        .map(|d| {
+            let disabled = d
+                .policies
+                .iter()
+                .filter_map(|(n, w)| w.clone().map(|w| (n.clone(), w)))
+                .collect::<Vec<_>>();
+            let p = d
+                .procs
+                .get(&pid)
+                .filter(|p| p.start_time_ticks == start)
+                .cloned();
+            (p, disabled)
+        });
+    let (source, (decision, disabled)) = match from_daemon {
+        Some(x) => ("daemon", x),
+        None => ("dry_run", one_shot(&args, &cfg, &dir)?),
+    };
+    let e = Explanation {
+        pid,
+        comm,
+        start_time_ticks: start,
+        allowed_cpus_now: allowed,
+        source,
+        journal,
+        decision,
+        disabled_policies: disabled,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&e)?);
+        return Ok(());
+    }
+    print!("{}", render(&e));
+    Ok(())
+}
+
+fn render(e: &Explanation) -> String {
+    use std::fmt::Write as _;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "pid {} ({}): allowed CPUs {}",
+        e.pid, e.comm, e.allowed_cpus_now
+    );
+    match &e.journal {
+        Some(j) => {
+            let _ = writeln!(
+                o,
+                "  placer set its affinity to {} (originally {}); `placer restore` or stopping the daemon puts {} back",
+                j.applied, j.previous, j.previous
+            );
+        }
+        None => {
+            let _ = writeln!(o, "  placer has not changed its affinity");
+        }
+    }
+    let src = match e.source {
+        "daemon" => "the running daemon's latest cycle",
+        _ => "no daemon running: one observation now, policies in dry run",
+    };
+    let _ = writeln!(o, "  source: {src}");
+    match &e.decision {
+        None => {
+            let _ = writeln!(
+                o,
+                "  no policy has anything to say about it (no network traffic, not in scope, or not seen)"
+            );
+        }
+        Some(d) => {
+            let _ = writeln!(
+                o,
+                "  observed: rx {} tx {}, CPU {:.0}% of one CPU, last ran on CPU {}",
+                placer_core::policies::net_affinity::fmt_rate(d.rx_bytes_per_s),
+                placer_core::policies::net_affinity::fmt_rate(d.tx_bytes_per_s),
+                d.cpu_share * 100.0,
+                d.last_cpu.map_or("?".into(), |c| c.to_string())
+            );
+            if let (Some(p), Some(c)) = (&d.held_by, &d.held_cpus) {
+                let _ = writeln!(
+                    o,
+                    "  held by policy {p} on CPUs {c} for {:.1} s",
+                    d.held_for_s.unwrap_or(0.0)
+                );
+            }
+            if let Some(a) = &d.last_action {
+                let detail = if a.detail.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", a.detail)
+                };
+                let _ = writeln!(
+                    o,
+                    "  last action: [{}] {} => {}{detail}\n    because: {}",
+                    a.policy, a.kind, a.outcome, a.reason
+                );
+            }
+            for (p, n) in &d.notes {
+                let _ = writeln!(o, "  [{p}] {n}");
+            }
+        }
+    }
+    for (p, why) in &e.disabled_policies {
+        let _ = writeln!(o, "  policy {p} is disabled: {why}");
+    }
+    o
 }

@@ -1,11 +1,15 @@
 //! One module per subcommand.
 
 pub mod bench;
+pub mod bench_qos;
 pub mod bench_sim;
+pub mod bench_topo;
 pub mod daemon;
 pub mod explain;
 pub mod plan;
 pub mod power;
+pub mod power_calibrate;
+pub mod power_fit;
 pub mod record;
 pub mod restore;
 pub mod run;

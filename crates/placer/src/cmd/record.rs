@@ -1,10 +1,103 @@
-//! `placer record`. (Placeholder: filled in by its issue.)
+//! `placer record --interval 1s --duration 60s FILE`: raw samples to a versioned JSON-lines
+//! file (format in `placer_linux::record` and docs/observation.md) for later replay.
+//! `placer record --replay FILE` prints one summary line per replayed observation.
 
-use anyhow::{bail, Result};
+use crate::cmd::top::{busiest, parse_duration};
+use anyhow::{Context, Result};
+use placer_core::observation::Observation;
+use placer_core::sample::SampleRequest;
+use placer_linux::record::{RecordHeader, RecordWriter};
+use placer_linux::sampler::Sampler;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+pub struct Args {
+    /// The record file to write (or, with --replay, to read).
+    pub file: PathBuf,
+    /// Filesystem root holding proc/ and sys/.
+    #[arg(long, default_value = "/")]
+    pub root: PathBuf,
+    /// Time between samples.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub interval: Duration,
+    /// How long to record.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Also record threads.
+    #[arg(long)]
+    pub threads: bool,
+    /// Leave TCP sockets out.
+    #[arg(long)]
+    pub no_sockets: bool,
+    /// Read FILE and print a summary of each interval instead of recording.
+    #[arg(long)]
+    pub replay: bool,
+}
 
-pub fn run(_args: Args) -> Result<()> {
-    bail!("`placer record` is not implemented yet")
+pub fn run(args: Args) -> Result<()> {
+    if args.replay {
+        return replay(&args.file);
+    }
+    let mut sampler = Sampler::new(&args.root);
+    let header = RecordHeader::new(args.interval.as_millis() as u64, sampler.sources());
+    let f = std::fs::File::create(&args.file)
+        .with_context(|| format!("creating {}", args.file.display()))?;
+    let mut w = RecordWriter::new(std::io::BufWriter::new(f), &header)?;
+    let req = SampleRequest {
+        threads: args.threads,
+        sockets: !args.no_sockets,
+        counters: true,
+        numa_pages: false,
+    };
+    let start = Instant::now();
+    let mut n = 0u64;
+    // Samples at start + k*interval (no drift), through the end of the duration.
+    loop {
+        let s = sampler.sample(req).context("sampling")?;
+        w.write(&s)
+            .with_context(|| format!("writing {}", args.file.display()))?;
+        n += 1;
+        let next = args.interval * n as u32;
+        if args.interval.is_zero() || next > args.duration {
+            break;
+        }
+        if let Some(wait) = next.checked_sub(start.elapsed()) {
+            std::thread::sleep(wait);
+        }
+    }
+    eprintln!("placer record: {n} samples to {}", args.file.display());
+    Ok(())
+}
+
+fn replay(path: &std::path::Path) -> Result<()> {
+    let mut r =
+        placer_linux::record::open(path).with_context(|| format!("opening {}", path.display()))?;
+    println!(
+        "record v{} from {} every {} ms",
+        r.header.version, r.header.host, r.header.interval_ms
+    );
+    let mut prev = None;
+    while let Some(s) = r.next_sample()? {
+        if let Some(p) = &prev {
+            let o = Observation::new(p, &s);
+            let util: f64 = o.cpus.iter().map(|c| c.util).sum();
+            let top = busiest(&o, 1)
+                .first()
+                .map(|p| format!("{} ({}) {:.2}", p.pid, p.comm, p.cpu_share))
+                .unwrap_or_default();
+            println!(
+                "{:>10.3}s  cpus busy {:.2}  procs {}  busiest {}",
+                o.time_ns as f64 / 1e9,
+                util,
+                o.procs.len(),
+                top
+            );
+        }
+        prev = Some(s);
+    }
+    if r.truncated {
+        eprintln!("placer record: the file ends in a partial line (recording cut short)");
+    }
+    Ok(())
 }

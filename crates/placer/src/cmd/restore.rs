@@ -1,10 +1,93 @@
-//! `placer restore`. (Placeholder: filled in by its issue.)
+//! `placer restore`: puts back every knob the journal lists (what a daemon changed and did
+//! not restore: after `--once`, a crash, or a SIGKILL). Knobs someone else changed since
+//! are left as they are; knobs whose object is gone are dropped; failures stay journaled.
 
+use crate::cmd::daemon::state;
 use anyhow::{bail, Result};
+use placer_linux::actuator::{Actuator, Restored};
+use serde::Serialize;
+use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+pub struct Args {
+    #[command(flatten)]
+    pub state: state::StateArgs,
+    /// Restore even though a daemon is running on this state dir (it would keep
+    /// re-applying its plans; stop it with SIGTERM instead, which restores too).
+    #[arg(long)]
+    pub force: bool,
+    /// Print what happened to each knob as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
 
-pub fn run(_args: Args) -> Result<()> {
-    bail!("`placer restore` is not implemented yet")
+#[derive(Serialize)]
+struct Line {
+    knob: placer_linux::journal::Knob,
+    label: String,
+    previous: String,
+    result: &'static str,
+    detail: String,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let cfg = args.state.config()?;
+    let dir = PathBuf::from(&cfg.state_dir);
+    if let Some(pid) = state::lock_holder(&dir) {
+        if !args.force {
+            bail!(
+                "a placer daemon (pid {pid}) is running on {}: stop it with SIGTERM (it restores everything), or pass --force",
+                dir.display()
+            );
+        }
+    }
+    if !dir.join(placer_linux::journal::JOURNAL_FILE).exists() {
+        if args.json {
+            println!("[]");
+        } else {
+            println!("nothing to restore: no journal in {}", dir.display());
+        }
+        return Ok(());
+    }
+    let mut act = Actuator::new(&args.state.root, &dir);
+    let res = act.restore_all()?;
+    let mut failed = 0;
+    let lines: Vec<Line> = res
+        .iter()
+        .map(|(e, r)| {
+            let detail = match r {
+                Restored::Restored => String::new(),
+                Restored::Gone(s) | Restored::ChangedElsewhere(s) => s.clone(),
+                Restored::Failed(s) => {
+                    failed += 1;
+                    s.clone()
+                }
+            };
+            Line {
+                knob: e.knob.clone(),
+                label: e.label.clone(),
+                previous: e.previous.clone(),
+                result: r.kind(),
+                detail,
+            }
+        })
+        .collect();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&lines)?);
+    } else if lines.is_empty() {
+        println!("nothing to restore: the journal is empty");
+    } else {
+        for l in &lines {
+            let knob = format!("{} ({})", l.knob, l.label);
+            match l.result {
+                "restored" => println!("restored {knob} to {}", l.previous),
+                "failed" => println!("FAILED {knob}: {}", l.detail),
+                _ => println!("{} {knob}: {}", l.result, l.detail),
+            }
+        }
+    }
+    if failed > 0 {
+        bail!("{failed} knob(s) could not be restored; they stay in the journal");
+    }
+    Ok(())
 }

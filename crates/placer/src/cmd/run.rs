@@ -1,10 +1,386 @@
-//! `placer run`. (Placeholder: filled in by its issue.)
+//! `placer run`: start a command on the CPUs an allocation order chooses (seed 001 at the
+//! application and runtime layers).
+//!
+//! What it does, exactly:
+//! 1. Chooses the first `n` CPUs of `--policy`'s order (`efficiency` by default). With
+//!    `--auto`, `n` is capped where another unit stops paying off in energy or parallel
+//!    efficiency falls below 1/2, for a serial fraction given (`--serial-fraction`) or
+//!    fitted from measured run times (`--times 1=400,4=120`).
+//! 2. Starts the command with its CPU affinity set to those CPUs (in the child, before
+//!    exec) and with these variables added to its environment (existing values are
+//!    replaced):
+//!    - `OMP_NUM_THREADS=n`
+//!    - `OMP_PLACES={c0},{c1},...`: one place per chosen CPU, in the order's order;
+//!    - `OMP_PROC_BIND=close`: with as many threads as places, OpenMP thread `i` runs on
+//!      place `i`, so OpenMP programs follow the order themselves.
+//! 3. Watches `/proc/PID/task` (every 2 ms, for `--watch-s` seconds or until the command
+//!    exits) and pins each thread it has not seen before, in order of appearance (lowest
+//!    tid first within one look), to its own CPU: the k-th thread (the main thread is the
+//!    first) gets CPU `k mod n` of the list. Threads of child processes are not followed.
+//! 4. Waits for the command and exits with its status.
+//!
+//! Where the topology reader is unavailable for `/`, the allowed CPUs of this process are
+//! used as independent cores (no SMT), and a warning says so.
 
-use anyhow::{bail, Result};
+use super::plan::JobArgs;
+use crate::common::MachineArgs;
+use anyhow::{bail, Context, Result};
+use placer_core::alloc::{self, AllocPolicy};
+use placer_core::topology::Cpu;
+use placer_core::{CpuSet, Topology};
+use serde::Serialize;
+use std::collections::BTreeSet;
+use std::os::unix::process::CommandExt;
+use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+pub struct Args {
+    #[command(flatten)]
+    pub job: JobArgs,
+    /// Cap the units with the Amdahl/energy rule (needs --serial-fraction or --times).
+    #[arg(long)]
+    pub auto: bool,
+    /// Measured run times to fit the serial fraction from: `UNITS=SECONDS,...`.
+    #[arg(long, conflicts_with = "serial_fraction")]
+    pub times: Option<String>,
+    /// Watch for new threads for at most this long (seconds).
+    #[arg(long, default_value_t = 10.0)]
+    pub watch_s: f64,
+    /// Do not set the OMP_* variables.
+    #[arg(long)]
+    pub no_omp: bool,
+    /// Print what would be done (as JSON with --json) and do not start the command.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[arg(long)]
+    pub json: bool,
+    /// Do not print the pinning log.
+    #[arg(long, short)]
+    pub quiet: bool,
+    /// The command and its arguments.
+    #[arg(last = true, required = true)]
+    pub cmd: Vec<String>,
+}
 
-pub fn run(_args: Args) -> Result<()> {
-    bail!("`placer run` is not implemented yet")
+#[derive(Debug, Serialize)]
+pub struct RunPlan {
+    pub policy: AllocPolicy,
+    pub topology: String,
+    pub cpus: Vec<u32>,
+    pub env: Vec<(String, String)>,
+    /// Why n is what it is.
+    pub reason: String,
+}
+
+impl RunPlan {
+    /// `K=V K=V` as a shell would show it.
+    pub fn env_string(&self) -> String {
+        self.env
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+/// Parses `1=400,4=120.5` into (units, seconds) pairs.
+pub fn parse_times(text: &str) -> Result<Vec<(f64, f64)>> {
+    text.split(',')
+        .map(|kv| {
+            let (k, v) = kv
+                .split_once('=')
+                .with_context(|| format!("{kv:?} is not UNITS=SECONDS"))?;
+            let n: f64 = k
+                .trim()
+                .parse()
+                .with_context(|| format!("{k:?} is not a number"))?;
+            let t: f64 = v
+                .trim()
+                .parse()
+                .with_context(|| format!("{v:?} is not a number"))?;
+            Ok((n, t))
+        })
+        .collect()
+}
+
+/// The OMP variables for a CPU list.
+pub fn omp_env(cpus: &[u32]) -> Vec<(String, String)> {
+    let places = cpus
+        .iter()
+        .map(|c| format!("{{{c}}}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    vec![
+        ("OMP_NUM_THREADS".into(), cpus.len().to_string()),
+        ("OMP_PLACES".into(), places),
+        ("OMP_PROC_BIND".into(), "close".into()),
+    ]
+}
+
+/// This process's allowed CPUs as a topology of independent cores.
+fn affinity_topology() -> Result<Topology> {
+    let set = get_affinity(0).context("sched_getaffinity")?;
+    let cpus = set
+        .iter()
+        .map(|id| {
+            let mut c = Cpu::bare(id, true);
+            c.core = Some(id);
+            c.siblings = CpuSet::single(id);
+            c
+        })
+        .collect();
+    Ok(Topology {
+        cpus,
+        source: "affinity:self".into(),
+        ..Default::default()
+    })
+}
+
+fn topology(m: &MachineArgs) -> Result<Topology> {
+    match m.topology() {
+        Ok(t) => Ok(t),
+        Err(e) if m.machine.is_none() && m.root == std::path::Path::new("/") => {
+            eprintln!(
+                "placer run: warning: {e:#}; using this process's allowed CPUs as independent \
+                 cores (no SMT information)"
+            );
+            affinity_topology()
+        }
+        Err(e) => Err(e),
+    }
+}
+
+pub fn make_plan(args: &Args, topo: &Topology) -> Result<RunPlan> {
+    let policy = args.job.policy(AllocPolicy::Efficiency);
+    let opts = args.job.model.opts()?;
+    let order = alloc::order(topo, policy, &opts);
+    if order.is_empty() {
+        bail!("no allowed online CPUs in {}", topo.source);
+    }
+    let mut n = args.job.n.unwrap_or(order.len());
+    let mut reason = match args.job.n {
+        Some(_) => format!("n = {n} as asked"),
+        None => format!("n = {n}: every allowed CPU"),
+    };
+    if args.auto {
+        let s = match (&args.times, args.job.model.serial_fraction) {
+            (Some(t), _) => {
+                let f = placer_core::amdahl::fit_serial_fraction(&parse_times(t)?)?;
+                reason.push_str(&format!(
+                    "; S = {:.4} fitted from --times (t1 {:.2} s, rms {:.3} s)",
+                    f.serial_fraction, f.t1_s, f.rms_residual_s
+                ));
+                f.serial_fraction
+            }
+            (None, Some(_)) => {
+                let s = args.job.model.serial_fraction()?;
+                reason.push_str(&format!("; S = {s} given"));
+                s
+            }
+            (None, None) => bail!(
+                "--auto needs the job's serial fraction: --serial-fraction S, or measured \
+                 run times --times UNITS=SECONDS,..."
+            ),
+        };
+        let (model, _) = args
+            .job
+            .model
+            .power_model(args.job.machine.machine.as_deref())?;
+        let stats = alloc::prefix_stats(topo, &order, &model, s, &opts);
+        let caps = alloc::caps(&stats, s);
+        if caps.cap() < n {
+            n = caps.cap();
+            reason.push_str(&format!(
+                "; capped to {n} (efficiency limit n = {}, energy limit n = {}, power model {})",
+                caps.efficiency_n, caps.energy_n, model.name
+            ));
+        } else {
+            reason.push_str(&format!(
+                "; within the caps (efficiency n = {}, energy n = {})",
+                caps.efficiency_n, caps.energy_n
+            ));
+        }
+    }
+    let cpus = alloc::allocate(topo, policy, n, &opts)?;
+    let env = if args.no_omp {
+        Vec::new()
+    } else {
+        omp_env(&cpus)
+    };
+    Ok(RunPlan {
+        policy,
+        topology: topo.source.clone(),
+        cpus,
+        env,
+        reason,
+    })
+}
+
+fn to_cpu_set_t(cpus: &CpuSet) -> Result<libc::cpu_set_t> {
+    // SAFETY: cpu_set_t is plain data; all-zero is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let max = 8 * std::mem::size_of::<libc::cpu_set_t>() as u32;
+    for c in cpus.iter() {
+        if c >= max {
+            bail!("CPU {c} beyond the {max} CPUs cpu_set_t holds");
+        }
+        // SAFETY: c < CPU_SETSIZE, checked above.
+        unsafe { libc::CPU_SET(c as usize, &mut set) };
+    }
+    Ok(set)
+}
+
+fn set_affinity(tid: i32, set: &libc::cpu_set_t) -> std::io::Result<()> {
+    // SAFETY: set points to a valid cpu_set_t of the size passed.
+    let r = unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), set) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+fn get_affinity(tid: i32) -> std::io::Result<CpuSet> {
+    // SAFETY: zeroed cpu_set_t is valid; the kernel fills at most its size.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let r =
+        unsafe { libc::sched_getaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let max = 8 * std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: i < CPU_SETSIZE.
+    Ok((0..max)
+        .filter(|&i| unsafe { libc::CPU_ISSET(i, &set) })
+        .map(|i| i as u32)
+        .collect())
+}
+
+/// Thread ids of `pid` (empty once it is gone).
+fn tasks(pid: u32) -> Vec<i32> {
+    let mut v: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|rd| {
+            rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort_unstable();
+    v
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let topo = topology(&args.job.machine)?;
+    let plan = make_plan(&args, &topo)?;
+    if args.dry_run {
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&plan)?);
+        } else {
+            println!(
+                "would run {:?} on CPUs {} ({}), {}",
+                args.cmd,
+                plan.cpus
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(","),
+                plan.reason,
+                plan.env_string()
+            );
+        }
+        return Ok(());
+    }
+    let all: CpuSet = plan.cpus.iter().copied().collect();
+    let whole = to_cpu_set_t(&all)?;
+    let singles: Vec<libc::cpu_set_t> = plan
+        .cpus
+        .iter()
+        .map(|c| to_cpu_set_t(&CpuSet::single(*c)))
+        .collect::<Result<_>>()?;
+    let mut cmd = std::process::Command::new(&args.cmd[0]);
+    cmd.args(&args.cmd[1..]);
+    for (k, v) in &plan.env {
+        cmd.env(k, v);
+    }
+    // SAFETY: the closure only calls sched_setaffinity (async-signal-safe) on a set built
+    // before the fork.
+    unsafe {
+        cmd.pre_exec(move || set_affinity(0, &whole));
+    }
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("starting {:?}", args.cmd[0]))?;
+    let pid = child.id();
+    if !args.quiet {
+        eprintln!(
+            "placer run: pid {pid} on CPUs {} (order {}, {}); {}",
+            all.to_list_string(),
+            plan.policy,
+            plan.reason,
+            plan.env_string()
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs_f64(args.watch_s.max(0.0));
+    let mut seen: BTreeSet<i32> = BTreeSet::new();
+    let mut k = 0usize;
+    let status = loop {
+        for tid in tasks(pid) {
+            if !seen.insert(tid) {
+                continue;
+            }
+            let i = k % plan.cpus.len();
+            k += 1;
+            match set_affinity(tid, &singles[i]) {
+                Ok(()) => {
+                    if !args.quiet {
+                        eprintln!("placer run: pinned tid {tid} -> cpu {}", plan.cpus[i]);
+                    }
+                }
+                // The thread exited between the listing and the call.
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                Err(e) => eprintln!("placer run: pinning tid {tid}: {e}"),
+            }
+        }
+        if let Some(st) = child.try_wait()? {
+            break st;
+        }
+        if Instant::now() >= deadline {
+            break child.wait()?;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    match status.code() {
+        Some(0) => Ok(()),
+        Some(c) => std::process::exit(c),
+        None => bail!("{:?} was killed by a signal ({status})", args.cmd[0]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn omp_env_lists_one_place_per_cpu_in_order() {
+        let e = omp_env(&[0, 8, 2]);
+        assert_eq!(e[0], ("OMP_NUM_THREADS".into(), "3".into()));
+        assert_eq!(e[1], ("OMP_PLACES".into(), "{0},{8},{2}".into()));
+        assert_eq!(e[2], ("OMP_PROC_BIND".into(), "close".into()));
+    }
+
+    #[test]
+    fn times_parse() {
+        assert_eq!(
+            parse_times("1=400,4=120.5").unwrap(),
+            vec![(1.0, 400.0), (4.0, 120.5)]
+        );
+        assert!(parse_times("1:400").is_err());
+        assert!(parse_times("x=1").is_err());
+    }
+
+    #[test]
+    fn affinity_topology_matches_sched_getaffinity() {
+        let t = affinity_topology().unwrap();
+        assert_eq!(t.allowed(), get_affinity(0).unwrap());
+        assert!(!t.cpus.is_empty());
+    }
 }

@@ -1,10 +1,406 @@
-//! `placer top`. (Placeholder: filled in by its issue.)
+//! `placer top`: what every CPU and the busiest processes are doing.
+//!
+//! Live (default): a terminal view (ratatui) refreshed each `--interval`: CPUs (utilisation,
+//! softirq share, device IRQs/s, NET_RX softirqs/s), the busiest processes (CPU share,
+//! allowed CPUs, last CPU, receive/send rates, flows) and a line naming the sources that
+//! are missing and why. `q` or Esc quits.
+//!
+//! `--once`: two samples `--interval` apart, one observation, printed as a table, or with
+//! `--json` as the documented JSON contract ([`TopJson`], docs/observation.md):
+//! `{"version":1, "sources":[...], "time_ns", "interval_s", "cpus":[...], "procs":[...],
+//! "irqs":[...], "power_w", "power_by_domain_w"}`, each process with at least `pid`,
+//! `comm`, `cpu_share`, `allowed_cpus` (array of CPU ids), `last_cpu`, `rx_bytes_per_s`,
+//! `tx_bytes_per_s`, `flows`. `--json` without `--once` prints one such line per interval.
 
-use anyhow::{bail, Result};
+use anyhow::{Context, Result};
+use placer_core::observation::{Observation, ProcObs};
+use placer_core::sample::{SampleRequest, Source, SourceStatus};
+use placer_linux::sampler::Sampler;
+use serde::Serialize;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// Version of the `top --json` output. Fields are only ever added.
+pub const TOP_JSON_VERSION: u32 = 1;
 
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+pub struct Args {
+    /// Filesystem root holding proc/ and sys/ (sockets are read only for /).
+    #[arg(long, default_value = "/")]
+    pub root: PathBuf,
+    /// Time between the samples of an observation: "1s", "500ms", "2m", or seconds.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub interval: Duration,
+    /// One observation (two samples an interval apart), then exit.
+    #[arg(long)]
+    pub once: bool,
+    /// Machine-readable JSON instead of the table or the live view.
+    #[arg(long)]
+    pub json: bool,
+    /// Processes shown in the table or live view.
+    #[arg(long, short = 'n', default_value_t = 25)]
+    pub count: usize,
+    /// Also sample threads (costly on big machines).
+    #[arg(long)]
+    pub threads: bool,
+}
 
-pub fn run(_args: Args) -> Result<()> {
-    bail!("`placer top` is not implemented yet")
+/// Parses "1s", "250ms", "2m", "1.5s" or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, mult) = if let Some(v) = s.strip_suffix("ms") {
+        (v, 1e-3)
+    } else if let Some(v) = s.strip_suffix('s') {
+        (v, 1.0)
+    } else if let Some(v) = s.strip_suffix('m') {
+        (v, 60.0)
+    } else if let Some(v) = s.strip_suffix('h') {
+        (v, 3600.0)
+    } else {
+        (s, 1.0)
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("bad duration {s:?} (use e.g. 1s, 500ms, 2m)"))?;
+    if !(v.is_finite() && v >= 0.0) {
+        return Err(format!("bad duration {s:?}"));
+    }
+    Ok(Duration::from_secs_f64(v * mult))
+}
+
+/// The JSON printed by `placer top --once --json`.
+#[derive(Serialize)]
+pub struct TopJson<'a> {
+    pub version: u32,
+    pub sources: &'a [Source],
+    #[serde(flatten)]
+    pub observation: &'a Observation,
+}
+
+/// Samples twice, `interval` apart, and derives the observation.
+pub struct Observer {
+    pub sampler: Sampler,
+    pub req: SampleRequest,
+    prev: Option<placer_core::Sample>,
+}
+
+impl Observer {
+    pub fn new(root: &std::path::Path, threads: bool) -> Self {
+        Observer {
+            sampler: Sampler::new(root),
+            req: SampleRequest {
+                threads,
+                sockets: true,
+                counters: true,
+                numa_pages: false,
+            },
+            prev: None,
+        }
+    }
+
+    pub fn sources(&mut self) -> SourceStatus {
+        self.sampler.sources()
+    }
+
+    /// Takes a sample; returns the observation since the previous one (None the first time).
+    pub fn step(&mut self) -> Result<Option<Observation>> {
+        let cur = self.sampler.sample(self.req).context("sampling")?;
+        let obs = self.prev.as_ref().map(|p| Observation::new(p, &cur));
+        self.prev = Some(cur);
+        Ok(obs)
+    }
+}
+
+/// The busiest processes first: by CPU share, then network rate.
+pub fn busiest(obs: &Observation, n: usize) -> Vec<&ProcObs> {
+    let mut v: Vec<&ProcObs> = obs.procs.iter().collect();
+    v.sort_by(|a, b| {
+        (b.cpu_share + b.net_bytes_per_s() / 1e9)
+            .total_cmp(&(a.cpu_share + a.net_bytes_per_s() / 1e9))
+            .then(a.pid.cmp(&b.pid))
+    });
+    v.truncate(n);
+    v
+}
+
+/// "missing: perf_hw (no hardware counters: ...); rapl (...)" or "all sources present".
+pub fn missing_line(src: &SourceStatus) -> String {
+    let missing: Vec<String> = src
+        .sources
+        .iter()
+        .filter(|s| !s.available)
+        .map(|s| format!("{} ({})", s.name, s.detail))
+        .collect();
+    if missing.is_empty() {
+        "all sources present".into()
+    } else {
+        format!("missing: {}", missing.join("; "))
+    }
+}
+
+pub fn human_rate(bytes_per_s: f64) -> String {
+    let b = bytes_per_s;
+    if b >= 1e9 {
+        format!("{:.1}G", b / 1e9)
+    } else if b >= 1e6 {
+        format!("{:.1}M", b / 1e6)
+    } else if b >= 1e3 {
+        format!("{:.1}k", b / 1e3)
+    } else {
+        format!("{b:.0}")
+    }
+}
+
+fn table(obs: &Observation, src: &SourceStatus, n: usize) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let _ = writeln!(o, "interval {:.2}s  {}", obs.interval_s, missing_line(src));
+    let _ = writeln!(o, "CPU   util  user   sys  sirq  irq/s  net_rx/s");
+    for c in &obs.cpus {
+        let _ = writeln!(
+            o,
+            "{:<4} {:>4.0}% {:>4.0}% {:>4.0}% {:>4.0}% {:>6.0} {:>9.0}",
+            c.cpu,
+            c.util * 100.0,
+            c.user * 100.0,
+            c.system * 100.0,
+            c.softirq * 100.0,
+            c.irqs_per_s,
+            c.net_rx_softirqs_per_s
+        );
+    }
+    o.push('\n');
+    let _ = writeln!(
+        o,
+        "{:>7} {:<16} {:>5} {:>9} {:>4} {:>8} {:>8} {:>5}",
+        "PID", "COMM", "CPU", "ALLOWED", "LAST", "RX/s", "TX/s", "FLOWS"
+    );
+    for p in busiest(obs, n) {
+        let _ = writeln!(
+            o,
+            "{:>7} {:<16} {:>5.2} {:>9} {:>4} {:>8} {:>8} {:>5}",
+            p.pid,
+            p.comm.chars().take(16).collect::<String>(),
+            p.cpu_share,
+            p.allowed_cpus.to_list_string(),
+            p.last_cpu.map(|c| c.to_string()).unwrap_or_default(),
+            human_rate(p.rx_bytes_per_s),
+            human_rate(p.tx_bytes_per_s),
+            p.flows.len()
+        );
+    }
+    o
+}
+
+/// Writes to stdout; a closed pipe (`| head`) ends quietly instead of panicking.
+fn write_stdout(text: &str) -> Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        r => Ok(r?),
+    }
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let mut ob = Observer::new(&args.root, args.threads);
+    let src = ob.sources();
+    if args.once {
+        ob.step()?;
+        std::thread::sleep(args.interval);
+        let obs = ob.step()?.expect("second sample gives an observation");
+        if args.json {
+            let j = TopJson {
+                version: TOP_JSON_VERSION,
+                sources: &src.sources,
+                observation: &obs,
+            };
+            write_stdout(&(serde_json::to_string(&j)? + "\n"))?;
+        } else {
+            write_stdout(&table(&obs, &src, args.count))?;
+        }
+        return Ok(());
+    }
+    if args.json {
+        ob.step()?;
+        loop {
+            std::thread::sleep(args.interval);
+            let obs = ob.step()?.expect("observation after the first sample");
+            let j = TopJson {
+                version: TOP_JSON_VERSION,
+                sources: &src.sources,
+                observation: &obs,
+            };
+            write_stdout(&(serde_json::to_string(&j)? + "\n"))?;
+        }
+    }
+    live::run(ob, src, args.interval, args.count)
+}
+
+mod live {
+    use super::*;
+    use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind};
+    use ratatui::layout::{Constraint, Layout};
+    use ratatui::style::{Modifier, Style};
+    use ratatui::widgets::{Block, Paragraph, Row, Table};
+    use ratatui::Frame;
+
+    pub fn run(mut ob: Observer, src: SourceStatus, interval: Duration, n: usize) -> Result<()> {
+        ob.step()?;
+        let mut term = ratatui::init();
+        let r = (|| -> Result<()> {
+            let mut obs: Option<Observation> = None;
+            let mut next = Instant::now() + interval;
+            loop {
+                term.draw(|f| draw(f, obs.as_ref(), &src, n, interval))?;
+                let wait = next.saturating_duration_since(Instant::now());
+                if event::poll(wait)? {
+                    if let Event::Key(k) = event::read()? {
+                        if k.kind == KeyEventKind::Press
+                            && matches!(k.code, KeyCode::Char('q') | KeyCode::Esc)
+                        {
+                            return Ok(());
+                        }
+                    }
+                    continue;
+                }
+                obs = ob.step()?;
+                next += interval;
+                if next < Instant::now() {
+                    next = Instant::now() + interval;
+                }
+            }
+        })();
+        ratatui::restore();
+        r
+    }
+
+    fn draw(f: &mut Frame, obs: Option<&Observation>, src: &SourceStatus, n: usize, iv: Duration) {
+        let ncpu = obs.map_or(0, |o| o.cpus.len()) as u16;
+        let [head, cpus, procs] = Layout::vertical([
+            Constraint::Length(2),
+            Constraint::Length(ncpu + 3),
+            Constraint::Min(5),
+        ])
+        .areas(f.area());
+        let bold = Style::default().add_modifier(Modifier::BOLD);
+        let power = obs
+            .and_then(|o| o.power_w)
+            .map(|w| format!("  power {w:.1} W"))
+            .unwrap_or_default();
+        f.render_widget(
+            Paragraph::new(format!(
+                "placer top — every {:.1}s (q quits){power}\n{}",
+                iv.as_secs_f64(),
+                missing_line(src)
+            )),
+            head,
+        );
+        let Some(o) = obs else {
+            f.render_widget(Paragraph::new("sampling..."), cpus);
+            return;
+        };
+        let rows = o.cpus.iter().map(|c| {
+            Row::new(vec![
+                c.cpu.to_string(),
+                format!("{:.0}%", c.util * 100.0),
+                format!("{:.0}%", c.user * 100.0),
+                format!("{:.0}%", c.system * 100.0),
+                format!("{:.0}%", c.softirq * 100.0),
+                format!("{:.0}", c.irqs_per_s),
+                format!("{:.0}", c.net_rx_softirqs_per_s),
+            ])
+        });
+        let t = Table::new(rows, [Constraint::Length(7); 7])
+            .header(
+                Row::new(vec![
+                    "CPU", "util", "user", "sys", "softirq", "IRQ/s", "NET_RX/s",
+                ])
+                .style(bold),
+            )
+            .block(Block::bordered().title("CPUs"));
+        f.render_widget(t, cpus);
+        let rows = busiest(o, n).into_iter().map(|p| {
+            let flow = p
+                .flows
+                .iter()
+                .max_by(|a, b| {
+                    (a.rx_bytes_per_s + a.tx_bytes_per_s)
+                        .total_cmp(&(b.rx_bytes_per_s + b.tx_bytes_per_s))
+                })
+                .map(|f| format!("{} {}<->{}", p.flows.len(), f.local, f.remote))
+                .unwrap_or_default();
+            Row::new(vec![
+                p.pid.to_string(),
+                p.comm.clone(),
+                format!("{:.2}", p.cpu_share),
+                p.allowed_cpus.to_list_string(),
+                p.last_cpu.map(|c| c.to_string()).unwrap_or_default(),
+                human_rate(p.rx_bytes_per_s),
+                human_rate(p.tx_bytes_per_s),
+                flow,
+            ])
+        });
+        let widths = [
+            Constraint::Length(8),
+            Constraint::Length(16),
+            Constraint::Length(6),
+            Constraint::Length(10),
+            Constraint::Length(5),
+            Constraint::Length(8),
+            Constraint::Length(8),
+            Constraint::Min(10),
+        ];
+        let t = Table::new(rows, widths)
+            .header(
+                Row::new(vec![
+                    "PID",
+                    "COMM",
+                    "CPU",
+                    "ALLOWED",
+                    "LAST",
+                    "RX/s",
+                    "TX/s",
+                    "FLOWS (busiest)",
+                ])
+                .style(bold),
+            )
+            .block(Block::bordered().title("busiest processes"));
+        f.render_widget(t, procs);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("1s").unwrap(), Duration::from_secs(1));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
+        assert!(parse_duration("x").is_err());
+        assert!(parse_duration("-1s").is_err());
+    }
+
+    #[test]
+    fn missing_sources_are_named_with_reasons() {
+        let s = SourceStatus {
+            sources: vec![
+                Source {
+                    name: "proc".into(),
+                    available: true,
+                    detail: String::new(),
+                },
+                Source {
+                    name: "rapl".into(),
+                    available: false,
+                    detail: "no RAPL".into(),
+                },
+            ],
+        };
+        assert_eq!(missing_line(&s), "missing: rapl (no RAPL)");
+    }
 }

@@ -1,0 +1,84 @@
+//! `placer bench topo`: time to read the topology of a root (default `/`), as the median
+//! of `--runs` reads after one warm-up read (the page cache is warm, as it is for the
+//! daemon, which re-reads the topology on hotplug).
+
+use anyhow::{Context, Result};
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Filesystem root holding sys/ and proc/ (an unpacked snapshot, or /).
+    #[arg(long, default_value = "/")]
+    pub root: PathBuf,
+    /// Number of timed reads.
+    #[arg(long, default_value_t = 50)]
+    pub runs: usize,
+    /// Print the raw run times as JSON as well.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Median of a non-empty slice of durations in ms.
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let runs = args.runs.max(1);
+    let read = || {
+        placer_linux::topology::read(&args.root)
+            .with_context(|| format!("reading the topology under {}", args.root.display()))
+    };
+    let topo = read()?;
+    let mut ms = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let t = Instant::now();
+        let again = read()?;
+        ms.push(t.elapsed().as_secs_f64() * 1e3);
+        std::hint::black_box(again);
+    }
+    let raw = ms.clone();
+    let med = median(&mut ms);
+    println!(
+        "topology read of {} ({} CPUs, {} caches, {} nodes, {} NICs): median {:.2} ms, \
+         min {:.2} ms, max {:.2} ms over {} runs",
+        args.root.display(),
+        topo.cpus.len(),
+        topo.caches.len(),
+        topo.nodes.len(),
+        topo.nics.len(),
+        med,
+        ms[0],
+        ms[ms.len() - 1],
+        runs
+    );
+    if args.json {
+        let v = serde_json::json!({
+            "bench": "topo",
+            "root": args.root,
+            "cpus": topo.cpus.len(),
+            "median_ms": med,
+            "runs_ms": raw,
+        });
+        println!("{v}");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median;
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), 2.5);
+    }
+}

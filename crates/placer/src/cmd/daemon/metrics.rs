@@ -1,0 +1,282 @@
+//! Prometheus text-format metrics (exposition format 0.0.4) on a tiny HTTP server built on
+//! std::net: one thread, one short request at a time, `GET /metrics` only. Loopback by
+//! default (config `metrics.listen`).
+
+use placer_core::engine::CycleReport;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Upper bounds of the cycle-time histogram, seconds.
+const BUCKETS_S: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0];
+
+#[derive(Debug, Default)]
+struct State {
+    cycles: u64,
+    cycle_sum_s: f64,
+    last_cycle_s: f64,
+    bucket_counts: Vec<u64>,
+    actions: BTreeMap<(String, String), u64>,
+    managed: usize,
+    cpu_util: BTreeMap<u32, f64>,
+    lease_breaks: u64,
+    errors: u64,
+    policies: BTreeMap<String, bool>,
+    dry_run: bool,
+}
+
+/// Shared between the loop (writer) and the server thread (reader).
+#[derive(Clone, Default)]
+pub struct Metrics {
+    inner: Arc<Mutex<State>>,
+}
+
+impl Metrics {
+    pub fn new(policies: &[(&str, bool)], dry_run: bool) -> Metrics {
+        let m = Metrics::default();
+        {
+            let mut s = m.lock();
+            s.bucket_counts = vec![0; BUCKETS_S.len()];
+            s.dry_run = dry_run;
+            for (name, on) in policies {
+                s.policies.insert(name.to_string(), *on);
+            }
+        }
+        m
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // A panic in the server thread must not stop the daemon from recording.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn set_policy(&self, name: &str, enabled: bool) {
+        self.lock().policies.insert(name.to_string(), enabled);
+    }
+
+    /// Records one cycle.
+    pub fn record(&self, r: &CycleReport, cycle_s: f64) {
+        let mut s = self.lock();
+        s.cycles += 1;
+        s.cycle_sum_s += cycle_s;
+        s.last_cycle_s = cycle_s;
+        if s.bucket_counts.len() != BUCKETS_S.len() {
+            s.bucket_counts = vec![0; BUCKETS_S.len()];
+        }
+        for (i, b) in BUCKETS_S.iter().enumerate() {
+            if cycle_s <= *b {
+                s.bucket_counts[i] += 1;
+            }
+        }
+        for ((kind, outcome), n) in r.action_counts() {
+            *s.actions
+                .entry((kind.to_string(), outcome.to_string()))
+                .or_default() += n;
+        }
+        s.managed = r.managed;
+        s.lease_breaks += r.lease_breaks.len() as u64;
+        if r.error.is_some() {
+            s.errors += 1;
+        }
+        if let Some(o) = &r.observation {
+            s.cpu_util = o.cpus.iter().map(|c| (c.cpu, c.util)).collect();
+        }
+    }
+
+    /// The text exposition.
+    pub fn render(&self) -> String {
+        let s = self.lock();
+        let mut o = String::new();
+        let head = |o: &mut String, name: &str, kind: &str, help: &str| {
+            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        };
+        head(
+            &mut o,
+            "placer_cycle_seconds",
+            "histogram",
+            "Time one daemon cycle took (sample, observe, plan, apply).",
+        );
+        for (i, b) in BUCKETS_S.iter().enumerate() {
+            let n = s.bucket_counts.get(i).copied().unwrap_or(0);
+            let _ = writeln!(o, "placer_cycle_seconds_bucket{{le=\"{b}\"}} {n}");
+        }
+        let _ = writeln!(o, "placer_cycle_seconds_bucket{{le=\"+Inf\"}} {}", s.cycles);
+        let _ = writeln!(o, "placer_cycle_seconds_sum {}", s.cycle_sum_s);
+        let _ = writeln!(o, "placer_cycle_seconds_count {}", s.cycles);
+        head(
+            &mut o,
+            "placer_last_cycle_seconds",
+            "gauge",
+            "Time the latest cycle took.",
+        );
+        let _ = writeln!(o, "placer_last_cycle_seconds {}", s.last_cycle_s);
+        head(
+            &mut o,
+            "placer_actions_total",
+            "counter",
+            "Actions applied, by kind and outcome (done, skipped, transient, permanent).",
+        );
+        for ((kind, outcome), n) in &s.actions {
+            let _ = writeln!(
+                o,
+                "placer_actions_total{{kind=\"{kind}\",outcome=\"{outcome}\"}} {n}"
+            );
+        }
+        head(
+            &mut o,
+            "placer_managed_processes",
+            "gauge",
+            "Processes placer currently holds (pinned and not yet restored).",
+        );
+        let _ = writeln!(o, "placer_managed_processes {}", s.managed);
+        head(
+            &mut o,
+            "placer_cpu_utilisation_ratio",
+            "gauge",
+            "Busy fraction of each CPU over the latest interval.",
+        );
+        for (cpu, u) in &s.cpu_util {
+            let _ = writeln!(o, "placer_cpu_utilisation_ratio{{cpu=\"{cpu}\"}} {u:.4}");
+        }
+        head(
+            &mut o,
+            "placer_lease_breaks_total",
+            "counter",
+            "Processes released because something else changed their affinity.",
+        );
+        let _ = writeln!(o, "placer_lease_breaks_total {}", s.lease_breaks);
+        head(
+            &mut o,
+            "placer_cycle_errors_total",
+            "counter",
+            "Cycles that could not sample or read the topology.",
+        );
+        let _ = writeln!(o, "placer_cycle_errors_total {}", s.errors);
+        head(
+            &mut o,
+            "placer_policy_enabled",
+            "gauge",
+            "1 if the policy runs, 0 if disabled on this machine.",
+        );
+        for (p, on) in &s.policies {
+            let _ = writeln!(
+                o,
+                "placer_policy_enabled{{policy=\"{p}\"}} {}",
+                u8::from(*on)
+            );
+        }
+        head(
+            &mut o,
+            "placer_dry_run",
+            "gauge",
+            "1 if the daemon only prints its plans.",
+        );
+        let _ = writeln!(o, "placer_dry_run {}", u8::from(s.dry_run));
+        o
+    }
+}
+
+/// Binds `listen` and serves `metrics` from a background thread. Returns the bound address
+/// (useful with port 0).
+pub fn serve(listen: &str, metrics: Metrics) -> std::io::Result<SocketAddr> {
+    let l = TcpListener::bind(listen)?;
+    let addr = l.local_addr()?;
+    std::thread::Builder::new()
+        .name("placer-metrics".into())
+        .spawn(move || {
+            for conn in l.incoming().flatten() {
+                let _ = answer(conn, &metrics);
+            }
+        })?;
+    Ok(addr)
+}
+
+fn answer(mut conn: TcpStream, metrics: &Metrics) -> std::io::Result<()> {
+    conn.set_read_timeout(Some(Duration::from_secs(2)))?;
+    conn.set_write_timeout(Some(Duration::from_secs(2)))?;
+    let mut reader = BufReader::new(conn.try_clone()?);
+    let mut line = String::new();
+    reader.read_line(&mut line)?;
+    // Drain the headers (bounded) so the client sees a clean close.
+    let mut header = String::new();
+    for _ in 0..100 {
+        header.clear();
+        if reader.read_line(&mut header)? == 0 || header == "\r\n" || header == "\n" {
+            break;
+        }
+    }
+    let mut parts = line.split_whitespace();
+    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let (status, body, ctype) = if method == "GET" && (path == "/metrics" || path == "/") {
+        (
+            "200 OK",
+            metrics.render(),
+            "text/plain; version=0.0.4; charset=utf-8",
+        )
+    } else {
+        ("404 Not Found", "only /metrics\n".to_string(), "text/plain")
+    };
+    write!(
+        conn,
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    conn.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use placer_core::observation::{CpuObs, Observation};
+    use placer_core::plan::{Action, ActionReport, Outcome, PlannedAction};
+    use std::io::Read;
+
+    #[test]
+    fn renders_every_family_and_serves_it() {
+        let m = Metrics::new(&[("net-affinity", true)], false);
+        let r = CycleReport {
+            managed: 2,
+            reports: vec![ActionReport {
+                planned: PlannedAction {
+                    action: Action::RestoreIrq { irq: 3 },
+                    policy: "p".into(),
+                    reason: "r".into(),
+                },
+                outcome: Outcome::Done,
+            }],
+            observation: Some(Observation {
+                cpus: vec![CpuObs {
+                    cpu: 1,
+                    util: 0.5,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        m.record(&r, 0.003);
+        let text = m.render();
+        for want in [
+            "placer_cycle_seconds_bucket{le=\"0.005\"} 1",
+            "placer_cycle_seconds_bucket{le=\"0.0025\"} 0",
+            "placer_cycle_seconds_count 1",
+            "placer_actions_total{kind=\"restore_irq\",outcome=\"done\"} 1",
+            "placer_managed_processes 2",
+            "placer_cpu_utilisation_ratio{cpu=\"1\"} 0.5000",
+            "placer_policy_enabled{policy=\"net-affinity\"} 1",
+        ] {
+            assert!(text.contains(want), "missing {want} in\n{text}");
+        }
+        let addr = serve("127.0.0.1:0", m).expect("bind");
+        let mut c = TcpStream::connect(addr).expect("connect");
+        c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .expect("send");
+        let mut resp = String::new();
+        c.read_to_string(&mut resp).expect("read");
+        assert!(resp.starts_with("HTTP/1.1 200 OK"), "{resp}");
+        assert!(resp.contains("placer_managed_processes 2"));
+    }
+}

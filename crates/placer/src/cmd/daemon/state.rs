@@ -1,0 +1,331 @@
+//! What the daemon keeps in its state directory besides the journal: a lock (one daemon
+//! per state dir; `placer restore` refuses to race a running daemon) and its latest
+//! per-process decisions (`decisions.json`, read by `placer explain`). Also config loading
+//! and duration parsing shared by daemon, restore and explain.
+
+use anyhow::{bail, Context, Result};
+use placer_core::config::Config;
+use placer_core::engine::CycleReport;
+use placer_core::plan::Outcome;
+use placer_core::CpuSet;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+pub const LOCK_FILE: &str = "daemon.lock";
+pub const DECISIONS_FILE: &str = "decisions.json";
+
+/// Where the config, the state and the machine are: shared by daemon, restore, explain.
+#[derive(clap::Args, Debug, Clone)]
+pub struct StateArgs {
+    /// TOML config (docs/config.md); the built-in default when absent.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// State directory (journal, lock, decisions), overriding the config's state_dir.
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
+    /// Filesystem root for /proc and /sys.
+    #[arg(long, default_value = "/")]
+    pub root: PathBuf,
+}
+
+impl StateArgs {
+    /// The config (file or default) with --state-dir applied, validated.
+    pub fn config(&self) -> Result<Config> {
+        let mut cfg = load_config(self.config.as_deref())?;
+        if let Some(d) = &self.state_dir {
+            cfg.state_dir = d.display().to_string();
+        }
+        cfg.validate().context("with the command-line overrides")?;
+        Ok(cfg)
+    }
+}
+
+/// Reads the config file (or the built-in default), rejecting unknown keys and bad values
+/// with the field's name.
+pub fn load_config(path: Option<&Path>) -> Result<Config> {
+    match path {
+        None => Ok(Config::default()),
+        Some(p) => {
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            Config::from_toml(&text).with_context(|| format!("in {}", p.display()))
+        }
+    }
+}
+
+/// `250ms`, `1s`, `1.5s`, `2m`, `100us`.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let v: f64 = num
+        .parse()
+        .with_context(|| format!("bad duration {s:?}: expected e.g. 250ms, 1s, 1.5s"))?;
+    let secs = match unit.trim() {
+        "ms" => v / 1e3,
+        "s" => v,
+        "m" | "min" => v * 60.0,
+        "us" => v / 1e6,
+        "" => bail!("duration {s:?} needs a unit (ms, s, m)"),
+        u => bail!("unknown unit {u:?} in duration {s:?} (ms, s, m)"),
+    };
+    if !secs.is_finite() || secs <= 0.0 {
+        bail!("duration {s:?} must be positive");
+    }
+    Ok(std::time::Duration::from_secs_f64(secs))
+}
+
+/// The exclusive lock of a state directory, held for the daemon's life (released by the
+/// kernel when the daemon dies, even by SIGKILL).
+pub struct StateLock {
+    _file: std::fs::File,
+}
+
+/// Who holds the lock, if anyone.
+pub fn lock_holder(state_dir: &Path) -> Option<u32> {
+    let path = state_dir.join(LOCK_FILE);
+    let f = std::fs::OpenOptions::new().read(true).open(&path).ok()?;
+    // SAFETY: flock on a valid fd.
+    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
+    if r == 0 {
+        // SAFETY: as above.
+        unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_UN) };
+        return None;
+    }
+    std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .or(Some(0))
+}
+
+impl StateLock {
+    pub fn acquire(state_dir: &Path) -> Result<StateLock> {
+        std::fs::create_dir_all(state_dir)
+            .with_context(|| format!("creating the state dir {}", state_dir.display()))?;
+        let path = state_dir.join(LOCK_FILE);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        // SAFETY: flock on a valid fd.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let holder = std::fs::read_to_string(&path).unwrap_or_default();
+            bail!(
+                "another placer daemon (pid {}) uses the state dir {}",
+                holder.trim(),
+                state_dir.display()
+            );
+        }
+        file.set_len(0).ok();
+        std::fs::write(&path, format!("{}\n", std::process::id()))
+            .with_context(|| format!("writing {}", path.display()))?;
+        Ok(StateLock { _file: file })
+    }
+}
+
+/// One action as `explain` shows it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ActionRecord {
+    pub kind: String,
+    pub policy: String,
+    pub reason: String,
+    pub outcome: String,
+    pub detail: String,
+    /// Unix time of the cycle, seconds.
+    pub at_unix_s: f64,
+}
+
+/// What the daemon knows about one process.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct ProcDecision {
+    pub pid: u32,
+    pub start_time_ticks: u64,
+    pub comm: String,
+    pub allowed_cpus: CpuSet,
+    pub last_cpu: Option<u32>,
+    pub cpu_share: f64,
+    pub rx_bytes_per_s: f64,
+    pub tx_bytes_per_s: f64,
+    /// Policy holding it and the CPUs it pinned it to.
+    pub held_by: Option<String>,
+    pub held_cpus: Option<CpuSet>,
+    pub held_for_s: Option<f64>,
+    /// This cycle's notes: (policy, text).
+    pub notes: Vec<(String, String)>,
+    /// The latest action on it (kept across cycles).
+    pub last_action: Option<ActionRecord>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct Decisions {
+    pub daemon_pid: u32,
+    pub at_unix_s: f64,
+    pub interval_ms: u64,
+    pub dry_run: bool,
+    /// Enabled policies, and disabled ones with their reason.
+    pub policies: Vec<(String, Option<String>)>,
+    /// Per-CPU utilisation over the latest interval.
+    pub cpu_util: BTreeMap<u32, f64>,
+    /// Keyed by pid (as a string in JSON).
+    pub procs: BTreeMap<u32, ProcDecision>,
+}
+
+pub fn unix_now_s() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+fn outcome_detail(o: &Outcome) -> String {
+    match o {
+        Outcome::Done => String::new(),
+        Outcome::Skipped(s) | Outcome::Transient(s) | Outcome::Permanent(s) => s.clone(),
+    }
+}
+
+impl Decisions {
+    /// Folds one cycle in: notes replace the last cycle's, actions update `last_action`,
+    /// processes that exited leave.
+    pub fn update(
+        &mut self,
+        r: &CycleReport,
+        held: &[(
+            &'static str,
+            placer_core::sample::ProcKey,
+            &placer_core::policy::Held,
+        )],
+        now_s: f64,
+    ) {
+        let Some(obs) = &r.observation else {
+            return;
+        };
+        self.at_unix_s = unix_now_s();
+        self.cpu_util = obs.cpus.iter().map(|c| (c.cpu, c.util)).collect();
+        let mut next: BTreeMap<u32, ProcDecision> = BTreeMap::new();
+        let interesting: std::collections::BTreeSet<u32> = r
+            .plan
+            .notes
+            .iter()
+            .filter_map(|n| n.proc.map(|k| k.pid))
+            .chain(
+                r.reports
+                    .iter()
+                    .filter_map(|a| a.planned.action.proc().map(|k| k.pid)),
+            )
+            .chain(held.iter().map(|h| h.1.pid))
+            .chain(self.procs.keys().copied())
+            .collect();
+        for p in obs.procs.iter().filter(|p| interesting.contains(&p.pid)) {
+            let mut d = self
+                .procs
+                .remove(&p.pid)
+                .filter(|d| d.start_time_ticks == p.start_time_ticks)
+                .unwrap_or_default();
+            d.pid = p.pid;
+            d.start_time_ticks = p.start_time_ticks;
+            d.comm = p.comm.clone();
+            d.allowed_cpus = p.allowed_cpus.clone();
+            d.last_cpu = p.last_cpu;
+            d.cpu_share = p.cpu_share;
+            d.rx_bytes_per_s = p.rx_bytes_per_s;
+            d.tx_bytes_per_s = p.tx_bytes_per_s;
+            d.notes.clear();
+            d.held_by = None;
+            d.held_cpus = None;
+            d.held_for_s = None;
+            if let Some((pol, _, h)) = held.iter().find(|h| h.1 == p.key()) {
+                d.held_by = Some(pol.to_string());
+                d.held_cpus = Some(h.cpus.clone());
+                d.held_for_s = Some(now_s - h.since_s);
+            }
+            next.insert(p.pid, d);
+        }
+        for n in &r.plan.notes {
+            if let Some(d) = n.proc.and_then(|k| next.get_mut(&k.pid)) {
+                d.notes.push((n.policy.clone(), n.text.clone()));
+            }
+        }
+        for a in &r.reports {
+            if let Some(d) = a.planned.action.proc().and_then(|k| next.get_mut(&k.pid)) {
+                d.last_action = Some(ActionRecord {
+                    kind: a.planned.action.kind().to_string(),
+                    policy: a.planned.policy.clone(),
+                    reason: a.planned.reason.clone(),
+                    outcome: a.outcome.kind().to_string(),
+                    detail: outcome_detail(&a.outcome),
+                    at_unix_s: self.at_unix_s,
+                });
+            }
+        }
+        // Forget processes nobody says anything about any more (no note, not held).
+        next.retain(|_, d| !d.notes.is_empty() || d.held_by.is_some() || d.last_action.is_some());
+        self.procs = next;
+    }
+
+    pub fn write(&self, state_dir: &Path) -> Result<()> {
+        let text = serde_json::to_string(self)?;
+        placer_linux::journal::write_durably(&state_dir.join(DECISIONS_FILE), text.as_bytes())?;
+        Ok(())
+    }
+
+    pub fn read(state_dir: &Path) -> Option<Decisions> {
+        let text = std::fs::read_to_string(state_dir.join(DECISIONS_FILE)).ok()?;
+        serde_json::from_str(&text).ok()
+    }
+}
+
+/// Whether a process with this pid exists (signal 0).
+pub fn pid_alive(pid: u32) -> bool {
+    // SAFETY: kill with signal 0 only checks.
+    pid != 0 && unsafe { libc::kill(pid as libc::pid_t, 0) } == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms").expect("ms").as_millis(), 250);
+        assert_eq!(parse_duration("1.5s").expect("s").as_millis(), 1500);
+        assert_eq!(parse_duration("2m").expect("m").as_secs(), 120);
+        assert!(parse_duration("250").is_err());
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("3 weeks").is_err());
+    }
+
+    #[test]
+    fn lock_is_exclusive_and_names_the_holder() {
+        let d = std::env::temp_dir().join(format!("placer-lock-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        assert_eq!(lock_holder(&d), None);
+        let l = StateLock::acquire(&d).expect("first");
+        // flock locks belong to the open file description: a second open conflicts even in
+        // the same process.
+        let e = StateLock::acquire(&d).err().expect("second must fail");
+        assert!(e.to_string().contains("another placer daemon"), "{e}");
+        assert_eq!(lock_holder(&d), Some(std::process::id()));
+        drop(l);
+        assert_eq!(lock_holder(&d), None);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn bad_config_names_the_field() {
+        let d = std::env::temp_dir().join(format!("placer-cfg-{}.toml", std::process::id()));
+        std::fs::write(&d, "interval_ms = 5\n").expect("write");
+        let e = format!("{:#}", load_config(Some(&d)).expect_err("too small"));
+        assert!(e.contains("interval_ms"), "{e}");
+        std::fs::write(&d, "[metrics]\nlisten_on = \"x\"\n").expect("write");
+        let e = format!("{:#}", load_config(Some(&d)).expect_err("unknown"));
+        assert!(e.contains("listen_on"), "{e}");
+        let _ = std::fs::remove_file(&d);
+    }
+}

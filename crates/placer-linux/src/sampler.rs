@@ -279,6 +279,12 @@ impl Sampler {
             }
         }
 
+        if req.numa_pages {
+            // numa_maps walks each process's page tables: read only when a policy asks.
+            let page = placer_bufpool::numa::page_bytes() as u64;
+            crate::numa_maps::fill_samples(&self.root, &mut procs, page);
+        }
+
         let (energy, power) = match &self.energy {
             Some(e) => (e.read_energy(), e.read_power()),
             None => (Vec::new(), Vec::new()),

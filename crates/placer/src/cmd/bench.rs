@@ -21,7 +21,7 @@ pub enum BenchCmd {
     /// Simulator speed: 10 simulated seconds of 64 tasks on 64 CPUs.
     Sim(crate::cmd::bench_sim::Args),
     /// ttcp-style TCP benchmark of buffer reuse and NUMA placement (seed 004).
-    Net(EmptyArgs),
+    Net(super::bench_net::Args),
     /// Deadline misses of a periodic task under a network stream, with and without the limiter.
     Qos(super::bench_qos::Args),
 }
@@ -31,9 +31,10 @@ pub struct EmptyArgs {}
 
 pub fn run(args: Args) -> Result<()> {
     match args.what {
-        BenchCmd::Sim(a) => crate::cmd::bench_sim::run(a),
         BenchCmd::Topo(a) => super::bench_topo::run(a),
         BenchCmd::Qos(a) => super::bench_qos::run(a),
-        other => bail!("`placer bench {:?}` is not implemented yet", other),
+        BenchCmd::Net(a) => super::bench_net::run(a),
+        BenchCmd::Sim(a) => super::bench_sim::run(a),
+        other => bail!("`placer bench {other:?}` is not implemented yet"),
     }
 }

@@ -317,9 +317,16 @@ impl Scenario {
             }
         }
         self.placer_config()?;
-        self.topology_and_params(None)?;
+        let mut setups = vec![self.topology_and_params(None)?];
         for v in &self.variants {
-            self.topology_and_params(Some(v))?;
+            setups.push(self.topology_and_params(Some(v))?);
+        }
+        for (_, params) in &setups {
+            for w in &self.workloads {
+                params.archetype(&w.class_name()).map_err(|e| {
+                    ScenarioError::Invalid(self.name.clone(), format!("workload {:?}: {e}", w.name))
+                })?;
+            }
         }
         Ok(())
     }

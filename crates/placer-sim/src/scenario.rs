@@ -25,8 +25,10 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Built-in scenarios: (name, TOML text). Other areas add their seed scenarios here.
-pub const BUILTIN: &[(&str, &str)] =
-    &[("seed-002", include_str!("../../../scenarios/seed-002.toml"))];
+pub const BUILTIN: &[(&str, &str)] = &[
+    ("seed-002", include_str!("../../../scenarios/seed-002.toml")),
+    ("seed-001", include_str!("../../../scenarios/seed-001.toml")),
+];
 
 fn default_seeds() -> Vec<u64> {
     vec![1, 2, 3]

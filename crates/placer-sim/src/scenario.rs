@@ -26,6 +26,7 @@ use std::collections::BTreeMap;
 /// Built-in scenarios: (name, TOML text). Other areas add their seed scenarios here.
 pub const BUILTIN: &[(&str, &str)] = &[
     ("seed-002", include_str!("../../../scenarios/seed-002.toml")),
+    ("seed-001", include_str!("../../../scenarios/seed-001.toml")),
     ("seed-000", include_str!("../../../scenarios/seed-000.toml")),
     (
         "seed-000-mix50",

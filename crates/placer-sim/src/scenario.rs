@@ -61,6 +61,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "seed-003-28",
         include_str!("../../../scenarios/seed-003-28.toml"),
     ),
+    ("seed-004", include_str!("../../../scenarios/seed-004.toml")),
 ];
 
 fn default_seeds() -> Vec<u64> {
@@ -145,6 +146,10 @@ pub struct Variant {
     /// Parameter overrides on top of the scenario's.
     #[serde(default)]
     pub params: Option<toml::Value>,
+    /// Workloads replacing the scenario's in this variant (seed 004 compares buffer
+    /// habits and memory nodes of one receiver).
+    #[serde(default)]
+    pub workloads: Option<Vec<WorkloadSpec>>,
 }
 
 /// One figure from the paper: `metric` of `policy` against `versus`, in percent.
@@ -321,6 +326,10 @@ impl Scenario {
         let mut setups = vec![self.topology_and_params(None)?];
         for v in &self.variants {
             setups.push(self.topology_and_params(Some(v))?);
+            for w in v.workloads.iter().flatten() {
+                w.validate()
+                    .map_err(|e| ScenarioError::Invalid(self.name.clone(), e))?;
+            }
         }
         for (_, params) in &setups {
             for w in &self.workloads {
@@ -409,7 +418,9 @@ impl Scenario {
             &self.machine,
             topo,
             params,
-            self.workloads.clone(),
+            variant
+                .and_then(|v| v.workloads.clone())
+                .unwrap_or_else(|| self.workloads.clone()),
             baseline,
             seed,
         )

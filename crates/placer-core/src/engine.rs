@@ -10,6 +10,8 @@
 //! - a disabled policy never plans; its reason is reported once (first step);
 //! - a later policy never acts on a process an earlier policy holds or acted on this cycle
 //!   (its actions are dropped with a note);
+//!   memory actions (`BindMemory`, `RestoreMemory`) are the exception: they touch another
+//!   knob, so numa-local can move the pages of a process net-affinity pinned;
 //! - nothing is ever pinned outside the configured scope (kernel threads, placer's own pid,
 //!   `scope` exclusions): the engine drops such actions whatever a policy asked;
 //! - leases: a held process whose observed affinity differs from what it was pinned to, and
@@ -56,6 +58,9 @@ pub fn policies_from_config(config: &Config) -> Vec<Box<dyn Policy>> {
                 crate::policies::energy_qos::EnergyQos::new(config.energy_qos.clone())
                     .with_scope(config.scope.clone(), self_pid),
             )),
+            "numa-local" => v.push(Box::new(crate::policies::numa_local::NumaLocal::new(
+                config.numa_local.clone(),
+            ))),
             _ => {}
         }
     }
@@ -301,7 +306,13 @@ impl Engine {
                     plan.actions.push(pa);
                     continue;
                 };
-                if taken.contains(&k) {
+                // Memory placement is a different knob from CPU placement: numa-local moves
+                // the pages of a process net-affinity pinned (memory follows its CPUs).
+                let memory_only = matches!(
+                    pa.action,
+                    Action::BindMemory { .. } | Action::RestoreMemory { .. }
+                );
+                if taken.contains(&k) && !memory_only {
                     plan.note(
                         name,
                         Some(k),
@@ -670,6 +681,47 @@ mod tests {
         e.step(&mut h, false);
         let seen = seen_b.lock().expect("lock");
         assert!(seen.last().expect("planned").contains(&h.procs[0].key()));
+    }
+
+    /// Binds every process's memory to node 0 (numa-local's kind of action).
+    struct MemAll;
+
+    impl Policy for MemAll {
+        fn name(&self) -> &'static str {
+            "mem"
+        }
+        fn plan(&self, _topo: &Topology, obs: &Observation, _state: &mut PolicyState) -> Plan {
+            let mut plan = Plan::default();
+            for p in &obs.procs {
+                plan.push(
+                    "mem",
+                    Action::BindMemory {
+                        proc: p.key(),
+                        nodes: vec![0],
+                        migrate_max_bytes: 4096,
+                    },
+                    "test",
+                );
+            }
+            plan
+        }
+    }
+
+    #[test]
+    fn memory_actions_pass_an_earlier_cpu_hold() {
+        let (a, _) = pin_all("a", 1);
+        let (b, _) = pin_all("b", 3);
+        let mut e = Engine::new(vec![a, Box::new(MemAll), b], Config::default()).with_self_pid(1);
+        let mut h = FakeHost::new(vec![proc_sample(10, "x")]);
+        e.step(&mut h, false);
+        let r = e.step(&mut h, false);
+        let kinds: Vec<(&str, &str)> = r
+            .reports
+            .iter()
+            .map(|r| (r.planned.policy.as_str(), r.planned.action.kind()))
+            .collect();
+        assert_eq!(kinds, vec![("a", "pin_process"), ("mem", "bind_memory")]);
+        assert_eq!(h.procs[0].allowed, CpuSet::single(1), "b's pin was dropped");
     }
 
     #[test]

@@ -111,6 +111,7 @@ impl Handlers {
             Box::new(RpsHandler),
             Box::new(crate::cpufreq::CpufreqHandler),
             Box::new(crate::tc::TcHandler::default()),
+            Box::new(crate::membind::MemPolicyHandler),
             // Other areas add their handlers here.
         ];
         Handlers { list }

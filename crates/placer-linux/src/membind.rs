@@ -19,9 +19,13 @@
 //! Invariants (tested): never more than `max_bytes` moved per call; pages already on the
 //! target are never moved; an exited process is a `Proc` error naming the pid.
 
+use crate::actuator::{Ctx, KnobHandler, Restored};
 use crate::error::{LinuxError, Result};
+use crate::journal::{Entry, Knob};
 use crate::numa_maps;
 use placer_bufpool::numa as sys;
+use placer_core::plan::{Action, Outcome};
+use placer_core::sample::ProcKey;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -203,6 +207,172 @@ pub fn restore(rec: &MemRecord) -> Result<u64> {
     sys::migrate_pages(rec.pid, &from, &to).map_err(|e| proc_err(rec.pid, "migrate_pages", e))
 }
 
+// ---------------------------------------------------------------------------------------
+// The actuator's handler for BindMemory / RestoreMemory, journaled as Knob::MemPolicy.
+
+/// Applies `Action::BindMemory` (bounded migration to the first listed node) and restores
+/// `mem_policy` journal entries. The journal's `previous` is the [`MemRecord`] (pages per
+/// node before placer's first move) as JSON; `applied` is the target node list.
+#[derive(Default)]
+pub struct MemPolicyHandler;
+
+fn mem_knob(pid: u32, start_time_ticks: u64) -> Knob {
+    Knob::MemPolicy {
+        pid,
+        start_time_ticks,
+    }
+}
+
+fn check_same(root: &Path, pid: u32, start: u64) -> std::result::Result<(), String> {
+    match crate::actuator::start_time_ticks(root, pid) {
+        None => Err(format!("pid {pid} exited")),
+        Some(t) if t != start => Err(format!("pid {pid} now names another process")),
+        Some(_) => Ok(()),
+    }
+}
+
+impl MemPolicyHandler {
+    fn bind(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        proc: ProcKey,
+        nodes: &[u32],
+        max_bytes: u64,
+        dry_run: bool,
+    ) -> Outcome {
+        let Some(&target) = nodes.first() else {
+            return Outcome::Permanent("bind_memory with no node".into());
+        };
+        if let Err(e) = check_same(ctx.root, proc.pid, proc.start_time_ticks) {
+            return Outcome::Permanent(e);
+        }
+        if max_bytes == 0 {
+            // set_mempolicy/mbind act only on the caller: another process's policy cannot
+            // be set, only its pages moved and its CPUs chosen.
+            return Outcome::Skipped(format!(
+                "no migration asked; new pages of pid {} follow its CPUs (another process's memory policy cannot be set)",
+                proc.pid
+            ));
+        }
+        if dry_run {
+            return Outcome::Skipped(format!(
+                "dry run: would move up to {max_bytes} bytes of pid {} to node {target}",
+                proc.pid
+            ));
+        }
+        let knob = mem_knob(proc.pid, proc.start_time_ticks);
+        let page = sys::page_bytes() as u64;
+        let mut new_entry = false;
+        if ctx.entry(&knob).is_none() {
+            let rec = match snapshot(ctx.root, proc.pid, proc.start_time_ticks, nodes, page) {
+                Ok(r) => r,
+                Err(e) => return Outcome::Permanent(e.to_string()),
+            };
+            let prev = serde_json::to_string(&rec).unwrap_or_default();
+            let applied = serde_json::to_string(nodes).unwrap_or_default();
+            match ctx.journal.as_deref_mut() {
+                Some(j) => match j.record(knob.clone(), &prev, &applied, "numa-local") {
+                    Ok(n) => new_entry = n,
+                    Err(e) => return Outcome::Transient(format!("journal: {e}")),
+                },
+                None => return Outcome::Transient("no journal open".into()),
+            }
+        }
+        let result = migrate_bounded(ctx.root, proc.pid, target, max_bytes);
+        let drop_entry = match &result {
+            Ok(r) => r.moved_pages == 0 && new_entry,
+            Err(_) => new_entry,
+        };
+        if drop_entry {
+            if let Some(j) = ctx.journal.as_deref_mut() {
+                let _ = j.remove(&knob);
+            }
+        }
+        match result {
+            Ok(r) if r.moved_pages > 0 => Outcome::Done,
+            Ok(r) if r.off_target_pages == 0 => {
+                Outcome::Skipped(format!("all scanned pages already on node {target}"))
+            }
+            Ok(r) => Outcome::Transient(format!(
+                "{} pages off node {target}, none moved ({} refused by the kernel)",
+                r.off_target_pages, r.failed_pages
+            )),
+            Err(LinuxError::Proc { message, .. }) if message.contains("gone") => {
+                Outcome::Permanent(message)
+            }
+            Err(LinuxError::Proc { message, .. })
+                if message.contains("Operation not permitted")
+                    || message.contains("Permission denied") =>
+            {
+                Outcome::Permanent(format!("no permission: {message}"))
+            }
+            Err(e) => Outcome::Transient(e.to_string()),
+        }
+    }
+}
+
+impl KnobHandler for MemPolicyHandler {
+    fn kinds(&self) -> &'static [&'static str] {
+        &["mem_policy"]
+    }
+
+    fn apply(&mut self, ctx: &mut Ctx<'_>, action: &Action, dry_run: bool) -> Option<Outcome> {
+        match action {
+            Action::BindMemory {
+                proc,
+                nodes,
+                migrate_max_bytes,
+            } => Some(self.bind(ctx, *proc, nodes, *migrate_max_bytes, dry_run)),
+            Action::RestoreMemory { proc } => {
+                let knob = mem_knob(proc.pid, proc.start_time_ticks);
+                let Some(entry) = ctx.entry(&knob) else {
+                    return Some(Outcome::Skipped("placer never moved its memory".into()));
+                };
+                if dry_run {
+                    return Some(Outcome::Skipped(format!(
+                        "dry run: would move pid {}'s pages back",
+                        proc.pid
+                    )));
+                }
+                let r = self.restore(ctx.root, &entry);
+                if r.settled() {
+                    if let Some(j) = ctx.journal.as_deref_mut() {
+                        let _ = j.remove(&knob);
+                    }
+                }
+                Some(match r {
+                    Restored::Restored => Outcome::Done,
+                    Restored::Gone(m) | Restored::ChangedElsewhere(m) => Outcome::Skipped(m),
+                    Restored::Failed(m) => Outcome::Transient(m),
+                })
+            }
+            _ => None,
+        }
+    }
+
+    fn restore(&mut self, root: &Path, entry: &Entry) -> Restored {
+        let Knob::MemPolicy {
+            pid,
+            start_time_ticks,
+        } = entry.knob
+        else {
+            return Restored::Failed("not a mem_policy entry".into());
+        };
+        if let Err(e) = check_same(root, pid, start_time_ticks) {
+            return Restored::Gone(e);
+        }
+        let rec: MemRecord = match serde_json::from_str(&entry.previous) {
+            Ok(r) => r,
+            Err(e) => return Restored::Failed(format!("journal value unreadable: {e}")),
+        };
+        match restore(&rec) {
+            Ok(0) => Restored::Restored,
+            Ok(left) => Restored::Failed(format!("{left} pages could not be moved back")),
+            Err(e) => Restored::Failed(e.to_string()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -298,5 +468,117 @@ mod tests {
             Err(LinuxError::Proc { pid, .. }) => assert_eq!(pid, u32::MAX - 1),
             other => panic!("expected a Proc error, got {other:?}"),
         }
+    }
+
+    fn state_dir(tag: &str) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("placer-membind-{tag}-{}", std::process::id()))
+    }
+
+    struct Rm(std::path::PathBuf);
+    impl Drop for Rm {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn one(action: Action) -> placer_core::plan::Plan {
+        let mut p = placer_core::plan::Plan::default();
+        p.push("numa-local", action, "test");
+        p
+    }
+
+    /// Through the actuator: a live child already on node 0 gets Skipped (nothing to
+    /// move) and leaves no journal entry; a dry run and a zero budget change nothing; an
+    /// exited process is Permanent; a journal entry of an exited process restores as gone.
+    #[test]
+    fn actuator_handles_bind_and_restore() {
+        struct Kill(std::process::Child);
+        impl Drop for Kill {
+            fn drop(&mut self) {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+            }
+        }
+        let Ok(child) = std::process::Command::new("sleep").arg("30").spawn() else {
+            eprintln!("skipping: cannot start sleep");
+            return;
+        };
+        let child = Kill(child);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let pid = child.0.id();
+        let root = Path::new("/");
+        let start = crate::actuator::start_time_ticks(root, pid).unwrap();
+        let key = ProcKey {
+            pid,
+            start_time_ticks: start,
+        };
+        let dir = state_dir("act");
+        let _rm = Rm(dir.clone());
+        let mut act = crate::actuator::Actuator::new(root, &dir);
+        let bind = |max| Action::BindMemory {
+            proc: key,
+            nodes: vec![0],
+            migrate_max_bytes: max,
+        };
+
+        let r = act.apply(&one(bind(1 << 20)), true);
+        assert!(
+            matches!(&r[0].outcome, Outcome::Skipped(m) if m.contains("dry run")),
+            "{r:?}"
+        );
+        let r = act.apply(&one(bind(0)), false);
+        assert!(matches!(&r[0].outcome, Outcome::Skipped(_)), "{r:?}");
+        let r = act.apply(&one(bind(1 << 20)), false);
+        match &r[0].outcome {
+            Outcome::Skipped(m) => assert!(m.contains("already on node 0"), "{m}"),
+            Outcome::Permanent(m) if m.contains("permission") => {
+                eprintln!("skipping the move: {m}");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(
+            act.journal().unwrap().is_empty(),
+            "nothing moved, nothing journaled"
+        );
+        let r = act.apply(&one(Action::RestoreMemory { proc: key }), false);
+        assert!(matches!(&r[0].outcome, Outcome::Skipped(_)), "{r:?}");
+
+        let gone = ProcKey {
+            pid,
+            start_time_ticks: start + 1,
+        };
+        let r = act.apply(
+            &one(Action::BindMemory {
+                proc: gone,
+                nodes: vec![0],
+                migrate_max_bytes: 4096,
+            }),
+            false,
+        );
+        assert!(matches!(&r[0].outcome, Outcome::Permanent(_)), "{r:?}");
+
+        // A journaled move of a process that has exited since: restore drops it as gone.
+        let rec = MemRecord {
+            pid,
+            start_time_ticks: start + 1,
+            before_pages: BTreeMap::from([(1, 10)]),
+            target: vec![0],
+        };
+        act.journal()
+            .unwrap()
+            .record(
+                Knob::MemPolicy {
+                    pid,
+                    start_time_ticks: start + 1,
+                },
+                &serde_json::to_string(&rec).unwrap(),
+                "[0]",
+                "test",
+            )
+            .unwrap();
+        let out = act.restore_all().unwrap();
+        assert_eq!(out.len(), 1);
+        assert!(matches!(out[0].1, Restored::Gone(_)), "{out:?}");
+        assert!(act.journal().unwrap().is_empty());
     }
 }

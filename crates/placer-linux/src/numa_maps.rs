@@ -222,4 +222,24 @@ mod tests {
             assert!(online.contains(*n), "node {n} not online ({online})");
         }
     }
+
+    #[test]
+    fn sampler_fills_numa_pages_only_when_asked() {
+        let me = std::process::id();
+        let mut s = crate::sampler::Sampler::new(Path::new("/"));
+        let req = placer_core::sample::SampleRequest {
+            numa_pages: true,
+            ..Default::default()
+        };
+        let sample = s.sample(req).unwrap();
+        let p = sample.procs.iter().find(|p| p.pid == me).unwrap();
+        if read(Path::new("/"), me, 4096).ok().flatten().is_none() {
+            eprintln!("skipping: no numa_maps on this kernel");
+            return;
+        }
+        assert!(p.numa_pages.values().sum::<u64>() > 0, "{:?}", p.numa_pages);
+        let plain = s.sample(Default::default()).unwrap();
+        let p = plain.procs.iter().find(|p| p.pid == me).unwrap();
+        assert!(p.numa_pages.is_empty());
+    }
 }

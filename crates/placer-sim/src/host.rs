@@ -1102,6 +1102,7 @@ impl SimHost {
                 } else {
                     f.segs as u64
                 },
+                // Modelled ACKs carry no payload: data segments are the payload segments.
                 data_segs_in: if f.rx { f.segs as u64 } else { 0 },
                 data_segs_out: if f.rx { 0 } else { f.segs as u64 },
             })

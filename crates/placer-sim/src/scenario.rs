@@ -26,6 +26,15 @@ use std::collections::BTreeMap;
 /// Built-in scenarios: (name, TOML text). Other areas add their seed scenarios here.
 pub const BUILTIN: &[(&str, &str)] = &[
     ("seed-002", include_str!("../../../scenarios/seed-002.toml")),
+    ("seed-000", include_str!("../../../scenarios/seed-000.toml")),
+    (
+        "seed-000-mix50",
+        include_str!("../../../scenarios/seed-000-mix50.toml"),
+    ),
+    (
+        "seed-000-mix75",
+        include_str!("../../../scenarios/seed-000-mix75.toml"),
+    ),
     (
         "seed-002-small",
         include_str!("../../../scenarios/seed-002-small.toml"),

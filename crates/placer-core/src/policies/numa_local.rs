@@ -18,7 +18,8 @@
 //!      only NIC when the flows are unknown;
 //!    - `pages`: the node already holding most of its resident pages (least to move).
 //! 2. CPUs: when `place_cpus` and it may run outside the target node, pin it to the
-//!    target node's allowed CPUs.
+//!    target node's allowed CPUs, unless an earlier policy holds its CPUs (then only its
+//!    memory is placed; the engine lets memory actions pass a CPU hold).
 //! 3. Memory: when `migrate` and less than `min_local_fraction` of its resident pages are
 //!    on the target node, `BindMemory` to that node, migrating at most what is left of this
 //!    interval's budget: `migrate_max_bytes_per_s * interval_s`, shared by all processes
@@ -390,7 +391,13 @@ impl Policy for NumaLocal {
                 t.why
             );
             if cfg.place_cpus && !p.allowed_cpus.is_subset(&node_cpus) {
-                if node_cpus.is_empty() {
+                if state.taken.contains(&key) {
+                    plan.note(
+                        NAME,
+                        Some(key),
+                        format!("{head}; its CPUs are held by an earlier policy, left alone"),
+                    );
+                } else if node_cpus.is_empty() {
                     plan.note(
                         NAME,
                         Some(key),
@@ -817,6 +824,28 @@ mod tests {
         assert!(
             matches!(plan.actions.as_slice(), [a] if matches!(a.action, Action::RestoreProcess { .. }))
         );
+    }
+
+    #[test]
+    fn cpus_held_by_an_earlier_policy_are_not_pinned_again() {
+        // net-affinity holds the app on CPUs 0 and 4 (two nodes); with "nic" first the
+        // target is node 0: memory moves, CPUs stay as the earlier policy set them.
+        let topo = machine("opteron-magny-cours-4p").unwrap();
+        let cfg = NumaLocalConfig {
+            target_order: vec!["nic".into()],
+            ..migrating()
+        };
+        let pol = NumaLocal::new(cfg);
+        let p = proc(6, 50e6, "0,4", &[(1, 100)]);
+        let mut state = PolicyState::default();
+        state.taken.insert(p.key());
+        let plan = pol.plan(&topo, &obs(vec![p]), &mut state);
+        assert!(pins(&plan).is_empty());
+        assert_eq!(binds(&plan), vec![(6, vec![0], 100 * 4096)]);
+        assert!(plan
+            .notes
+            .iter()
+            .any(|n| n.text.contains("held by an earlier policy")));
     }
 
     #[test]

@@ -15,13 +15,13 @@ pub enum BenchCmd {
     /// Time to read the topology of a root (default /), median of runs.
     Topo(super::bench_topo::Args),
     /// Cost of one sample+observe cycle.
-    Cycle(EmptyArgs),
+    Cycle(crate::cmd::bench_cycle::Args),
     /// Daemon cycle overhead and reaction time of net-affinity.
     Daemon(EmptyArgs),
     /// Simulator speed: 10 simulated seconds of 64 tasks on 64 CPUs.
     Sim(crate::cmd::bench_sim::Args),
     /// ttcp-style TCP benchmark of buffer reuse and NUMA placement (seed 004).
-    Net(EmptyArgs),
+    Net(super::bench_net::Args),
     /// Deadline misses of a periodic task under a network stream, with and without the limiter.
     Qos(super::bench_qos::Args),
 }
@@ -31,9 +31,11 @@ pub struct EmptyArgs {}
 
 pub fn run(args: Args) -> Result<()> {
     match args.what {
+        BenchCmd::Cycle(a) => crate::cmd::bench_cycle::run(a),
         BenchCmd::Topo(a) => super::bench_topo::run(a),
         BenchCmd::Qos(a) => super::bench_qos::run(a),
-        BenchCmd::Sim(a) => crate::cmd::bench_sim::run(a),
+        BenchCmd::Net(a) => super::bench_net::run(a),
+        BenchCmd::Sim(a) => super::bench_sim::run(a),
         other => bail!("`placer bench {other:?}` is not implemented yet"),
     }
 }

@@ -26,6 +26,7 @@ use std::collections::BTreeMap;
 /// Built-in scenarios: (name, TOML text). Other areas add their seed scenarios here.
 pub const BUILTIN: &[(&str, &str)] = &[
     ("seed-002", include_str!("../../../scenarios/seed-002.toml")),
+    ("seed-001", include_str!("../../../scenarios/seed-001.toml")),
     ("seed-000", include_str!("../../../scenarios/seed-000.toml")),
     (
         "seed-000-mix50",
@@ -322,12 +323,19 @@ impl Scenario {
             }
         }
         self.placer_config()?;
-        self.topology_and_params(None)?;
+        let mut setups = vec![self.topology_and_params(None)?];
         for v in &self.variants {
-            self.topology_and_params(Some(v))?;
+            setups.push(self.topology_and_params(Some(v))?);
             for w in v.workloads.iter().flatten() {
                 w.validate()
                     .map_err(|e| ScenarioError::Invalid(self.name.clone(), e))?;
+            }
+        }
+        for (_, params) in &setups {
+            for w in &self.workloads {
+                params.archetype(&w.class_name()).map_err(|e| {
+                    ScenarioError::Invalid(self.name.clone(), format!("workload {:?}: {e}", w.name))
+                })?;
             }
         }
         Ok(())

@@ -381,7 +381,10 @@ impl Sampler {
     pub fn sample(&mut self, req: SampleRequest) -> Result<Sample> {
         self.ensure_probed();
         let mut stats = SampleStats::default();
-        let time_ns = clock_ns(libc::CLOCK_MONOTONIC);
+        // The sample's time is the middle of its reads (CPU times, processes, sockets):
+        // under load one sample can take tens of ms, and stamping its start would skew
+        // every rate by that much.
+        let t_start = clock_ns(libc::CLOCK_MONOTONIC);
         if self.proc.is_none() {
             self.proc =
                 Some(Dir::open(&self.proc_dir).map_err(|e| LinuxError::io(&self.proc_dir, e))?);
@@ -425,6 +428,8 @@ impl Sampler {
             }
             self.map_sockets(&mut procs, &sockets, &mut stats);
         }
+
+        let time_ns = t_start + (clock_ns(libc::CLOCK_MONOTONIC) - t_start) / 2;
 
         if req.counters {
             if let Some(c) = self.counters.as_mut().filter(|c| c.status().available) {

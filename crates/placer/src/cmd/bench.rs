@@ -18,8 +18,8 @@ pub enum BenchCmd {
     Cycle(EmptyArgs),
     /// Daemon cycle overhead and reaction time of net-affinity.
     Daemon(EmptyArgs),
-    /// Simulator speed.
-    Sim(EmptyArgs),
+    /// Simulator speed: 10 simulated seconds of 64 tasks on 64 CPUs.
+    Sim(crate::cmd::bench_sim::Args),
     /// ttcp-style TCP benchmark of buffer reuse and NUMA placement (seed 004).
     Net(super::bench_net::Args),
     /// Deadline misses of a periodic task under a network stream, with and without the limiter.
@@ -34,6 +34,7 @@ pub fn run(args: Args) -> Result<()> {
         BenchCmd::Topo(a) => super::bench_topo::run(a),
         BenchCmd::Qos(a) => super::bench_qos::run(a),
         BenchCmd::Net(a) => super::bench_net::run(a),
-        other => bail!("`placer bench {:?}` is not implemented yet", other),
+        BenchCmd::Sim(a) => super::bench_sim::run(a),
+        other => bail!("`placer bench {other:?}` is not implemented yet"),
     }
 }

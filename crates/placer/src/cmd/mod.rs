@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod bench_net;
 pub mod bench_qos;
+pub mod bench_sim;
 pub mod bench_topo;
 pub mod daemon;
 pub mod explain;

@@ -524,9 +524,12 @@ pub struct Caps {
 }
 
 impl Caps {
-    /// The smaller of the efficiency and energy caps, at least 1.
+    /// The cap `placer run --auto` and `smt-energy` apply: the smaller of the efficiency
+    /// cap and the least-energy prefix, at least 1. The least-energy prefix rather than
+    /// the marginal rule, because opening a package costs Ps at once: the marginal rule
+    /// stops before the step even when the units behind it pay it back.
     pub fn cap(&self) -> usize {
-        self.efficiency_n.min(self.energy_n).max(1)
+        self.efficiency_n.min(self.energy_optimum_n).max(1)
     }
 }
 
@@ -883,7 +886,11 @@ pub(crate) mod tests {
         let c = caps(&prefix_stats(&t, &sp, &m, 0.1, &opts), 0.1);
         assert_eq!(c.efficiency_n, 16);
         assert!(c.energy_n >= 1 && c.energy_n <= 16);
-        assert_eq!(c.cap(), c.energy_n);
+        // Speedup order, S = 0.1: the marginal rule stops before package 1 opens (unit
+        // 5 adds Ps + Pc), yet the least energy is further on.
+        assert_eq!(c.energy_n, 4);
+        assert!(c.energy_optimum_n > 4);
+        assert_eq!(c.cap(), c.energy_optimum_n);
         let c = caps(&prefix_stats(&t, &ef, &m, 0.5, &opts), 0.5);
         assert_eq!(c.efficiency_limit_compute, Some(3.0));
         // 3.0 compute: 2 full cores with siblings is 2.6, a third core makes 3.6.

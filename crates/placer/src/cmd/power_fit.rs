@@ -152,11 +152,18 @@ pub fn run(args: Args) -> Result<()> {
         let topo = args.machine.topology()?;
         let (data, without) = measurements_from_observations(&topo, &obs, args.busy);
         if without > 0 {
+            let power_sources: Vec<String> = r
+                .header
+                .sources
+                .sources
+                .iter()
+                .filter(|s| s.name == "rapl" || s.name == "hwmon")
+                .map(|s| format!("{}: {}", s.name, s.detail))
+                .collect();
             eprintln!(
-                "placer power fit: {without} of {} intervals have no power reading (the \
-                 record's power sources: {:?})",
+                "placer power fit: {without} of {} intervals have no power reading ({})",
                 obs.len(),
-                r.header.sources
+                power_sources.join("; ")
             );
         }
         if data.is_empty() {

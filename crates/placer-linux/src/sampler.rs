@@ -350,7 +350,11 @@ impl Sampler {
         if self.counters.is_none() {
             let real_root = self.root == Path::new("/");
             if real_root {
-                self.counters = Some(Box::new(PerfCounters::probe(crate::perf::default_events())));
+                // Seed 003's events for this CPU generation (pmu_events), else the default set.
+                let events = crate::pmu_events::resolve(&self.root)
+                    .map(|r| r.events)
+                    .unwrap_or_else(|_| crate::perf::default_events());
+                self.counters = Some(Box::new(PerfCounters::probe(events)));
             }
         }
         sources.push(match &self.counters {

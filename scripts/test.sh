@@ -25,7 +25,7 @@ cargo clippy --workspace --all-targets -- -D warnings
 echo "== cargo test"
 # Real-system tests share the network stack and CPUs: run test binaries one test at a time
 # where they say so (they take a file lock); everything else runs in parallel.
-cargo test --workspace --all-targets 2>&1 | tee target/test.log
+cargo test --workspace --all-targets --no-fail-fast 2>&1 | tee target/test.log
 # cargo test exits non-zero on failure (pipefail); summarise for CI's reader.
 passed=$(grep -Eo 'test result: ok\. [0-9]+ passed' target/test.log | awk '{s+=$4} END {print s+0}')
 failed=$(grep -Eo '[0-9]+ failed' target/test.log | awk '{s+=$1} END {print s+0}')

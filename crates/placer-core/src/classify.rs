@@ -109,6 +109,10 @@ pub enum Basis {
     PerS,
     /// Events per 1,000 cycles of the process.
     PerKiloCycle,
+    /// Events per 1,000 instructions: unchanged when contention slows the process down
+    /// (the paper: LLC references are a property of the app), at the price of
+    /// per-machine thresholds in these units.
+    PerKiloInstruction,
 }
 
 impl Basis {
@@ -116,6 +120,7 @@ impl Basis {
         match self {
             Basis::PerS => "/s",
             Basis::PerKiloCycle => "/kcycle",
+            Basis::PerKiloInstruction => "/kinstr",
         }
     }
 }
@@ -227,12 +232,17 @@ pub fn signals(rates: &CounterRates, basis: Basis) -> Option<Signals> {
     let llc = *rates.per_s.get(LLC_REFERENCES)?;
     let scale = match basis {
         Basis::PerS => 1.0,
-        Basis::PerKiloCycle => {
-            let cyc = *rates.per_s.get(CYCLES)?;
-            if cyc <= 0.0 {
+        Basis::PerKiloCycle | Basis::PerKiloInstruction => {
+            let by = if basis == Basis::PerKiloCycle {
+                CYCLES
+            } else {
+                INSTRUCTIONS
+            };
+            let d = *rates.per_s.get(by)?;
+            if d <= 0.0 {
                 return None;
             }
-            1000.0 / cyc
+            1000.0 / d
         }
     };
     Some(Signals {
@@ -451,6 +461,20 @@ pub fn describe(c: &Classified, basis: Basis) -> String {
     s
 }
 
+/// One interval's classes for a CLI (`placer top`): (pid, comm, [`describe`] line) of every
+/// classifiable process, without smoothing history. Empty without counters.
+pub fn class_lines(
+    obs: &Observation,
+    cfg: &ClassifyConfig,
+    machine: Option<&str>,
+) -> Vec<(u32, String, String)> {
+    Classifier::new()
+        .update_obs(obs, cfg, machine)
+        .into_iter()
+        .map(|c| (c.key.pid, c.comm.clone(), describe(&c, cfg.basis)))
+        .collect()
+}
+
 /// The rule that gave `c` its class, for `placer explain`.
 pub fn explain_rule(c: &Classified, cfg: &ClassifyConfig, machine: Option<&str>) -> String {
     let u = cfg.basis.unit();
@@ -591,6 +615,23 @@ pub(crate) mod tests {
         for (o, w) in out.iter().zip(PAPER) {
             assert_eq!(o.class, group_of(w.1), "{} (per kcycle)", w.0);
         }
+        // Per kilo-instruction: a process without an instruction count is not classified;
+        // with one, the signal is divided by it.
+        let cfg = ClassifyConfig {
+            basis: Basis::PerKiloInstruction,
+            ..Default::default()
+        };
+        assert!(Classifier::new()
+            .update(paper_procs().iter(), &cfg, None)
+            .is_empty());
+        let mut p = proc_with(1, "lbm", 9.0e7, 1.0e8);
+        p.counters
+            .as_mut()
+            .unwrap()
+            .per_s
+            .insert(INSTRUCTIONS.into(), 1.8e9);
+        let c = &Classifier::new().update([&p], &cfg, None)[0];
+        assert_eq!(c.signals.buffer_full, 50.0);
     }
 
     #[test]
@@ -710,5 +751,12 @@ pub(crate) mod tests {
         assert!(d.contains("G1 aggressive") && d.contains("90.00M/s"), "{d}");
         let e = explain_rule(c, &cfg, None);
         assert!(e.contains(">= threshold 20.00M/s"), "{e}");
+        let obs = Observation {
+            procs: vec![p.clone(), proc_with(2, "gromacs", 1e5, 5e6)],
+            ..Default::default()
+        };
+        let lines = class_lines(&obs, &cfg, None);
+        assert_eq!(lines.len(), 2);
+        assert!(lines[1].2.starts_with("G3 insensitive"), "{:?}", lines[1]);
     }
 }

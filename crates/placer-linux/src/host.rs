@@ -37,6 +37,14 @@ impl Host for LinuxHost {
             .map_err(|e| HostError::new("sample", e))
     }
     fn apply(&mut self, plan: &Plan, dry_run: bool) -> Vec<ActionReport> {
-        self.actuator.apply(plan, dry_run)
+        let reports = self.actuator.apply(plan, dry_run);
+        // The sampler caches idle processes' affinity: make the next sample re-read the
+        // processes this plan touched.
+        for a in &plan.actions {
+            if let Some(k) = a.action.proc() {
+                self.sampler.invalidate(k.pid);
+            }
+        }
+        reports
     }
 }

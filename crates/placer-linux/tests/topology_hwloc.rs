@@ -296,18 +296,20 @@ fn hwloc_snapshots_match_expected_partitions() {
     let dir = fixtures_dir();
     let cases = cases();
     assert!(cases.len() >= 15, "fixtures missing in {}", dir.display());
-    // Unpack each tarball once.
+    // Unpack each tarball once, all at the same time.
+    let mut sources: Vec<String> = cases.iter().map(|c| c.source.clone()).collect();
+    sources.sort();
+    sources.dedup();
+    let paths: Vec<_> = sources.iter().map(|s| dir.join(s)).collect();
     let mut roots: BTreeMap<String, (Unpacked, Topology)> = BTreeMap::new();
+    for (src, u) in sources.iter().zip(unpack_all(&paths)) {
+        let topo = placer_linux::topology::read(&u.root).unwrap_or_else(|e| panic!("{src}: {e}"));
+        topo.validate().unwrap();
+        roots.insert(src.clone(), (u, topo));
+    }
     let mut failures: Vec<String> = Vec::new();
     let mut compared = 0;
     for case in &cases {
-        if !roots.contains_key(&case.source) {
-            let u = unpack(&dir.join(&case.source));
-            let topo = placer_linux::topology::read(&u.root)
-                .unwrap_or_else(|e| panic!("{}: {e}", case.source));
-            topo.validate().unwrap();
-            roots.insert(case.source.clone(), (u, topo));
-        }
         let topo = &roots[&case.source].1;
         let text = std::fs::read_to_string(dir.join(&case.target)).unwrap();
         let exp = if case.target.ends_with(".xml") {

@@ -171,14 +171,18 @@ fn lscpu_dumps_match_expected() {
     assert!(!dumps.is_empty());
     let mut failures = Vec::new();
     let mut compared = 0;
-    for name in &dumps {
+    let paths: Vec<_> = dumps
+        .iter()
+        .map(|n| dir.join(format!("{n}.tar.gz")))
+        .collect();
+    let unpacked = unpack_all(&paths);
+    for (name, u) in dumps.iter().zip(&unpacked) {
         let exp_path = dir.join(format!("lscpu-{name}"));
         let Ok(text) = std::fs::read_to_string(&exp_path) else {
             eprintln!("{name}: no expected output, skipped");
             continue;
         };
         let exp = parse_expected(&text);
-        let u = unpack(&dir.join(format!("{name}.tar.gz")));
         let topo = placer_linux::topology::read(&u.root).unwrap_or_else(|e| panic!("{name}: {e}"));
         topo.validate().unwrap();
         let mut fail = |m: String| failures.push(format!("{name}: {m}"));

@@ -311,6 +311,21 @@ fn masks_only_and_cpuinfo_fallback() {
 }
 
 #[test]
+fn node_cpus_from_links_when_no_cpumap() {
+    let r = machine();
+    r.remove("sys/devices/system/node/node1/cpumap");
+    for c in [4, 5, 6] {
+        r.write(
+            &format!("sys/devices/system/node/node1/cpu{c}/online"),
+            "1\n",
+        );
+    }
+    let t = read(r.path()).unwrap();
+    assert_eq!(t.node(1).unwrap().cpus, CpuSet::parse_list("4-6").unwrap());
+    assert_eq!(t.cpu(6).unwrap().node, Some(1));
+}
+
+#[test]
 fn empty_root_is_unknown_not_error() {
     let r = Root::new();
     let t = read(r.path()).unwrap();

@@ -52,21 +52,15 @@ impl Baseline {
     }
 }
 
-/// Capacity of CPU `c` at its maximum frequency, relative to the big core at its
-/// maximum (1.0), as the kernel's capacity-dmips-mhz x f_max.
 fn capacity(h: &SimHost, c: usize) -> f64 {
-    let info = &h.m.cpus[c];
-    let dm = if info.little {
-        h.params.cpu.little_dmips_per_mhz / h.params.cpu.big_dmips_per_mhz.max(1e-9)
-    } else {
-        1.0
-    };
-    dm * info.max_khz as f64 / h.params.cpu.big_max_khz.max(1) as f64
+    crate::machine::capacity(&h.params, &h.m.cpus[c])
 }
 
 struct Load {
     nr: Vec<u32>,
     util: Vec<f64>,
+    /// Runnable placed tasks per CPU.
+    on: Vec<Vec<usize>>,
 }
 
 fn loads(h: &SimHost) -> Load {
@@ -74,11 +68,13 @@ fn loads(h: &SimHost) -> Load {
     let mut l = Load {
         nr: vec![0; n],
         util: vec![0.0; n],
+        on: vec![Vec::new(); n],
     };
-    for t in &h.tasks {
+    for (i, t) in h.tasks.iter().enumerate() {
         if t.runnable && t.placed {
             l.nr[t.cpu] += 1;
             l.util[t.cpu] += t.util_avg.max(0.05);
+            l.on[t.cpu].push(i);
         }
     }
     l
@@ -177,12 +173,14 @@ fn move_task(h: &mut SimHost, l: &mut Load, ti: usize, to: usize) {
     if t.placed && t.runnable {
         l.nr[t.cpu] = l.nr[t.cpu].saturating_sub(1);
         l.util[t.cpu] -= t.util_avg.max(0.05);
+        l.on[t.cpu].retain(|&x| x != ti);
     }
     t.cpu = to;
     t.placed = true;
     if t.runnable {
         l.nr[to] += 1;
         l.util[to] += t.util_avg.max(0.05);
+        l.on[to].push(ti);
     }
     // First touch: memory lands on the node of the first CPU the process runs on.
     let pi = t.proc;
@@ -240,13 +238,12 @@ pub fn schedule(h: &mut SimHost) {
     }
 }
 
-fn movable(h: &SimHost, from: usize, to: usize) -> Vec<usize> {
+fn movable(h: &SimHost, l: &Load, from: usize, to: usize) -> Vec<usize> {
     let to_id = h.m.cpus[to].id;
-    (0..h.tasks.len())
-        .filter(|&ti| {
-            let t = &h.tasks[ti];
-            t.runnable && t.placed && t.cpu == from && t.allowed.contains(to_id)
-        })
+    l.on[from]
+        .iter()
+        .copied()
+        .filter(|&ti| h.tasks[ti].allowed.contains(to_id))
         .collect()
 }
 
@@ -274,7 +271,7 @@ fn balance(h: &mut SimHost, l: &mut Load) {
             } else {
                 2
             };
-            if movable(h, src, dst).is_empty() {
+            if movable(h, l, src, dst).is_empty() {
                 continue;
             }
             let better = match best {
@@ -286,7 +283,7 @@ fn balance(h: &mut SimHost, l: &mut Load) {
             }
         }
         if let Some((_, _, src)) = best {
-            let m = movable(h, src, dst);
+            let m = movable(h, l, src, dst);
             let ti = m[h.rng.below(m.len())];
             move_task(h, l, ti, dst);
             moves += 1;
@@ -304,10 +301,10 @@ fn balance(h: &mut SimHost, l: &mut Load) {
             !h.m.cpus[c].siblings.is_empty()
                 && l.nr[c] >= 1
                 && h.m.cpus[c].siblings.iter().all(|&s| l.nr[s] >= 1)
-                && !movable(h, c, dst).is_empty()
+                && !movable(h, l, c, dst).is_empty()
         });
         if let Some(src) = src {
-            let m = movable(h, src, dst);
+            let m = movable(h, l, src, dst);
             move_task(h, l, m[0], dst);
             moves += 1;
         }
@@ -328,7 +325,7 @@ fn balance(h: &mut SimHost, l: &mut Load) {
             return;
         }
         let half = (uh - ul) / 2.0;
-        let cands = movable(h, hi, lo);
+        let cands = movable(h, l, hi, lo);
         let pick = cands
             .iter()
             .copied()
@@ -400,17 +397,13 @@ fn select_energy(h: &mut SimHost, ti: usize) -> usize {
     }
     for (k, t) in h.tasks.iter().enumerate() {
         if k != ti && t.runnable && t.placed {
-            util[t.cpu] += t.util_avg * capacity(h, t.cpu);
+            util[t.cpu] += t.util_avg;
         }
     }
     let t = &h.tasks[ti];
     let prev = t.cpu;
     // A new task starts at half a big core's capacity (the kernel's initial util).
-    let tu = if t.placed {
-        (t.util_avg * capacity(h, prev)).max(0.02)
-    } else {
-        0.5
-    };
+    let tu = if t.placed { t.util_avg.max(0.02) } else { 0.5 };
     let allowed = allowed_idx(h, ti);
     let mut cands: Vec<usize> = Vec::new();
     if t.placed && allowed.contains(&prev) {

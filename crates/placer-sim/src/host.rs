@@ -66,7 +66,8 @@ pub struct Task {
     pub runnable: bool,
     /// Was runnable last tick (a newly runnable task is "woken" and placed).
     pub was_runnable: bool,
-    /// PELT-like average of the CPU share it got.
+    /// PELT-like average of the CPU share it got, frequency- and capacity-invariant (in
+    /// units of the big core at its maximum frequency), as the kernel's task util.
     pub util_avg: f64,
     pub utime_ns: f64,
     pub stime_ns: f64,
@@ -75,6 +76,8 @@ pub struct Task {
     /// Cumulative simulated counters.
     pub instructions: f64,
     pub cycles: f64,
+    /// DRAM traffic, bytes (the class's bandwidth while it runs, scaled by its speed).
+    pub mem_bytes: f64,
 }
 
 #[derive(Debug, Clone)]
@@ -260,7 +263,8 @@ impl SimHost {
             energy_j: 0.0,
             power_w: 0.0,
             window: Window::default(),
-            next_pid: 1000,
+            // Above Linux's PID_MAX_LIMIT (4,194,304): never a real pid (placer's own included).
+            next_pid: 5_000_000,
             last_balance_ns: 0,
             speed: Vec::new(),
             want: Vec::new(),
@@ -317,6 +321,7 @@ impl SimHost {
                     share: 0.0,
                     instructions: 0.0,
                     cycles: 0.0,
+                    mem_bytes: 0.0,
                 });
             }
             let mut mem_bytes = vec![0.0; self.m.node_ids.len()];
@@ -416,6 +421,8 @@ impl SimHost {
             p.result.work_done_s = 0.0;
             p.result.rx_bytes = 0.0;
             p.result.tx_bytes = 0.0;
+            p.result.jobs = 0;
+            p.result.deadline_misses = 0;
         }
     }
 
@@ -500,13 +507,18 @@ impl SimHost {
                     let work = spec.work_ms / 1000.0;
                     let t = self.procs[pi].threads[0];
                     let p = &mut self.procs[pi];
-                    if self.tasks[t].left > 0.0 && now >= p.deadline_ns && p.result.jobs > 0 {
-                        // Missed: the rest of the job is dropped.
-                        p.result.deadline_misses += 1;
+                    if self.tasks[t].left > 0.0 && now >= p.deadline_ns && p.deadline_ns > 0 {
+                        // Missed: the rest of the job is dropped. Counted in the window
+                        // when the job was released in it.
+                        if p.deadline_ns - deadline_ns >= self.window.start_ns {
+                            p.result.deadline_misses += 1;
+                        }
                         self.tasks[t].left = 0.0;
                     }
                     if now >= p.next_release_ns {
-                        p.result.jobs += 1;
+                        if now >= self.window.start_ns {
+                            p.result.jobs += 1;
+                        }
                         p.deadline_ns = now + deadline_ns;
                         p.next_release_ns += period_ns.max(1);
                         p.run_started_ns = now;
@@ -664,6 +676,7 @@ impl SimHost {
                 gain += share * a.smt_gain;
                 let t = &mut self.tasks[ti];
                 t.cycles += share * dt * khz * 1e3;
+                t.mem_bytes += share * dt * a.bw_gbps * 1e9 * self.speed[ti].min(1.0);
                 t.instructions += share * dt * khz * 1e3 * a.ipc * self.speed[ti].min(1.0);
                 if system {
                     t.stime_ns += share * tick;
@@ -706,7 +719,10 @@ impl SimHost {
         // Averages (PELT-like) and per-task shares reset.
         let decay = 0.5f64.powf(dt * 1000.0 / self.params.sched.util_halflife_ms.max(1e-3));
         for t in &mut self.tasks {
-            t.util_avg = t.util_avg * decay + t.share * (1.0 - decay);
+            let info = &self.m.cpus[t.cpu];
+            let scale = machine::capacity(&self.params, info) * self.cpu[t.cpu].khz as f64
+                / info.max_khz.max(1) as f64;
+            t.util_avg = t.util_avg * decay + t.share * scale * (1.0 - decay);
             t.was_runnable = t.runnable;
             t.share = 0.0;
         }
@@ -1160,10 +1176,11 @@ impl SimHost {
     }
 
     fn counters_of(&self, p: &Proc) -> Vec<CounterValue> {
-        let (mut ins, mut cyc) = (0.0, 0.0);
+        let (mut ins, mut cyc, mut bytes) = (0.0, 0.0, 0.0);
         for &t in &p.threads {
             ins += self.tasks[t].instructions;
             cyc += self.tasks[t].cycles;
+            bytes += self.tasks[t].mem_bytes;
         }
         let a = &p.class;
         let refs = ins / 1000.0 * a.llc_refs_per_kinstr;
@@ -1188,6 +1205,14 @@ impl SimHost {
                     config: 0,
                 },
                 ins / 1000.0 * a.sq_full_per_kinstr,
+            ),
+            // Seed 003's memory bandwidth (64 x IMC reads + writes), as bytes.
+            mk(
+                CounterEvent::Raw {
+                    name: "mem_bandwidth_bytes".into(),
+                    config: 0,
+                },
+                bytes,
             ),
         ]
     }

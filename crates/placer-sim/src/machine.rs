@@ -152,6 +152,17 @@ impl Machine {
     }
 }
 
+/// Capacity of a CPU at its maximum frequency relative to the big core at its maximum
+/// (1.0), as the kernel's capacity-dmips-mhz x f_max (CAL E).
+pub fn capacity(p: &Params, c: &CpuInfo) -> f64 {
+    let dm = if c.little {
+        p.cpu.little_dmips_per_mhz / p.cpu.big_dmips_per_mhz.max(1e-9)
+    } else {
+        1.0
+    };
+    dm * c.max_khz as f64 / p.cpu.big_max_khz.max(1) as f64
+}
+
 /// Speed of a thread of class `a` alone on CPU `c` at `khz`, relative to the big core at
 /// its maximum frequency.
 pub fn base_speed(p: &Params, c: &CpuInfo, a: &Archetype, khz: u64) -> f64 {

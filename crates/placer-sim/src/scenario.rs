@@ -4,9 +4,9 @@
 //!
 //! A policy is a baseline (`linux-default`, `eas`) or a baseline plus placer policies
 //! (`net-affinity` = `linux-default+net-affinity`, `eas+energy-qos`). Placer policies run
-//! through the same sample -> observe -> plan -> apply cycle as the daemon, every
-//! `policy_interval_ms` of simulated time, built by a policy factory (the real policies
-//! from placer-core by default; tests may inject their own).
+//! through placer-core's `Engine` (the daemon's sample -> observe -> plan -> apply cycle)
+//! every `policy_interval_ms` of simulated time, built by a policy factory (the real
+//! policies from placer-core by default; tests may inject their own).
 //!
 //! The file format is in docs/simulator.md; built-in scenarios live in `scenarios/` at the
 //! repository root and are embedded in the binary ([`BUILTIN`]).
@@ -16,17 +16,53 @@ use crate::host::SimHost;
 use crate::params::Params;
 use crate::workload::{Kind, ProcResult, WorkloadSpec};
 use placer_core::config::Config;
-use placer_core::host::Host;
-use placer_core::plan::{Action, Outcome};
-use placer_core::policy::{Held, Policy, PolicyState};
-use placer_core::sample::SampleRequest;
-use placer_core::{CpuSet, Observation};
+use placer_core::engine::Engine;
+use placer_core::plan::Outcome;
+use placer_core::policy::Policy;
+use placer_core::CpuSet;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Built-in scenarios: (name, TOML text). Other areas add their seed scenarios here.
-pub const BUILTIN: &[(&str, &str)] =
-    &[("seed-002", include_str!("../../../scenarios/seed-002.toml"))];
+pub const BUILTIN: &[(&str, &str)] = &[
+    ("seed-002", include_str!("../../../scenarios/seed-002.toml")),
+    ("seed-001", include_str!("../../../scenarios/seed-001.toml")),
+    ("seed-000", include_str!("../../../scenarios/seed-000.toml")),
+    (
+        "seed-000-mix50",
+        include_str!("../../../scenarios/seed-000-mix50.toml"),
+    ),
+    (
+        "seed-000-mix75",
+        include_str!("../../../scenarios/seed-000-mix75.toml"),
+    ),
+    (
+        "seed-002-small",
+        include_str!("../../../scenarios/seed-002-small.toml"),
+    ),
+    ("seed-003", include_str!("../../../scenarios/seed-003.toml")),
+    (
+        "seed-003-6",
+        include_str!("../../../scenarios/seed-003-6.toml"),
+    ),
+    (
+        "seed-003-g1g3",
+        include_str!("../../../scenarios/seed-003-g1g3.toml"),
+    ),
+    (
+        "seed-003-18",
+        include_str!("../../../scenarios/seed-003-18.toml"),
+    ),
+    (
+        "seed-003-24",
+        include_str!("../../../scenarios/seed-003-24.toml"),
+    ),
+    (
+        "seed-003-28",
+        include_str!("../../../scenarios/seed-003-28.toml"),
+    ),
+    ("seed-004", include_str!("../../../scenarios/seed-004.toml")),
+];
 
 fn default_seeds() -> Vec<u64> {
     vec![1, 2, 3]
@@ -62,7 +98,7 @@ pub struct Scenario {
     pub policy_interval_ms: u64,
     /// The scenario's objective for the oracle and the headline column:
     /// `throughput` (network Gbit/s, else work rate), `makespan`, `energy`,
-    /// `perf_per_watt`.
+    /// `perf_per_watt`, `cpu_efficiency` (throughput per busy CPU).
     #[serde(default)]
     pub objective: Objective,
     /// A placer config fragment (TOML) for the placer policies.
@@ -91,6 +127,8 @@ pub enum Objective {
     Makespan,
     Energy,
     PerfPerWatt,
+    /// Network Gbit/s (else work rate) per busy CPU.
+    CpuEfficiency,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -108,6 +146,10 @@ pub struct Variant {
     /// Parameter overrides on top of the scenario's.
     #[serde(default)]
     pub params: Option<toml::Value>,
+    /// Workloads replacing the scenario's in this variant (seed 004 compares buffer
+    /// habits and memory nodes of one receiver).
+    #[serde(default)]
+    pub workloads: Option<Vec<WorkloadSpec>>,
 }
 
 /// One figure from the paper: `metric` of `policy` against `versus`, in percent.
@@ -195,14 +237,19 @@ pub struct PolicyResult {
     pub error: Option<String>,
 }
 
-/// Builds a placer policy by name with the scenario's config.
-pub type PolicyFactory<'a> = &'a dyn Fn(&str, &Config) -> Result<Box<dyn Policy>, String>;
+/// Builds the placer policies a config names (`config.policies`), in order.
+pub type PolicyFactory<'a> = &'a dyn Fn(&Config) -> Result<Vec<Box<dyn Policy>>, String>;
 
-/// The real policies of placer-core.
-pub fn default_factory(name: &str, _cfg: &Config) -> Result<Box<dyn Policy>, String> {
-    Err(format!(
-        "policy {name:?} is not available in this build of placer-core yet"
-    ))
+/// The real policies of placer-core, as the daemon builds them.
+pub fn default_factory(cfg: &Config) -> Result<Vec<Box<dyn Policy>>, String> {
+    let missing = placer_core::engine::unimplemented_policies(cfg);
+    if !missing.is_empty() {
+        return Err(format!(
+            "policy {} is not implemented in this build of placer-core",
+            missing.join(", ")
+        ));
+    }
+    Ok(placer_core::engine::policies_from_config(cfg))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -276,9 +323,20 @@ impl Scenario {
             }
         }
         self.placer_config()?;
-        self.topology_and_params(None)?;
+        let mut setups = vec![self.topology_and_params(None)?];
         for v in &self.variants {
-            self.topology_and_params(Some(v))?;
+            setups.push(self.topology_and_params(Some(v))?);
+            for w in v.workloads.iter().flatten() {
+                w.validate()
+                    .map_err(|e| ScenarioError::Invalid(self.name.clone(), e))?;
+            }
+        }
+        for (_, params) in &setups {
+            for w in &self.workloads {
+                params.archetype(&w.class_name()).map_err(|e| {
+                    ScenarioError::Invalid(self.name.clone(), format!("workload {:?}: {e}", w.name))
+                })?;
+            }
         }
         Ok(())
     }
@@ -360,7 +418,9 @@ impl Scenario {
             &self.machine,
             topo,
             params,
-            self.workloads.clone(),
+            variant
+                .and_then(|v| v.workloads.clone())
+                .unwrap_or_else(|| self.workloads.clone()),
             baseline,
             seed,
         )
@@ -384,100 +444,6 @@ pub fn split_policy(spec: &str) -> (Baseline, Vec<String>) {
     }
 }
 
-/// The loop the daemon runs (sample -> observe -> plan -> apply -> state update), driven
-/// in simulated time. Returns the number of actions done.
-pub struct PolicyLoop {
-    pub policies: Vec<(Box<dyn Policy>, PolicyState)>,
-    pub interval_ns: u64,
-    prev: Option<placer_core::Sample>,
-    req: SampleRequest,
-    pub actions_done: u64,
-    pub log: Vec<String>,
-}
-
-impl PolicyLoop {
-    pub fn new(policies: Vec<Box<dyn Policy>>, interval_ms: u64) -> PolicyLoop {
-        let req = policies.iter().fold(
-            SampleRequest {
-                sockets: true,
-                ..Default::default()
-            },
-            |r, p| r.union(p.wants()),
-        );
-        PolicyLoop {
-            policies: policies
-                .into_iter()
-                .map(|p| (p, PolicyState::default()))
-                .collect(),
-            interval_ns: interval_ms.max(1) * 1_000_000,
-            prev: None,
-            req,
-            actions_done: 0,
-            log: Vec::new(),
-        }
-    }
-
-    /// One cycle on `host`.
-    pub fn cycle(&mut self, host: &mut SimHost) {
-        let Ok(cur) = host.sample(self.req) else {
-            return;
-        };
-        let Some(prev) = self.prev.replace(cur.clone()) else {
-            return;
-        };
-        let obs = Observation::new(&prev, &cur);
-        let Ok(topo) = host.topology() else { return };
-        for (pol, st) in &mut self.policies {
-            st.now_s = obs.time_ns as f64 / 1e9;
-            let plan = pol.plan(&topo, &obs, st);
-            if plan.is_empty() {
-                st.last_reports.clear();
-                continue;
-            }
-            let reports = host.apply(&plan, false);
-            for r in &reports {
-                let ok = matches!(r.outcome, Outcome::Done | Outcome::Skipped(_));
-                if matches!(r.outcome, Outcome::Done) {
-                    self.actions_done += 1;
-                }
-                match (&r.planned.action, ok) {
-                    (Action::PinProcess { proc, comm, cpus }, true) => {
-                        st.held.insert(
-                            *proc,
-                            Held {
-                                cpus: cpus.clone(),
-                                since_s: st.now_s,
-                                comm: comm.clone(),
-                            },
-                        );
-                    }
-                    (Action::RestoreProcess { proc, .. }, true) => {
-                        st.held.remove(proc);
-                    }
-                    (a, false) => {
-                        if let (Some(p), Outcome::Permanent(_)) = (a.proc(), &r.outcome) {
-                            st.held.remove(&p);
-                            st.released.insert(p);
-                        }
-                    }
-                    _ => {}
-                }
-                if self.log.len() < 10_000 {
-                    self.log.push(format!(
-                        "{:.3}s {} {} -> {} ({})",
-                        st.now_s,
-                        r.planned.policy,
-                        r.planned.action.kind(),
-                        r.outcome.kind(),
-                        r.planned.reason
-                    ));
-                }
-            }
-            st.last_reports = reports;
-        }
-    }
-}
-
 /// Runs one (variant, policy, seed).
 pub fn run_one(
     sc: &Scenario,
@@ -487,25 +453,40 @@ pub fn run_one(
     factory: PolicyFactory,
 ) -> Result<RunResult, String> {
     let (baseline, placer) = split_policy(policy);
-    let cfg = sc.placer_config().map_err(|e| e.to_string())?;
-    let mut pols = Vec::new();
-    for name in &placer {
-        pols.push(factory(name, &cfg)?);
-    }
+    let mut cfg = sc.placer_config().map_err(|e| e.to_string())?;
+    cfg.policies = placer;
     let mut host = sc
         .host(variant, baseline, seed)
         .map_err(|e| e.to_string())?;
-    let mut lp = (!pols.is_empty()).then(|| PolicyLoop::new(pols, sc.policy_interval_ms));
+    // The daemon's loop, on the simulated machine (no simulated pid is placer's own).
+    let mut engine = if cfg.policies.is_empty() {
+        None
+    } else {
+        Some(Engine::new(factory(&cfg)?, cfg).with_self_pid(0))
+    };
+    let mut actions = 0u64;
+    let mut cycle = |host: &mut SimHost, engine: &mut Option<Engine>| {
+        if let Some(e) = engine.as_mut() {
+            let rep = e.step(host, false);
+            actions += rep
+                .reports
+                .iter()
+                .filter(|r| matches!(r.outcome, Outcome::Done))
+                .count() as u64;
+        }
+    };
     let end_ns = (sc.duration_s * 1e9) as u64;
     let warm_ns = (sc.warmup_s * 1e9) as u64;
     let mut window_open = warm_ns == 0;
     if window_open {
         host.open_window();
     }
-    let step = lp.as_ref().map(|l| l.interval_ns).unwrap_or(end_ns.max(1));
-    if let Some(l) = lp.as_mut() {
-        l.cycle(&mut host);
-    }
+    let step = if engine.is_some() {
+        sc.policy_interval_ms.max(1) * 1_000_000
+    } else {
+        end_ns.max(1)
+    };
+    cycle(&mut host, &mut engine);
     while host.time_ns < end_ns {
         let mut next = (host.time_ns / step + 1) * step;
         if !window_open && warm_ns < next {
@@ -519,13 +500,10 @@ pub fn run_one(
         if sc.stop_when_done && host.all_done() {
             break;
         }
-        if let Some(l) = lp.as_mut() {
-            if host.time_ns % step == 0 {
-                l.cycle(&mut host);
-            }
+        if host.time_ns % step == 0 {
+            cycle(&mut host, &mut engine);
         }
     }
-    let actions = lp.as_ref().map(|l| l.actions_done).unwrap_or(0);
     Ok(RunResult {
         seed,
         metrics: metrics_of(&host, actions),
@@ -593,12 +571,23 @@ pub fn headline(obj: Objective, m: &Metrics) -> f64 {
         Objective::Makespan => m.makespan_s.unwrap_or(f64::INFINITY),
         Objective::Energy => m.energy_j,
         Objective::PerfPerWatt => m.perf_per_watt,
+        Objective::CpuEfficiency => {
+            let perf = if m.net_gbps > 0.0 {
+                m.net_gbps
+            } else {
+                m.work_rate
+            };
+            perf / m.cpu_busy_cpus.max(1e-9)
+        }
     }
 }
 
 /// Whether a larger headline value is better.
 pub fn bigger_is_better(obj: Objective) -> bool {
-    matches!(obj, Objective::Throughput | Objective::PerfPerWatt)
+    matches!(
+        obj,
+        Objective::Throughput | Objective::PerfPerWatt | Objective::CpuEfficiency
+    )
 }
 
 fn mean_metrics(runs: &[RunResult]) -> Metrics {

@@ -412,8 +412,8 @@ nic = "eth{i}"
 rate_mbps = 300.0
 "#;
     let sc = scenario(text);
-    let factory = |_: &str, _: &placer_core::config::Config| -> Result<Box<dyn Policy>, String> {
-        Ok(Box::new(PinToIrq))
+    let factory = |_: &placer_core::config::Config| -> Result<Vec<Box<dyn Policy>>, String> {
+        Ok(vec![Box::new(PinToIrq)])
     };
     let rows = scenario::run(&sc, &factory);
     let (base, pol) = (&rows[0].mean, &rows[1].mean);
@@ -456,10 +456,12 @@ threads = 2
     assert_eq!(p.threads.len(), 2);
     let busy: f64 = obs.cpus.iter().map(|c| c.util).sum();
     assert!((busy - 2.0).abs() < 0.05, "busy {busy}");
-    assert!(p
-        .counters
-        .as_ref()
-        .is_some_and(|c| c.per_s["instructions"] > 0.0));
+    let c = p.counters.as_ref().unwrap();
+    assert!(c.per_s["instructions"] > 0.0);
+    // Seed 003's memory bandwidth: compute-int's 0.1 GB/s per thread, two threads.
+    let bw = c.per_s["mem_bandwidth_bytes"];
+    assert!((bw - 2.0 * 0.1e9).abs() < 0.05e9, "mem bandwidth {bw}");
+    assert!(c.per_s["offcore_requests_buffer_full"] > 0.0 && c.per_s["llc_references"] > 0.0);
     assert!(obs.power_w.unwrap() > 76.0);
     // linux-default spreads two threads over two packages (seed 001 Table 1).
     let cpus: Vec<u32> = p.threads.iter().filter_map(|t| t.last_cpu).collect();
@@ -468,4 +470,90 @@ threads = 2
         t.cpu(cpus[0]).unwrap().package,
         t.cpu(cpus[1]).unwrap().package
     );
+}
+
+#[test]
+fn eas_puts_a_light_task_on_a_little_core_and_saves_energy() {
+    // A periodic task using ~10% of an A15: EAS (CAL E) finds the A7 cluster cheaper;
+    // linux-default takes the highest-capacity idle CPU (an A15).
+    let sc = scenario(
+        r#"name = "t"
+machine = "odroid-xu4"
+duration_s = 3.0
+[[workloads]]
+kind = "periodic"
+name = "light"
+period_ms = 10.0
+work_ms = 1.0
+"#,
+    );
+    let run = |b: Baseline| {
+        let mut h = sc.host(None, b, 1).unwrap();
+        h.run_until(1_000_000_000, false);
+        h.open_window();
+        h.run_until(3_000_000_000, false);
+        let t = &h.tasks[0];
+        (h.m.cpus[t.cpu].little, metrics_of(&h, 0))
+    };
+    let (little_eas, m_eas) = run(Baseline::Eas);
+    let (little_cfs, m_cfs) = run(Baseline::LinuxDefault);
+    assert!(little_eas, "eas left the light task on a big core");
+    assert!(!little_cfs, "linux-default should prefer the big idle core");
+    assert!(
+        m_eas.energy_j < m_cfs.energy_j,
+        "{} vs {}",
+        m_eas.energy_j,
+        m_cfs.energy_j
+    );
+    assert_eq!(m_eas.deadline_misses, 0);
+}
+
+#[test]
+fn softirq_runs_ahead_of_tasks_and_makes_a_periodic_task_miss() {
+    // Seed 000: receive processing in softirq context starves a task on the same CPU, even a
+    // real-time one. Three 1 Gbit/s ports' interrupts on CPU 0 of the Xeon (receivers
+    // elsewhere) and a periodic task needing 60% of CPU 0: it cannot fit, deadlines are
+    // missed; alone it meets them all.
+    let text = |irq_cpu: u32| {
+        format!(
+            r#"name = "t"
+machine = "xeon-5355x2"
+duration_s = 2.0
+[[variants]]
+name = "v"
+irq = {{ eth0 = "{irq_cpu}", eth1 = "{irq_cpu}", eth2 = "{irq_cpu}" }}
+[[workloads]]
+kind = "periodic"
+name = "rt"
+period_ms = 10.0
+work_ms = 6.0
+rt = true
+cpus = [0]
+[[workloads]]
+kind = "rx"
+name = "recv{{i}}"
+count = 3
+nic = "eth{{i}}"
+rate_mbps = 1000.0
+cpus = [4, 5, 6, 7]
+"#
+        )
+    };
+    let misses = |irq_cpu: u32| {
+        let sc = scenario(&text(irq_cpu));
+        let mut h = sc
+            .host(Some(&sc.variants[0]), Baseline::LinuxDefault, 1)
+            .unwrap();
+        h.open_window();
+        h.run_until(2_000_000_000, false);
+        let m = metrics_of(&h, 0);
+        (m.deadline_misses, m.periodic_jobs)
+    };
+    // Interrupts on CPU 3: CPU 0 is the task's alone.
+    let (quiet, jobs) = misses(3);
+    assert_eq!(quiet, 0);
+    assert!(jobs >= 199);
+    // 3 ports: softirq = 3 x 125 MB/s x 4 c/B / 2.66 GHz = 56% of CPU 0, leaving 44% < 60%.
+    let (loud, _) = misses(0);
+    assert!(loud as f64 > 0.9 * jobs as f64, "{loud} misses of {jobs}");
 }

@@ -13,8 +13,8 @@
 //!    `busy_fraction` busy per CPU (`cpu_share >= busy_fraction * k`) and has more threads
 //!    than `k` is saturated: it cannot show more demand than its CPUs allow, so it is
 //!    offered `k + grow_step` (bounded as above). With `serial_fraction` set, the wanted
-//!    units are also capped where another unit stops paying in energy or parallel
-//!    efficiency falls below one half (see [`crate::amdahl`]).
+//!    units are also capped at the order's least-energy prefix or where parallel
+//!    efficiency falls below one half ([`crate::alloc::Caps::cap`]).
 //! 3. Hysteresis: a held process keeps its CPUs while the wanted count is within
 //!    `hysteresis_units` of what it holds; it grows at once when saturated; it shrinks
 //!    only after wanting fewer units for `shrink_after_s` seconds.

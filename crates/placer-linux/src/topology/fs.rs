@@ -30,6 +30,13 @@ impl Files {
 
     /// The file's text; trailing NUL bytes (some snapshot tools write them) are dropped.
     pub fn text_at(&self, path: &Path) -> Result<Option<String>> {
+        self.read_text(path, false)
+    }
+
+    /// `one_shot`: a read shorter than the buffer is the whole file. True of sysfs
+    /// attributes (at most a page, returned by the first read) and of regular files in
+    /// a snapshot; not assumed for procfs, whose seq files come in pieces.
+    fn read_text(&self, path: &Path, one_shot: bool) -> Result<Option<String>> {
         // open+read without fs::read's size query: sysfs sizes are meaningless and the
         // extra statx per file is a third of the syscalls of a 256-CPU read.
         let read = |p: &Path| -> std::io::Result<Vec<u8>> {
@@ -40,7 +47,12 @@ impl Files {
             loop {
                 match f.read(&mut buf) {
                     Ok(0) => return Ok(b),
-                    Ok(n) => b.extend_from_slice(&buf[..n]),
+                    Ok(n) => {
+                        b.extend_from_slice(&buf[..n]);
+                        if one_shot && n < buf.len() {
+                            return Ok(b);
+                        }
+                    }
                     Err(e) if e.kind() == ErrorKind::Interrupted => {}
                     Err(e) => return Err(e),
                 }
@@ -71,7 +83,7 @@ impl Files {
         f: impl FnOnce(&str) -> std::result::Result<T, String>,
     ) -> Result<Option<T>> {
         let path = self.path(rel);
-        match self.text_at(&path)? {
+        match self.read_text(&path, rel.starts_with("sys/"))? {
             None => Ok(None),
             Some(t) => f(&t).map(Some).map_err(|m| LinuxError::parse(&path, m)),
         }

@@ -7,19 +7,21 @@
 //!   listed with everything else unknown: the kernel removes most of their files.
 //! - allowed: [`allowed`] (cgroup cpuset v1/v2 and `Cpus_allowed_list`).
 //! - package: `physical_package_id`; when it is -1 or missing, the groups of
-//!   `package_cpus_list`/`core_siblings_list`/`core_siblings` numbered by first CPU; else
+//!   `package_cpus`/`core_siblings` (masks, else lists) numbered by first CPU; else
 //!   `proc/cpuinfo` `physical id`.
-//! - core: union-find over `core_cpus_list`/`thread_siblings_list`/their masks (so a
-//!   one-sided sibling list cannot make the groups inconsistent), numbered 0.. by first
-//!   CPU; else (package, die, `core_id`); else cpuinfo (`physical id`, `core id`).
-//! - caches: `cpuN/cache/indexM/{level,type,size,shared_cpu_list|shared_cpu_map,id}` of
+//! - core: union-find over `core_cpus`/`thread_siblings` (masks, else lists; so a
+//!   one-sided sibling list cannot make the groups inconsistent), split by `core_id`
+//!   (AMD modules), numbered 0.. by first CPU; else (package, die, `core_id`) with
+//!   cpuinfo's `core id` when the file is missing.
+//! - caches: `cpuN/cache/indexM/{level,type,size,shared_cpu_map|shared_cpu_list,id}` of
 //!   online CPUs, one entry per distinct (level, kind, CPU set). A CPU already covered by
 //!   an instance read through the same `indexM` is not read again (the kernel numbers
 //!   a CPU's cache leaves identically for all CPUs sharing them); this keeps a 256-CPU
 //!   read fast.
-//! - nodes: `node/nodeN/{cpulist|cpumap, meminfo, distance}`; a distance row maps to the
-//!   node directories in id order, or to `node/possible` when its length matches that
-//!   (hand-edited snapshots with an offline node); any other length is an error.
+//! - nodes: `node/nodeN/{cpumap|cpulist (else cpuM links), meminfo, distance}`; a
+//!   distance row maps to the node directories in id order, or to `node/possible` when
+//!   its length matches that (hand-edited snapshots with an offline node); any other
+//!   length is an error.
 //! - capacity `cpuN/cpu_capacity`; core type from `devices/cpu_core|cpu_atom/cpus`
 //!   (Intel hybrid), else from capacities (above the midpoint of min and max = big),
 //!   else from cpufreq `base_frequency` when it takes exactly two values (Intel hybrid
@@ -80,8 +82,8 @@ pub fn read(root: &Path) -> Result<Topology> {
         })
         .collect();
 
-    read_cpu_ids(&files, &mut cpus, &online)?;
-    let caches = read_caches(&files, &online, &present)?;
+    let smt_source = read_cpu_ids(&files, &mut cpus, &online)?;
+    let caches = read_caches(&files, &online, &present, &smt_source)?;
     let nodes = read_nodes(&files, &present)?;
     for n in &nodes {
         for id in n.cpus.iter() {
@@ -176,7 +178,9 @@ fn first_cpuset(
     Ok(None)
 }
 
-fn read_cpu_ids(files: &Files, cpus: &mut [Cpu], online: &CpuSet) -> Result<()> {
+/// Fills package, die, cluster, core and siblings of the online CPUs. Returns, for each
+/// SMT sibling that was not read but copied, the CPU it was copied from.
+fn read_cpu_ids(files: &Files, cpus: &mut [Cpu], online: &CpuSet) -> Result<HashMap<u32, u32>> {
     let mut raw: BTreeMap<u32, RawIds> = BTreeMap::new();
     // SMT siblings share package, die, cluster and sibling set: read them once per core
     // (from its first CPU) and copy; `core_id` is read for every CPU (see
@@ -296,7 +300,7 @@ fn read_cpu_ids(files: &Files, cpus: &mut [Cpu], online: &CpuSet) -> Result<()> 
             c.siblings = g.clone();
         }
     }
-    Ok(())
+    Ok(read_by)
 }
 
 /// Splits sibling groups whose CPUs carry different `core_id`s (AMD Bulldozer/Piledriver
@@ -359,13 +363,26 @@ fn components(ids: &[u32], lists: impl Fn(u32) -> CpuSet) -> Vec<CpuSet> {
     v
 }
 
-fn read_caches(files: &Files, online: &CpuSet, present: &CpuSet) -> Result<Vec<Cache>> {
+fn read_caches(
+    files: &Files,
+    online: &CpuSet,
+    present: &CpuSet,
+    smt_source: &HashMap<u32, u32>,
+) -> Result<Vec<Cache>> {
     let mut caches: Vec<Cache> = Vec::new();
     // index number -> caches found through it, to skip CPUs already covered.
     let mut by_index: HashMap<u32, Vec<usize>> = HashMap::new();
     let mut has_id: Option<bool> = None;
+    let mut seen: HashMap<(u8, CacheKind, CpuSet), usize> = HashMap::new();
+    // Number of cache leaves of each CPU read: an SMT sibling covered by all of its
+    // source's leaves has no other (they share the core), so it is not probed further.
+    let mut leaves: HashMap<u32, u32> = HashMap::new();
     for cpu in online.iter() {
+        let source_leaves = smt_source.get(&cpu).and_then(|s| leaves.get(s)).copied();
         for idx in 0u32.. {
+            if source_leaves == Some(idx) {
+                break;
+            }
             if by_index
                 .get(&idx)
                 .is_some_and(|v| v.iter().any(|&i| caches[i].cpus.contains(cpu)))
@@ -377,6 +394,7 @@ fn read_caches(files: &Files, online: &CpuSet, present: &CpuSet) -> Result<Vec<C
                 if idx == 0 {
                     caches.extend(sparc_caches(files, cpu)?);
                 }
+                leaves.insert(cpu, idx);
                 break;
             };
             let level = u8::try_from(level).map_err(|_| {
@@ -401,12 +419,11 @@ fn read_caches(files: &Files, online: &CpuSet, present: &CpuSet) -> Result<Vec<C
             } else {
                 None
             };
-            let pos = match caches
-                .iter()
-                .position(|c| c.level == level && c.kind == kind && c.cpus == shared)
-            {
-                Some(p) => p,
+            let key = (level, kind, shared.clone());
+            let pos = match seen.get(&key) {
+                Some(&p) => p,
                 None => {
+                    seen.insert(key, caches.len());
                     caches.push(Cache {
                         level,
                         kind,
@@ -463,10 +480,12 @@ fn read_nodes(files: &Files, present: &CpuSet) -> Result<Vec<Node>> {
     let mut nodes = Vec::new();
     for &id in &ids {
         let d = format!("{NODE}/node{id}");
-        let cpus = files
-            .cpuset_pair(&format!("{d}/cpulist"), &format!("{d}/cpumap"))?
-            .unwrap_or_default()
-            .intersection(present);
+        // Very old kernels have neither file, only `nodeN/cpuM` links.
+        let cpus = match files.cpuset_pair(&format!("{d}/cpulist"), &format!("{d}/cpumap"))? {
+            Some(c) => c,
+            None => files.numbered(&d, "cpu")?.into_iter().collect(),
+        }
+        .intersection(present);
         let memory_bytes = files
             .parse(&format!("{d}/meminfo"), parse::meminfo_total_bytes)?
             .flatten();

@@ -19,6 +19,11 @@ pub struct Args {
     /// equal speed, as the seed's Tables 6 and 7 do.
     #[arg(long)]
     pub compare: bool,
+    /// Sweep 1..=all units of speedup and efficiency in a simulator scenario (its first
+    /// workload gets `n` threads confined to the order's first `n` CPUs) and compare them
+    /// as --compare does, with simulated times and power: `--simulate seed-001`.
+    #[arg(long, value_name = "SCENARIO")]
+    pub simulate: Option<String>,
 }
 
 /// What `plan` and `run` share: the order, the unit count, the machine and the models.
@@ -154,6 +159,9 @@ pub fn build_report(
 }
 
 pub fn run(args: Args) -> Result<()> {
+    if let Some(name) = &args.simulate {
+        return simulate(name, args.json, &args.job.model.opts()?);
+    }
     let j = &args.job;
     let topo = j.machine.topology()?;
     let opts = j.model.opts()?;
@@ -190,6 +198,127 @@ pub fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
+/// One simulated run of the sweep.
+#[derive(Debug, Clone, Serialize)]
+pub struct SimPoint {
+    pub policy: AllocPolicy,
+    pub n: usize,
+    pub cpus: Vec<u32>,
+    pub makespan_s: f64,
+    pub power_w: f64,
+    pub energy_j: f64,
+}
+
+/// Runs the sweep; returns the points and, per order, prefix stats whose speedup and
+/// power are the simulated ones (speedup relative to one unit of `speedup`).
+pub fn simulate_sweep(
+    name: &str,
+    opts: &AllocOptions,
+) -> Result<(Vec<SimPoint>, Vec<PrefixStats>, Vec<PrefixStats>)> {
+    use placer_sim::scenario::{default_factory, run_one, Scenario};
+    let sc = Scenario::load(name)?;
+    if sc.workloads.is_empty() {
+        bail!("scenario {name} has no workload");
+    }
+    let (topo, _) = sc.topology_and_params(None)?;
+    let seed = sc.seeds.first().copied().unwrap_or(1);
+    let mut points = Vec::new();
+    let mut stats = Vec::new();
+    for policy in [AllocPolicy::Speedup, AllocPolicy::Efficiency] {
+        let order = alloc::order(&topo, policy, opts);
+        let mut st = alloc::prefix_stats(
+            &topo,
+            &order,
+            &power_model::builtin("dell-c6100").expect("built in"),
+            0.0,
+            opts,
+        );
+        for n in 1..=order.len() {
+            let mut s = sc.clone();
+            s.workloads[0].threads = n as u32;
+            s.workloads[0].cpus = Some(order[..n].iter().copied().collect());
+            let r = run_one(&s, None, "linux-default", seed, &default_factory)
+                .map_err(|e| anyhow::anyhow!("{name}, {policy} n = {n}: {e}"))?;
+            let m = &r.metrics;
+            let makespan_s = m
+                .makespan_s
+                .with_context(|| format!("{name}: the job did not finish within duration_s"))?;
+            points.push(SimPoint {
+                policy,
+                n,
+                cpus: order[..n].to_vec(),
+                makespan_s,
+                power_w: m.power_w,
+                energy_j: m.energy_j,
+            });
+            st[n - 1].power_w = m.power_w;
+        }
+        stats.push(st);
+    }
+    let t1 = points[0].makespan_s;
+    for (st, pol) in stats
+        .iter_mut()
+        .zip([AllocPolicy::Speedup, AllocPolicy::Efficiency])
+    {
+        for p in st.iter_mut() {
+            let sim = points
+                .iter()
+                .find(|q| q.policy == pol && q.n == p.n)
+                .expect("every n was run");
+            p.speedup = t1 / sim.makespan_s;
+            p.spn = p.speedup / p.power_w / f64::from(p.cores.max(1)) * 1000.0;
+        }
+    }
+    let eff = stats.pop().expect("two orders");
+    let spd = stats.pop().expect("two orders");
+    Ok((points, spd, eff))
+}
+
+fn simulate(name: &str, json: bool, opts: &AllocOptions) -> Result<()> {
+    let (points, a, b) = simulate_sweep(name, opts)?;
+    let per_core = alloc::per_core_comparison(&a, &b);
+    let equal = alloc::equal_speed_matches(&a, &b);
+    if json {
+        let v = serde_json::json!({ "scenario": name, "runs": points, "per_core": per_core,
+            "equal_speed": equal.iter().map(|(nb, na, dp)| serde_json::json!({
+                "n_efficiency": nb, "n_speedup": na, "power_difference_w": dp
+            })).collect::<Vec<_>>() });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    use std::fmt::Write;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "simulated: scenario {name}, job threads = units, confined to each order's first units"
+    );
+    let _ = writeln!(
+        o,
+        "{:>3} {:>12} {:>9} {:>12} {:>9}",
+        "n", "speedup_s", "power_W", "efficiency_s", "power_W"
+    );
+    let n = a.len();
+    for i in 1..=n {
+        let get = |pol| points.iter().find(|p| p.policy == pol && p.n == i);
+        if let (Some(x), Some(y)) = (get(AllocPolicy::Speedup), get(AllocPolicy::Efficiency)) {
+            let _ = writeln!(
+                o,
+                "{:>3} {:>12.2} {:>9.2} {:>12.2} {:>9.2}",
+                i, x.makespan_s, x.power_w, y.makespan_s, y.power_w
+            );
+        }
+    }
+    o.push_str(&render_compare(&per_core, &equal, f64::NAN));
+    let _ = writeln!(
+        o,
+        "paper (measured, Dell C6100): 4 units of policy 2 at 130.13 W ~ power of 3 units of \
+         policy 1, and faster; 10 units of policy 2 (171.18 s) ~ 7 of policy 1 at 3 W less; \
+         12 of policy 2 ~ 9 of policy 1 at 7.82 W less"
+    );
+    print!("{o}");
+    Ok(())
+}
+
 pub fn render_compare(
     per_core: &[alloc::PerCore],
     equal: &[(usize, usize, f64)],
@@ -199,8 +328,13 @@ pub fn render_compare(
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "per physical core, S = {s}: speedup (policy 1, one thread per core) vs efficiency \
-         (policy 2, all threads of each core)"
+        "per physical core{}: speedup (policy 1, one thread per core) vs efficiency \
+         (policy 2, all threads of each core)",
+        if s.is_nan() {
+            String::new()
+        } else {
+            format!(", S = {s}")
+        }
     );
     let _ = writeln!(
         o,
@@ -367,6 +501,42 @@ mod tests {
         let json = serde_json::to_value(&r).unwrap();
         assert_eq!(json["policy"], "speedup");
         assert_eq!(json["prefixes"][0]["role"], "full");
+    }
+
+    #[test]
+    fn simulated_sweep_runs_both_orders_at_every_unit_count() {
+        // A small machine and a short job so the sweep takes well under a second of
+        // simulated time per run: 1 package x 2 cores x 2 threads.
+        let dir = std::env::temp_dir().join(format!("placer-plan-sim-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("small.toml");
+        std::fs::write(
+            &path,
+            "name = \"small\"\nmachine = \"pkg:1 core:2 pu:2\"\nduration_s = 20.0\n\
+             stop_when_done = true\nseeds = [1]\nobjective = \"makespan\"\n\
+             [[workloads]]\nkind = \"cpu\"\nname = \"wc\"\nthreads = 4\n\
+             serial_fraction = 0.0\nwork_s = 2.0\n",
+        )
+        .unwrap();
+        let r = simulate_sweep(path.to_str().unwrap(), &AllocOptions::default());
+        let _ = std::fs::remove_dir_all(&dir);
+        let (points, a, b) = r.unwrap();
+        assert_eq!(points.len(), 8);
+        assert_eq!((a.len(), b.len()), (4, 4));
+        let t = |pol, n| {
+            points
+                .iter()
+                .find(|p| p.policy == pol && p.n == n)
+                .unwrap()
+                .makespan_s
+        };
+        // Two units: two cores (speedup) beat two threads of one core (efficiency).
+        assert!(t(AllocPolicy::Speedup, 2) < t(AllocPolicy::Efficiency, 2));
+        // ... but the shared core is faster than one thread alone.
+        assert!(t(AllocPolicy::Efficiency, 2) < t(AllocPolicy::Speedup, 1));
+        // All four units: the same CPUs, the same time.
+        assert!((t(AllocPolicy::Speedup, 4) - t(AllocPolicy::Efficiency, 4)).abs() < 1e-6);
+        assert!((a[0].speedup - 1.0).abs() < 1e-12);
     }
 
     #[test]

@@ -10,10 +10,16 @@
 //!   order the paper measured under) on `--machine`/`--root`.
 //!
 //! Without a header, 4 columns are read as the first form and 2 as the second.
+//!
+//! Or a `placer record` file (JSON lines): each interval with a whole-machine power
+//! reading (RAPL or another power source) is one sample; its usage is the set of CPUs at
+//! least `--busy` busy over the interval, counted as packages, cores and siblings on the
+//! topology of `--machine`/`--root` (the recorded machine's).
 
 use crate::common::MachineArgs;
 use anyhow::{bail, Context, Result};
 use placer_core::alloc::{self, AllocOptions, AllocPolicy};
+use placer_core::observation::Observation;
 use placer_core::power_model::{self, Measurement, Usage, COEFFICIENTS};
 
 #[derive(clap::Args, Debug)]
@@ -25,6 +31,9 @@ pub struct Args {
     pub policy: AllocPolicy,
     #[command(flatten)]
     pub machine: MachineArgs,
+    /// Record files: a CPU counts as busy in an interval at this busy fraction.
+    #[arg(long, default_value_t = 0.5)]
+    pub busy: f64,
     /// Name given to the fitted model.
     #[arg(long, default_value = "fit")]
     pub name: String,
@@ -132,15 +141,80 @@ pub fn run(args: Args) -> Result<()> {
     let text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("reading {}", args.file.display()))?;
     let t = text.trim_start();
-    if t.starts_with('{') || t.starts_with('[') {
-        bail!(
-            "{}: looks like a `placer record` file; reading power samples from record files \
-             is not supported yet (the record format is not on main). Give a CSV: \
-             packages,cores,siblings,watts or units,watts",
-            args.file.display()
-        );
+    let data = if t.starts_with('{') {
+        let mut r = placer_linux::record::open(&args.file)
+            .with_context(|| format!("opening {} as a record file", args.file.display()))?;
+        let samples = r.read_all()?;
+        let obs: Vec<Observation> = samples
+            .windows(2)
+            .map(|w| Observation::new(&w[0], &w[1]))
+            .collect();
+        let topo = args.machine.topology()?;
+        let (data, without) = measurements_from_observations(&topo, &obs, args.busy);
+        if without > 0 {
+            let power_sources: Vec<String> = r
+                .header
+                .sources
+                .sources
+                .iter()
+                .filter(|s| s.name == "rapl" || s.name == "hwmon")
+                .map(|s| format!("{}: {}", s.name, s.detail))
+                .collect();
+            eprintln!(
+                "placer power fit: {without} of {} intervals have no power reading ({})",
+                obs.len(),
+                power_sources.join("; ")
+            );
+        }
+        if data.is_empty() {
+            bail!(
+                "{}: no interval with a power reading; record on a machine with RAPL or a \
+                 power meter, or give a CSV",
+                args.file.display()
+            );
+        }
+        data
+    } else {
+        csv_measurements(&args, &text)?
+    };
+    let fit = power_model::fit(&args.name, &data)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&fit)?);
+        return Ok(());
     }
-    let data = match parse_csv(&text).with_context(|| args.file.display().to_string())? {
+    print!("{}", render(&fit));
+    Ok(())
+}
+
+/// One measurement per observation with a power reading: the busy CPUs' usage and the
+/// watts. Also returns how many observations had no power reading.
+pub fn measurements_from_observations(
+    topo: &placer_core::Topology,
+    obs: &[Observation],
+    busy: f64,
+) -> (Vec<Measurement>, usize) {
+    let opts = AllocOptions::default();
+    let mut out = Vec::new();
+    let mut without = 0;
+    for o in obs {
+        let Some(w) = o.power_w else {
+            without += 1;
+            continue;
+        };
+        let cpus: Vec<u32> = o
+            .cpus
+            .iter()
+            .filter(|c| c.util >= busy)
+            .map(|c| c.cpu)
+            .collect();
+        let (usage, _) = alloc::usage_of(topo, &cpus, &opts);
+        out.push(Measurement { usage, watts: w });
+    }
+    (out, without)
+}
+
+fn csv_measurements(args: &Args, text: &str) -> Result<Vec<Measurement>> {
+    let data = match parse_csv(text).with_context(|| args.file.display().to_string())? {
         Rows::Usage(v) => v,
         Rows::Units(v) => {
             let topo = args.machine.topology()?;
@@ -157,13 +231,7 @@ pub fn run(args: Args) -> Result<()> {
                 .collect::<Result<Vec<_>>>()?
         }
     };
-    let fit = power_model::fit(&args.name, &data)?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&fit)?);
-        return Ok(());
-    }
-    print!("{}", render(&fit));
-    Ok(())
+    Ok(data)
 }
 
 pub fn render(f: &power_model::Fit) -> String {
@@ -232,6 +300,39 @@ mod tests {
         );
         assert_eq!(parse_csv("1,111\n").unwrap(), Rows::Units(vec![(1, 111.0)]));
         assert!(matches!(parse_csv("1,1,0,110\n").unwrap(), Rows::Usage(_)));
+    }
+
+    #[test]
+    fn record_intervals_become_usage_points() {
+        use placer_core::observation::CpuObs;
+        let topo = placer_core::machines::machine("dell-c6100").unwrap();
+        let busy = |cpus: &[u32], power: Option<f64>| Observation {
+            interval_s: 1.0,
+            cpus: (0..16)
+                .map(|c| CpuObs {
+                    cpu: c,
+                    util: if cpus.contains(&c) { 0.97 } else { 0.02 },
+                    ..Default::default()
+                })
+                .collect(),
+            power_w: power,
+            ..Default::default()
+        };
+        let obs = vec![
+            busy(&[], Some(76.0)),
+            busy(&[0, 8], Some(113.6)),
+            busy(&[0, 1], Some(145.0)),
+            busy(&[0], None),
+        ];
+        let (m, without) = measurements_from_observations(&topo, &obs, 0.5);
+        assert_eq!(without, 1);
+        let u: Vec<(u32, u32, u32)> = m
+            .iter()
+            .map(|x| (x.usage.packages, x.usage.cores, x.usage.siblings))
+            .collect();
+        // CPUs 0 and 8 are one core's two threads; 0 and 1 are two packages.
+        assert_eq!(u, vec![(0, 0, 0), (1, 1, 1), (2, 2, 0)]);
+        assert_eq!(m[1].watts, 113.6);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //!
 //! What it does, exactly:
 //! 1. Chooses the first `n` CPUs of `--policy`'s order (`efficiency` by default). With
-//!    `--auto`, `n` is capped where another unit stops paying off in energy or parallel
+//!    `--auto`, `n` is capped at the order's least-energy prefix or where parallel
 //!    efficiency falls below 1/2, for a serial fraction given (`--serial-fraction`) or
 //!    fitted from measured run times (`--times 1=400,4=120`).
 //! 2. Starts the command with its CPU affinity set to those CPUs (in the child, before
@@ -191,13 +191,14 @@ pub fn make_plan(args: &Args, topo: &Topology) -> Result<RunPlan> {
         if caps.cap() < n {
             n = caps.cap();
             reason.push_str(&format!(
-                "; capped to {n} (efficiency limit n = {}, energy limit n = {}, power model {})",
-                caps.efficiency_n, caps.energy_n, model.name
+                "; capped to {n} (efficiency limit n = {}, least energy at n = {}, marginal \
+                 energy rule n = {}, power model {})",
+                caps.efficiency_n, caps.energy_optimum_n, caps.energy_n, model.name
             ));
         } else {
             reason.push_str(&format!(
-                "; within the caps (efficiency n = {}, energy n = {})",
-                caps.efficiency_n, caps.energy_n
+                "; within the caps (efficiency n = {}, least energy n = {})",
+                caps.efficiency_n, caps.energy_optimum_n
             ));
         }
     }

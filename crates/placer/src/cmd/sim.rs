@@ -52,8 +52,13 @@ pub fn run(args: Args) -> Result<()> {
         let topo = placer_core::machines::machine(m)?;
         let max_khz = topo.cpus.iter().filter_map(|c| c.max_khz).max();
         let p = placer_sim::Params::for_machine(m, max_khz);
+        let mut last = "";
         for (k, v, src) in p.describe() {
-            println!("{k} = {v}\n    # {src}");
+            if src != last {
+                println!("# {src}");
+                last = src;
+            }
+            println!("{k} = {v}");
         }
         return Ok(());
     }

@@ -190,6 +190,16 @@ fn table(obs: &Observation, src: &SourceStatus, n: usize) -> String {
             p.flows.len()
         );
     }
+    // Seed 003: each process's contention class and the counter rates behind it (default
+    // thresholds, this interval only; the daemon smooths over several).
+    let classes = placer_core::classify::class_lines(obs, &Default::default(), None);
+    if !classes.is_empty() {
+        let _ = writeln!(o, "\n{:>7} {:<16} CONTENTION CLASS", "PID", "COMM");
+        for (pid, comm, line) in classes {
+            let comm: String = comm.chars().take(16).collect();
+            let _ = writeln!(o, "{pid:>7} {comm:<16} {line}");
+        }
+    }
     o
 }
 

@@ -269,7 +269,10 @@ pub fn render_tree(topo: &Topology) -> String {
             if let Some(g) = &d.governor {
                 let _ = write!(s, ", governor {g}");
             }
-            if let Some(m) = d.scaling_max_khz {
+            if let Some(m) = d
+                .scaling_max_khz
+                .filter(|&m| d.max_khz.is_some_and(|x| m < x))
+            {
                 let _ = write!(s, ", capped at {}", khz(m));
             }
             if !d.available_khz.is_empty() {

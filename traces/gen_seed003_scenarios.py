@@ -93,9 +93,29 @@ work_s = {WORK_S}
     return "\n".join(out)
 
 
+# Sensitivity variants for the main scenario: how the simulated gain depends on the
+# estimated pressures (the paper gives no numbers for them).
+VARIANTS = """[[variants]]
+name = "as-estimated"
+description = "archetypes as estimated above"
+
+[[variants]]
+name = "g2-light"
+description = "Group 2 presses less (P 0.1): 'little pressure' taken literally"
+params = { archetypes = { sphinx = { pressure = 0.1 }, omnetpp = { pressure = 0.1 }, streamcluster = { pressure = 0.1 } } }
+
+[[variants]]
+name = "g1-insensitive"
+description = "as g2-light, and Group 1 barely hurt by each other (S 0.2)"
+params = { archetypes = { sphinx = { pressure = 0.1 }, omnetpp = { pressure = 0.1 }, streamcluster = { pressure = 0.1 }, lbm = { sensitivity = 0.2 }, libquantum = { sensitivity = 0.2 }, lu_B = { sensitivity = 0.2 } } }
+"""
+
+
 def scenario(name, machine, names, desc, paper):
+    variants = VARIANTS if name == "seed-003" else ""
+    vline = 'variant = "as-estimated"\n' if variants else ""
     figs = "\n".join(f"""[[paper]]
-metric = "{m}"
+{vline}metric = "{m}"
 policy = "contention"
 versus = "linux-default"
 low_pct = {lo}
@@ -125,6 +145,7 @@ basis = "per_kilo_instruction"
 thresholds = {{ buffer_full = 10.0, llc_references = 40.0 }}
 
 {archetypes(names)}
+{variants}
 {workloads(names)}
 {figs}"""
 

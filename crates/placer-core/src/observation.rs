@@ -68,6 +68,33 @@ pub struct ProcObs {
 }
 
 impl ProcObs {
+    /// A quiet, sleeping user process allowed on `allowed_cpus`, everything else zero or
+    /// empty: a base for tests and models to fill in.
+    pub fn bare(pid: u32, start_time_ticks: u64, comm: &str, allowed_cpus: CpuSet) -> ProcObs {
+        ProcObs {
+            pid,
+            start_time_ticks,
+            comm: comm.to_string(),
+            state: 'S',
+            uid: Some(0),
+            cgroup: "/".into(),
+            kernel_thread: false,
+            cpu_share: 0.0,
+            allowed_cpus,
+            last_cpu: None,
+            num_threads: 1,
+            rx_bytes_per_s: 0.0,
+            tx_bytes_per_s: 0.0,
+            segs_in_per_s: 0.0,
+            segs_out_per_s: 0.0,
+            flows: Vec::new(),
+            threads: Vec::new(),
+            counters: None,
+            numa_pages: BTreeMap::new(),
+            new: false,
+        }
+    }
+
     pub fn key(&self) -> ProcKey {
         ProcKey {
             pid: self.pid,

@@ -220,7 +220,13 @@ impl Actuator {
                     })
                     .collect();
             }
-            self.maintain();
+        }
+        if !dry_run {
+            // Every cycle, plan or not: threads of held processes created since.
+            let fixed = self.maintain();
+            if fixed > 0 {
+                tracing::info!("pinned {fixed} new thread(s) of held processes");
+            }
         }
         let mut ctx = if dry_run {
             Ctx {
@@ -548,6 +554,11 @@ impl ProcAffinityHandler {
             let Ok(applied) = CpuSet::parse_list(&e.applied) else {
                 continue;
             };
+            // Someone else moved the process since (lease broken): its threads are theirs.
+            if get_affinity(pid).map_or(true, |a| a != applied) {
+                self.known.remove(&k);
+                continue;
+            }
             let Ok(tids) = task_ids(root, pid) else {
                 continue;
             };

@@ -45,22 +45,34 @@ pub fn parse_pid_stat(text: &str) -> Option<PidStat> {
     }
     let pid = text[..open].trim().parse().ok()?;
     let comm = text[open + 1..close].to_string();
-    // rest[0] is field 3 (state).
-    let rest: Vec<&str> = text[close + 1..].split_ascii_whitespace().collect();
-    let field = |n: usize| rest.get(n - 3).copied();
-    let num = |n: usize| field(n).and_then(|s| s.parse::<u64>().ok());
+    // Walk the fields in order without collecting them (this runs for every task).
+    let mut it = text[close + 1..].split_ascii_whitespace();
+    let mut at = 2; // the field `it` yielded last
+    let mut field = |n: usize| -> Option<&str> {
+        let skip = n.checked_sub(at + 1)?;
+        at = n;
+        it.nth(skip)
+    };
     let state = field(3)?.chars().next()?;
+    let mut num = |n: usize| field(n).and_then(|s| s.parse::<u64>().ok());
+    let ppid = num(4)? as u32;
+    let flags = num(9)?;
+    let utime_ticks = num(14)?;
+    let stime_ticks = num(15)?;
+    let num_threads = num(20)? as u32;
+    let start_time_ticks = num(22)?;
+    let last_cpu = num(39).map(|c| c as u32);
     Some(PidStat {
         pid,
         comm,
         state,
-        ppid: num(4)? as u32,
-        flags: num(9)?,
-        utime_ticks: num(14)?,
-        stime_ticks: num(15)?,
-        num_threads: num(20)? as u32,
-        start_time_ticks: num(22)?,
-        last_cpu: num(39).map(|c| c as u32),
+        ppid,
+        flags,
+        utime_ticks,
+        stime_ticks,
+        num_threads,
+        start_time_ticks,
+        last_cpu,
     })
 }
 

@@ -6,8 +6,18 @@
 //! Kernel threads (PF_KTHREAD, or kthreadd and its children) get `stat` only: they are
 //! never placed, and skipping two files each keeps the cycle cheap. On request: threads
 //! (`task/TID/stat` + `status`), TCP sockets (sock_diag, see [`crate::sockdiag`]) mapped
-//! to processes, hardware counters ([`crate::perf`]). Energy and power sensors
+//! to processes, hardware counters ([`crate::perf`]), pages per NUMA node
+//! ([`crate::numa_maps`]). Energy and power sensors
 //! ([`crate::energy`]) are read when present.
+//!
+//! Idle processes are cheap: `stat` is read every sample, but a process whose CPU ticks,
+//! thread count and start time are unchanged since the previous sample did not run, so its
+//! `status`, `cgroup` and threads are taken from the cache instead of re-read — except
+//! every [`DEFAULT_REFRESH_EVERY`] samples (staggered by pid; [`Sampler::set_refresh_every`],
+//! 1 = always re-read), and after [`Sampler::invalidate`] (the actuator calls it after
+//! changing a process's affinity or cgroup). What this can miss: another tool changing a
+//! sleeping process's affinity shows at the latest `refresh_every` samples later; a thread
+//! that ran less than the process's next tick shows its last tick at most that late.
 //!
 //! Robustness: a process that exits mid-read (any of its files vanishes) is dropped
 //! silently; a malformed file drops only that process (or that line); only an unreadable
@@ -35,8 +45,9 @@ use crate::sockdiag::SockDiag;
 use placer_core::sample::{ProcSample, SampleRequest, Source, SourceStatus, ThreadSample};
 use placer_core::{CpuSet, Sample};
 use std::collections::{HashMap, HashSet};
+use std::fmt::Write as _;
 use std::fs;
-use std::io::{self, Read};
+use std::io;
 use std::path::{Path, PathBuf};
 
 /// The cached socket inodes of one process.
@@ -47,11 +58,29 @@ struct FdEntry {
     inodes: Vec<u64>,
 }
 
+/// What a process's slow files said last time (status, cgroup, threads).
+#[derive(Debug, Clone)]
+struct ProcCache {
+    start_time_ticks: u64,
+    cpu_ticks: u64,
+    num_threads: u32,
+    uid: Option<u32>,
+    allowed: CpuSet,
+    cgroup: String,
+    /// `None` when threads were not read last time.
+    threads: Option<Vec<ThreadSample>>,
+}
+
+/// Default of [`Sampler::set_refresh_every`].
+pub const DEFAULT_REFRESH_EVERY: u64 = 8;
+
 /// Counters of the work the sampler did in its last sample (for tests and the bench).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SampleStats {
     pub procs: usize,
     pub dropped_procs: usize,
+    /// Processes whose status/cgroup/threads were re-read (the others did not run).
+    pub procs_reread: usize,
     pub fd_dirs_scanned: usize,
     pub full_rescan: bool,
 }
@@ -63,11 +92,16 @@ pub struct Sampler {
     use_sock_diag: bool,
     sock_diag: Option<std::result::Result<SockDiag, String>>,
     fd_cache: HashMap<u32, FdEntry>,
+    proc_cache: HashMap<u32, ProcCache>,
+    sample_no: u64,
+    refresh_every: u64,
     last_unowned: HashSet<u64>,
     energy: Option<EnergySource>,
     counters: Option<Box<dyn CounterSource>>,
     status: Option<SourceStatus>,
     buf: String,
+    /// The open `proc` directory (opened at the first sample).
+    proc: Option<Dir>,
     pub last_stats: SampleStats,
 }
 
@@ -93,17 +127,116 @@ pub fn clock_ns(clock: libc::clockid_t) -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Reads a file into `buf` (cleared first). Invalid UTF-8 is replaced, not an error.
-fn read_into(path: &Path, buf: &mut String) -> io::Result<()> {
-    buf.clear();
-    let mut f = fs::File::open(path)?;
-    let mut bytes = std::mem::take(buf).into_bytes();
-    let r = f.read_to_end(&mut bytes);
-    *buf = match String::from_utf8(bytes) {
-        Ok(s) => s,
-        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
-    };
-    r.map(|_| ())
+/// An open directory; files under it are opened relative to it (`openat`), which spares
+/// the kernel a walk of the whole path for each of the thousands of files a sample reads.
+struct Dir(libc::c_int);
+
+/// A NUL-terminated copy of `rel` in a small reusable buffer.
+fn c_path(rel: &str, out: &mut Vec<u8>) -> io::Result<()> {
+    out.clear();
+    out.extend_from_slice(rel.as_bytes());
+    if out.contains(&0) {
+        return Err(io::ErrorKind::InvalidInput.into());
+    }
+    out.push(0);
+    Ok(())
+}
+
+impl Dir {
+    fn open(path: &Path) -> io::Result<Dir> {
+        let mut c = Vec::new();
+        c_path(path.to_str().ok_or(io::ErrorKind::InvalidInput)?, &mut c)?;
+        Self::open_raw(libc::AT_FDCWD, &c)
+    }
+
+    fn open_raw(at: libc::c_int, c: &[u8]) -> io::Result<Dir> {
+        // SAFETY: c is NUL-terminated; the fd is owned by the returned Dir.
+        let fd = unsafe {
+            libc::openat(
+                at,
+                c.as_ptr() as *const libc::c_char,
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(Dir(fd))
+        }
+    }
+
+    /// Reads the file `rel` into `buf`. A short read is taken as the end of the file: true
+    /// of regular files and of /proc's seq_file files, and it saves a read per file.
+    fn read(&self, rel: &str, buf: &mut String) -> io::Result<()> {
+        let mut c = [0u8; 64];
+        let bytes = rel.as_bytes();
+        if bytes.len() >= c.len() || bytes.contains(&0) {
+            return Err(io::ErrorKind::InvalidInput.into());
+        }
+        c[..bytes.len()].copy_from_slice(bytes);
+        // SAFETY: c is NUL-terminated.
+        let fd = unsafe {
+            libc::openat(
+                self.0,
+                c.as_ptr() as *const libc::c_char,
+                libc::O_RDONLY | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut v = std::mem::take(buf).into_bytes();
+        v.clear();
+        let r = loop {
+            if v.capacity() - v.len() < 1024 {
+                v.reserve(4096);
+            }
+            let room = v.capacity() - v.len();
+            // SAFETY: writes at most `room` bytes into the spare capacity.
+            let n =
+                unsafe { libc::read(fd, v.as_mut_ptr().add(v.len()) as *mut libc::c_void, room) };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                break Err(e);
+            }
+            // SAFETY: the kernel initialised n bytes.
+            unsafe { v.set_len(v.len() + n as usize) };
+            if n == 0 || (n as usize) < room {
+                break Ok(());
+            }
+        };
+        // SAFETY: fd is ours and closed once.
+        unsafe { libc::close(fd) };
+        *buf = match String::from_utf8(v) {
+            Ok(s) => s,
+            Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+        };
+        r
+    }
+
+    /// `st_size` of `rel` (for /proc/PID/fd: the number of open fds, Linux >= 6.2).
+    fn size_of(&self, rel: &str) -> io::Result<u64> {
+        let mut c = Vec::with_capacity(rel.len() + 1);
+        c_path(rel, &mut c)?;
+        // SAFETY: st is a valid out-pointer, c NUL-terminated.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        let r = unsafe { libc::fstatat(self.0, c.as_ptr() as *const libc::c_char, &mut st, 0) };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(st.st_size as u64)
+        }
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        // SAFETY: the fd is owned and closed once.
+        unsafe { libc::close(self.0) };
+    }
 }
 
 /// Numeric entries of a directory (pids or tids), sorted.
@@ -125,11 +258,15 @@ impl Sampler {
             use_sock_diag: root == Path::new("/"),
             sock_diag: None,
             fd_cache: HashMap::new(),
+            proc_cache: HashMap::new(),
+            sample_no: 0,
+            refresh_every: DEFAULT_REFRESH_EVERY,
             last_unowned: HashSet::new(),
             energy: None,
             counters: None,
             status: None,
             buf: String::with_capacity(4096),
+            proc: None,
             last_stats: SampleStats::default(),
         }
     }
@@ -139,6 +276,19 @@ impl Sampler {
         self.use_sock_diag = on;
         self.sock_diag = None;
         self.status = None;
+    }
+
+    /// Re-read every process's status, cgroup and threads at least every `n` samples
+    /// (1 = every sample: exact, and the most costly). See the module doc.
+    pub fn set_refresh_every(&mut self, n: u64) {
+        self.refresh_every = n.max(1);
+    }
+
+    /// Forget what is cached about `pid` (call after changing its affinity or cgroup), so
+    /// the next sample re-reads it.
+    pub fn invalidate(&mut self, pid: u32) {
+        self.proc_cache.remove(&pid);
+        self.fd_cache.remove(&pid);
     }
 
     /// Replace the counter source (a [`crate::perf::ReplayCounters`] in tests and replays).
@@ -232,14 +382,20 @@ impl Sampler {
         self.ensure_probed();
         let mut stats = SampleStats::default();
         let time_ns = clock_ns(libc::CLOCK_MONOTONIC);
-        let stat_path = self.proc_dir.join("stat");
-        read_into(&stat_path, &mut self.buf).map_err(|e| LinuxError::io(&stat_path, e))?;
+        if self.proc.is_none() {
+            self.proc =
+                Some(Dir::open(&self.proc_dir).map_err(|e| LinuxError::io(&self.proc_dir, e))?);
+        }
+        let proc_ = self.proc.as_ref().expect("opened above");
+        proc_
+            .read("stat", &mut self.buf)
+            .map_err(|e| LinuxError::io(self.proc_dir.join("stat"), e))?;
         let cpus = parse_proc_stat(&self.buf);
-        let irqs = match read_into(&self.proc_dir.join("interrupts"), &mut self.buf) {
+        let irqs = match proc_.read("interrupts", &mut self.buf) {
             Ok(()) => parse_interrupts(&self.buf),
             Err(_) => Vec::new(),
         };
-        let softirqs = match read_into(&self.proc_dir.join("softirqs"), &mut self.buf) {
+        let softirqs = match proc_.read("softirqs", &mut self.buf) {
             Ok(()) => parse_softirqs(&self.buf),
             Err(_) => Vec::new(),
         };
@@ -247,27 +403,31 @@ impl Sampler {
         let pids =
             numeric_entries(&self.proc_dir).map_err(|e| LinuxError::io(&self.proc_dir, e))?;
         let mut procs = Vec::with_capacity(pids.len());
+        self.sample_no += 1;
         for pid in pids {
-            match self.read_proc(pid, req) {
+            match self.read_proc(pid, req, &mut stats) {
                 Some(p) => procs.push(p),
                 None => stats.dropped_procs += 1,
             }
         }
         stats.procs = procs.len();
+        if stats.dropped_procs > 0 || self.proc_cache.len() > procs.len() {
+            let alive: HashSet<u32> = procs.iter().map(|p| p.pid).collect();
+            self.proc_cache.retain(|pid, _| alive.contains(pid));
+        }
 
         let mut sockets = Vec::new();
-        if req.sockets {
-            if let Some(Ok(sd)) = &mut self.sock_diag {
-                match sd.tcp_sockets() {
-                    Ok(s) => sockets = s,
-                    Err(e) => tracing::debug!("sock_diag: {e}"),
-                }
+        // Without sock_diag there are no sockets, hence nothing to map to processes.
+        if let (true, Some(Ok(sd))) = (req.sockets, &mut self.sock_diag) {
+            match sd.tcp_sockets() {
+                Ok(s) => sockets = s,
+                Err(e) => tracing::debug!("sock_diag: {e}"),
             }
             self.map_sockets(&mut procs, &sockets, &mut stats);
         }
 
         if req.counters {
-            if let Some(c) = &mut self.counters {
+            if let Some(c) = self.counters.as_mut().filter(|c| c.status().available) {
                 let alive: HashSet<u32> = procs.iter().map(|p| p.pid).collect();
                 c.retain(&alive);
                 let proc_dir = &self.proc_dir;
@@ -308,18 +468,65 @@ impl Sampler {
     }
 
     /// Reads one process; `None` when it exited mid-read or its stat is malformed.
-    fn read_proc(&mut self, pid: u32, req: SampleRequest) -> Option<ProcSample> {
-        let dir = self.proc_dir.join(pid.to_string());
-        read_into(&dir.join("stat"), &mut self.buf).ok()?;
+    fn read_proc(
+        &mut self,
+        pid: u32,
+        req: SampleRequest,
+        stats: &mut SampleStats,
+    ) -> Option<ProcSample> {
+        // Paths relative to the open proc dir: no per-process directory fd to open/close.
+        let proc_ = self.proc.as_ref()?;
+        let mut rel = String::with_capacity(32);
+        let _ = write!(rel, "{pid}/stat");
+        proc_.read(&rel, &mut self.buf).ok()?;
+        let base = rel.len() - "stat".len(); // `PID/`
         let st = parse_pid_stat(&self.buf)?;
         let kernel_thread = st.is_kernel_thread();
+        let cpu_ticks = st.utime_ticks + st.stime_ticks;
+        let due = (self.sample_no + pid as u64).is_multiple_of(self.refresh_every);
+        if let Some(c) = self.proc_cache.get(&pid) {
+            let idle = c.start_time_ticks == st.start_time_ticks
+                && c.cpu_ticks == cpu_ticks
+                && c.num_threads == st.num_threads
+                && (!req.threads || c.threads.is_some());
+            if idle && !due {
+                return Some(ProcSample {
+                    pid,
+                    start_time_ticks: st.start_time_ticks,
+                    comm: st.comm,
+                    state: st.state,
+                    ppid: st.ppid,
+                    uid: c.uid,
+                    utime_ticks: st.utime_ticks,
+                    stime_ticks: st.stime_ticks,
+                    last_cpu: st.last_cpu,
+                    allowed: c.allowed.clone(),
+                    cgroup: c.cgroup.clone(),
+                    num_threads: st.num_threads,
+                    kernel_thread,
+                    threads: if req.threads {
+                        c.threads.clone().unwrap_or_default()
+                    } else {
+                        Vec::new()
+                    },
+                    socket_inodes: Vec::new(),
+                    counters: Vec::new(),
+                    numa_pages: Default::default(),
+                });
+            }
+        }
+        stats.procs_reread += 1;
         let (mut uid, mut allowed, mut cgroup) = (None, CpuSet::new(), String::new());
         if !kernel_thread {
-            read_into(&dir.join("status"), &mut self.buf).ok()?;
+            rel.truncate(base);
+            rel.push_str("status");
+            proc_.read(&rel, &mut self.buf).ok()?;
             let status = parse_status(&self.buf);
             uid = status.uid;
             allowed = status.cpus_allowed.unwrap_or_default();
-            match read_into(&dir.join("cgroup"), &mut self.buf) {
+            rel.truncate(base);
+            rel.push_str("cgroup");
+            match proc_.read(&rel, &mut self.buf) {
                 Ok(()) => cgroup = parse_cgroup(&self.buf),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
                 Err(_) => {}
@@ -327,19 +534,38 @@ impl Sampler {
         }
         let mut threads = Vec::new();
         if req.threads && !kernel_thread {
-            let task = dir.join("task");
+            // A thread's affinity does not change by running: its status is re-read when
+            // the thread is new or the process is due for a refresh, else kept.
+            let known: HashMap<u32, CpuSet> = match self.proc_cache.get(&pid) {
+                Some(c) if !due && c.start_time_ticks == st.start_time_ticks => c
+                    .threads
+                    .iter()
+                    .flatten()
+                    .map(|t| (t.tid, t.allowed.clone()))
+                    .collect(),
+                _ => HashMap::new(),
+            };
             // No task dir: the process exited, its threads with it.
-            for tid in numeric_entries(&task).unwrap_or_default() {
-                let tdir = task.join(tid.to_string());
-                if read_into(&tdir.join("stat"), &mut self.buf).is_err() {
+            let tids = numeric_entries(&self.proc_dir.join(format!("{pid}/task")));
+            for tid in tids.unwrap_or_default() {
+                rel.truncate(base);
+                let _ = write!(rel, "task/{tid}/stat");
+                if proc_.read(&rel, &mut self.buf).is_err() {
                     continue; // thread exited
                 }
                 let Some(ts) = parse_pid_stat(&self.buf) else {
                     continue;
                 };
-                let t_allowed = match read_into(&tdir.join("status"), &mut self.buf) {
-                    Ok(()) => parse_status(&self.buf).cpus_allowed.unwrap_or_default(),
-                    Err(_) => continue,
+                let t_allowed = match known.get(&tid) {
+                    Some(a) => a.clone(),
+                    None => {
+                        rel.truncate(rel.len() - "stat".len());
+                        rel.push_str("status");
+                        match proc_.read(&rel, &mut self.buf) {
+                            Ok(()) => parse_status(&self.buf).cpus_allowed.unwrap_or_default(),
+                            Err(_) => continue,
+                        }
+                    }
                 };
                 threads.push(ThreadSample {
                     tid,
@@ -352,6 +578,18 @@ impl Sampler {
                 });
             }
         }
+        self.proc_cache.insert(
+            pid,
+            ProcCache {
+                start_time_ticks: st.start_time_ticks,
+                cpu_ticks,
+                num_threads: st.num_threads,
+                uid,
+                allowed: allowed.clone(),
+                cgroup: cgroup.clone(),
+                threads: (req.threads || kernel_thread).then(|| threads.clone()),
+            },
+        );
         Some(ProcSample {
             pid,
             start_time_ticks: st.start_time_ticks,
@@ -390,8 +628,9 @@ impl Sampler {
     }
 
     fn fd_count(&self, pid: u32) -> u64 {
-        fs::metadata(self.proc_dir.join(format!("{pid}/fd")))
-            .map(|m| m.len())
+        self.proc
+            .as_ref()
+            .and_then(|d| d.size_of(&format!("{pid}/fd")).ok())
             .unwrap_or(0)
     }
 
@@ -548,6 +787,43 @@ mod tests {
         assert_eq!((p.utime_ticks, p.start_time_ticks), (42, 500));
         assert!(sample.procs[1].kernel_thread);
         assert_eq!(s.last_stats.dropped_procs, 2);
+    }
+
+    #[test]
+    fn idle_processes_come_from_the_cache_until_they_run_or_refresh() {
+        let t = Tree::new("cache");
+        t.write("stat", "cpu0 1 2 3 4\n");
+        t.write("100/stat", &stat_line(100, "idle", 1, 0, 42, 500));
+        t.write("100/status", "Uid:\t0\nCpus_allowed_list:\t0-1\n");
+        t.write("100/cgroup", "0::/a\n");
+        t.write("100/task/100/stat", &stat_line(100, "idle", 1, 0, 42, 500));
+        t.write("100/task/100/status", "Cpus_allowed_list:\t0-1\n");
+        let mut s = Sampler::new(&t.0);
+        s.set_refresh_every(1000);
+        let req = SampleRequest {
+            threads: true,
+            ..Default::default()
+        };
+        let allowed = |s: &mut Sampler| s.sample(req).unwrap().procs[0].allowed.to_vec();
+        assert_eq!(allowed(&mut s), vec![0, 1]);
+        // Someone pins the sleeping process: not seen while it does not run...
+        t.write("100/status", "Uid:\t0\nCpus_allowed_list:\t1\n");
+        assert_eq!(allowed(&mut s), vec![0, 1]);
+        assert_eq!(s.last_stats.procs_reread, 0);
+        // ...seen at once after invalidate (placer's own actuator)...
+        s.invalidate(100);
+        assert_eq!(allowed(&mut s), vec![1]);
+        // ...and when it runs.
+        t.write("100/status", "Uid:\t0\nCpus_allowed_list:\t0\n");
+        t.write("100/stat", &stat_line(100, "idle", 1, 0, 43, 500));
+        assert_eq!(allowed(&mut s), vec![0]);
+        assert_eq!(s.last_stats.procs_reread, 1);
+        // refresh_every 1: always exact.
+        s.set_refresh_every(1);
+        t.write("100/status", "Uid:\t0\nCpus_allowed_list:\t1\n");
+        assert_eq!(allowed(&mut s), vec![1]);
+        let sample = s.sample(req).unwrap();
+        assert_eq!(sample.procs[0].threads.len(), 1, "threads kept");
     }
 
     #[test]

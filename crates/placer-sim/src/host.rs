@@ -76,6 +76,8 @@ pub struct Task {
     /// Cumulative simulated counters.
     pub instructions: f64,
     pub cycles: f64,
+    /// DRAM traffic, bytes (the class's bandwidth while it runs, scaled by its speed).
+    pub mem_bytes: f64,
 }
 
 #[derive(Debug, Clone)]
@@ -319,6 +321,7 @@ impl SimHost {
                     share: 0.0,
                     instructions: 0.0,
                     cycles: 0.0,
+                    mem_bytes: 0.0,
                 });
             }
             let mut mem_bytes = vec![0.0; self.m.node_ids.len()];
@@ -673,6 +676,7 @@ impl SimHost {
                 gain += share * a.smt_gain;
                 let t = &mut self.tasks[ti];
                 t.cycles += share * dt * khz * 1e3;
+                t.mem_bytes += share * dt * a.bw_gbps * 1e9 * self.speed[ti].min(1.0);
                 t.instructions += share * dt * khz * 1e3 * a.ipc * self.speed[ti].min(1.0);
                 if system {
                     t.stime_ns += share * tick;
@@ -1172,10 +1176,11 @@ impl SimHost {
     }
 
     fn counters_of(&self, p: &Proc) -> Vec<CounterValue> {
-        let (mut ins, mut cyc) = (0.0, 0.0);
+        let (mut ins, mut cyc, mut bytes) = (0.0, 0.0, 0.0);
         for &t in &p.threads {
             ins += self.tasks[t].instructions;
             cyc += self.tasks[t].cycles;
+            bytes += self.tasks[t].mem_bytes;
         }
         let a = &p.class;
         let refs = ins / 1000.0 * a.llc_refs_per_kinstr;
@@ -1200,6 +1205,14 @@ impl SimHost {
                     config: 0,
                 },
                 ins / 1000.0 * a.sq_full_per_kinstr,
+            ),
+            // Seed 003's memory bandwidth (64 x IMC reads + writes), as bytes.
+            mk(
+                CounterEvent::Raw {
+                    name: "mem_bandwidth_bytes".into(),
+                    config: 0,
+                },
+                bytes,
             ),
         ]
     }

@@ -122,7 +122,8 @@ pub fn rx_cost_per_byte(h: &SimHost, f: usize, c: usize) -> f64 {
             .map(|(i, _)| i)
             .unwrap_or(0);
         let d = h.m.distance[h.m.node_pos(nic_node)][mem_node];
-        copy *= h.params.numa_ratio(d).powf(n.rx_fresh_buffer_numa_exponent);
+        copy *= n.rx_fresh_buffer_copy_factor
+            * h.params.numa_ratio(d).powf(n.rx_fresh_buffer_numa_exponent);
     }
     let extra = if h.m.share_cache(c, fl.rx_cpu) {
         0.0

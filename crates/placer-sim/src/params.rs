@@ -101,6 +101,10 @@ pub struct PowerParams {
     pub em_little_coeff: f64,
 }
 
+fn one() -> f64 {
+    1.0
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NetParams {
@@ -117,6 +121,10 @@ pub struct NetParams {
     /// Extra copy cost factor when a receiver allocates fresh buffers on a node other
     /// than its NIC's (multiplies the copy cost by the latency ratio to the power of this).
     pub rx_fresh_buffer_numa_exponent: f64,
+    /// Copy cost of a freshly allocated (cache-cold, newly faulted) receive buffer relative
+    /// to a reused, cache-hot one, before the NUMA factor (1.0 = no cold-buffer cost).
+    #[serde(default = "one")]
+    pub rx_fresh_buffer_copy_factor: f64,
     /// Send cost per byte and per packet in the sending process, cycles.
     pub tx_cycles_per_byte: f64,
     pub tx_cycles_per_packet: f64,
@@ -195,6 +203,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("net.rx_softirq_cycles_per_byte", "[E] 0: checksum offloaded; per-byte work is the copy"),
     ("net.rx_copy_cycles_per_byte", "[E] the other half of CAL D's 8 cycles/byte"),
     ("net.rx_remote_cache_extra", "seed 002 Fig. 2: receiver on a core not sharing cache with the IRQ core costs up to 27% more CPU"),
+    ("net.rx_fresh_buffer_copy_factor", "[E] 1.0 by default (no cold-buffer cost); scenarios/seed-004.toml sets 2.33, the receiver CPU per GB of fresh mmap'd vs reused 64 KiB buffers measured by `placer bench net --path loopback` (docs/numa.md)"),
     ("net.rx_fresh_buffer_numa_exponent", "[E] 1.0: a fresh buffer's copy pays the full remote latency ratio (seed 004: remote ~15% below adjacent)"),
     ("net.tx_cycles_per_byte", "[E] 2 c/B: send path copies once, TSO offloads segmentation (CAL D)"),
     ("net.tx_cycles_per_packet", "[E] 1000: Clark et al. <200 instructions on the fast path, plus driver (CAL D)"),
@@ -338,6 +347,7 @@ impl Params {
                 rx_copy_cycles_per_byte: 4.0,
                 rx_remote_cache_extra: 0.27,
                 rx_fresh_buffer_numa_exponent: 1.0,
+                rx_fresh_buffer_copy_factor: 1.0,
                 tx_cycles_per_byte: 2.0,
                 tx_cycles_per_packet: 1000.0,
                 packets_per_irq: 8.0,

@@ -26,6 +26,7 @@ use std::collections::BTreeMap;
 /// Built-in scenarios: (name, TOML text). Other areas add their seed scenarios here.
 pub const BUILTIN: &[(&str, &str)] = &[
     ("seed-002", include_str!("../../../scenarios/seed-002.toml")),
+    ("seed-001", include_str!("../../../scenarios/seed-001.toml")),
     ("seed-000", include_str!("../../../scenarios/seed-000.toml")),
     (
         "seed-000-mix50",
@@ -60,7 +61,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "seed-003-28",
         include_str!("../../../scenarios/seed-003-28.toml"),
     ),
-    ("seed-001", include_str!("../../../scenarios/seed-001.toml")),
+    ("seed-004", include_str!("../../../scenarios/seed-004.toml")),
 ];
 
 fn default_seeds() -> Vec<u64> {
@@ -145,6 +146,10 @@ pub struct Variant {
     /// Parameter overrides on top of the scenario's.
     #[serde(default)]
     pub params: Option<toml::Value>,
+    /// Workloads replacing the scenario's in this variant (seed 004 compares buffer
+    /// habits and memory nodes of one receiver).
+    #[serde(default)]
+    pub workloads: Option<Vec<WorkloadSpec>>,
 }
 
 /// One figure from the paper: `metric` of `policy` against `versus`, in percent.
@@ -318,9 +323,20 @@ impl Scenario {
             }
         }
         self.placer_config()?;
-        self.topology_and_params(None)?;
+        let mut setups = vec![self.topology_and_params(None)?];
         for v in &self.variants {
-            self.topology_and_params(Some(v))?;
+            setups.push(self.topology_and_params(Some(v))?);
+            for w in v.workloads.iter().flatten() {
+                w.validate()
+                    .map_err(|e| ScenarioError::Invalid(self.name.clone(), e))?;
+            }
+        }
+        for (_, params) in &setups {
+            for w in &self.workloads {
+                params.archetype(&w.class_name()).map_err(|e| {
+                    ScenarioError::Invalid(self.name.clone(), format!("workload {:?}: {e}", w.name))
+                })?;
+            }
         }
         Ok(())
     }
@@ -402,7 +418,9 @@ impl Scenario {
             &self.machine,
             topo,
             params,
-            self.workloads.clone(),
+            variant
+                .and_then(|v| v.workloads.clone())
+                .unwrap_or_else(|| self.workloads.clone()),
             baseline,
             seed,
         )

@@ -456,10 +456,12 @@ threads = 2
     assert_eq!(p.threads.len(), 2);
     let busy: f64 = obs.cpus.iter().map(|c| c.util).sum();
     assert!((busy - 2.0).abs() < 0.05, "busy {busy}");
-    assert!(p
-        .counters
-        .as_ref()
-        .is_some_and(|c| c.per_s["instructions"] > 0.0));
+    let c = p.counters.as_ref().unwrap();
+    assert!(c.per_s["instructions"] > 0.0);
+    // Seed 003's memory bandwidth: compute-int's 0.1 GB/s per thread, two threads.
+    let bw = c.per_s["mem_bandwidth_bytes"];
+    assert!((bw - 2.0 * 0.1e9).abs() < 0.05e9, "mem bandwidth {bw}");
+    assert!(c.per_s["offcore_requests_buffer_full"] > 0.0 && c.per_s["llc_references"] > 0.0);
     assert!(obs.power_w.unwrap() > 76.0);
     // linux-default spreads two threads over two packages (seed 001 Table 1).
     let cpus: Vec<u32> = p.threads.iter().filter_map(|t| t.last_cpu).collect();

@@ -23,6 +23,8 @@ use std::time::{Duration, Instant};
 const PLACER: &str = env!("CARGO_BIN_EXE_placer");
 const INTERVAL_MS: u64 = 250;
 const TIMEOUT_MS: u64 = 1000;
+/// 20 MB/s: 20x the default intensity threshold.
+const SENDER_BYTES_PER_S: u64 = 20_000_000;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 static SEQ: AtomicU32 = AtomicU32::new(0);
@@ -54,10 +56,6 @@ fn missing() -> Option<String> {
     }
     if !ok(Command::new("python3").args(["-c", "import socket"])) {
         return Some("needs python3".into());
-    }
-    // Until the topology reader lands on this branch, the daemon cannot see NICs.
-    if !ok(Command::new(PLACER).args(["topo", "--json"])) {
-        return Some("needs a working topology reader (`placer topo --json` fails)".into());
     }
     let allowed = status_field(std::process::id(), "Cpus_allowed_list").unwrap_or_default();
     if !cpus(&allowed).is_some_and(|v| v.contains(&0) && v.contains(&1)) {
@@ -256,15 +254,20 @@ impl Net {
         k
     }
 
-    /// Connects, idles `idle_s`, prints `start`, streams `stream_s`, prints `stop`, idles.
+    /// Connects, idles `idle_s`, prints `start`, streams `stream_s` at about
+    /// SENDER_BYTES_PER_S (far above the intensity threshold, without saturating a CPU on
+    /// this 2-CPU machine), prints `stop`, idles with the connection open.
     fn sender(&self, idle_s: f64, stream_s: f64) -> Kid {
         let code = "import socket,sys,time\n\
             open('/proc/self/comm','w').write('plrtx')\n\
             c=socket.create_connection((sys.argv[1],int(sys.argv[2])))\n\
             time.sleep(float(sys.argv[3]))\n\
             print('start',flush=True)\n\
-            b=b'x'*65536; end=time.time()+float(sys.argv[4])\n\
-            while time.time()<end: c.sendall(b)\n\
+            b=b'x'*65536; t0=time.time(); end=t0+float(sys.argv[4]); n=0; rate=float(sys.argv[5])\n\
+            while time.time()<end:\n\
+            \x20c.sendall(b); n+=len(b)\n\
+            \x20ahead=n/rate-(time.time()-t0)\n\
+            \x20if ahead>0: time.sleep(ahead)\n\
             print('stop',flush=True)\n\
             time.sleep(3600)\n";
         Kid::spawn(self.in_ns(&self.tx_ns).args([
@@ -275,6 +278,7 @@ impl Net {
             PORT,
             &idle_s.to_string(),
             &stream_s.to_string(),
+            &SENDER_BYTES_PER_S.to_string(),
         ]))
     }
 
@@ -422,7 +426,10 @@ fn pins_the_receiver_to_the_rps_cpu_and_restores_it_when_quiet() {
     assert!(gone.is_some(), "journal still lists the receiver");
 }
 
-/// A burner pinned to CPU 1 makes the receive CPU busy.
+/// A burner pinned to CPU 1 makes the receive CPU busy: it takes at least half of CPU 1
+/// whoever else runs there, so with a threshold of 0.5 CPU 1 is always too busy.
+const BUSY_AT_HALF: &str = "cpu_load_threshold = 0.5\n";
+/// Starts the burner on CPU 1.
 fn burner(net: &Net) -> Kid {
     let k = Kid::spawn(net.in_ns(&net.rx_ns).args([
         "taskset",
@@ -445,7 +452,7 @@ fn busy_receive_cpu_gives_its_cache_neighbour() {
     let _burn = burner(&net);
     let (rx, _d, _tx, original, _started) = scenario(
         &net,
-        "cpu_load_threshold = 0.9\nwhen_busy = \"cache_neighbour\"\n",
+        &format!("{BUSY_AT_HALF}when_busy = \"cache_neighbour\"\n"),
         &[],
         3.0,
     );
@@ -479,7 +486,7 @@ fn busy_receive_cpu_and_leave_configured_leaves_it_alone() {
     let _burn = burner(&net);
     let (rx, _d, _tx, original, _started) = scenario(
         &net,
-        "cpu_load_threshold = 0.9\nwhen_busy = \"leave\"\n",
+        &format!("{BUSY_AT_HALF}when_busy = \"leave\"\n"),
         &[],
         3.0,
     );
@@ -625,4 +632,67 @@ fn bad_config_is_rejected_naming_the_field() {
         );
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn explain(net: &Net, pid: u32, in_ns: bool) -> serde_json::Value {
+    let cfg = net.dir.join("placer.toml");
+    let mut cmd = if in_ns {
+        net.in_ns(&net.rx_ns)
+    } else {
+        Command::new("env")
+    };
+    cmd.arg(PLACER)
+        .args(["explain", &pid.to_string(), "--json", "--config"])
+        .arg(&cfg);
+    let o = run(&mut cmd).expect("placer explain");
+    assert!(
+        o.status.success(),
+        "explain failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).expect("explain --json")
+}
+
+#[test]
+fn explain_from_the_daemon_and_without_one() {
+    let Some(_g) = setup() else { return };
+    let net = Net::new();
+    let (rx, mut d, _tx, original, _started) = scenario(&net, ANY_LOAD, &[], 30.0);
+    assert!(
+        wait_for(interval() * 4, || affinity(rx.pid()) == "1").is_some(),
+        "{}",
+        net.logs()
+    );
+    std::thread::sleep(interval() * 2);
+    let e = explain(&net, rx.pid(), false);
+    assert_eq!(e["source"], "daemon", "{e}");
+    assert_eq!(e["allowed_cpus_now"], "1");
+    assert_eq!(
+        cpus(e["journal"]["previous"].as_str().unwrap_or("")),
+        cpus(&original),
+        "{e}"
+    );
+    let act = &e["decision"]["last_action"];
+    assert_eq!(act["kind"], "pin_process", "{e}");
+    assert!(
+        act["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("receives on CPU 1"),
+        "{e}"
+    );
+    assert_eq!(e["decision"]["held_by"], "net-affinity");
+    d.signal(libc::SIGTERM);
+    d.wait_exit(Duration::from_secs(5)).expect("daemon exits");
+    // No daemon: one observation in dry run, in the receiver's namespace (its sockets).
+    let e = explain(&net, rx.pid(), true);
+    assert_eq!(e["source"], "dry_run", "{e}");
+    assert!(e["journal"].is_null(), "{e}");
+    let act = &e["decision"]["last_action"];
+    assert_eq!(act["kind"], "pin_process", "{e}");
+    assert!(
+        act["detail"].as_str().unwrap_or("").contains("dry run"),
+        "{e}"
+    );
+    assert_eq!(affinity(rx.pid()), original, "explain changed something");
 }

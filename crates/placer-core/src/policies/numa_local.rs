@@ -534,28 +534,15 @@ mod tests {
     use crate::policy::Held;
 
     fn proc(pid: u32, rx: f64, cpus: &str, pages: &[(u32, u64)]) -> ProcObs {
-        ProcObs {
+        let mut p = ProcObs::bare(
             pid,
-            start_time_ticks: 100 + pid as u64,
-            comm: format!("app{pid}"),
-            state: 'S',
-            uid: Some(0),
-            cgroup: "/".into(),
-            kernel_thread: false,
-            cpu_share: 0.5,
-            allowed_cpus: CpuSet::parse_list(cpus).unwrap(),
-            last_cpu: None,
-            num_threads: 1,
-            rx_bytes_per_s: rx,
-            tx_bytes_per_s: 0.0,
-            segs_in_per_s: 0.0,
-            segs_out_per_s: 0.0,
-            flows: Vec::new(),
-            threads: Vec::new(),
-            counters: None,
-            numa_pages: pages.iter().copied().collect(),
-            new: false,
-        }
+            100 + pid as u64,
+            &format!("app{pid}"),
+            CpuSet::parse_list(cpus).unwrap(),
+        );
+        p.rx_bytes_per_s = rx;
+        p.numa_pages = pages.iter().copied().collect();
+        p
     }
 
     fn obs(procs: Vec<ProcObs>) -> Observation {

@@ -2,7 +2,7 @@
 //! daemon cycle and reaction, simulator speed) and of the seeds' effects (network buffers,
 //! QoS under a limiter). Each prints medians of repeated runs and, with --json, the raw runs.
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -15,26 +15,24 @@ pub enum BenchCmd {
     /// Time to read the topology of a root (default /), median of runs.
     Topo(super::bench_topo::Args),
     /// Cost of one sample+observe cycle.
-    Cycle(EmptyArgs),
+    Cycle(super::bench_cycle::Args),
     /// Daemon cycle overhead and reaction time of net-affinity.
-    Daemon(EmptyArgs),
+    Daemon(super::bench_daemon::Args),
     /// Simulator speed: 10 simulated seconds of 64 tasks on 64 CPUs.
-    Sim(crate::cmd::bench_sim::Args),
+    Sim(super::bench_sim::Args),
     /// ttcp-style TCP benchmark of buffer reuse and NUMA placement (seed 004).
     Net(super::bench_net::Args),
     /// Deadline misses of a periodic task under a network stream, with and without the limiter.
     Qos(super::bench_qos::Args),
 }
 
-#[derive(clap::Args, Debug)]
-pub struct EmptyArgs {}
-
 pub fn run(args: Args) -> Result<()> {
     match args.what {
         BenchCmd::Topo(a) => super::bench_topo::run(a),
+        BenchCmd::Cycle(a) => super::bench_cycle::run(a),
+        BenchCmd::Daemon(a) => super::bench_daemon::run(a),
         BenchCmd::Qos(a) => super::bench_qos::run(a),
         BenchCmd::Net(a) => super::bench_net::run(a),
         BenchCmd::Sim(a) => super::bench_sim::run(a),
-        other => bail!("`placer bench {other:?}` is not implemented yet"),
     }
 }

@@ -170,43 +170,9 @@ pub fn resolve_node(topo: &Topology, spec: &str, local: u32) -> Result<(u32, Str
     }
 }
 
-/// Nodes with their CPUs and distances from sysfs, for when the full topology reader
-/// cannot read the root.
-fn read_nodes_minimal(root: &Path) -> Topology {
-    let base = root.join("sys/devices/system/node");
-    let mut t = Topology {
-        source: format!("root:{} (nodes only)", root.display()),
-        ..Topology::default()
-    };
-    let online = std::fs::read_to_string(base.join("online")).unwrap_or_else(|_| "0".into());
-    let ids = CpuSet::parse_list(online.trim()).unwrap_or_else(|_| CpuSet::single(0));
-    for id in ids.iter() {
-        let dir = base.join(format!("node{id}"));
-        let cpus = std::fs::read_to_string(dir.join("cpulist"))
-            .ok()
-            .and_then(|s| CpuSet::parse_list(s.trim()).ok())
-            .unwrap_or_default();
-        let dists: Vec<u32> = std::fs::read_to_string(dir.join("distance"))
-            .unwrap_or_default()
-            .split_whitespace()
-            .filter_map(|d| d.parse().ok())
-            .collect();
-        let distances = ids.iter().zip(dists).collect();
-        t.nodes.push(placer_core::topology::Node {
-            id,
-            cpus,
-            memory_bytes: None,
-            distances,
-        });
-    }
-    t
-}
-
-fn topology(root: &Path) -> Topology {
-    match placer_linux::topology::read(root) {
-        Ok(t) if !t.nodes.is_empty() => t,
-        _ => read_nodes_minimal(root),
-    }
+fn topology(root: &Path) -> Result<Topology> {
+    placer_linux::topology::read(root)
+        .with_context(|| format!("reading the topology under {}", root.display()))
 }
 
 // ---------------------------------------------------------------- host helpers
@@ -799,7 +765,7 @@ pub fn run(mut args: Args) -> Result<()> {
     if args.runs == 0 || args.runs > 1000 {
         bail!("--runs {}: from 1 to 1000", args.runs);
     }
-    let topo = topology(&args.root);
+    let topo = topology(&args.root)?;
     let local_cpu = args.receiver_cpu.unwrap_or_else(current_cpu);
     let local = topo.node_of(local_cpu).unwrap_or(0);
     let (node, why) = resolve_node(&topo, &args.buffer_node, local)?;

@@ -37,6 +37,12 @@ struct Explanation {
     decision: Option<ProcDecision>,
     /// Policies that do not run, with why.
     disabled_policies: Vec<(String, String)>,
+    /// Resident pages (4 KiB units on x86-64) per NUMA node, from /proc/PID/numa_maps.
+    #[serde(default)]
+    numa_pages: std::collections::BTreeMap<u32, u64>,
+    /// What placer's memory placement changed (numa-local), with the pages per node before.
+    #[serde(default)]
+    memory_journal: Option<Entry>,
 }
 
 fn status_field(root: &Path, pid: u32, field: &str) -> Option<String> {
@@ -108,6 +114,18 @@ pub fn run(args: Args) -> Result<()> {
                 .cloned();
             (p, disabled)
         });
+    let page_bytes = placer_bufpool::numa::page_bytes() as u64;
+    let numa_pages = placer_linux::numa_maps::read(&args.state.root, pid, page_bytes)
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let memory_journal = Journal::load(&dir).ok().and_then(|j| {
+        j.get(&Knob::MemPolicy {
+            pid,
+            start_time_ticks: start,
+        })
+        .cloned()
+    });
     let (source, (decision, disabled)) = match from_daemon {
         Some(x) => ("daemon", x),
         None => ("dry_run", one_shot(&args, &cfg, &dir)?),
@@ -121,6 +139,8 @@ pub fn run(args: Args) -> Result<()> {
         journal,
         decision,
         disabled_policies: disabled,
+        numa_pages,
+        memory_journal,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&e)?);
@@ -149,6 +169,21 @@ fn render(e: &Explanation) -> String {
         None => {
             let _ = writeln!(o, "  placer has not changed its affinity");
         }
+    }
+    if !e.numa_pages.is_empty() {
+        let page = placer_bufpool::numa::page_bytes() as u64;
+        let _ = writeln!(
+            o,
+            "  memory: {}",
+            placer_core::policies::numa_local::format_pages(&e.numa_pages, page)
+        );
+    }
+    if let Some(m) = &e.memory_journal {
+        let _ = writeln!(
+            o,
+            "  placer moved its pages to nodes {} (pages per node before: {}); `placer restore` moves them back",
+            m.applied, m.previous
+        );
     }
     let src = match e.source {
         "daemon" => "the running daemon's latest cycle",

@@ -1,6 +1,8 @@
 //! One module per subcommand.
 
 pub mod bench;
+pub mod bench_cycle;
+pub mod bench_daemon;
 pub mod bench_net;
 pub mod bench_qos;
 pub mod bench_sim;

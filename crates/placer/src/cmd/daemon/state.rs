@@ -269,9 +269,14 @@ impl Decisions {
         self.procs = next;
     }
 
+    /// Replaces the file atomically (rename), without fsync: it is rewritten every cycle
+    /// and only informative, unlike the journal.
     pub fn write(&self, state_dir: &Path) -> Result<()> {
         let text = serde_json::to_string(self)?;
-        placer_linux::journal::write_durably(&state_dir.join(DECISIONS_FILE), text.as_bytes())?;
+        let path = state_dir.join(DECISIONS_FILE);
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, &path).with_context(|| format!("renaming to {}", path.display()))?;
         Ok(())
     }
 

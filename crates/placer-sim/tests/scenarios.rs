@@ -1,0 +1,136 @@
+//! Scenario files, the oracle, the report and the plot.
+
+use placer_sim::oracle;
+use placer_sim::report::Report;
+use placer_sim::scenario::{self, OracleSpec, Scenario, BUILTIN};
+
+#[test]
+fn every_builtin_scenario_parses_and_validates() {
+    assert!(BUILTIN.iter().any(|(n, _)| *n == "seed-002"));
+    for (name, text) in BUILTIN {
+        let s = Scenario::from_toml(name, text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(&s.name, name, "file name and `name` differ");
+        assert!(!s.description.is_empty(), "{name}: no description");
+    }
+}
+
+#[test]
+fn scenario_files_reject_unknown_keys_and_bad_values() {
+    let ok = "name = \"t\"\nmachine = \"dell-c6100\"\nduration_s = 1.0\n\
+              [[workloads]]\nkind = \"cpu\"\nname = \"j\"\n";
+    assert!(Scenario::from_toml("t", ok).is_ok());
+    let typo = ok.replace("duration_s", "duration");
+    assert!(Scenario::from_toml("t", &typo).is_err());
+    let bad_param = format!("{ok}[params.power]\nidle_w = 1.0\n");
+    let e = Scenario::from_toml("t", &bad_param)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("params.power.idle_w"), "{e}");
+    let bad_policy = ok.replace(
+        "duration_s = 1.0",
+        "duration_s = 1.0\npolicies = [\"nope\"]",
+    );
+    assert!(Scenario::from_toml("t", &bad_policy).is_err());
+    let bad_class = format!("{ok}class = \"nope\"\n");
+    assert!(Scenario::from_toml("t", &bad_class).is_err());
+    let bad_machine = ok.replace("dell-c6100", "no-such-machine");
+    assert!(Scenario::from_toml("t", &bad_machine).is_err());
+}
+
+#[test]
+fn oracle_finds_the_best_static_placement_of_a_small_case() {
+    // Two endless compute jobs on one package of 2 cores x 2 threads: the best placement
+    // puts them on different cores (work rate ~2), the worst on one CPU (1).
+    let sc = Scenario::from_toml(
+        "t",
+        r#"name = "t"
+machine = "pkg:1 core:2 pu:2"
+duration_s = 1.0
+policies = ["linux-default"]
+[[workloads]]
+kind = "cpu"
+name = "a"
+[[workloads]]
+kind = "cpu"
+name = "b"
+"#,
+    )
+    .unwrap();
+    let spec = OracleSpec {
+        duration_s: 0.2,
+        warmup_s: 0.05,
+        max_placements: 100,
+    };
+    let r = oracle::search(&sc, None, &spec);
+    assert!(r.skipped.is_none(), "{:?}", r.skipped);
+    // 4 CPUs each, different workload entries: 16 placements.
+    assert_eq!((r.placements, r.evaluated), (16, 16));
+    let best = r.best_value.unwrap();
+    assert!(best > 1.95 && best <= 2.0, "best {best}");
+    assert!((r.worst_value.unwrap() - 1.0).abs() < 0.01);
+    let topo = placer_core::machines::machine("pkg:1 core:2 pu:2").unwrap();
+    let cores: Vec<_> = r
+        .best
+        .iter()
+        .map(|(_, _, c)| topo.cpu(*c).unwrap().core)
+        .collect();
+    assert_ne!(
+        cores[0], cores[1],
+        "best placement shares a core: {:?}",
+        r.best
+    );
+    // Over the budget: skipped, with the count.
+    let tight = OracleSpec {
+        max_placements: 10,
+        ..spec
+    };
+    let r = oracle::search(&sc, None, &tight);
+    assert!(r
+        .skipped
+        .as_deref()
+        .is_some_and(|s| s.contains("16 placements")));
+}
+
+#[test]
+fn report_puts_paper_figures_beside_simulated_ones_and_plots() {
+    let mut sc = Scenario::load("seed-002").unwrap();
+    sc.duration_s = 1.0;
+    sc.warmup_s = 0.3;
+    sc.seeds = vec![1];
+    sc.policies = vec!["linux-default".into()];
+    // Compare the baseline with itself: every paired figure is exactly 0%.
+    for p in &mut sc.paper {
+        p.policy = "linux-default".into();
+    }
+    let rows = scenario::run(&sc, &scenario::default_factory);
+    let report = Report::new(&sc, rows, Vec::new());
+    assert_eq!(report.paper.len(), sc.paper.len());
+    for p in &report.paper {
+        assert_eq!(p.simulated_pct, Some(0.0), "{p:?}");
+    }
+    let text = report.to_text();
+    assert!(
+        text.contains("+4..+21") && text.contains("linux-default"),
+        "{text}"
+    );
+    let json = serde_json::to_string(&report).unwrap();
+    assert!(json.contains("\"paper_low_pct\":4.0"));
+    let dir = std::env::temp_dir().join(format!("placer-sim-plot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    struct Cleanup(std::path::PathBuf);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _c = Cleanup(dir.clone());
+    let svg = dir.join("r.svg");
+    placer_sim::plot::draw(&report, &svg).unwrap();
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.contains("<svg") && text.contains("linux-default"));
+    let png = dir.join("r.png");
+    placer_sim::plot::draw(&report, &png).unwrap();
+    let bytes = std::fs::read(&png).unwrap();
+    assert_eq!(&bytes[1..4], b"PNG");
+    assert!(placer_sim::plot::draw(&report, &dir.join("r.gif")).is_err());
+}

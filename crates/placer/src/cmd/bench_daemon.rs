@@ -1,0 +1,517 @@
+//! `placer bench daemon`: what the daemon costs and how fast it reacts.
+//!
+//! Overhead: N sleeping processes (`sleep`) and M idle TCP connections over loopback (held
+//! by this process), then `placer daemon --dry-run` (net-affinity, the whole cycle except
+//! applying, which has nothing to apply here) at the given interval; its CPU time (utime +
+//! stime from /proc/PID/stat) over a window after warm-up, as a share of one CPU, and its
+//! mean cycle time from its own metrics.
+//!
+//! Reaction (root, `ip`, two CPUs): two network namespaces joined by veth, the receiver's
+//! receive processing steered to CPU 1 with RPS, `placer daemon` in the receiver's
+//! namespace; each run starts a fresh receiver and, at a random phase of the daemon's
+//! cycle, a sender that connects, idles two intervals, then streams; reaction = time from the first byte sent to the receiver's
+//! Cpus_allowed_list reading `1`. Median over the runs. The receive CPU's load check is
+//! off (cpu_load_threshold = 1.0) so a busy shared machine does not change the answer.
+//!
+//! The receiver and sender are this binary again (`--role`, hidden), run in the namespaces
+//! with `ip netns exec`.
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Daemon interval for both measurements.
+    #[arg(long, default_value = "1s")]
+    pub interval: String,
+    /// Length of the overhead measurement window, seconds (after a warm-up of 3 intervals).
+    #[arg(long, default_value_t = 30)]
+    pub seconds: u64,
+    /// Sleeping processes in the overhead scenario.
+    #[arg(long, default_value_t = 500)]
+    pub procs: u32,
+    /// Idle TCP connections in the overhead scenario.
+    #[arg(long, default_value_t = 200)]
+    pub conns: u32,
+    /// Reaction-time runs.
+    #[arg(long, default_value_t = 10)]
+    pub runs: u32,
+    /// Skip the overhead measurement.
+    #[arg(long)]
+    pub no_overhead: bool,
+    /// Skip the reaction measurement.
+    #[arg(long)]
+    pub no_reaction: bool,
+    #[arg(long)]
+    pub json: bool,
+    /// Internal: run as the benchmark's `receiver` or `sender`.
+    #[arg(long, hide = true)]
+    pub role: Option<String>,
+    #[arg(long, hide = true)]
+    pub addr: Option<String>,
+    #[arg(long, hide = true)]
+    pub comm: Option<String>,
+    #[arg(long, hide = true, default_value_t = 0)]
+    pub idle_ms: u64,
+    #[arg(long, hide = true, default_value_t = 0)]
+    pub stream_ms: u64,
+    #[arg(long, hide = true, default_value_t = 20_000_000)]
+    pub rate_bytes_per_s: u64,
+}
+
+#[derive(Serialize, Default)]
+struct Report {
+    interval_ms: u64,
+    overhead: Option<Overhead>,
+    reaction: Option<Reaction>,
+}
+
+#[derive(Serialize)]
+struct Overhead {
+    procs: u32,
+    conns: u32,
+    window_s: f64,
+    cpu_s: f64,
+    /// CPU time / wall time, percent of one CPU.
+    cpu_percent_of_one: f64,
+    cycles: u64,
+    mean_cycle_ms: f64,
+}
+
+#[derive(Serialize)]
+struct Reaction {
+    runs_ms: Vec<f64>,
+    /// Runs in which the receiver was not pinned within 5 intervals.
+    missed: u32,
+    median_ms: Option<f64>,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    if let Some(role) = args.role.as_deref() {
+        return match role {
+            "receiver" => receiver(&args),
+            "sender" => sender(&args),
+            r => bail!("unknown role {r}"),
+        };
+    }
+    let interval = crate::cmd::daemon::state::parse_duration(&args.interval)?;
+    let mut report = Report {
+        interval_ms: interval.as_millis() as u64,
+        ..Default::default()
+    };
+    if !args.no_overhead {
+        report.overhead = Some(overhead(&args, interval)?);
+    }
+    if !args.no_reaction {
+        match reaction_missing() {
+            Some(why) => eprintln!("reaction time skipped: {why}"),
+            None => report.reaction = Some(reaction(&args, interval)?),
+        }
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    if let Some(o) = &report.overhead {
+        println!(
+            "daemon overhead: {:.3}% of one CPU ({:.3} s CPU over {:.1} s) at a {} ms interval, \
+             {} sleeping processes, {} TCP connections; {} cycles, mean cycle {:.2} ms",
+            o.cpu_percent_of_one,
+            o.cpu_s,
+            o.window_s,
+            report.interval_ms,
+            o.procs,
+            o.conns,
+            o.cycles,
+            o.mean_cycle_ms
+        );
+    }
+    if let Some(r) = &report.reaction {
+        println!(
+            "reaction (stream start to pin) at a {} ms interval: median {} over {} runs ({} missed); runs: {}",
+            report.interval_ms,
+            r.median_ms.map_or("n/a".into(), |m| format!("{m:.0} ms")),
+            r.runs_ms.len(),
+            r.missed,
+            r.runs_ms
+                .iter()
+                .map(|m| format!("{m:.0}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+    }
+    Ok(())
+}
+
+fn monotonic_ns() -> u64 {
+    // SAFETY: clock_gettime writes the timespec it is given.
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn set_comm(name: &str) {
+    let _ = std::fs::write("/proc/self/comm", name);
+}
+
+fn receiver(args: &Args) -> Result<()> {
+    set_comm(args.comm.as_deref().unwrap_or("plrbrx"));
+    let l = TcpListener::bind(args.addr.as_deref().context("--addr")?)?;
+    println!("listening");
+    std::io::stdout().flush()?;
+    let mut buf = vec![0u8; 1 << 16];
+    for c in l.incoming() {
+        let mut c = c?;
+        while c.read(&mut buf).map(|n| n > 0).unwrap_or(false) {}
+    }
+    Ok(())
+}
+
+fn sender(args: &Args) -> Result<()> {
+    set_comm("plrbtx");
+    let mut c = TcpStream::connect(args.addr.as_deref().context("--addr")?)?;
+    std::thread::sleep(Duration::from_millis(args.idle_ms));
+    let t0 = Instant::now();
+    println!("start {}", monotonic_ns());
+    std::io::stdout().flush()?;
+    let buf = vec![b'x'; 1 << 16];
+    let mut sent = 0u64;
+    let rate = args.rate_bytes_per_s.max(1) as f64;
+    while t0.elapsed() < Duration::from_millis(args.stream_ms) {
+        c.write_all(&buf)?;
+        sent += buf.len() as u64;
+        let ahead = sent as f64 / rate - t0.elapsed().as_secs_f64();
+        if ahead > 0.0 {
+            std::thread::sleep(Duration::from_secs_f64(ahead));
+        }
+    }
+    println!("stop");
+    std::thread::sleep(Duration::from_secs(3600));
+    Ok(())
+}
+
+/// Children killed and reaped on drop.
+#[derive(Default)]
+struct Kids(Vec<Child>);
+
+impl Drop for Kids {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+        }
+        for c in &mut self.0 {
+            let _ = c.wait();
+        }
+    }
+}
+
+/// utime + stime of a process, seconds.
+fn cpu_s(pid: u32) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let rest = &stat[stat.rfind(')').context("stat")? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15; after the comm, index 11 and 12.
+    let ticks: u64 = f[11].parse::<u64>()? + f[12].parse::<u64>()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Ok(ticks as f64 / hz)
+}
+
+fn scrape(addr: &str) -> Result<String> {
+    let mut c = TcpStream::connect(addr)?;
+    c.set_read_timeout(Some(Duration::from_secs(2)))?;
+    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")?;
+    let mut s = String::new();
+    c.read_to_string(&mut s)?;
+    Ok(s)
+}
+
+fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("placer-bench-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    let _ = std::fs::create_dir_all(&d);
+    d
+}
+
+fn overhead(args: &Args, interval: Duration) -> Result<Overhead> {
+    let mut kids = Kids::default();
+    for _ in 0..args.procs {
+        kids.0.push(
+            Command::new("sleep")
+                .arg("3600")
+                .stdin(Stdio::null())
+                .spawn()
+                .context("spawning sleep")?,
+        );
+    }
+    let l = TcpListener::bind("127.0.0.1:0")?;
+    let addr = l.local_addr()?;
+    let mut conns = Vec::new();
+    for _ in 0..args.conns {
+        let c = TcpStream::connect(addr)?;
+        let (s, _) = l.accept()?;
+        conns.push((c, s));
+    }
+    let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let dir = temp_dir("overhead");
+    let cfg = dir.join("placer.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "interval_ms = {}\nstate_dir = {:?}\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n",
+            interval.as_millis(),
+            dir.join("state").display().to_string()
+        ),
+    )?;
+    let exe = std::env::current_exe()?;
+    let mut daemon = Kids::default();
+    daemon.0.push(
+        Command::new(&exe)
+            .args(["daemon", "--dry-run", "--config"])
+            .arg(&cfg)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?,
+    );
+    let pid = daemon.0[0].id();
+    std::thread::sleep(interval * 3);
+    let addr = format!("127.0.0.1:{port}");
+    let m0 = scrape(&addr).context("scraping the daemon's metrics")?;
+    let (c0, t0) = (cpu_s(pid)?, Instant::now());
+    std::thread::sleep(Duration::from_secs(args.seconds));
+    let (c1, window) = (cpu_s(pid)?, t0.elapsed().as_secs_f64());
+    let m1 = scrape(&addr)?;
+    drop(daemon);
+    let _ = std::fs::remove_dir_all(&dir);
+    let count = |m: &str| metric(m, "placer_cycle_seconds_count").unwrap_or(0.0);
+    let sum = |m: &str| metric(m, "placer_cycle_seconds_sum").unwrap_or(0.0);
+    let cycles = (count(&m1) - count(&m0)).max(0.0);
+    Ok(Overhead {
+        procs: args.procs,
+        conns: args.conns,
+        window_s: window,
+        cpu_s: c1 - c0,
+        cpu_percent_of_one: (c1 - c0) / window * 100.0,
+        cycles: cycles as u64,
+        mean_cycle_ms: if cycles > 0.0 {
+            (sum(&m1) - sum(&m0)) / cycles * 1e3
+        } else {
+            0.0
+        },
+    })
+}
+
+fn reaction_missing() -> Option<String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("needs root (network namespaces)".into());
+    }
+    let allowed = std::fs::read_to_string("/proc/self/status")
+        .ok()?
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("Cpus_allowed_list:")
+                .map(|v| v.trim().to_string())
+        })?;
+    match placer_core::CpuSet::parse_list(&allowed) {
+        Ok(s) if s.contains(0) && s.contains(1) => None,
+        _ => Some(format!("needs CPUs 0 and 1 (allowed: {allowed})")),
+    }
+}
+
+/// Two namespaces joined by veth, RPS of the receiver's end on CPU 1; deleted on drop.
+struct Netns {
+    rx: String,
+    tx: String,
+}
+
+impl Netns {
+    fn new() -> Result<Netns> {
+        let u = std::process::id();
+        let n = Netns {
+            rx: format!("plrb-rx-{u}"),
+            tx: format!("plrb-tx-{u}"),
+        };
+        let (vr, vt) = (format!("vbr{u}"), format!("vbt{u}"));
+        let sh = |args: &[&str]| -> Result<()> {
+            let o = Command::new("ip")
+                .args(args)
+                .stdin(Stdio::null())
+                .output()?;
+            if !o.status.success() {
+                bail!(
+                    "ip {}: {}",
+                    args.join(" "),
+                    String::from_utf8_lossy(&o.stderr)
+                );
+            }
+            Ok(())
+        };
+        sh(&["netns", "add", &n.rx])?;
+        sh(&["netns", "add", &n.tx])?;
+        sh(&[
+            "link", "add", &vr, "netns", &n.rx, "type", "veth", "peer", "name", &vt, "netns", &n.tx,
+        ])?;
+        let rx_setup = format!(
+            "ip link set lo up; ip addr add 10.78.0.1/24 dev {vr}; ip link set {vr} up; \
+             echo 2 > /sys/class/net/{vr}/queues/rx-0/rps_cpus"
+        );
+        sh(&["netns", "exec", &n.rx, "sh", "-ec", &rx_setup])?;
+        let tx_setup =
+            format!("ip link set lo up; ip addr add 10.78.0.2/24 dev {vt}; ip link set {vt} up");
+        sh(&["netns", "exec", &n.tx, "sh", "-ec", &tx_setup])?;
+        Ok(n)
+    }
+
+    fn exec(&self, ns: &str, exe: &Path) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", ns]).arg(exe);
+        c.stdin(Stdio::null());
+        c
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        for ns in [&self.rx, &self.tx] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).output();
+        }
+    }
+}
+
+/// Reads lines of a child's stdout until one starts with `prefix` (bounded by `limit`).
+fn wait_line(child: &mut Child, prefix: &str, limit: Duration) -> Result<String> {
+    let out = child.stdout.take().context("stdout")?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let p = prefix.to_string();
+    std::thread::spawn(move || {
+        for l in BufReader::new(out).lines().map_while(Result::ok) {
+            if l.starts_with(&p) {
+                let _ = tx.send(l);
+                break;
+            }
+        }
+    });
+    rx.recv_timeout(limit)
+        .with_context(|| format!("no {prefix:?} line within {limit:?}"))
+}
+
+fn affinity(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|t| {
+            t.lines().find_map(|l| {
+                l.strip_prefix("Cpus_allowed_list:")
+                    .map(|v| v.trim().to_string())
+            })
+        })
+        .unwrap_or_default()
+}
+
+fn reaction(args: &Args, interval: Duration) -> Result<Reaction> {
+    let net = Netns::new()?;
+    let exe = std::env::current_exe()?;
+    let dir = temp_dir("reaction");
+    let cfg = dir.join("placer.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "interval_ms = {}\nstate_dir = {:?}\n[scope]\ninclude_comm = [\"plrbrx*\"]\n\
+             [metrics]\nenabled = false\n[net_affinity]\ncpu_load_threshold = 1.0\nmin_hold_ms = 0\n",
+            interval.as_millis(),
+            dir.join("state").display().to_string()
+        ),
+    )?;
+    let mut daemon = Kids::default();
+    daemon.0.push(
+        net.exec(&net.rx, &exe)
+            .args(["daemon", "--config"])
+            .arg(&cfg)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?,
+    );
+    std::thread::sleep(interval * 2);
+    let mut runs_ms = Vec::new();
+    let mut missed = 0;
+    for run in 0..args.runs {
+        let addr = format!("10.78.0.1:{}", 6000 + run);
+        let mut kids = Kids::default();
+        let mut rx = net
+            .exec(&net.rx, &exe)
+            .args(["bench", "daemon", "--role", "receiver", "--addr", &addr])
+            .args(["--comm", &format!("plrbrx{run}")])
+            .stdout(Stdio::piped())
+            .spawn()?;
+        let rx_pid = rx.id();
+        wait_line(&mut rx, "listening", Duration::from_secs(10))?;
+        kids.0.push(rx);
+        let original = affinity(rx_pid);
+        // A random phase against the daemon's cycle: runs are otherwise spaced by whole
+        // intervals and would all hit the same point of the cycle.
+        let phase_ns =
+            monotonic_ns().wrapping_mul(0x9E37_79B9_7F4A_7C15) % interval.as_nanos().max(1) as u64;
+        std::thread::sleep(Duration::from_nanos(phase_ns));
+        let mut tx = net
+            .exec(&net.tx, &exe)
+            .args(["bench", "daemon", "--role", "sender", "--addr", &addr])
+            .args(["--idle-ms", &(interval.as_millis() * 2).to_string()])
+            .args(["--stream-ms", &(interval.as_millis() * 6).to_string()])
+            .stdout(Stdio::piped())
+            .spawn()?;
+        let line = wait_line(&mut tx, "start", interval * 4 + Duration::from_secs(5))?;
+        kids.0.push(tx);
+        let start_ns: u64 = line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|v| v.parse().ok())
+            .context("start line")?;
+        let deadline = Instant::now() + interval * 5;
+        let mut pinned = None;
+        while Instant::now() < deadline {
+            if affinity(rx_pid) == "1" && original != "1" {
+                pinned = Some(monotonic_ns());
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        match pinned {
+            Some(t) => runs_ms.push(t.saturating_sub(start_ns) as f64 / 1e6),
+            None => missed += 1,
+        }
+        drop(kids);
+        // Let the daemon see the receiver gone before the next run.
+        std::thread::sleep(interval);
+    }
+    drop(daemon);
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut sorted = runs_ms.clone();
+    sorted.sort_by(f64::total_cmp);
+    let median_ms = (!sorted.is_empty()).then(|| {
+        let n = sorted.len();
+        if n % 2 == 1 {
+            sorted[n / 2]
+        } else {
+            (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+        }
+    });
+    Ok(Reaction {
+        runs_ms,
+        missed,
+        median_ms,
+    })
+}

@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""Summarises `placer sim seed-003* --json` runs beside the paper's numbers.
+
+Usage: for s in seed-003-6 seed-003 seed-003-g1g3 seed-003-18 seed-003-24 seed-003-28; do
+         placer sim $s --json > /tmp/$s.json; done
+       python3 traces/seed003_report.py /tmp/seed-003*.json
+
+Per scenario and policy: mean makespan and mean completion time over seeds; gain of
+contention over linux-default (makespan and mean completion, percent); run-to-run spread =
+per workload instance, the standard deviation of its completion time over the seeds (the
+paper's Fig. 9 statistic, 5 runs), shown as min..max over the instances.
+"""
+import json
+import statistics
+import sys
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def summarise(rows):
+    out = {}
+    for r in rows:
+        key = (r.get("variant") or "-", r["policy"])
+        runs = r["runs"]
+        if not runs:
+            continue
+        mk = [x["metrics"]["makespan_s"] for x in runs if x["metrics"].get("makespan_s")]
+        cm = [x["metrics"]["completion_mean_s"] for x in runs if x["metrics"].get("completion_mean_s")]
+        per = {}
+        for x in runs:
+            for p in x["procs"]:
+                if p["completions_s"]:
+                    per.setdefault(p["name"], []).append(p["completions_s"][0])
+        sds = [statistics.pstdev(v) for v in per.values() if len(v) == len(runs)]
+        out[key] = {
+            "makespan": statistics.mean(mk) if mk else None,
+            "completion": statistics.mean(cm) if cm else None,
+            "sd_min": min(sds) if sds else None,
+            "sd_max": max(sds) if sds else None,
+            "actions": statistics.mean(x["metrics"]["actions"] for x in runs),
+        }
+    return out
+
+
+def main(paths):
+    print(f"{'scenario':16} {'variant':15} {'policy':14} {'makespan s':>10} {'mean compl s':>12} "
+          f"{'gain mk %':>9} {'gain mean %':>11} {'run-to-run sd s':>16} {'actions':>7}")
+    for path in paths:
+        data = load(path)
+        rows = data["rows"] if isinstance(data, dict) else data
+        s = summarise(rows)
+        name = data.get("scenario", path) if isinstance(data, dict) else path
+        for (var, pol), v in s.items():
+            base = s.get((var, "linux-default"))
+            g_mk = g_cm = ""
+            if base and pol != "linux-default" and v["makespan"] and base["makespan"]:
+                g_mk = f"{(base['makespan'] / v['makespan'] - 1) * 100:+.1f}"
+                g_cm = f"{(base['completion'] / v['completion'] - 1) * 100:+.1f}"
+            sd = f"{v['sd_min']:.1f}..{v['sd_max']:.1f}" if v["sd_min"] is not None else "-"
+            print(f"{name:16} {var:15} {pol:14} {v['makespan']:>10.1f} {v['completion']:>12.1f} "
+                  f"{g_mk:>9} {g_cm:>11} {sd:>16} {v['actions']:>7.1f}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -107,7 +107,7 @@ impl Report {
         let _ = writeln!(s);
         let head = [
             "variant", "policy", "net Gb/s", "work/s", "compl s", "makespan", "CPU %", "CPUs",
-            "energy J", "power W", "perf/W", "misses", "actions", "spread",
+            "energy J", "power W", "perf/W", "QoS %", "QoS/W", "misses", "actions", "spread",
         ];
         let mut table: Vec<Vec<String>> = vec![head.iter().map(|h| h.to_string()).collect()];
         let opt = |v: Option<f64>, p: usize| v.map(|x| format!("{x:.p$}")).unwrap_or("-".into());
@@ -133,6 +133,8 @@ impl Report {
                 format!("{:.0}", m.energy_j),
                 format!("{:.1}", m.power_w),
                 format!("{:.4}", m.perf_per_watt),
+                opt(m.qos_satisfaction.map(|q| q * 100.0), 1),
+                opt(m.qos_per_watt, 4),
                 if m.periodic_jobs > 0 {
                     format!("{}/{}", m.deadline_misses, m.periodic_jobs)
                 } else {
@@ -146,7 +148,9 @@ impl Report {
         let _ = writeln!(
             s,
             "\nspread = min..max over seeds of the objective ({:?}); CPUs = busy CPUs (sum of \
-             utilisation); perf/W = Gbit/s (or work/s) per watt; energy over the measured window.",
+             utilisation); perf/W = Gbit/s (or work/s) per watt; QoS % = mean over workloads with a QoS target \
+             of min(achieved / target, 1); QoS/W = that (as a fraction) per watt; energy over the \
+             measured window.",
             self.objective
         );
         if !self.paper.is_empty() {

@@ -12,7 +12,7 @@
 //! repository root and are embedded in the binary ([`BUILTIN`]).
 
 use crate::baselines::Baseline;
-use crate::host::SimHost;
+use crate::host::{Proc, SimHost};
 use crate::params::Params;
 use crate::workload::{Kind, ProcResult, WorkloadSpec};
 use placer_core::config::Config;
@@ -98,7 +98,8 @@ pub struct Scenario {
     pub policy_interval_ms: u64,
     /// The scenario's objective for the oracle and the headline column:
     /// `throughput` (network Gbit/s, else work rate), `makespan`, `energy`,
-    /// `perf_per_watt`, `cpu_efficiency` (throughput per busy CPU).
+    /// `perf_per_watt`, `cpu_efficiency` (throughput per busy CPU), `qos_per_watt` (QoS
+    /// satisfaction per watt; workloads declare targets).
     #[serde(default)]
     pub objective: Objective,
     /// A placer config fragment (TOML) for the placer policies.
@@ -129,6 +130,8 @@ pub enum Objective {
     PerfPerWatt,
     /// Network Gbit/s (else work rate) per busy CPU.
     CpuEfficiency,
+    /// QoS satisfaction (mean of min(achieved / target, 1)) per watt.
+    QosPerWatt,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -159,7 +162,8 @@ pub struct PaperFigure {
     #[serde(default)]
     pub variant: Option<String>,
     /// `throughput`, `cpu_saving`, `cpu_efficiency`, `energy_saving`, `perf_per_watt`,
-    /// `completion_speedup`, `work_rate`, `deadline_miss_reduction`.
+    /// `completion_speedup`, `work_rate`, `deadline_miss_reduction`, `qos_satisfaction`,
+    /// `qos_per_watt`, `qos_per_dyn_watt`.
     pub metric: String,
     pub policy: String,
     pub versus: String,
@@ -211,6 +215,16 @@ pub struct Metrics {
     pub power_w: f64,
     /// Primary performance (net Gbit/s if any network workload, else work rate) per watt.
     pub perf_per_watt: f64,
+    /// Mean over the workloads with a QoS target of min(achieved / target, 1); none when no
+    /// workload declares a target.
+    #[serde(default)]
+    pub qos_satisfaction: Option<f64>,
+    /// `qos_satisfaction` per watt of mean node power.
+    #[serde(default)]
+    pub qos_per_watt: Option<f64>,
+    /// `qos_satisfaction` per watt above the node's idle power (`power.node_idle_w`).
+    #[serde(default)]
+    pub qos_per_dyn_watt: Option<f64>,
     pub periodic_jobs: u64,
     pub deadline_misses: u64,
     /// Placer actions applied (done).
@@ -507,13 +521,44 @@ pub fn run_one(
     Ok(RunResult {
         seed,
         metrics: metrics_of(&host, actions),
-        procs: host.procs.iter().map(|p| p.result.clone()).collect(),
+        procs: host
+            .procs
+            .iter()
+            .map(|p| ProcResult {
+                qos_satisfaction: qos_satisfaction_of(&host, p),
+                ..p.result.clone()
+            })
+            .collect(),
     })
+}
+
+/// The measurement window, seconds.
+fn window_s_of(host: &SimHost) -> f64 {
+    ((host.time_ns - host.window.start_ns) as f64 / 1e9).max(1e-9)
+}
+
+/// min(achieved / target, 1) of one process over the measurement window, if its workload
+/// declares a QoS target: bytes/s received (rx) or sent (tx), work rate (cpu).
+pub fn qos_satisfaction_of(host: &SimHost, p: &Proc) -> Option<f64> {
+    let target = host.specs.get(p.spec)?.qos_target()?;
+    let window_s = window_s_of(host);
+    let achieved = match p.kind {
+        Kind::Rx => p.result.rx_bytes / window_s,
+        Kind::Tx => p.result.tx_bytes / window_s,
+        Kind::Cpu => p.result.work_done_s / window_s,
+        Kind::Periodic => return None,
+    };
+    Some((achieved / target).min(1.0))
 }
 
 /// Metrics of a finished run.
 pub fn metrics_of(host: &SimHost, actions: u64) -> Metrics {
-    let window_s = ((host.time_ns - host.window.start_ns) as f64 / 1e9).max(1e-9);
+    let window_s = window_s_of(host);
+    let sats: Vec<f64> = host
+        .procs
+        .iter()
+        .filter_map(|p| qos_satisfaction_of(host, p))
+        .collect();
     let (mut rx, mut tx, mut work) = (0.0, 0.0, 0.0);
     let (mut completions, mut jobs, mut misses) = (Vec::new(), 0, 0);
     let mut has_net = false;
@@ -536,6 +581,8 @@ pub fn metrics_of(host: &SimHost, actions: u64) -> Metrics {
     let net_gbps = (rx + tx) * 8.0 / window_s / 1e9;
     let work_rate = work / window_s;
     let perf = if has_net { net_gbps } else { work_rate };
+    let qos_satisfaction = (!sats.is_empty()).then(|| sats.iter().sum::<f64>() / sats.len() as f64);
+    let dyn_w = power_w - host.params.power.node_idle_w;
     Metrics {
         window_s,
         net_gbps,
@@ -552,6 +599,9 @@ pub fn metrics_of(host: &SimHost, actions: u64) -> Metrics {
         energy_j: host.window.energy_j,
         power_w,
         perf_per_watt: if power_w > 0.0 { perf / power_w } else { 0.0 },
+        qos_satisfaction,
+        qos_per_watt: qos_satisfaction.map(|q| if power_w > 0.0 { q / power_w } else { 0.0 }),
+        qos_per_dyn_watt: qos_satisfaction.map(|q| if dyn_w > 0.0 { q / dyn_w } else { 0.0 }),
         periodic_jobs: jobs,
         deadline_misses: misses,
         actions,
@@ -571,6 +621,7 @@ pub fn headline(obj: Objective, m: &Metrics) -> f64 {
         Objective::Makespan => m.makespan_s.unwrap_or(f64::INFINITY),
         Objective::Energy => m.energy_j,
         Objective::PerfPerWatt => m.perf_per_watt,
+        Objective::QosPerWatt => m.qos_per_watt.unwrap_or(0.0),
         Objective::CpuEfficiency => {
             let perf = if m.net_gbps > 0.0 {
                 m.net_gbps
@@ -586,7 +637,10 @@ pub fn headline(obj: Objective, m: &Metrics) -> f64 {
 pub fn bigger_is_better(obj: Objective) -> bool {
     matches!(
         obj,
-        Objective::Throughput | Objective::PerfPerWatt | Objective::CpuEfficiency
+        Objective::Throughput
+            | Objective::PerfPerWatt
+            | Objective::CpuEfficiency
+            | Objective::QosPerWatt
     )
 }
 
@@ -609,6 +663,9 @@ fn mean_metrics(runs: &[RunResult]) -> Metrics {
         energy_j: avg(&|m| m.energy_j),
         power_w: avg(&|m| m.power_w),
         perf_per_watt: avg(&|m| m.perf_per_watt),
+        qos_satisfaction: avg_opt(&|m| m.qos_satisfaction),
+        qos_per_watt: avg_opt(&|m| m.qos_per_watt),
+        qos_per_dyn_watt: avg_opt(&|m| m.qos_per_dyn_watt),
         periodic_jobs: (avg(&|m| m.periodic_jobs as f64)).round() as u64,
         deadline_misses: (avg(&|m| m.deadline_misses as f64)).round() as u64,
         actions: (avg(&|m| m.actions as f64)).round() as u64,
@@ -673,6 +730,9 @@ pub fn compare(metric: &str, p: &Metrics, b: &Metrics) -> Option<f64> {
         }
         "energy_saving" => saving(p.energy_j, b.energy_j),
         "perf_per_watt" => gain(p.perf_per_watt, b.perf_per_watt),
+        "qos_satisfaction" => gain(p.qos_satisfaction?, b.qos_satisfaction?),
+        "qos_per_watt" => gain(p.qos_per_watt?, b.qos_per_watt?),
+        "qos_per_dyn_watt" => gain(p.qos_per_dyn_watt?, b.qos_per_dyn_watt?),
         "completion_speedup" => match (p.makespan_s, b.makespan_s) {
             (Some(x), Some(y)) if x > 0.0 => Some((y / x - 1.0) * 100.0),
             _ => None,

@@ -89,6 +89,15 @@ pub struct WorkloadSpec {
     pub deadline_ms: Option<f64>,
     #[serde(default)]
     pub rt: bool,
+    /// `rx`/`tx`: the QoS target of each instance, bytes/s received (rx) or sent (tx);
+    /// counted in the report's `qos_satisfaction` / `qos_per_watt`. None = no target.
+    #[serde(default)]
+    pub qos_target_bytes_per_s: Option<f64>,
+    /// `cpu`: the QoS target of each instance as a share (0..=1) of its solo maximum work
+    /// rate (`threads` on the fastest core at full speed, Amdahl: `1 / (serial_fraction +
+    /// (1 - serial_fraction) / threads)` work-seconds per second). None = no target.
+    #[serde(default)]
+    pub qos_target_work_share: Option<f64>,
 }
 
 impl WorkloadSpec {
@@ -106,6 +115,25 @@ impl WorkloadSpec {
             .unwrap_or_else(|| self.default_class().to_string())
     }
 
+    /// The solo maximum work rate of a `cpu` job (work-seconds per second): `threads` on
+    /// the fastest core at full speed, Amdahl-limited by `serial_fraction`.
+    pub fn solo_max_work_rate(&self) -> f64 {
+        let t = f64::from(self.threads.max(1));
+        1.0 / (self.serial_fraction + (1.0 - self.serial_fraction) / t)
+    }
+
+    /// The QoS target of one instance, in the unit it is measured in (bytes/s for rx/tx,
+    /// work-seconds per second for cpu), if the workload declares one.
+    pub fn qos_target(&self) -> Option<f64> {
+        match self.kind {
+            Kind::Rx | Kind::Tx => self.qos_target_bytes_per_s,
+            Kind::Cpu => self
+                .qos_target_work_share
+                .map(|s| s * self.solo_max_work_rate()),
+            Kind::Periodic => None,
+        }
+    }
+
     pub fn validate(&self) -> Result<(), String> {
         let bad = |m: String| Err(format!("workload {:?}: {m}", self.name));
         if self.count == 0 || self.threads == 0 {
@@ -113,6 +141,22 @@ impl WorkloadSpec {
         }
         if !(0.0..=1.0).contains(&self.serial_fraction) {
             return bad("serial_fraction must be within 0..=1".into());
+        }
+        if let Some(t) = self.qos_target_bytes_per_s {
+            if !matches!(self.kind, Kind::Rx | Kind::Tx) {
+                return bad("qos_target_bytes_per_s is for rx/tx workloads".into());
+            }
+            if t.is_nan() || t <= 0.0 {
+                return bad("qos_target_bytes_per_s must be positive".into());
+            }
+        }
+        if let Some(t) = self.qos_target_work_share {
+            if self.kind != Kind::Cpu {
+                return bad("qos_target_work_share is for cpu workloads".into());
+            }
+            if t.is_nan() || t <= 0.0 || t > 1.0 {
+                return bad("qos_target_work_share must be within (0, 1]".into());
+            }
         }
         match self.kind {
             Kind::Rx | Kind::Tx => {
@@ -156,4 +200,8 @@ pub struct ProcResult {
     pub tx_bytes: f64,
     pub jobs: u64,
     pub deadline_misses: u64,
+    /// min(achieved / target, 1) over the measured window, when the workload declares a
+    /// QoS target (`qos_target_bytes_per_s`, `qos_target_work_share`).
+    #[serde(default)]
+    pub qos_satisfaction: Option<f64>,
 }

@@ -475,23 +475,8 @@ mod tests {
 
     fn proc_sample(pid: u32, comm: &str) -> ProcSample {
         ProcSample {
-            pid,
-            start_time_ticks: 100 + pid as u64,
-            comm: comm.into(),
-            state: 'S',
-            ppid: 1,
-            uid: Some(0),
-            utime_ticks: 0,
-            stime_ticks: 0,
             last_cpu: Some(0),
-            allowed: CpuSet::first_n(4),
-            cgroup: "/".into(),
-            num_threads: 1,
-            kernel_thread: false,
-            threads: vec![],
-            socket_inodes: vec![],
-            counters: vec![],
-            numa_pages: Default::default(),
+            ..ProcSample::bare(pid, 100 + pid as u64, comm, CpuSet::first_n(4))
         }
     }
 

@@ -328,26 +328,10 @@ pub fn machine(name: &str) -> Result<Topology, MachineError> {
             s.clusters_per_node = 2;
             s.cores_per_cluster = 2;
             s.max_khz = ghz(2.66);
-            s.caches = vec![
-                CacheSpec {
-                    level: 1,
-                    kind: CacheKind::Data,
-                    size_bytes: 32 << 10,
-                    share: Share::Core,
-                },
-                CacheSpec {
-                    level: 1,
-                    kind: CacheKind::Instruction,
-                    size_bytes: 32 << 10,
-                    share: Share::Core,
-                },
-                CacheSpec {
-                    level: 2,
-                    kind: CacheKind::Unified,
-                    size_bytes: 4 << 20,
-                    share: Share::Cluster,
-                },
-            ];
+            // Core 2: no L3; the 4 MiB L2 is shared by each pair of cores.
+            s.caches.truncate(3);
+            s.caches[2].size_bytes = 4 << 20;
+            s.caches[2].share = Share::Cluster;
             s.memory_bytes_per_node = 16 << 30;
             // Front-side bus: one memory node for both packages.
             let mut t = s.build(&src);

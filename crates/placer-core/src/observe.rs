@@ -380,23 +380,10 @@ mod tests {
 
     fn proc_(pid: u32, start: u64, ticks: u64) -> ProcSample {
         ProcSample {
-            pid,
-            start_time_ticks: start,
-            comm: format!("p{pid}"),
             state: 'R',
-            ppid: 1,
-            uid: Some(0),
             utime_ticks: ticks,
-            stime_ticks: 0,
             last_cpu: Some(1),
-            allowed: CpuSet::first_n(2),
-            cgroup: "/".into(),
-            num_threads: 1,
-            kernel_thread: false,
-            threads: vec![],
-            socket_inodes: vec![],
-            counters: vec![],
-            numa_pages: BTreeMap::new(),
+            ..ProcSample::bare(pid, start, &format!("p{pid}"), CpuSet::first_n(2))
         }
     }
 

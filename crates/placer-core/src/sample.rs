@@ -106,6 +106,30 @@ pub struct ProcSample {
 }
 
 impl ProcSample {
+    /// A sleeping user process with only its identity, its affinity and zero counters; the
+    /// starting point for samples built by hand (simulator, tests, replayed traces).
+    pub fn bare(pid: u32, start_time_ticks: u64, comm: &str, allowed: CpuSet) -> ProcSample {
+        ProcSample {
+            pid,
+            start_time_ticks,
+            comm: comm.to_string(),
+            state: 'S',
+            ppid: 1,
+            uid: Some(0),
+            utime_ticks: 0,
+            stime_ticks: 0,
+            last_cpu: None,
+            allowed,
+            cgroup: "/".into(),
+            num_threads: 1,
+            kernel_thread: false,
+            threads: Vec::new(),
+            socket_inodes: Vec::new(),
+            counters: Vec::new(),
+            numa_pages: BTreeMap::new(),
+        }
+    }
+
     pub fn key(&self) -> ProcKey {
         ProcKey {
             pid: self.pid,

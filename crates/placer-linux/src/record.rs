@@ -177,23 +177,10 @@ mod tests {
                 ..Default::default()
             }],
             procs: vec![ProcSample {
-                pid: 1,
-                start_time_ticks: 2,
-                comm: "a \"quoted\" (x)".into(),
-                state: 'S',
                 ppid: 0,
-                uid: Some(0),
                 utime_ticks: t,
-                stime_ticks: 0,
                 last_cpu: Some(0),
-                allowed: CpuSet::first_n(2),
-                cgroup: "/".into(),
-                num_threads: 1,
-                kernel_thread: false,
-                threads: vec![],
-                socket_inodes: vec![],
-                counters: vec![],
-                numa_pages: Default::default(),
+                ..ProcSample::bare(1, 2, "a \"quoted\" (x)", CpuSet::first_n(2))
             }],
             ..Default::default()
         }

@@ -1453,26 +1453,12 @@ mod tests {
 
     fn proc_obs(pid: u32, comm: &str, threads: u32) -> ProcObs {
         ProcObs {
-            pid,
-            start_time_ticks: 100,
-            comm: comm.into(),
             state: 'R',
             uid: Some(1000),
-            cgroup: "/".into(),
-            kernel_thread: false,
             cpu_share: 1.0,
-            allowed_cpus: CpuSet::first_n(8),
             last_cpu: Some(4),
             num_threads: threads,
-            rx_bytes_per_s: 0.0,
-            tx_bytes_per_s: 0.0,
-            segs_in_per_s: 0.0,
-            segs_out_per_s: 0.0,
-            flows: Vec::new(),
-            threads: Vec::new(),
-            counters: None,
-            numa_pages: BTreeMap::new(),
-            new: false,
+            ..ProcObs::bare(pid, 100, comm, CpuSet::first_n(8))
         }
     }
 

@@ -707,26 +707,13 @@ mod tests {
     fn proc_obs(pid: u32, comm: &str, allowed: CpuSet, flows: Vec<FlowObs>) -> ProcObs {
         let rx = flows.iter().map(|f| f.rx_bytes_per_s).sum();
         ProcObs {
-            pid,
-            start_time_ticks: 1000 + pid as u64,
-            comm: comm.into(),
-            state: 'S',
             uid: Some(1000),
             cgroup: "/user.slice".into(),
-            kernel_thread: false,
             cpu_share: 0.2,
-            allowed_cpus: allowed,
             last_cpu: Some(5),
-            num_threads: 1,
             rx_bytes_per_s: rx,
-            tx_bytes_per_s: 0.0,
-            segs_in_per_s: 0.0,
-            segs_out_per_s: 0.0,
             flows,
-            threads: vec![],
-            counters: None,
-            numa_pages: Default::default(),
-            new: false,
+            ..ProcObs::bare(pid, 1000 + pid as u64, comm, allowed)
         }
     }
 

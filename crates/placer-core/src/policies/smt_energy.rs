@@ -344,26 +344,12 @@ mod tests {
 
     fn proc_obs(pid: u32, comm: &str, cpu_share: f64, threads: u32) -> ProcObs {
         ProcObs {
-            pid,
-            start_time_ticks: u64::from(pid) * 10,
-            comm: comm.into(),
             state: 'R',
             uid: Some(1000),
             cgroup: "/user.slice".into(),
-            kernel_thread: false,
             cpu_share,
-            allowed_cpus: CpuSet::first_n(16),
-            last_cpu: None,
             num_threads: threads,
-            rx_bytes_per_s: 0.0,
-            tx_bytes_per_s: 0.0,
-            segs_in_per_s: 0.0,
-            segs_out_per_s: 0.0,
-            flows: Vec::new(),
-            threads: Vec::new(),
-            counters: None,
-            numa_pages: Default::default(),
-            new: false,
+            ..ProcObs::bare(pid, u64::from(pid) * 10, comm, CpuSet::first_n(16))
         }
     }
 

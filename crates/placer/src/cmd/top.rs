@@ -43,6 +43,10 @@ pub struct Args {
     /// Also sample threads (costly on big machines).
     #[arg(long)]
     pub threads: bool,
+    /// Also read each process's resident pages per NUMA node (/proc/PID/numa_maps; costly:
+    /// it walks every mapping) and show them (`numa_pages` in the JSON).
+    #[arg(long)]
+    pub numa: bool,
 }
 
 /// Parses "1s", "250ms", "2m", "1.5s" or a bare number of seconds.
@@ -86,14 +90,14 @@ pub struct Observer {
 }
 
 impl Observer {
-    pub fn new(root: &std::path::Path, threads: bool) -> Self {
+    pub fn new(root: &std::path::Path, threads: bool, numa_pages: bool) -> Self {
         Observer {
             sampler: Sampler::new(root),
             req: SampleRequest {
                 threads,
                 sockets: true,
                 counters: true,
-                numa_pages: false,
+                numa_pages,
             },
             prev: None,
         }
@@ -190,6 +194,22 @@ fn table(obs: &Observation, src: &SourceStatus, n: usize) -> String {
             p.flows.len()
         );
     }
+    // Seed 004: where each shown process's memory is (only sampled with --numa).
+    let shown: Vec<&ProcObs> = busiest(obs, n)
+        .into_iter()
+        .filter(|p| !p.numa_pages.is_empty())
+        .collect();
+    if !shown.is_empty() {
+        let _ = writeln!(o, "\n{:>7} {:<16} MEMORY PER NODE", "PID", "COMM");
+        for p in shown {
+            let comm: String = p.comm.chars().take(16).collect();
+            let pages = placer_core::policies::numa_local::format_pages(
+                &p.numa_pages,
+                placer_bufpool::numa::page_bytes() as u64,
+            );
+            let _ = writeln!(o, "{:>7} {comm:<16} {pages}", p.pid);
+        }
+    }
     // Seed 003: each process's contention class and the counter rates behind it (default
     // thresholds, this interval only; the daemon smooths over several).
     let classes = placer_core::classify::class_lines(obs, &Default::default(), None);
@@ -214,7 +234,7 @@ fn write_stdout(text: &str) -> Result<()> {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let mut ob = Observer::new(&args.root, args.threads);
+    let mut ob = Observer::new(&args.root, args.threads, args.numa);
     let src = ob.sources();
     if args.once {
         ob.step()?;
@@ -412,5 +432,29 @@ mod tests {
             ],
         };
         assert_eq!(missing_line(&s), "missing: rapl (no RAPL)");
+    }
+
+    #[test]
+    fn table_shows_pages_per_node_only_when_sampled() {
+        use placer_core::CpuSet;
+        let page = placer_bufpool::numa::page_bytes() as u64;
+        let mut with = ProcObs::bare(10, 1, "netapp", CpuSet::first_n(2));
+        with.numa_pages = [(0, (3 << 20) / page), (1, (1 << 20) / page)].into();
+        let without = ProcObs::bare(11, 1, "other", CpuSet::first_n(2));
+        let obs = Observation {
+            interval_s: 1.0,
+            procs: vec![with, without],
+            ..Default::default()
+        };
+        let t = table(&obs, &SourceStatus::default(), 10);
+        assert!(t.contains("MEMORY PER NODE"), "{t}");
+        assert!(t.contains("node 0: 3.0 MiB, node 1: 1.0 MiB"), "{t}");
+        let section = t.split("MEMORY PER NODE").nth(1).unwrap_or_default();
+        assert!(!section.contains("other"), "{t}");
+        let none = Observation {
+            procs: vec![ProcObs::bare(11, 1, "other", CpuSet::first_n(2))],
+            ..obs
+        };
+        assert!(!table(&none, &SourceStatus::default(), 10).contains("MEMORY PER NODE"));
     }
 }

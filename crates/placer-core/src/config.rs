@@ -3,7 +3,6 @@
 //! `docs/config.md` and `placer daemon --print-default-config` show it.
 
 use crate::policies;
-use crate::sample::ProcKey;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -228,9 +227,4 @@ impl Config {
         section("contention", self.contention.validate())?;
         Ok(())
     }
-}
-
-/// Helper for policies: the key of a process in a note.
-pub fn key_of(p: &crate::observation::ProcObs) -> ProcKey {
-    p.key()
 }

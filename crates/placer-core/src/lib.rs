@@ -18,7 +18,9 @@ pub mod policies;
 pub mod policy;
 pub mod power_model;
 pub mod sample;
+pub mod stats;
 pub mod topology;
+pub mod units;
 
 pub use cpuset::CpuSet;
 pub use observation::Observation;

@@ -3,16 +3,77 @@
 use anyhow::{Context, Result};
 use placer_core::Topology;
 use std::path::PathBuf;
+use std::time::Duration;
 
-pub fn init_logging(filter: Option<&str>) {
+/// Writes to stdout. A closed pipe (`placer ... | head -1`) ends the program quietly with
+/// status 0, as Unix filters do, instead of the panic `println!` gives; any other write
+/// error ends it with a message and status 1. Safe for every command: the daemon prints only
+/// with --dry-run (nothing changed) or --once (changes stay journaled by design).
+pub fn write_stdout(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        Err(e) => {
+            eprintln!("placer: writing to stdout: {e}");
+            std::process::exit(1)
+        }
+    }
+}
+
+/// `println!` through [`write_stdout`].
+macro_rules! outln {
+    () => { $crate::common::write_stdout("\n") };
+    ($($t:tt)*) => { $crate::common::write_stdout(&format!("{}\n", format_args!($($t)*))) };
+}
+
+/// `print!` through [`write_stdout`].
+macro_rules! out {
+    ($($t:tt)*) => { $crate::common::write_stdout(&format!($($t)*)) };
+}
+
+/// The longest interval or period a flag accepts: beyond a day a "periodic" agent is not
+/// periodic, and a huge value would overflow later arithmetic (ms counters, deadlines).
+pub const MAX_INTERVAL: Duration = Duration::from_secs(24 * 3600);
+
+/// clap value parser for every duration flag: placer's one grammar (`250ms`, `1s`, `2m`, or
+/// a bare number of seconds), positive, at most [`MAX_INTERVAL`].
+pub fn duration_arg(s: &str) -> Result<Duration, String> {
+    let d = placer_core::units::parse_positive_duration(s).map_err(|e| e.to_string())?;
+    if d > MAX_INTERVAL {
+        return Err(format!("duration {s:?} is longer than the maximum of 24h"));
+    }
+    Ok(d)
+}
+
+/// How log lines are written to stderr.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines; colour only when stderr is a terminal.
+    #[default]
+    Text,
+    /// One JSON object per line (for journald, ELK and the like).
+    Json,
+}
+
+pub fn init_logging(filter: Option<&str>, format: LogFormat) {
+    use std::io::IsTerminal;
     let filter = filter
         .map(str::to_string)
         .or_else(|| std::env::var("PLACER_LOG").ok())
         .unwrap_or_else(|| "info".into());
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => builder.json().try_init(),
+        // Escape codes only where a terminal interprets them; a file or journald gets
+        // plain text.
+        LogFormat::Text => builder
+            .with_ansi(std::io::stderr().is_terminal())
+            .try_init(),
+    };
 }
 
 /// Where the topology comes from: a filesystem root or a built-in machine model.
@@ -34,5 +95,28 @@ impl MachineArgs {
             None => placer_linux::topology::read(&self.root)
                 .with_context(|| format!("reading the topology under {}", self.root.display())),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::duration_arg;
+
+    #[test]
+    fn durations() {
+        assert_eq!(duration_arg("250ms").expect("ms").as_millis(), 250);
+        assert_eq!(duration_arg("1.5s").expect("s").as_millis(), 1500);
+        assert_eq!(duration_arg("2m").expect("m").as_secs(), 120);
+        // One grammar everywhere (issue 18): a bare number is seconds, for every command.
+        assert_eq!(duration_arg("250").expect("bare").as_secs(), 250);
+        assert!(duration_arg("0s").is_err());
+        assert!(duration_arg("0").is_err());
+        assert!(duration_arg("3 weeks").is_err());
+        // Too large: an overflow error, and a representable but absurd value refused, never
+        // wrapped to a small one.
+        assert!(duration_arg("100000000000000000000s").is_err());
+        let e = duration_arg("18446744073709551615ms").expect_err("absurd");
+        assert!(e.contains("24h"), "{e}");
+        assert!(duration_arg("24h").is_ok());
     }
 }

@@ -1,8 +1,9 @@
 //! placer: places processes, threads, memory and network queues for speed or energy.
 //! A thin binary: argument parsing and output; the logic lives in the library crates.
 
-mod cmd;
+#[macro_use]
 mod common;
+mod cmd;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -17,6 +18,9 @@ struct Cli {
     /// Log filter (tracing env-filter syntax), also read from PLACER_LOG.
     #[arg(long, global = true)]
     log: Option<String>,
+    /// Log line format on stderr: text (colour only on a terminal) or json.
+    #[arg(long, global = true, value_enum, default_value_t = common::LogFormat::Text)]
+    log_format: common::LogFormat,
     #[command(subcommand)]
     cmd: Command,
 }
@@ -49,7 +53,7 @@ enum Command {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    common::init_logging(cli.log.as_deref());
+    common::init_logging(cli.log.as_deref(), cli.log_format);
     let r: Result<()> = match cli.cmd {
         Command::Topo(a) => cmd::topo::run(a),
         Command::Top(a) => cmd::top::run(a),

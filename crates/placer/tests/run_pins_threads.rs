@@ -68,7 +68,7 @@ fn run_pins_every_thread_and_sets_omp_env() {
     assert_eq!(cpus.len(), 2);
 
     let out = Command::new(placer)
-        .args(["run", "-n", "2", "--watch-s", "5", "--"])
+        .args(["run", "-n", "2", "--watch", "5s", "--"])
         .arg(&me)
         .args([
             "--exact",

@@ -12,7 +12,6 @@
 //! The first (cold) cycle, which reads every process's fd directory, is reported apart;
 //! the median is over the following `--runs` cycles, `--pause` apart.
 
-use crate::cmd::top::parse_duration;
 use anyhow::{Context, Result};
 use placer_core::observation::Observation;
 use placer_core::sample::SampleRequest;
@@ -31,7 +30,7 @@ pub struct Args {
     #[arg(long, default_value_t = 30)]
     pub runs: usize,
     /// Pause between cycles (the daemon samples every second; a pause lets the machine move).
-    #[arg(long, default_value = "100ms", value_parser = parse_duration)]
+    #[arg(long, default_value = "100ms", value_parser = crate::common::duration_arg)]
     pub pause: Duration,
     /// Extra sleeping processes for the machine setup.
     #[arg(long, default_value_t = 500)]
@@ -408,20 +407,24 @@ pub fn run(a: Args) -> Result<()> {
         anyhow::bail!("--mode must be machine, generated or both");
     }
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&reports)?);
+        outln!("{}", serde_json::to_string_pretty(&reports)?);
         return Ok(());
     }
     for r in &reports {
-        println!("{}", r.setup);
-        println!(
+        outln!("{}", r.setup);
+        outln!(
             "  sampled {} processes, {} threads, {} sockets; idle re-read every {} samples",
-            r.procs_sampled, r.threads_sampled, r.sockets_sampled, a.refresh_every
+            r.procs_sampled,
+            r.threads_sampled,
+            r.sockets_sampled,
+            a.refresh_every
         );
-        println!(
+        outln!(
             "  cold cycle: {:.2} ms CPU, {:.2} ms wall",
-            r.cold_cpu_ms, r.cold_wall_ms
+            r.cold_cpu_ms,
+            r.cold_wall_ms
         );
-        println!(
+        outln!(
             "  median of {} cycles: {:.2} ms CPU, {:.2} ms wall (max CPU {:.2} ms)",
             r.cpu_ms.len(),
             r.median_cpu_ms,

@@ -27,11 +27,11 @@ use std::time::{Duration, Instant};
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Daemon interval for both measurements.
-    #[arg(long, default_value = "1s")]
-    pub interval: String,
-    /// Length of the overhead measurement window, seconds (after a warm-up of 3 intervals).
-    #[arg(long, default_value_t = 30)]
-    pub seconds: u64,
+    #[arg(long, default_value = "1s", value_parser = crate::common::duration_arg)]
+    pub interval: Duration,
+    /// Length of the overhead measurement window (after a warm-up of 3 intervals).
+    #[arg(long, alias = "seconds", default_value = "30s", value_parser = crate::common::duration_arg)]
+    pub duration: Duration,
     /// Sleeping processes in the overhead scenario.
     #[arg(long, default_value_t = 500)]
     pub procs: u32,
@@ -99,7 +99,7 @@ pub fn run(args: Args) -> Result<()> {
             r => bail!("unknown role {r}"),
         };
     }
-    let interval = crate::cmd::daemon::state::parse_duration(&args.interval)?;
+    let interval = args.interval;
     let mut report = Report {
         interval_ms: interval.as_millis() as u64,
         ..Default::default()
@@ -114,11 +114,11 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
     }
     if let Some(o) = &report.overhead {
-        println!(
+        outln!(
             "daemon overhead: {:.3}% of one CPU ({:.3} s CPU over {:.1} s) at a {} ms interval, \
              {} sleeping processes, {} TCP connections; {} cycles, mean cycle {:.2} ms",
             o.cpu_percent_of_one,
@@ -132,7 +132,7 @@ pub fn run(args: Args) -> Result<()> {
         );
     }
     if let Some(r) = &report.reaction {
-        println!(
+        outln!(
             "reaction (stream start to pin) at a {} ms interval: median {} over {} runs ({} missed); runs: {}",
             report.interval_ms,
             r.median_ms.map_or("n/a".into(), |m| format!("{m:.0} ms")),
@@ -165,7 +165,7 @@ fn set_comm(name: &str) {
 fn receiver(args: &Args) -> Result<()> {
     set_comm(args.comm.as_deref().unwrap_or("plrbrx"));
     let l = TcpListener::bind(args.addr.as_deref().context("--addr")?)?;
-    println!("listening");
+    outln!("listening");
     std::io::stdout().flush()?;
     let mut buf = vec![0u8; 1 << 16];
     for c in l.incoming() {
@@ -180,7 +180,7 @@ fn sender(args: &Args) -> Result<()> {
     let mut c = TcpStream::connect(args.addr.as_deref().context("--addr")?)?;
     std::thread::sleep(Duration::from_millis(args.idle_ms));
     let t0 = Instant::now();
-    println!("start {}", monotonic_ns());
+    outln!("start {}", monotonic_ns());
     std::io::stdout().flush()?;
     let buf = vec![b'x'; 1 << 16];
     let mut sent = 0u64;
@@ -193,7 +193,7 @@ fn sender(args: &Args) -> Result<()> {
             std::thread::sleep(Duration::from_secs_f64(ahead));
         }
     }
-    println!("stop");
+    outln!("stop");
     std::thread::sleep(Duration::from_secs(3600));
     Ok(())
 }
@@ -292,7 +292,7 @@ fn overhead(args: &Args, interval: Duration) -> Result<Overhead> {
     let addr = format!("127.0.0.1:{port}");
     let m0 = scrape(&addr).context("scraping the daemon's metrics")?;
     let (c0, t0) = (cpu_s(pid)?, Instant::now());
-    std::thread::sleep(Duration::from_secs(args.seconds));
+    std::thread::sleep(args.duration);
     let (c1, window) = (cpu_s(pid)?, t0.elapsed().as_secs_f64());
     let m1 = scrape(&addr)?;
     drop(daemon);

@@ -62,9 +62,9 @@ pub struct Args {
     /// Message size in bytes (suffixes K, M: 64K).
     #[arg(long, default_value = "64K", value_parser = parse_size)]
     pub size: usize,
-    /// Seconds per trial.
-    #[arg(long, default_value_t = 3.0)]
-    pub duration: f64,
+    /// Length of each trial (250ms, 3s, ... or seconds).
+    #[arg(long, default_value = "3s", value_parser = crate::common::duration_arg)]
+    pub duration: Duration,
     /// Trials per buffer mode (the report gives medians).
     #[arg(long, default_value_t = 5)]
     pub runs: usize,
@@ -625,7 +625,7 @@ fn trial(setup: &Setup, run: usize, mode: BufMode) -> Result<Trial> {
         Side::Both => (mode, mode),
     };
     let (alloc, size, pl) = (a.fresh_alloc, a.size, setup.placement);
-    let duration = Duration::from_secs_f64(a.duration);
+    let duration = a.duration;
     let soft0 = softirq_s(&a.root);
     let start = Instant::now();
     let (rx, tx) = std::thread::scope(|s| {
@@ -759,8 +759,8 @@ pub fn run(mut args: Args) -> Result<()> {
         bail!("--buffers: give reuse, fresh or both");
     }
     args.buffers.dedup();
-    if !(0.05..=600.0).contains(&args.duration) {
-        bail!("--duration {}: from 0.05 to 600 seconds", args.duration);
+    if !(0.05..=600.0).contains(&args.duration.as_secs_f64()) {
+        bail!("--duration {:?}: from 50ms to 600s", args.duration);
     }
     if args.runs == 0 || args.runs > 1000 {
         bail!("--runs {}: from 1 to 1000", args.runs);
@@ -796,7 +796,11 @@ pub fn run(mut args: Args) -> Result<()> {
     if !args.json {
         eprintln!(
             "bench net: {:?}, {} B messages, {} s x {} runs per mode, buffers on {why}; {}",
-            args.path, args.size, args.duration, args.runs, pmu
+            args.path,
+            args.size,
+            args.duration.as_secs_f64(),
+            args.runs,
+            pmu
         );
     }
     let mut trials = Vec::new();
@@ -830,7 +834,7 @@ pub fn run(mut args: Args) -> Result<()> {
     let report = Report {
         path: args.path,
         size_bytes: args.size,
-        duration_s: args.duration,
+        duration_s: args.duration.as_secs_f64(),
         runs: args.runs,
         side: args.side,
         fresh_alloc: args.fresh_alloc,
@@ -847,15 +851,20 @@ pub fn run(mut args: Args) -> Result<()> {
         paper_reuse_over_fresh: PAPER_REUSE_GBIT / PAPER_FRESH_GBIT,
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
     }
-    println!(
+    outln!(
         "{:<6} {:>6} {:>12} {:>14} {:>14} {:>16}",
-        "buffers", "trials", "Gbit/s (med)", "rx CPU s/GB", "tx CPU s/GB", "softirq s/GB"
+        "buffers",
+        "trials",
+        "Gbit/s (med)",
+        "rx CPU s/GB",
+        "tx CPU s/GB",
+        "softirq s/GB"
     );
     for s in &report.summary {
-        println!(
+        outln!(
             "{:<7} {:>6} {:>12.2} {:>14.3} {:>14.3} {:>16}",
             format!("{:?}", s.buffers).to_lowercase(),
             s.trials,
@@ -867,12 +876,12 @@ pub fn run(mut args: Args) -> Result<()> {
         );
     }
     if let Some(r) = report.reuse_over_fresh {
-        println!(
+        outln!(
             "reuse/fresh = {r:.2} (seed 004: {PAPER_REUSE_GBIT}/{PAPER_FRESH_GBIT} = {:.2})",
             report.paper_reuse_over_fresh
         );
     }
-    println!("{}", report.pmu);
+    outln!("{}", report.pmu);
     Ok(())
 }
 
@@ -954,7 +963,7 @@ mod tests {
             buffer_node: "local".into(),
             side: Side::Receiver,
             size: 64 << 10,
-            duration: 0.2,
+            duration: Duration::from_millis(200),
             runs: 1,
             sender_cpu: None,
             receiver_cpu: None,

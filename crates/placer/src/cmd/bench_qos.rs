@@ -30,19 +30,27 @@ pub struct Args {
     /// The limiter's rate, bytes per second.
     #[arg(long, default_value_t = 2_000_000)]
     pub rate_bytes_per_s: u64,
-    /// Measured seconds per run (after a 1 s warm-up).
-    #[arg(long, default_value_t = 5.0)]
-    pub seconds: f64,
+    /// Measured time per run (after a 1 s warm-up).
+    #[arg(long, alias = "seconds", default_value = "5s", value_parser = crate::common::duration_arg)]
+    pub duration: Duration,
     /// Runs per phase; medians are reported.
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
     /// The CPU shared by the periodic task and the stream.
     #[arg(long, default_value_t = 0)]
     pub cpu: u32,
-    #[arg(long, default_value_t = 10_000)]
-    pub period_us: u64,
-    #[arg(long, default_value_t = 5_000)]
-    pub work_us: u64,
+    /// Period of the periodic task (10ms, 0.01, ...).
+    #[arg(long, default_value = "10ms", value_parser = crate::common::duration_arg)]
+    pub period: Duration,
+    /// CPU time the periodic task burns each period.
+    #[arg(long, default_value = "5ms", value_parser = crate::common::duration_arg)]
+    pub work: Duration,
+    /// Old spelling of --period, in microseconds.
+    #[arg(long, hide = true)]
+    pub period_us: Option<u64>,
+    /// Old spelling of --work, in microseconds.
+    #[arg(long, hide = true)]
+    pub work_us: Option<u64>,
     /// The CPU of the sender and receiver threads; default: another CPU than --cpu.
     #[arg(long)]
     pub stream_cpu: Option<u32>,
@@ -105,14 +113,14 @@ fn hold(args: &Args) -> Result<()> {
         let _ = lim.restore_all();
         return Err(e).context("installing the limit");
     }
-    println!("ready: {dev} limited to {} B/s", args.rate_bytes_per_s);
+    outln!("ready: {dev} limited to {} B/s", args.rate_bytes_per_s);
     // Bounded: at most an hour, normally until a signal.
     let start = Instant::now();
     while !STOP.load(Ordering::SeqCst) && start.elapsed() < Duration::from_secs(3600) {
         std::thread::sleep(Duration::from_millis(20));
     }
     lim.restore_all().context("removing the limit")?;
-    println!("restored");
+    outln!("restored");
     Ok(())
 }
 
@@ -234,12 +242,14 @@ pub fn run(args: Args) -> Result<()> {
     if let Some(why) = testnet::unavailable_reason() {
         bail!("`placer bench qos` {why}");
     }
-    if args.work_us >= args.period_us || args.runs == 0 || args.seconds <= 0.0 {
-        bail!("need work_us < period_us, runs > 0, seconds > 0");
+    let period = args.period_us.map_or(args.period, Duration::from_micros);
+    let work = args.work_us.map_or(args.work, Duration::from_micros);
+    if work >= period || args.runs == 0 || args.duration.is_zero() {
+        bail!("need --work < --period, --runs > 0, --duration > 0");
     }
     install_signal_handlers();
     let warmup = Duration::from_secs(1);
-    let secs = Duration::from_secs_f64(args.seconds);
+    let secs = args.duration;
     let mut runs = Vec::new();
     let mut port = 5300u16;
     let ncpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
@@ -255,15 +265,7 @@ pub fn run(args: Args) -> Result<()> {
                 testnet::set_rps(&pair.ns_b, &pair.dev_b, args.cpu)
                     .context("steering receive processing with RPS")?;
             }
-            let task = periodic(
-                args.cpu,
-                Duration::from_micros(args.period_us),
-                Duration::from_micros(args.work_us),
-                warmup,
-                secs,
-                !args.cfs,
-                args.nice,
-            );
+            let task = periodic(args.cpu, period, work, warmup, secs, !args.cfs, args.nice);
             let mut lim = Limiter::new();
             let ctx = TcCtx::netns(&pair.ns_a);
             let mut lim_err = None;
@@ -317,8 +319,8 @@ pub fn run(args: Args) -> Result<()> {
     };
     let report = Report {
         cpu: args.cpu,
-        period_us: args.period_us,
-        work_us: args.work_us,
+        period_us: period.as_micros() as u64,
+        work_us: work.as_micros() as u64,
         fifo: !args.cfs,
         stream_cpu,
         rate_limit_bytes_per_s: args.rate_bytes_per_s,
@@ -330,9 +332,9 @@ pub fn run(args: Args) -> Result<()> {
         runs,
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        println!(
+        outln!(
             "periodic task: {} us work every {} us on CPU {} ({}); stream threads on CPU {}, \
              receive processing on CPU {}; {} runs x {} s",
             report.work_us,
@@ -346,15 +348,15 @@ pub fn run(args: Args) -> Result<()> {
             report.stream_cpu,
             report.cpu,
             args.runs,
-            args.seconds
+            args.duration.as_secs_f64()
         );
-        println!(
+        outln!(
             "unlimited stream: {:>8.1} MB/s, deadline misses (median) {:>5} of {}",
             report.median_stream_unlimited_bytes_per_s / 1e6,
             report.median_misses_unlimited,
             report.median_jobs
         );
-        println!(
+        outln!(
             "limited to {:.1} MB/s: {:>5.1} MB/s, deadline misses (median) {:>5} of {}",
             report.rate_limit_bytes_per_s as f64 / 1e6,
             report.median_stream_limited_bytes_per_s / 1e6,

@@ -11,9 +11,9 @@ use std::time::Instant;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Simulated seconds per run.
-    #[arg(long, default_value_t = 10.0)]
-    pub seconds: f64,
+    /// Simulated time per run.
+    #[arg(long, alias = "seconds", default_value = "10s", value_parser = crate::common::duration_arg)]
+    pub duration: std::time::Duration,
     /// Number of timed runs (the median is reported).
     #[arg(long, default_value_t = 5)]
     pub runs: usize,
@@ -52,7 +52,7 @@ class = "pointer-chasing"
 
 pub fn run(args: Args) -> Result<()> {
     let sc = Scenario::from_toml("bench-64x64", BENCH_SCENARIO)?;
-    let end_ns = (args.seconds * 1e9) as u64;
+    let end_ns = (args.duration.as_secs_f64() * 1e9) as u64;
     let mut walls = Vec::new();
     let mut work = 0.0;
     for i in 0..args.runs.max(1) {
@@ -66,14 +66,14 @@ pub fn run(args: Args) -> Result<()> {
     let mut sorted = walls.clone();
     sorted.sort_by(f64::total_cmp);
     let median = sorted[sorted.len() / 2];
-    let ticks = args.seconds * 1000.0;
+    let ticks = args.duration.as_secs_f64() * 1000.0;
     if args.json {
-        println!(
+        outln!(
             "{}",
             serde_json::json!({
                 "benchmark": "sim",
                 "scenario": "64 tasks on 64 CPUs, 1 ms ticks",
-                "simulated_s": args.seconds,
+                "simulated_s": args.duration.as_secs_f64(),
                 "runs_s": walls,
                 "median_s": median,
                 "us_per_tick": median / ticks * 1e6,
@@ -81,14 +81,14 @@ pub fn run(args: Args) -> Result<()> {
             })
         );
     } else {
-        println!(
+        outln!(
             "placer bench sim: {} simulated s of 64 tasks on 64 CPUs (1 ms ticks), {} runs: \
              median {:.3} s wall ({:.1} us per tick; {:.1}x real time); work rate {:.1} CPU-s/s",
-            args.seconds,
+            args.duration.as_secs_f64(),
             walls.len(),
             median,
             median / ticks * 1e6,
-            args.seconds / median.max(1e-9),
+            args.duration.as_secs_f64() / median.max(1e-9),
             work
         );
     }

@@ -61,7 +61,7 @@ pub fn run(args: Args) -> Result<()> {
     let raw = ms.clone();
     let med = median(&mut ms);
     let cpu_med = median(&mut cpu_ms);
-    println!(
+    outln!(
         "topology read of {} ({} CPUs, {} caches, {} nodes, {} NICs): median {:.2} ms \
          (CPU time {cpu_med:.2} ms), min {:.2} ms, max {:.2} ms over {} runs",
         args.root.display(),
@@ -83,7 +83,7 @@ pub fn run(args: Args) -> Result<()> {
             "median_cpu_ms": cpu_med,
             "runs_ms": raw,
         });
-        println!("{v}");
+        outln!("{v}");
     }
     Ok(())
 }

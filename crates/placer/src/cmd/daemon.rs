@@ -38,9 +38,9 @@ pub struct Args {
     /// Print each plan; change nothing.
     #[arg(long)]
     pub dry_run: bool,
-    /// Interval between cycles (e.g. 250ms, 1s), overriding the config's interval_ms.
-    #[arg(long)]
-    pub interval: Option<String>,
+    /// Interval between cycles (250ms, 1s, 2m or seconds), overriding the config's interval.
+    #[arg(long, value_parser = crate::common::duration_arg)]
+    pub interval: Option<std::time::Duration>,
     /// Print the built-in default config (TOML) and exit.
     #[arg(long)]
     pub print_default_config: bool,
@@ -52,8 +52,8 @@ pub struct Args {
 /// The effective config: file or default, with the command-line overrides, validated.
 pub fn effective_config(args: &Args) -> Result<Config> {
     let mut cfg = args.state.config()?;
-    if let Some(i) = &args.interval {
-        cfg.interval_ms = state::parse_duration(i)?.as_millis() as u64;
+    if let Some(i) = args.interval {
+        cfg.interval_ms = u64::try_from(i.as_millis()).context("--interval too large")?;
         cfg.validate().context("with --interval")?;
     }
     Ok(cfg)
@@ -82,18 +82,18 @@ fn print_cycle(r: &CycleReport, dry_run: bool, json: bool) {
             managed: r.managed,
             error: &r.error,
         };
-        println!("{}", serde_json::to_string(&p).unwrap_or_default());
+        outln!("{}", serde_json::to_string(&p).unwrap_or_default());
         return;
     }
     if let Some(e) = &r.error {
-        println!("cycle {}: error: {e}", r.cycle);
+        outln!("cycle {}: error: {e}", r.cycle);
         return;
     }
     if r.reports.is_empty() {
-        println!("cycle {}: no actions", r.cycle);
+        outln!("cycle {}: no actions", r.cycle);
     }
     for a in &r.reports {
-        println!(
+        outln!(
             "cycle {}: [{}] {} {}: {} => {}",
             r.cycle,
             a.planned.policy,
@@ -105,7 +105,7 @@ fn print_cycle(r: &CycleReport, dry_run: bool, json: bool) {
     }
     for n in &r.plan.notes {
         let who = n.proc.map_or(String::new(), |k| format!("pid {} ", k.pid));
-        println!("cycle {}: [{}] note {who}{}", r.cycle, n.policy, n.text);
+        outln!("cycle {}: [{}] note {who}{}", r.cycle, n.policy, n.text);
     }
 }
 
@@ -198,7 +198,7 @@ fn log_cycle(r: &CycleReport, last_error: &mut Option<String>) {
 
 pub fn run(args: Args) -> Result<()> {
     if args.print_default_config {
-        print!("{}", Config::default().to_toml());
+        out!("{}", Config::default().to_toml());
         return Ok(());
     }
     let cfg = effective_config(&args)?;

@@ -19,8 +19,8 @@ pub struct Args {
     #[command(flatten)]
     pub state: state::StateArgs,
     /// Observation length when no daemon runs (e.g. 500ms), default the config's interval.
-    #[arg(long)]
-    pub interval: Option<String>,
+    #[arg(long, value_parser = crate::common::duration_arg)]
+    pub interval: Option<std::time::Duration>,
     #[arg(long)]
     pub json: bool,
 }
@@ -63,7 +63,7 @@ fn one_shot(
     dir: &Path,
 ) -> Result<(Option<ProcDecision>, Disabled)> {
     let interval = match &args.interval {
-        Some(i) => state::parse_duration(i)?,
+        Some(i) => *i,
         None => std::time::Duration::from_millis(cfg.interval_ms),
     };
     let mut host = LinuxHost::new(&args.state.root, dir);
@@ -143,10 +143,10 @@ pub fn run(args: Args) -> Result<()> {
         memory_journal,
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&e)?);
+        outln!("{}", serde_json::to_string_pretty(&e)?);
         return Ok(());
     }
-    print!("{}", render(&e));
+    out!("{}", render(&e));
     Ok(())
 }
 

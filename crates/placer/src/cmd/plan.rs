@@ -179,22 +179,22 @@ pub fn run(args: Args) -> Result<()> {
                     "n_efficiency": nb, "n_speedup": na, "power_difference_w": dp
                 })).collect::<Vec<_>>(),
             });
-            println!("{}", serde_json::to_string_pretty(&v)?);
+            outln!("{}", serde_json::to_string_pretty(&v)?);
         } else {
-            print!("{}", render_compare(&per_core, &equal, s));
+            out!("{}", render_compare(&per_core, &equal, s));
         }
         return Ok(());
     }
     let policy = j.policy(AllocPolicy::Speedup);
     let report = build_report(&topo, policy, j.n, model, s, &opts)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
     }
     if let Some(note) = note {
         eprintln!("placer plan: {note}");
     }
-    print!("{}", render(&report));
+    out!("{}", render(&report));
     Ok(())
 }
 
@@ -283,7 +283,7 @@ fn simulate(name: &str, json: bool, opts: &AllocOptions) -> Result<()> {
             "equal_speed": equal.iter().map(|(nb, na, dp)| serde_json::json!({
                 "n_efficiency": nb, "n_speedup": na, "power_difference_w": dp
             })).collect::<Vec<_>>() });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        outln!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
     use std::fmt::Write;
@@ -315,7 +315,7 @@ fn simulate(name: &str, json: bool, opts: &AllocOptions) -> Result<()> {
          policy 1, and faster; 10 units of policy 2 (171.18 s) ~ 7 of policy 1 at 3 W less; \
          12 of policy 2 ~ 9 of policy 1 at 7.82 W less"
     );
-    print!("{o}");
+    out!("{o}");
     Ok(())
 }
 

@@ -18,9 +18,9 @@ pub struct Args {
     /// Filesystem root holding sys/ (/ for this machine).
     #[arg(long, default_value = "/")]
     pub root: PathBuf,
-    /// Seconds measured per state (the first 0.3 s of each are settling time).
-    #[arg(long, default_value_t = 2.0)]
-    pub seconds: f64,
+    /// Time measured per state (the first 0.3 s of each are settling time).
+    #[arg(long, alias = "seconds", default_value = "2s", value_parser = crate::common::duration_arg)]
+    pub duration: Duration,
     /// Write the table (JSON) here; default: standard output.
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -63,8 +63,8 @@ pub fn run(args: Args) -> Result<()> {
     }
     let topo = placer_linux::topology::read(&args.root)
         .with_context(|| format!("reading the topology under {}", args.root.display()))?;
-    if args.seconds.is_nan() || args.seconds <= 0.3 {
-        bail!("--seconds must be above 0.3");
+    if args.duration.as_secs_f64() <= 0.3 {
+        bail!("--duration must be above 300ms");
     }
     eprintln!(
         "calibrating with {} sensor(s): {}",
@@ -83,7 +83,7 @@ pub fn run(args: Args) -> Result<()> {
     let result = power_meter::calibrate(
         &topo,
         &mut drv,
-        Duration::from_secs_f64(args.seconds - 0.3),
+        args.duration - Duration::from_millis(300),
         &mut |s: &Step| {
             if s.busy_cpus == 0 {
                 eprintln!("idle: {:.3} W", s.watts);
@@ -109,7 +109,7 @@ pub fn run(args: Args) -> Result<()> {
             std::fs::write(p, text).with_context(|| format!("writing {}", p.display()))?;
             eprintln!("wrote {}", p.display());
         }
-        None => println!("{text}"),
+        None => outln!("{text}"),
     }
     Ok(())
 }

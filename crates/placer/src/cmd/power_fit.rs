@@ -179,10 +179,10 @@ pub fn run(args: Args) -> Result<()> {
     };
     let fit = power_model::fit(&args.name, &data)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&fit)?);
+        outln!("{}", serde_json::to_string_pretty(&fit)?);
         return Ok(());
     }
-    print!("{}", render(&fit));
+    out!("{}", render(&fit));
     Ok(())
 }
 

@@ -2,7 +2,8 @@
 //! file (format in `placer_linux::record` and docs/observation.md) for later replay.
 //! `placer record --replay FILE` prints one summary line per replayed observation.
 
-use crate::cmd::top::{busiest, parse_duration};
+use crate::cmd::top::busiest;
+use crate::common::duration_arg;
 use anyhow::{Context, Result};
 use placer_core::observation::Observation;
 use placer_core::sample::SampleRequest;
@@ -19,10 +20,10 @@ pub struct Args {
     #[arg(long, default_value = "/")]
     pub root: PathBuf,
     /// Time between samples.
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = duration_arg)]
     pub interval: Duration,
     /// How long to record.
-    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    #[arg(long, default_value = "60s", value_parser = duration_arg)]
     pub duration: Duration,
     /// Also record threads.
     #[arg(long)]
@@ -73,9 +74,11 @@ pub fn run(args: Args) -> Result<()> {
 fn replay(path: &std::path::Path) -> Result<()> {
     let mut r =
         placer_linux::record::open(path).with_context(|| format!("opening {}", path.display()))?;
-    println!(
+    outln!(
         "record v{} from {} every {} ms",
-        r.header.version, r.header.host, r.header.interval_ms
+        r.header.version,
+        r.header.host,
+        r.header.interval_ms
     );
     let mut prev = None;
     while let Some(s) = r.next_sample()? {
@@ -86,7 +89,7 @@ fn replay(path: &std::path::Path) -> Result<()> {
                 .first()
                 .map(|p| format!("{} ({}) {:.2}", p.pid, p.comm, p.cpu_share))
                 .unwrap_or_default();
-            println!(
+            outln!(
                 "{:>10.3}s  cpus busy {:.2}  procs {}  busiest {}",
                 o.time_ns as f64 / 1e9,
                 util,

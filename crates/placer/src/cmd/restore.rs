@@ -43,9 +43,9 @@ pub fn run(args: Args) -> Result<()> {
     }
     if !dir.join(placer_linux::journal::JOURNAL_FILE).exists() {
         if args.json {
-            println!("[]");
+            outln!("[]");
         } else {
-            println!("nothing to restore: no journal in {}", dir.display());
+            outln!("nothing to restore: no journal in {}", dir.display());
         }
         return Ok(());
     }
@@ -73,16 +73,16 @@ pub fn run(args: Args) -> Result<()> {
         })
         .collect();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&lines)?);
+        outln!("{}", serde_json::to_string_pretty(&lines)?);
     } else if lines.is_empty() {
-        println!("nothing to restore: the journal is empty");
+        outln!("nothing to restore: the journal is empty");
     } else {
         for l in &lines {
             let knob = format!("{} ({})", l.knob, l.label);
             match l.result {
-                "restored" => println!("restored {knob} to {}", l.previous),
-                "failed" => println!("FAILED {knob}: {}", l.detail),
-                _ => println!("{} {knob}: {}", l.result, l.detail),
+                "restored" => outln!("restored {knob} to {}", l.previous),
+                "failed" => outln!("FAILED {knob}: {}", l.detail),
+                _ => outln!("{} {knob}: {}", l.result, l.detail),
             }
         }
     }

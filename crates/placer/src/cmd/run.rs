@@ -43,9 +43,9 @@ pub struct Args {
     /// Measured run times to fit the serial fraction from: `UNITS=SECONDS,...`.
     #[arg(long, conflicts_with = "serial_fraction")]
     pub times: Option<String>,
-    /// Watch for new threads for at most this long (seconds).
-    #[arg(long, default_value_t = 10.0)]
-    pub watch_s: f64,
+    /// Watch for new threads for at most this long (250ms, 10s, 2m or seconds).
+    #[arg(long, alias = "watch-s", default_value = "10s", value_parser = crate::common::duration_arg)]
+    pub watch: Duration,
     /// Do not set the OMP_* variables.
     #[arg(long)]
     pub no_omp: bool,
@@ -274,9 +274,9 @@ pub fn run(args: Args) -> Result<()> {
     let plan = make_plan(&args, &topo)?;
     if args.dry_run {
         if args.json {
-            println!("{}", serde_json::to_string_pretty(&plan)?);
+            outln!("{}", serde_json::to_string_pretty(&plan)?);
         } else {
-            println!(
+            outln!(
                 "would run {:?} on CPUs {} ({}), {}",
                 args.cmd,
                 plan.cpus
@@ -320,7 +320,7 @@ pub fn run(args: Args) -> Result<()> {
             plan.env_string()
         );
     }
-    let deadline = Instant::now() + Duration::from_secs_f64(args.watch_s.max(0.0));
+    let deadline = Instant::now() + args.watch;
     let mut seen: BTreeSet<i32> = BTreeSet::new();
     let mut k = 0usize;
     let status = loop {

@@ -27,9 +27,9 @@ pub struct Args {
     /// Override the scenario's seeds (comma-separated).
     #[arg(long, value_delimiter = ',')]
     pub seeds: Vec<u64>,
-    /// Override the simulated duration, seconds.
-    #[arg(long)]
-    pub duration: Option<f64>,
+    /// Override the simulated duration (2s, 1m, or seconds).
+    #[arg(long, value_parser = crate::common::duration_arg)]
+    pub duration: Option<std::time::Duration>,
     /// Run only these policies (comma-separated).
     #[arg(long, value_delimiter = ',')]
     pub policy: Vec<String>,
@@ -44,7 +44,7 @@ pub fn run(args: Args) -> Result<()> {
             let desc = Scenario::from_toml(name, text)
                 .map(|s| format!("{} ({})", s.description, s.machine))
                 .unwrap_or_else(|e| format!("(does not parse: {e})"));
-            println!("{name:12} {desc}");
+            outln!("{name:12} {desc}");
         }
         return Ok(());
     }
@@ -55,10 +55,10 @@ pub fn run(args: Args) -> Result<()> {
         let mut last = "";
         for (k, v, src) in p.describe() {
             if src != last {
-                println!("# {src}");
+                outln!("# {src}");
                 last = src;
             }
-            println!("{k} = {v}");
+            outln!("{k} = {v}");
         }
         return Ok(());
     }
@@ -69,7 +69,7 @@ pub fn run(args: Args) -> Result<()> {
     if !args.seeds.is_empty() {
         sc.seeds = args.seeds.clone();
     }
-    if let Some(d) = args.duration {
+    if let Some(d) = args.duration.map(|d| d.as_secs_f64()) {
         if d <= sc.warmup_s {
             sc.warmup_s = d / 4.0;
         }
@@ -97,11 +97,11 @@ pub fn run(args: Args) -> Result<()> {
             .with_context(|| format!("drawing {}", path.display()))?;
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print!("{}", report.to_text());
+        out!("{}", report.to_text());
         if let Some(path) = &args.plot {
-            println!("\nplot written to {}", path.display());
+            outln!("\nplot written to {}", path.display());
         }
     }
     Ok(())

@@ -29,7 +29,7 @@ pub struct Args {
     #[arg(long, default_value = "/")]
     pub root: PathBuf,
     /// Time between the samples of an observation: "1s", "500ms", "2m", or seconds.
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = crate::common::duration_arg)]
     pub interval: Duration,
     /// One observation (two samples an interval apart), then exit.
     #[arg(long)]
@@ -47,30 +47,6 @@ pub struct Args {
     /// it walks every mapping) and show them (`numa_pages` in the JSON).
     #[arg(long)]
     pub numa: bool,
-}
-
-/// Parses "1s", "250ms", "2m", "1.5s" or a bare number of seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, mult) = if let Some(v) = s.strip_suffix("ms") {
-        (v, 1e-3)
-    } else if let Some(v) = s.strip_suffix('s') {
-        (v, 1.0)
-    } else if let Some(v) = s.strip_suffix('m') {
-        (v, 60.0)
-    } else if let Some(v) = s.strip_suffix('h') {
-        (v, 3600.0)
-    } else {
-        (s, 1.0)
-    };
-    let v: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("bad duration {s:?} (use e.g. 1s, 500ms, 2m)"))?;
-    if !(v.is_finite() && v >= 0.0) {
-        return Err(format!("bad duration {s:?}"));
-    }
-    Ok(Duration::from_secs_f64(v * mult))
 }
 
 /// The JSON printed by `placer top --once --json`.
@@ -223,17 +199,15 @@ fn table(obs: &Observation, src: &SourceStatus, n: usize) -> String {
     o
 }
 
-/// Writes to stdout; a closed pipe (`| head`) ends quietly instead of panicking.
-fn write_stdout(text: &str) -> Result<()> {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
-        r => Ok(r?),
+pub fn run(mut args: Args) -> Result<()> {
+    use std::io::IsTerminal;
+    let terminal = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
+    if !(args.once || args.json || terminal) {
+        // The live view needs a terminal for keys and drawing; without one, print what
+        // `--once` prints rather than failing.
+        eprintln!("placer top: no terminal; printing one observation (as --once)");
+        args.once = true;
     }
-}
-
-pub fn run(args: Args) -> Result<()> {
     let mut ob = Observer::new(&args.root, args.threads, args.numa);
     let src = ob.sources();
     if args.once {
@@ -246,9 +220,9 @@ pub fn run(args: Args) -> Result<()> {
                 sources: &src.sources,
                 observation: &obs,
             };
-            write_stdout(&(serde_json::to_string(&j)? + "\n"))?;
+            crate::common::write_stdout(&(serde_json::to_string(&j)? + "\n"));
         } else {
-            write_stdout(&table(&obs, &src, args.count))?;
+            crate::common::write_stdout(&table(&obs, &src, args.count));
         }
         return Ok(());
     }
@@ -262,7 +236,7 @@ pub fn run(args: Args) -> Result<()> {
                 sources: &src.sources,
                 observation: &obs,
             };
-            write_stdout(&(serde_json::to_string(&j)? + "\n"))?;
+            crate::common::write_stdout(&(serde_json::to_string(&j)? + "\n"));
         }
     }
     live::run(ob, src, args.interval, args.count)
@@ -404,16 +378,6 @@ mod live {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("1s").unwrap(), Duration::from_secs(1));
-        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
-        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
-        assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
-        assert!(parse_duration("x").is_err());
-        assert!(parse_duration("-1s").is_err());
-    }
 
     #[test]
     fn missing_sources_are_named_with_reasons() {

@@ -28,15 +28,15 @@ pub struct Args {
 pub fn run(args: Args) -> Result<()> {
     if args.list_machines {
         for (name, desc) in placer_core::machines::MACHINES {
-            println!("{name:24} {desc}");
+            outln!("{name:24} {desc}");
         }
         return Ok(());
     }
     let topo = args.machine.topology()?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&topo)?);
+        outln!("{}", serde_json::to_string_pretty(&topo)?);
     } else {
-        print!("{}", render_tree(&topo));
+        out!("{}", render_tree(&topo));
     }
     Ok(())
 }

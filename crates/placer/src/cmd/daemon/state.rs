@@ -55,30 +55,6 @@ pub fn load_config(path: Option<&Path>) -> Result<Config> {
     }
 }
 
-/// `250ms`, `1s`, `1.5s`, `2m`, `100us`.
-pub fn parse_duration(s: &str) -> Result<std::time::Duration> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let v: f64 = num
-        .parse()
-        .with_context(|| format!("bad duration {s:?}: expected e.g. 250ms, 1s, 1.5s"))?;
-    let secs = match unit.trim() {
-        "ms" => v / 1e3,
-        "s" => v,
-        "m" | "min" => v * 60.0,
-        "us" => v / 1e6,
-        "" => bail!("duration {s:?} needs a unit (ms, s, m)"),
-        u => bail!("unknown unit {u:?} in duration {s:?} (ms, s, m)"),
-    };
-    if !secs.is_finite() || secs <= 0.0 {
-        bail!("duration {s:?} must be positive");
-    }
-    Ok(std::time::Duration::from_secs_f64(secs))
-}
-
 /// The exclusive lock of a state directory, held for the daemon's life (released by the
 /// kernel when the daemon dies, even by SIGKILL).
 pub struct StateLock {
@@ -295,16 +271,6 @@ pub fn pid_alive(pid: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("250ms").expect("ms").as_millis(), 250);
-        assert_eq!(parse_duration("1.5s").expect("s").as_millis(), 1500);
-        assert_eq!(parse_duration("2m").expect("m").as_secs(), 120);
-        assert!(parse_duration("250").is_err());
-        assert!(parse_duration("0s").is_err());
-        assert!(parse_duration("3 weeks").is_err());
-    }
 
     #[test]
     fn lock_is_exclusive_and_names_the_holder() {

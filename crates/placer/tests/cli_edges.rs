@@ -1,0 +1,171 @@
+//! The command line's edge cases (issues 17 and 18): bad input exits non-zero with a message,
+//! a closed pipe or a missing terminal never panics (exit 101), one duration grammar holds for
+//! every command, and logs carry no escape codes off a terminal. None of these needs root:
+//! `--dry-run` changes nothing and `topo`/`sim` only read.
+
+use std::process::{Command, Stdio};
+
+fn placer() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_placer"));
+    c.stdin(Stdio::null());
+    c
+}
+
+/// Runs `placer ARGS | head -c1`-like: reads one byte of stdout, then closes the pipe while
+/// placer is still writing, and returns placer's exit status.
+fn with_closed_pipe(args: &[&str]) -> std::process::ExitStatus {
+    use std::io::Read;
+    let mut child = placer()
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn placer");
+    let mut out = child.stdout.take().expect("stdout");
+    let mut one = [0u8; 1];
+    let _ = out.read(&mut one);
+    drop(out);
+    child.wait().expect("wait")
+}
+
+#[test]
+fn closed_pipe_is_not_a_panic() {
+    for args in [
+        &["topo", "--machine", "xeon-5355x2", "--json"][..],
+        &["sim", "--list"],
+        &["daemon", "--print-default-config"],
+    ] {
+        let st = with_closed_pipe(args);
+        assert_ne!(st.code(), Some(101), "{args:?} panicked on a closed pipe");
+        assert!(st.success(), "{args:?}: {st}");
+    }
+}
+
+#[test]
+fn bad_durations_are_refused_with_a_message() {
+    for (args, needle) in [
+        (
+            &[
+                "daemon",
+                "--once",
+                "--dry-run",
+                "--interval",
+                "100000000000000000000s",
+            ][..],
+            "too large",
+        ),
+        (
+            &[
+                "daemon",
+                "--once",
+                "--dry-run",
+                "--interval",
+                "18446744073709551615ms",
+            ],
+            "24h",
+        ),
+        (
+            &["record", "--interval", "0", "/nonexistent/rec"],
+            "greater than zero",
+        ),
+        (&["top", "--once", "--interval", "0"], "greater than zero"),
+        (&["sim", "seed-002", "--duration=-1s"], "bad duration"),
+    ] {
+        let o = placer().args(args).output().expect("run");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{args:?} accepted");
+        assert_ne!(o.status.code(), Some(101), "{args:?} panicked: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn one_duration_grammar_everywhere() {
+    // A bare number is seconds for the daemon as for `top` (it was an error before).
+    let o = placer()
+        .args(["daemon", "--interval", "1", "--once", "--dry-run"])
+        .output()
+        .expect("run");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for args in [
+        &["bench", "net", "--help"][..],
+        &["sim", "--help"],
+        &["run", "--help"],
+    ] {
+        let o = placer().args(args).output().expect("help");
+        assert!(o.status.success(), "{args:?}");
+    }
+    // `--duration 2s` parses for sim (it took only a float before).
+    let o = placer()
+        .args([
+            "sim",
+            "seed-002",
+            "--duration",
+            "2s",
+            "--seeds",
+            "1",
+            "--policy",
+            "linux-default",
+        ])
+        .output()
+        .expect("sim");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn bad_root_is_an_error() {
+    let o = placer()
+        .args(["topo", "--root", "/nonexistent"])
+        .output()
+        .expect("run");
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no CPUs found"));
+}
+
+#[test]
+fn top_without_a_terminal_prints_once() {
+    let o = placer()
+        .args(["top", "--interval", "200ms"])
+        .output()
+        .expect("run");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("CPU"));
+}
+
+#[test]
+fn logs_off_a_terminal_have_no_escape_codes() {
+    let o = placer()
+        .args([
+            "daemon",
+            "--once",
+            "--dry-run",
+            "--interval",
+            "100ms",
+            "--log",
+            "debug",
+        ])
+        .output()
+        .expect("run");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!o.stderr.is_empty(), "expected some log lines at debug");
+    assert!(!o.stderr.contains(&0x1b), "escape byte in the log");
+    let o = placer()
+        .args([
+            "--log-format",
+            "json",
+            "daemon",
+            "--once",
+            "--dry-run",
+            "--interval",
+            "100ms",
+            "--log",
+            "debug",
+        ])
+        .output()
+        .expect("run");
+    assert!(o.status.success());
+    let text = String::from_utf8_lossy(&o.stderr);
+    let first = text.lines().next().expect("a log line");
+    let v: serde_json::Value = serde_json::from_str(first).expect("a JSON log line");
+    assert!(v.get("level").is_some(), "{first}");
+}

@@ -1066,11 +1066,11 @@ mod tests {
     #[test]
     fn process_pinned_on_every_thread_and_restored() {
         let Some(all) = can_pin() else {
-            eprintln!("skipped: needs 2 allowed CPUs");
+            placer_testkit::skip("needs 2 allowed CPUs");
             return;
         };
         let Some(kid) = spawn_threads(3) else {
-            eprintln!("skipped: python3 with threads not available");
+            placer_testkit::skip("python3 with threads not available");
             return;
         };
         let pid = kid.0.id();
@@ -1118,7 +1118,7 @@ mod tests {
     #[test]
     fn reused_pid_and_bad_cpus_are_permanent_and_touch_nothing() {
         let Some(all) = can_pin() else {
-            eprintln!("skipped: needs 2 allowed CPUs");
+            placer_testkit::skip("needs 2 allowed CPUs");
             return;
         };
         let kid = Kid(Command::new("sleep").arg("30").spawn().expect("sleep"));
@@ -1167,7 +1167,7 @@ mod tests {
     #[test]
     fn process_moved_by_someone_else_is_not_restored_and_exited_is_gone() {
         let Some(all) = can_pin() else {
-            eprintln!("skipped: needs 2 allowed CPUs");
+            placer_testkit::skip("needs 2 allowed CPUs");
             return;
         };
         let mut kid = Kid(Command::new("sleep").arg("30").spawn().expect("sleep"));

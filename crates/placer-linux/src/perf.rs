@@ -346,7 +346,7 @@ mod tests {
         };
         let mut p = PerfCounters::with_codes(vec![(ev, PERF_TYPE_SOFTWARE, 1)], "perf_sw");
         if !p.status().available {
-            eprintln!("skipped: {}", p.status().detail);
+            placer_testkit::skip(&p.status().detail);
             return;
         }
         let tid = unsafe { libc::gettid() } as u32;

@@ -842,7 +842,7 @@ mod tests {
     fn this_machine_maps_a_socket_to_this_process_and_caches() {
         let mut s = Sampler::new(Path::new("/"));
         if !s.sources().has("sock_diag") {
-            eprintln!("skipped: {:?}", s.sources().why_missing("sock_diag"));
+            placer_testkit::skip(&format!("{:?}", s.sources().why_missing("sock_diag")));
             return;
         }
         let req = SampleRequest {

@@ -379,7 +379,7 @@ mod tests {
         let mut sd = match SockDiag::open() {
             Ok(s) => s,
             Err(e) => {
-                eprintln!("skipped: no sock_diag: {e}");
+                placer_testkit::skip(&format!("no sock_diag: {e}"));
                 return;
             }
         };

@@ -989,9 +989,11 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(not(placer_root), ignore = "needs root")]
     fn real_egress_and_ingress_limits_cap_the_rate_and_restore_cleanly() {
+        placer_testkit::require_root();
         if let Some(why) = unavailable_reason() {
-            eprintln!("skipped: {why}");
+            placer_testkit::skip(&why);
             return;
         }
         let pair = VethPair::new().expect("veth pair");
@@ -1084,9 +1086,11 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(not(placer_root), ignore = "needs root")]
     fn real_foreign_root_qdisc_is_not_replaced_and_same_limit_is_unchanged() {
+        placer_testkit::require_root();
         if let Some(why) = unavailable_reason() {
-            eprintln!("skipped: {why}");
+            placer_testkit::skip(&why);
             return;
         }
         let pair = VethPair::new().expect("veth pair");
@@ -1147,9 +1151,11 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(not(placer_root), ignore = "needs root")]
     fn real_handler_journals_and_restore_all_cleans_up() {
+        placer_testkit::require_root();
         if let Some(why) = unavailable_reason() {
-            eprintln!("skipped: {why}");
+            placer_testkit::skip(&why);
             return;
         }
         use crate::actuator::Actuator;

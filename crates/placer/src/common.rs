@@ -92,8 +92,20 @@ impl MachineArgs {
     pub fn topology(&self) -> Result<Topology> {
         match &self.machine {
             Some(m) => Ok(placer_core::machines::machine(m)?),
-            None => placer_linux::topology::read(&self.root)
-                .with_context(|| format!("reading the topology under {}", self.root.display())),
+            None => {
+                let t = placer_linux::topology::read(&self.root).with_context(|| {
+                    format!("reading the topology under {}", self.root.display())
+                })?;
+                // The reader calls an empty tree "unknown"; for a command a root without CPUs
+                // is a mistake (a typo, a snapshot not unpacked), not a 0-CPU machine.
+                if t.cpus.is_empty() {
+                    anyhow::bail!(
+                        "no CPUs found under {} (expected sys/devices/system/cpu there)",
+                        self.root.join("sys/devices/system/cpu").display()
+                    );
+                }
+                Ok(t)
+            }
         }
     }
 }

@@ -31,7 +31,7 @@ static SEQ: AtomicU32 = AtomicU32::new(0);
 
 fn uniq() -> String {
     format!(
-        "{}{}",
+        "{}-{}",
         std::process::id(),
         SEQ.fetch_add(1, Ordering::SeqCst)
     )
@@ -47,10 +47,6 @@ fn ok(cmd: &mut Command) -> bool {
 
 /// Why this machine cannot run the namespace tests, if it cannot.
 fn missing() -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("needs root".into());
-    }
     if !ok(Command::new("ip").arg("-V")) {
         return Some("needs iproute2 (`ip`)".into());
     }
@@ -110,7 +106,7 @@ struct Kid {
 
 impl Kid {
     fn spawn(cmd: &mut Command) -> Kid {
-        let mut child = cmd
+        let mut child = placer_testkit::proc::die_with_parent(cmd)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .spawn()
@@ -349,7 +345,7 @@ impl Drop for Net {
 /// Runs a namespace test serially, or prints why it is skipped.
 fn setup() -> Option<std::sync::MutexGuard<'static, ()>> {
     if let Some(why) = missing() {
-        eprintln!("skipped: {why}");
+        placer_testkit::skip(&why);
         return None;
     }
     Some(SERIAL.lock().unwrap_or_else(|p| p.into_inner()))
@@ -383,7 +379,9 @@ fn scenario(
 const ANY_LOAD: &str = "cpu_load_threshold = 1.0\n";
 
 #[test]
+#[cfg_attr(not(placer_root), ignore = "needs root")]
 fn pins_the_receiver_to_the_rps_cpu_and_restores_it_when_quiet() {
+    placer_testkit::require_root();
     let Some(_g) = setup() else { return };
     let net = Net::new();
     let (rx, _d, tx, original, started) = scenario(&net, ANY_LOAD, &[], 3.0);
@@ -446,7 +444,9 @@ fn burner(net: &Net) -> Kid {
 }
 
 #[test]
+#[cfg_attr(not(placer_root), ignore = "needs root")]
 fn busy_receive_cpu_gives_its_cache_neighbour() {
+    placer_testkit::require_root();
     let Some(_g) = setup() else { return };
     let net = Net::new();
     let _burn = burner(&net);
@@ -480,7 +480,9 @@ fn busy_receive_cpu_gives_its_cache_neighbour() {
 }
 
 #[test]
+#[cfg_attr(not(placer_root), ignore = "needs root")]
 fn busy_receive_cpu_and_leave_configured_leaves_it_alone() {
+    placer_testkit::require_root();
     let Some(_g) = setup() else { return };
     let net = Net::new();
     let _burn = burner(&net);
@@ -505,7 +507,9 @@ fn busy_receive_cpu_and_leave_configured_leaves_it_alone() {
 }
 
 #[test]
+#[cfg_attr(not(placer_root), ignore = "needs root")]
 fn sigterm_restores() {
+    placer_testkit::require_root();
     let Some(_g) = setup() else { return };
     let net = Net::new();
     let (rx, mut d, _tx, original, _started) = scenario(&net, ANY_LOAD, &[], 30.0);
@@ -524,7 +528,9 @@ fn sigterm_restores() {
 }
 
 #[test]
+#[cfg_attr(not(placer_root), ignore = "needs root")]
 fn sigkill_then_placer_restore_restores() {
+    placer_testkit::require_root();
     let Some(_g) = setup() else { return };
     let net = Net::new();
     let (rx, mut d, _tx, original, _started) = scenario(&net, ANY_LOAD, &[], 30.0);
@@ -557,7 +563,9 @@ fn sigkill_then_placer_restore_restores() {
 }
 
 #[test]
+#[cfg_attr(not(placer_root), ignore = "needs root")]
 fn sigkill_then_new_daemon_restores_at_start() {
+    placer_testkit::require_root();
     let Some(_g) = setup() else { return };
     let net = Net::new();
     let (rx, mut d, mut tx, original, _started) = scenario(&net, ANY_LOAD, &[], 30.0);
@@ -583,7 +591,9 @@ fn sigkill_then_new_daemon_restores_at_start() {
 }
 
 #[test]
+#[cfg_attr(not(placer_root), ignore = "needs root")]
 fn dry_run_changes_nothing() {
+    placer_testkit::require_root();
     let Some(_g) = setup() else { return };
     let net = Net::new();
     let (rx, d, _tx, original, _started) = scenario(&net, ANY_LOAD, &["--dry-run"], 30.0);
@@ -654,7 +664,9 @@ fn explain(net: &Net, pid: u32, in_ns: bool) -> serde_json::Value {
 }
 
 #[test]
+#[cfg_attr(not(placer_root), ignore = "needs root")]
 fn explain_from_the_daemon_and_without_one() {
+    placer_testkit::require_root();
     let Some(_g) = setup() else { return };
     let net = Net::new();
     let (rx, mut d, _tx, original, _started) = scenario(&net, ANY_LOAD, &[], 30.0);

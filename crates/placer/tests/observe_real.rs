@@ -41,10 +41,6 @@ fn have(cmd: &str) -> bool {
 }
 
 fn skip_reason(tools: &[&str]) -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("not root".into());
-    }
     tools
         .iter()
         .find(|t| !have(t))
@@ -154,9 +150,11 @@ while time.monotonic() < end:
 "#;
 
 #[test]
+#[cfg_attr(not(placer_root), ignore = "needs root")]
 fn receiver_rate_and_flow_in_a_namespace() {
+    placer_testkit::require_root();
     if let Some(r) = skip_reason(&["ip", "tc", "python3"]) {
-        eprintln!("skipped: {r}");
+        placer_testkit::skip(&r);
         return;
     }
     let pid = std::process::id();
@@ -181,11 +179,18 @@ fn receiver_rate_and_flow_in_a_namespace() {
         "200mbit", "burst", "256kb", "latency", "50ms",
     ]);
 
-    let mut recv = Command::new("ip")
-        .args(["netns", "exec", &rx, "python3", "-c", RECEIVER, "10.77.0.2"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut recv = placer_testkit::proc::die_with_parent(Command::new("ip").args([
+        "netns",
+        "exec",
+        &rx,
+        "python3",
+        "-c",
+        RECEIVER,
+        "10.77.0.2",
+    ]))
+    .stdout(Stdio::piped())
+    .spawn()
+    .unwrap();
     let out = recv.stdout.take().unwrap();
     g.children.push(recv);
     let mut lines = BufReader::new(out).lines();
@@ -204,10 +209,17 @@ fn receiver_rate_and_flow_in_a_namespace() {
             }
         }
     });
-    let send = Command::new("ip")
-        .args(["netns", "exec", &tx, "python3", "-c", SENDER, "10.77.0.2"])
-        .spawn()
-        .unwrap();
+    let send = placer_testkit::proc::die_with_parent(Command::new("ip").args([
+        "netns",
+        "exec",
+        &tx,
+        "python3",
+        "-c",
+        SENDER,
+        "10.77.0.2",
+    ]))
+    .spawn()
+    .unwrap();
     g.children.push(send);
     // Past slow start and the TBF's initial burst.
     std::thread::sleep(Duration::from_secs(3));
@@ -258,9 +270,11 @@ fn receiver_rate_and_flow_in_a_namespace() {
 }
 
 #[test]
+#[cfg_attr(not(placer_root), ignore = "needs root")]
 fn cpu_burner_share_matches_the_kernel_runtime() {
+    placer_testkit::require_root();
     if let Some(r) = skip_reason(&[]) {
-        eprintln!("skipped: {r}");
+        placer_testkit::skip(&r);
         return;
     }
     let mut g = Guard::default();
@@ -275,6 +289,7 @@ fn cpu_burner_share_matches_the_kernel_runtime() {
         cmd.pre_exec(|| {
             libc::setsid();
             libc::setpriority(libc::PRIO_PROCESS, 0, -15);
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
             Ok(())
         });
     }

@@ -26,22 +26,23 @@ fn links(ns: &str) -> String {
 
 fn check_signal_restores(sig: libc::c_int) {
     let pair = testnet::VethPair::new().expect("veth pair");
-    let child = Command::new(env!("CARGO_BIN_EXE_placer"))
-        .args([
-            "bench",
-            "qos",
-            "--hold",
-            "--netns",
-            &pair.ns_a,
-            "--dev",
-            &pair.dev_a,
-            "--rate-bytes-per-s",
-            "1000000",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn placer");
+    let child =
+        placer_testkit::proc::die_with_parent(&mut Command::new(env!("CARGO_BIN_EXE_placer")))
+            .args([
+                "bench",
+                "qos",
+                "--hold",
+                "--netns",
+                &pair.ns_a,
+                "--dev",
+                &pair.dev_a,
+                "--rate-bytes-per-s",
+                "1000000",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn placer");
     let mut child = KillOnDrop(child);
     let stdout = child.0.stdout.take().expect("stdout");
     let (tx, rx) = std::sync::mpsc::channel();
@@ -85,18 +86,22 @@ fn check_signal_restores(sig: libc::c_int) {
 }
 
 #[test]
+#[cfg_attr(not(placer_root), ignore = "needs root")]
 fn sigterm_removes_the_limit() {
+    placer_testkit::require_root();
     if let Some(why) = testnet::unavailable_reason() {
-        eprintln!("skipped: {why}");
+        placer_testkit::skip(&why);
         return;
     }
     check_signal_restores(libc::SIGTERM);
 }
 
 #[test]
+#[cfg_attr(not(placer_root), ignore = "needs root")]
 fn sigint_removes_the_limit() {
+    placer_testkit::require_root();
     if let Some(why) = testnet::unavailable_reason() {
-        eprintln!("skipped: {why}");
+        placer_testkit::skip(&why);
         return;
     }
     check_signal_restores(libc::SIGINT);

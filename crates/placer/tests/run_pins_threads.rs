@@ -53,7 +53,9 @@ fn run_pins_every_thread_and_sets_omp_env() {
     if !dry.status.success() {
         let err = String::from_utf8_lossy(&dry.stderr);
         if err.contains("only 1 allowed") || err.contains("but only") {
-            eprintln!("skipping: fewer than 2 allowed CPUs here ({online:?}): {err}");
+            placer_testkit::skip(&format!(
+                "fewer than 2 allowed CPUs here ({online:?}): {err}"
+            ));
             return;
         }
         panic!("dry run failed: {err}");

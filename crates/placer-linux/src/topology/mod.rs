@@ -58,14 +58,6 @@ pub fn read(root: &Path) -> Result<Topology> {
         Some(p) if !p.is_empty() => p,
         _ => files.numbered(CPU, "cpu")?.into_iter().collect(),
     };
-    // A machine has at least one CPU: none means the root is wrong (a typo, an empty
-    // snapshot), which must be an error rather than a "0 CPUs" topology.
-    if present.is_empty() {
-        return Err(LinuxError::parse(
-            files.path(CPU),
-            "no CPUs found (is this a sysfs root?)",
-        ));
-    }
     let online = match files.parse(&format!("{CPU}/online"), parse::cpuset_list)? {
         Some(o) if !o.is_empty() => o.intersection(&present),
         _ => {

@@ -1,0 +1,96 @@
+//! placer-testkit: what placer's tests (and its benchmarks, which are tests run by hand) share.
+//!
+//! # The root-test convention
+//! A test that needs root is marked
+//! `#[cfg_attr(not(placer_root), ignore = "needs root")]` and starts with [`require_root`].
+//! The crate's build script calls [`build::emit_root_cfg`], which sets `placer_root` when the
+//! build runs as root. So:
+//! 1. without root, such a test is *ignored*: `cargo test` lists it as ignored and the test
+//!    script counts it as skipped, never as passed;
+//! 2. with `PLACER_REQUIRE_ROOT=1` (set by CI) a build without root fails, so CI cannot pass by
+//!    skipping;
+//! 3. a root test that finds a tool or kernel feature missing calls [`skip`], which prints a
+//!    visible `SKIPPED:` line, and is a failure under `PLACER_REQUIRE_ROOT=1`.
+
+pub mod proc;
+
+/// The environment variable that turns every skip into a failure.
+pub const REQUIRE_ROOT_ENV: &str = "PLACER_REQUIRE_ROOT";
+
+/// Whether skips are failures (`PLACER_REQUIRE_ROOT=1`).
+pub fn skips_are_failures() -> bool {
+    std::env::var(REQUIRE_ROOT_ENV).is_ok_and(|v| v == "1")
+}
+
+/// Whether this process runs with effective uid 0 (read from /proc: no unsafe needed).
+pub fn is_root() -> bool {
+    proc::effective_uid() == Some(0)
+}
+
+/// First line of every root test: such tests are ignored when built without root, so getting
+/// here without root means the build ran as root and the test as someone else.
+#[track_caller]
+pub fn require_root() {
+    assert!(
+        is_root(),
+        "this test needs root: it was built as root (cfg placer_root) but runs as another user"
+    );
+}
+
+/// A root test cannot run here for `reason` (a missing tool or kernel feature): prints a
+/// visible line, or fails under `PLACER_REQUIRE_ROOT=1`. The caller returns after it.
+#[track_caller]
+pub fn skip(reason: &str) {
+    assert!(
+        !skips_are_failures(),
+        "{REQUIRE_ROOT_ENV}=1 and this test would skip: {reason}"
+    );
+    eprintln!("SKIPPED: {reason}");
+}
+
+/// The first of `tools` not found on PATH, as a reason for [`skip`].
+pub fn missing_tool(tools: &[&str]) -> Option<String> {
+    tools.iter().find_map(|t| {
+        let found = std::process::Command::new(t)
+            .arg("-V")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok();
+        (!found).then(|| format!("`{t}` not found"))
+    })
+}
+
+/// For build scripts (`[build-dependencies] placer-testkit`).
+pub mod build {
+    /// Sets cfg `placer_root` when building as root; fails the build when
+    /// `PLACER_REQUIRE_ROOT=1` and not root.
+    pub fn emit_root_cfg() {
+        println!("cargo::rustc-check-cfg=cfg(placer_root)");
+        println!("cargo::rerun-if-env-changed={}", super::REQUIRE_ROOT_ENV);
+        // Builds by another user must not reuse this decision: cargo reruns the script when
+        // these change.
+        println!("cargo::rerun-if-env-changed=USER");
+        println!("cargo::rerun-if-env-changed=SUDO_USER");
+        if super::is_root() {
+            println!("cargo::rustc-cfg=placer_root");
+        } else if super::skips_are_failures() {
+            panic!(
+                "{}=1 but the tests are built without root: root tests would be skipped",
+                super::REQUIRE_ROOT_ENV
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn missing_tool_names_it() {
+        assert_eq!(
+            super::missing_tool(&["placer-no-such-tool-xyz"]).as_deref(),
+            Some("`placer-no-such-tool-xyz` not found")
+        );
+    }
+}

@@ -1,0 +1,3 @@
+fn main() {
+    placer_testkit::build::emit_root_cfg();
+}

@@ -22,6 +22,10 @@ if ! need cargo; then
   exit 1
 fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
+# The package test builds the .deb (about a minute to install cargo-deb once).
+if ! cargo deb --version >/dev/null 2>&1; then
+  cargo install cargo-deb --locked -q
+fi
 
 # Leftovers of an interrupted earlier run (namespaces, processes) would disturb this one.
 bash scripts/reap-tests.sh

@@ -6,6 +6,7 @@ pub mod alloc;
 pub mod amdahl;
 pub mod classify;
 pub mod config;
+pub mod config_doc;
 pub mod counter_trace;
 pub mod cpuset;
 pub mod engine;

@@ -6,7 +6,7 @@ mod common;
 mod cmd;
 
 use anyhow::Result;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
@@ -49,6 +49,12 @@ enum Command {
     Sim(cmd::sim::Args),
     /// Benchmarks of placer's own cost and of the seeds' effects.
     Bench(cmd::bench::Args),
+    /// Write the man pages (placer.1, placer-daemon.1, ...) into a directory.
+    Man(cmd::install::ManArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(cmd::install::CompletionsArgs),
+    /// Install the systemd unit (as the .deb does) and say how to start it.
+    InstallUnit(cmd::install::InstallUnitArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -66,6 +72,9 @@ fn main() -> std::process::ExitCode {
         Command::Power(a) => cmd::power::run(a),
         Command::Sim(a) => cmd::sim::run(a),
         Command::Bench(a) => cmd::bench::run(a),
+        Command::Man(a) => cmd::install::man(a, Cli::command()),
+        Command::Completions(a) => cmd::install::completions(a, Cli::command()),
+        Command::InstallUnit(a) => cmd::install::install_unit(a),
     };
     match r {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -198,7 +198,7 @@ fn log_cycle(r: &CycleReport, last_error: &mut Option<String>) {
 
 pub fn run(args: Args) -> Result<()> {
     if args.print_default_config {
-        out!("{}", Config::default().to_toml());
+        out!("{}", placer_core::config_doc::commented_default_toml());
         return Ok(());
     }
     let cfg = effective_config(&args)?;

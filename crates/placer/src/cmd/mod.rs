@@ -9,6 +9,7 @@ pub mod bench_sim;
 pub mod bench_topo;
 pub mod daemon;
 pub mod explain;
+pub mod install;
 pub mod plan;
 pub mod power;
 pub mod power_calibrate;

@@ -15,13 +15,19 @@ use std::path::{Path, PathBuf};
 
 pub const LOCK_FILE: &str = "daemon.lock";
 pub const DECISIONS_FILE: &str = "decisions.json";
+/// The config read when no --config is given and the file exists (what the .deb installs).
+pub const SYSTEM_CONFIG: &str = "/etc/placer/placer.toml";
 
 /// Where the config, the state and the machine are: shared by daemon, restore, explain.
 #[derive(clap::Args, Debug, Clone)]
 pub struct StateArgs {
-    /// TOML config (docs/config.md); the built-in default when absent.
-    #[arg(long)]
+    /// TOML config (docs/config.md); default /etc/placer/placer.toml when it exists, else
+    /// the built-in default.
+    #[arg(long, conflicts_with = "no_config")]
     pub config: Option<PathBuf>,
+    /// Use the built-in default config even when /etc/placer/placer.toml exists.
+    #[arg(long)]
+    pub no_config: bool,
     /// State directory (journal, lock, decisions), overriding the config's state_dir.
     #[arg(long)]
     pub state_dir: Option<PathBuf>,
@@ -33,7 +39,13 @@ pub struct StateArgs {
 impl StateArgs {
     /// The config (file or default) with --state-dir applied, validated.
     pub fn config(&self) -> Result<Config> {
-        let mut cfg = load_config(self.config.as_deref())?;
+        let system = Path::new(SYSTEM_CONFIG);
+        let path = match &self.config {
+            Some(p) => Some(p.as_path()),
+            None if !self.no_config && system.exists() => Some(system),
+            None => None,
+        };
+        let mut cfg = load_config(path)?;
         if let Some(d) = &self.state_dir {
             cfg.state_dir = d.display().to_string();
         }

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Builds placer's .deb: the binary, the systemd unit, the default config (commented), man
+# pages, bash/zsh/fish completions and the licences. Needs cargo-deb (`cargo install
+# cargo-deb`). Usage: scripts/package.sh [release|dev] (dev reuses a debug build: for tests).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+profile=${1:-release}
+case "$profile" in
+  release) dir=release ;;
+  dev) dir=debug ;;
+  *) echo "usage: $0 [release|dev]" >&2; exit 2 ;;
+esac
+target=${CARGO_TARGET_DIR:-target}
+# PLACER_SKIP_BUILD=1: the binary is already built (the package test runs inside cargo test).
+[ "${PLACER_SKIP_BUILD:-0}" = 1 ] || cargo build -q -p placer --profile "$profile"
+bin="$target/$dir/placer"
+gen=dist/generated
+rm -rf "$gen"
+mkdir -p "$gen/man" "$gen/completions"
+"$bin" man "$gen/man" >/dev/null
+"$bin" completions bash >"$gen/completions/placer.bash"
+"$bin" completions zsh >"$gen/completions/_placer"
+"$bin" completions fish >"$gen/completions/placer.fish"
+"$bin" daemon --no-config --print-default-config >"$gen/placer.toml"
+out="$target/debian"
+mkdir -p "$out"
+cargo deb -q -p placer --no-build --profile "$profile" -o "$out" 2>&1 | grep -v '^warning: .*license-file' >&2 || true
+deb=$(ls -t "$out"/placer_*.deb | head -1)
+echo "$deb"

@@ -39,7 +39,7 @@ enum Command {
     Explain(cmd::explain::Args),
     /// Put back every knob placer's journal lists.
     Restore(cmd::restore::Args),
-    /// Start a command on CPUs chosen by an allocation policy.
+    /// Start a command on CPUs chosen by an allocation policy; its threads and child processes are spread over them for its lifetime.
     Run(cmd::run::Args),
     /// Print the CPU allocation order of a policy with expected speedup and power.
     Plan(cmd::plan::Args),

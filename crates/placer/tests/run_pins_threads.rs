@@ -90,13 +90,7 @@ fn run_pins_every_thread_and_sets_omp_env() {
     );
 
     // placer's log: tid -> cpu, in the order it pinned them.
-    let mut pinned = Vec::new();
-    for l in stderr.lines() {
-        if let Some(rest) = l.strip_prefix("placer run: pinned tid ") {
-            let (tid, cpu) = rest.split_once(" -> cpu ").unwrap();
-            pinned.push((tid.parse::<u32>().unwrap(), cpu.parse::<u32>().unwrap()));
-        }
-    }
+    let pinned: Vec<(u32, u32)> = pins(&stderr).into_iter().map(|p| (p.tid, p.cpu)).collect();
     // The k-th thread pinned got the (k mod n)-th CPU of the plan.
     for (k, (_, cpu)) in pinned.iter().enumerate() {
         assert_eq!(*cpu, cpus[k % cpus.len()], "pin #{k}: {stderr}");
@@ -139,4 +133,106 @@ fn run_pins_every_thread_and_sets_omp_env() {
             "{want} missing:\n{stdout}"
         );
     }
+}
+
+/// One line of `placer run`'s log: "placer run: pinned tid T -> cpu C (pid P)".
+#[derive(Debug, Clone, Copy)]
+struct Pin {
+    tid: u32,
+    cpu: u32,
+    pid: u32,
+}
+
+fn pins(stderr: &str) -> Vec<Pin> {
+    stderr
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("placer run: pinned tid ")?;
+            let (tid, rest) = rest.split_once(" -> cpu ")?;
+            let (cpu, pid) = rest.split_once(" (pid ")?;
+            Some(Pin {
+                tid: tid.parse().ok()?,
+                cpu: cpu.parse().ok()?,
+                pid: pid.trim_end_matches(')').parse().ok()?,
+            })
+        })
+        .collect()
+}
+
+/// Runs `placer run -n 2 --watch WATCH -- CMD...` and returns its pins and the main pid, or
+/// None (after a visible skip) when fewer than 2 CPUs are allowed here.
+fn run_two(watch: &str, cmd: &[&str]) -> Option<(Vec<Pin>, u32)> {
+    let allowed = std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("Cpus_allowed_list:")
+                .map(|v| v.trim().to_string())
+        })
+        .unwrap_or_default();
+    if allowed == "0" || !(allowed.contains(',') || allowed.contains('-')) {
+        placer_testkit::skip(&format!("needs 2 allowed CPUs (allowed: {allowed})"));
+        return None;
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_placer"))
+        .args(["run", "-n", "2", "--watch", watch, "--"])
+        .args(cmd)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "placer run failed: {stderr}");
+    let main: u32 = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("placer run: pid "))
+        .and_then(|r| r.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no pid line: {stderr}"));
+    Some((pins(&stderr), main))
+}
+
+#[test]
+fn children_of_a_shell_go_to_different_cpus() {
+    let Some((pins, main)) = run_two("200ms", &["sh", "-c", "sleep 1 & sleep 1 & wait"]) else {
+        return;
+    };
+    let kids: Vec<&Pin> = pins.iter().filter(|p| p.pid != main).collect();
+    assert_eq!(kids.len(), 2, "{pins:?}");
+    assert_ne!(
+        kids[0].cpu, kids[1].cpu,
+        "both children on one CPU: {pins:?}"
+    );
+}
+
+#[test]
+fn threads_started_after_the_watch_window_are_spread() {
+    let script = "import threading, time\n\
+                  time.sleep(0.6)\n\
+                  ts = [threading.Thread(target=time.sleep, args=(0.8,)) for _ in range(2)]\n\
+                  [t.start() for t in ts]\n\
+                  [t.join() for t in ts]\n";
+    let Some((pins, main)) = run_two("100ms", &["python3", "-c", script]) else {
+        return;
+    };
+    let late: Vec<&Pin> = pins
+        .iter()
+        .filter(|p| p.pid == main && p.tid != main)
+        .collect();
+    assert!(late.len() >= 2, "late threads not pinned: {pins:?}");
+    assert_ne!(late[0].cpu, late[1].cpu, "{pins:?}");
+}
+
+#[test]
+fn make_like_forking_spreads_over_all_cpus() {
+    let Some((pins, main)) = run_two(
+        "100ms",
+        &["sh", "-c", "for i in 1 2 3 4; do sleep 1 & done; wait"],
+    ) else {
+        return;
+    };
+    let kids: Vec<&Pin> = pins.iter().filter(|p| p.pid != main).collect();
+    assert_eq!(kids.len(), 4, "{pins:?}");
+    let on_first = kids.iter().filter(|p| p.cpu == kids[0].cpu).count();
+    assert_eq!(
+        on_first, 2,
+        "4 children on 2 CPUs should split 2/2: {pins:?}"
+    );
 }

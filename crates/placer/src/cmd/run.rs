@@ -13,10 +13,17 @@
 //!    - `OMP_PLACES={c0},{c1},...`: one place per chosen CPU, in the order's order;
 //!    - `OMP_PROC_BIND=close`: with as many threads as places, OpenMP thread `i` runs on
 //!      place `i`, so OpenMP programs follow the order themselves.
-//! 3. Watches `/proc/PID/task` (every 2 ms, for `--watch-s` seconds or until the command
-//!    exits) and pins each thread it has not seen before, in order of appearance (lowest
-//!    tid first within one look), to its own CPU: the k-th thread (the main thread is the
-//!    first) gets CPU `k mod n` of the list. Threads of child processes are not followed.
+//! 3. Follows the command's whole process tree for its lifetime: its threads and those of
+//!    every descendant process (children found through the ppid of /proc/*/stat, since
+//!    /proc/PID/task/TID/children is often compiled out). Each task it has not seen before
+//!    is pinned, in order of appearance (parents first, lowest tid first within one look),
+//!    to the chosen CPU holding the fewest live tasks it pinned (ties: the earlier CPU in
+//!    the order). Without exits this is round-robin: the k-th task (the main thread is the
+//!    first) gets CPU `k mod n`; tasks that exit free their CPU. So `make -j` or
+//!    `sh -c 'a & b & wait'` spread their children over the CPUs instead of all inheriting
+//!    the main thread's single CPU. Threads are looked for every 2 ms during `--watch`
+//!    (start-up, when most threads appear) and every 50 ms after it; descendants every
+//!    50 ms.
 //! 4. Waits for the command and exits with its status.
 //!
 //! Where the topology reader is unavailable for `/`, the allowed CPUs of this process are
@@ -43,7 +50,8 @@ pub struct Args {
     /// Measured run times to fit the serial fraction from: `UNITS=SECONDS,...`.
     #[arg(long, conflicts_with = "serial_fraction")]
     pub times: Option<String>,
-    /// Watch for new threads for at most this long (250ms, 10s, 2m or seconds).
+    /// Look for new threads every 2 ms for this long after the start (then every 50 ms for the
+    /// job's lifetime): 250ms, 10s, 2m or seconds.
     #[arg(long, alias = "watch-s", default_value = "10s", value_parser = crate::common::duration_arg)]
     pub watch: Duration,
     /// Do not set the OMP_* variables.
@@ -258,6 +266,63 @@ fn get_affinity(tid: i32) -> std::io::Result<CpuSet> {
 }
 
 /// Thread ids of `pid` (empty once it is gone).
+/// The pids of `root`'s descendants, parents before children (a breadth-first walk of the
+/// ppid links read from /proc/*/stat).
+fn descendants(root: u32) -> Vec<u32> {
+    let mut children: std::collections::HashMap<u32, Vec<u32>> = Default::default();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        if let Some(st) = placer_linux::procfs::parse_pid_stat(&text) {
+            children.entry(st.ppid).or_default().push(pid);
+        }
+    }
+    let mut out = Vec::new();
+    let mut queue = std::collections::VecDeque::from([root]);
+    while let Some(p) = queue.pop_front() {
+        if let Some(kids) = children.get_mut(&p) {
+            kids.sort_unstable();
+            for &k in kids.iter() {
+                // A pid cannot be its own ancestor; the guard bounds the walk regardless.
+                if k != root && !out.contains(&k) && out.len() < 100_000 {
+                    out.push(k);
+                    queue.push_back(k);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Spreads tasks over the chosen CPUs: each new task goes to the CPU holding the fewest
+/// live tasks already placed (ties: earlier in the order).
+#[derive(Debug, Default)]
+struct Spreader {
+    /// tid -> index into the CPU list.
+    placed: std::collections::HashMap<i32, usize>,
+}
+
+impl Spreader {
+    /// Forgets tasks not in `live` (they exited) and returns the index for a new task.
+    fn forget_exited(&mut self, live: &BTreeSet<i32>) {
+        self.placed.retain(|tid, _| live.contains(tid));
+    }
+
+    fn place(&mut self, tid: i32, n_cpus: usize) -> usize {
+        let mut load = vec![0usize; n_cpus];
+        for &i in self.placed.values() {
+            load[i] += 1;
+        }
+        let i = (0..n_cpus).min_by_key(|&i| (load[i], i)).unwrap_or(0);
+        self.placed.insert(tid, i);
+        i
+    }
+}
+
 fn tasks(pid: u32) -> Vec<i32> {
     let mut v: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))
         .map(|rd| {
@@ -320,34 +385,45 @@ pub fn run(args: Args) -> Result<()> {
             plan.env_string()
         );
     }
-    let deadline = Instant::now() + args.watch;
-    let mut seen: BTreeSet<i32> = BTreeSet::new();
-    let mut k = 0usize;
+    let fast_until = Instant::now() + args.watch;
+    let tree_every = Duration::from_millis(50);
+    let mut spreader = Spreader::default();
+    let mut procs: Vec<u32> = vec![pid];
+    let mut next_tree = Instant::now();
     let status = loop {
-        for tid in tasks(pid) {
-            if !seen.insert(tid) {
-                continue;
-            }
-            let i = k % plan.cpus.len();
-            k += 1;
-            match set_affinity(tid, &singles[i]) {
-                Ok(()) => {
-                    if !args.quiet {
-                        eprintln!("placer run: pinned tid {tid} -> cpu {}", plan.cpus[i]);
-                    }
+        let now = Instant::now();
+        if now >= next_tree {
+            procs = std::iter::once(pid).chain(descendants(pid)).collect();
+            next_tree = now + tree_every;
+        }
+        let live: BTreeSet<i32> = procs.iter().flat_map(|&p| tasks(p)).collect();
+        spreader.forget_exited(&live);
+        for &p in &procs {
+            for tid in tasks(p) {
+                if spreader.placed.contains_key(&tid) {
+                    continue;
                 }
-                // The thread exited between the listing and the call.
-                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
-                Err(e) => eprintln!("placer run: pinning tid {tid}: {e}"),
+                let i = spreader.place(tid, plan.cpus.len());
+                match set_affinity(tid, &singles[i]) {
+                    Ok(()) => {
+                        if !args.quiet {
+                            eprintln!(
+                                "placer run: pinned tid {tid} -> cpu {} (pid {p})",
+                                plan.cpus[i]
+                            );
+                        }
+                    }
+                    // The task exited between the listing and the call.
+                    Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                    Err(e) => eprintln!("placer run: pinning tid {tid}: {e}"),
+                }
             }
         }
         if let Some(st) = child.try_wait()? {
             break st;
         }
-        if Instant::now() >= deadline {
-            break child.wait()?;
-        }
-        std::thread::sleep(Duration::from_millis(2));
+        let pause = if Instant::now() < fast_until { 2 } else { 50 };
+        std::thread::sleep(Duration::from_millis(pause));
     };
     match status.code() {
         Some(0) => Ok(()),
@@ -366,6 +442,32 @@ mod tests {
         assert_eq!(e[0], ("OMP_NUM_THREADS".into(), "3".into()));
         assert_eq!(e[1], ("OMP_PLACES".into(), "{0},{8},{2}".into()));
         assert_eq!(e[2], ("OMP_PROC_BIND".into(), "close".into()));
+    }
+
+    #[test]
+    fn spreader_is_round_robin_without_exits_and_refills_freed_cpus() {
+        let mut s = Spreader::default();
+        let got: Vec<usize> = (10..15).map(|tid| s.place(tid, 2)).collect();
+        assert_eq!(got, vec![0, 1, 0, 1, 0]);
+        // Tasks 11 and 13 (both on CPU 1) exit: CPU 1 is refilled until it holds as many as
+        // CPU 0 (three), then the order resumes.
+        s.forget_exited(&[10, 12, 14].into_iter().collect());
+        assert_eq!(s.place(20, 2), 1);
+        assert_eq!(s.place(21, 2), 1);
+        assert_eq!(s.place(22, 2), 1);
+        assert_eq!(s.place(23, 2), 0);
+    }
+
+    #[test]
+    fn descendants_of_this_test_include_a_child() {
+        let mut c = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .expect("sleep");
+        let d = descendants(std::process::id());
+        let _ = c.kill();
+        let _ = c.wait();
+        assert!(d.contains(&c.id()), "{d:?}");
     }
 
     #[test]

@@ -171,16 +171,176 @@ pub const POLICY_NAMES: &[&str] = &[
     "numa-local",
 ];
 
+/// The unit of an old numeric duration key.
+#[derive(Debug, Clone, Copy)]
+enum OldUnit {
+    Ms,
+    S,
+    Us,
+}
+
+/// Duration keys in the one grammar (`"250ms"`, `"1s"`, `"2m"`, or a number of seconds) and
+/// the numeric keys they replace, which are still read with a deprecation note:
+/// (table path, `[]` = each table of an array, new key, old key, old key's unit).
+const DURATION_KEYS: &[(&str, &str, &str, OldUnit)] = &[
+    ("", "interval", "interval_ms", OldUnit::Ms),
+    ("", "topology_refresh", "topology_refresh_ms", OldUnit::Ms),
+    (
+        "net_affinity",
+        "idle_timeout",
+        "idle_timeout_ms",
+        OldUnit::Ms,
+    ),
+    ("net_affinity", "min_hold", "min_hold_ms", OldUnit::Ms),
+    ("smt_energy", "shrink_after", "shrink_after_s", OldUnit::S),
+    ("numa_local", "quiet", "quiet_s", OldUnit::S),
+    ("energy_qos.apps[]", "period", "period_us", OldUnit::Us),
+    ("energy_qos.apps[]", "deadline", "deadline_us", OldUnit::Us),
+    ("energy_qos.apps[]", "work", "work_us", OldUnit::Us),
+];
+
+/// The tables at `path` ("" = the root; "a.b[]" = each table of array b in table a).
+fn tables_at<'a>(root: &'a mut toml::Table, path: &str) -> Vec<&'a mut toml::Table> {
+    let mut cur = vec![root];
+    for part in path.split('.').filter(|p| !p.is_empty()) {
+        let (name, each) = match part.strip_suffix("[]") {
+            Some(n) => (n, true),
+            None => (part, false),
+        };
+        let mut next = Vec::new();
+        for t in cur {
+            match (t.get_mut(name), each) {
+                (Some(toml::Value::Table(sub)), false) => next.push(sub),
+                (Some(toml::Value::Array(items)), true) => {
+                    next.extend(items.iter_mut().filter_map(|v| v.as_table_mut()))
+                }
+                _ => {}
+            }
+        }
+        cur = next;
+    }
+    cur
+}
+
+fn field_name(path: &str, key: &str) -> String {
+    let p = path.replace("[]", "");
+    if p.is_empty() {
+        key.to_string()
+    } else {
+        format!("{p}.{key}")
+    }
+}
+
+/// Rewrites new duration keys to the numeric fields the structs hold; returns deprecation
+/// notes for old keys found.
+fn translate_durations(table: &mut toml::Table) -> Result<Vec<String>, ConfigError> {
+    let mut notes = Vec::new();
+    for &(path, new, old, unit) in DURATION_KEYS {
+        for t in tables_at(table, path) {
+            if t.contains_key(new) && t.contains_key(old) {
+                return Err(ConfigError::Invalid {
+                    field: field_name(path, new),
+                    message: format!("given twice, as `{new}` and as the deprecated `{old}`"),
+                });
+            }
+            if let Some(v) = t.remove(new) {
+                let field = field_name(path, new);
+                let invalid = |message: String| ConfigError::Invalid {
+                    field: field.clone(),
+                    message,
+                };
+                let d = match &v {
+                    toml::Value::String(s) => {
+                        crate::units::parse_duration(s).map_err(|e| invalid(e.to_string()))?
+                    }
+                    toml::Value::Integer(i) => u64::try_from(*i)
+                        .map(std::time::Duration::from_secs)
+                        .map_err(|_| invalid(format!("{i} is negative")))?,
+                    toml::Value::Float(f) => std::time::Duration::try_from_secs_f64(*f)
+                        .map_err(|_| invalid(format!("{f} is not a duration")))?,
+                    other => {
+                        return Err(invalid(format!(
+                            "expected a duration such as \"1s\", got {other}"
+                        )))
+                    }
+                };
+                let too_large = || invalid(format!("{v} is too large"));
+                let value = match unit {
+                    OldUnit::Ms => {
+                        toml::Value::Integer(i64::try_from(d.as_millis()).map_err(|_| too_large())?)
+                    }
+                    OldUnit::Us => {
+                        toml::Value::Integer(i64::try_from(d.as_micros()).map_err(|_| too_large())?)
+                    }
+                    OldUnit::S => toml::Value::Float(d.as_secs_f64()),
+                };
+                t.insert(old.to_string(), value);
+            } else if let Some(v) = t.get(old) {
+                notes.push(format!(
+                    "config key `{}` is deprecated: write `{new} = \"{}\"`",
+                    field_name(path, old),
+                    old_as_duration(v, unit)
+                        .map(crate::units::format_duration)
+                        .unwrap_or_else(|| v.to_string()),
+                ));
+            }
+        }
+    }
+    Ok(notes)
+}
+
+fn old_as_duration(v: &toml::Value, unit: OldUnit) -> Option<std::time::Duration> {
+    let f = v.as_float().or_else(|| v.as_integer().map(|i| i as f64))?;
+    let secs = match unit {
+        OldUnit::Ms => f / 1e3,
+        OldUnit::S => f,
+        OldUnit::Us => f / 1e6,
+    };
+    std::time::Duration::try_from_secs_f64(secs).ok()
+}
+
 impl Config {
     /// Parses TOML, rejecting unknown keys (toml's message names the key) and bad values.
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
-        let c: Config = toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
-        c.validate()?;
-        Ok(c)
+        Ok(Config::from_toml_with_notes(text)?.0)
     }
 
+    /// [`Config::from_toml`], also returning notes for deprecated keys (to be logged).
+    pub fn from_toml_with_notes(text: &str) -> Result<(Config, Vec<String>), ConfigError> {
+        let parse = |e: toml::de::Error| ConfigError::Parse(e.to_string());
+        let mut table: toml::Table = text.parse().map_err(parse)?;
+        let uses_new_keys = DURATION_KEYS.iter().any(|&(path, new, _, _)| {
+            tables_at(&mut table, path)
+                .iter()
+                .any(|t| t.contains_key(new))
+        });
+        let notes = translate_durations(&mut table)?;
+        // Without new keys, parse the text itself so that errors keep their line numbers.
+        let c: Config = if uses_new_keys {
+            Config::deserialize(toml::Value::Table(table)).map_err(parse)?
+        } else {
+            toml::from_str(text).map_err(parse)?
+        };
+        c.validate()?;
+        Ok((c, notes))
+    }
+
+    /// The config as TOML, durations in the one grammar (`interval = "1s"`).
     pub fn to_toml(&self) -> String {
-        toml::to_string_pretty(self).unwrap_or_default()
+        let Ok(toml::Value::Table(mut table)) = toml::Value::try_from(self) else {
+            return String::new();
+        };
+        for &(path, new, old, unit) in DURATION_KEYS {
+            for t in tables_at(&mut table, path) {
+                if let Some(v) = t.remove(old) {
+                    let text = old_as_duration(&v, unit)
+                        .map(crate::units::format_duration)
+                        .unwrap_or_default();
+                    t.insert(new.to_string(), toml::Value::String(text));
+                }
+            }
+        }
+        toml::to_string_pretty(&table).unwrap_or_default()
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -226,5 +386,78 @@ impl Config {
         section("numa_local", self.numa_local.validate())?;
         section("contention", self.contention.validate())?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn duration_keys_take_the_cli_grammar() {
+        let c = Config::from_toml(
+            "interval = \"250ms\"\ntopology_refresh = 0\n\
+             [net_affinity]\nidle_timeout = \"2m\"\nmin_hold = 3\n\
+             [numa_local]\nquiet = \"1.5s\"\n",
+        )
+        .expect("parses");
+        assert_eq!(c.interval_ms, 250);
+        assert_eq!(c.topology_refresh_ms, 0);
+        assert_eq!(c.net_affinity.idle_timeout_ms, 120_000);
+        assert_eq!(c.net_affinity.min_hold_ms, 3000);
+        assert_eq!(c.numa_local.quiet_s, 1.5);
+    }
+
+    #[test]
+    fn old_duration_keys_still_read_with_a_note() {
+        let (c, notes) =
+            Config::from_toml_with_notes("interval_ms = 500\n[smt_energy]\nshrink_after_s = 4.0\n")
+                .expect("parses");
+        assert_eq!(c.interval_ms, 500);
+        assert_eq!(c.smt_energy.shrink_after_s, 4.0);
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert!(
+            notes[0].contains("`interval_ms` is deprecated: write `interval = \"500ms\"`"),
+            "{notes:?}"
+        );
+        assert!(notes[1].contains("smt_energy.shrink_after_s"), "{notes:?}");
+    }
+
+    #[test]
+    fn bad_duration_keys_name_the_field() {
+        for (text, field) in [
+            ("interval = \"fast\"", "interval"),
+            ("interval = \"1s\"\ninterval_ms = 1000", "interval"),
+            (
+                "[net_affinity]\nidle_timeout = -1",
+                "net_affinity.idle_timeout",
+            ),
+            ("interval = \"5ms\"", "interval_ms"),
+        ] {
+            let e = Config::from_toml(text).expect_err(text).to_string();
+            assert!(e.contains(field), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn rt_app_durations_in_an_array_of_tables() {
+        let c = Config::from_toml(
+            "[[energy_qos.apps]]\nname = \"rt\"\nmatch = { comm = \"x\" }\n\
+             period = \"10ms\"\ndeadline = \"10ms\"\nwork = \"2ms\"\n",
+        )
+        .expect("parses");
+        let a = &c.energy_qos.apps[0];
+        assert_eq!(
+            (a.period_us, a.deadline_us, a.work_us),
+            (Some(10_000), Some(10_000), Some(2_000))
+        );
+    }
+
+    #[test]
+    fn to_toml_writes_durations_and_round_trips() {
+        let text = Config::default().to_toml();
+        assert!(text.contains("interval = \"1s\""), "{text}");
+        assert!(!text.contains("interval_ms"), "{text}");
+        assert_eq!(Config::from_toml(&text).expect("parses"), Config::default());
     }
 }

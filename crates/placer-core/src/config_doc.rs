@@ -92,7 +92,7 @@ pub fn commented_default_toml() -> String {
     let mut section = String::new();
     let mut out = String::from(
         "# placer's configuration (docs/config.md). Every field is optional; a missing field\n\
-         # takes the default shown. Durations in *_ms / *_s fields are numbers of that unit.\n\n",
+         # takes the default shown. Durations: \"250ms\", \"1s\", \"2m\" or a number of seconds.\n\n",
     );
     for line in Config::default().to_toml().lines() {
         if let Some(h) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {

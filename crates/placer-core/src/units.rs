@@ -60,9 +60,44 @@ pub fn parse_positive_duration(input: &str) -> Result<Duration, DurationError> {
     Ok(d)
 }
 
+/// Writes `d` in the grammar, in the largest unit that represents it exactly (`1s`, `250ms`,
+/// `2m`, `0`); `parse_duration(format_duration(d)) == d` for whole microseconds.
+pub fn format_duration(d: Duration) -> String {
+    let us = d.as_micros();
+    if us == 0 {
+        return "0".into();
+    }
+    for (unit, per) in [
+        ("h", 3_600_000_000u128),
+        ("m", 60_000_000),
+        ("s", 1_000_000),
+        ("ms", 1_000),
+    ] {
+        if us.is_multiple_of(per) {
+            return format!("{}{unit}", us / per);
+        }
+    }
+    format!("{us}us")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn format_round_trips() {
+        for (d, text) in [
+            (Duration::from_secs(1), "1s"),
+            (Duration::from_millis(250), "250ms"),
+            (Duration::from_secs(120), "2m"),
+            (Duration::from_millis(1500), "1500ms"),
+            (Duration::from_micros(10), "10us"),
+            (Duration::ZERO, "0"),
+        ] {
+            assert_eq!(format_duration(d), text);
+            assert_eq!(parse_duration(text).unwrap(), d);
+        }
+    }
 
     #[test]
     fn bare_number_is_seconds() {

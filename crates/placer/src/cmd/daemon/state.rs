@@ -62,7 +62,12 @@ pub fn load_config(path: Option<&Path>) -> Result<Config> {
         Some(p) => {
             let text =
                 std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-            Config::from_toml(&text).with_context(|| format!("in {}", p.display()))
+            let (cfg, notes) = Config::from_toml_with_notes(&text)
+                .with_context(|| format!("in {}", p.display()))?;
+            for n in notes {
+                tracing::warn!("{}: {n}", p.display());
+            }
+            Ok(cfg)
         }
     }
 }

@@ -1,12 +1,12 @@
 //! Small statistics over measurement series: the one median of placer.
 
-/// The median of `values` (mean of the middle two for an even count); `None` when empty.
-/// NaNs sort last (total order), so a stray NaN cannot panic a benchmark report.
+/// The median of the finite values of `values` (mean of the middle two for an even count);
+/// `None` when there are none. Non-finite values (a failed trial reads NaN) are ignored.
 pub fn median(values: &[f64]) -> Option<f64> {
-    if values.is_empty() {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
         return None;
     }
-    let mut v = values.to_vec();
     v.sort_by(f64::total_cmp);
     let mid = v.len() / 2;
     Some(if v.len() % 2 == 1 {
@@ -28,7 +28,8 @@ mod tests {
     }
 
     #[test]
-    fn nan_does_not_panic() {
-        assert_eq!(median(&[1.0, f64::NAN, 2.0]), Some(2.0));
+    fn non_finite_values_are_ignored() {
+        assert_eq!(median(&[1.0, f64::NAN, 2.0]), Some(1.5));
+        assert_eq!(median(&[f64::INFINITY]), None);
     }
 }

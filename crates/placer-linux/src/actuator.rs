@@ -290,54 +290,8 @@ pub fn classify(err: &std::io::Error, what: &str) -> Outcome {
 // ---------------------------------------------------------------------------------------
 // Affinity syscalls.
 
-/// sched_getaffinity of a thread.
-pub fn get_affinity(tid: u32) -> std::io::Result<CpuSet> {
-    // SAFETY: cpu_set_t is plain data; the kernel writes at most its size.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(
-            tid as libc::pid_t,
-            std::mem::size_of::<libc::cpu_set_t>(),
-            &mut set,
-        ) != 0
-        {
-            return Err(std::io::Error::last_os_error());
-        }
-        let mut out = CpuSet::new();
-        for c in 0..libc::CPU_SETSIZE as usize {
-            if libc::CPU_ISSET(c, &set) {
-                out.insert(c as u32);
-            }
-        }
-        Ok(out)
-    }
-}
-
-/// sched_setaffinity of a thread.
-pub fn set_affinity(tid: u32, cpus: &CpuSet) -> std::io::Result<()> {
-    if cpus
-        .last()
-        .is_some_and(|c| c as usize >= libc::CPU_SETSIZE as usize)
-    {
-        return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
-    }
-    // SAFETY: as above; CPU_SET stays within CPU_SETSIZE (checked).
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        for c in cpus.iter() {
-            libc::CPU_SET(c as usize, &mut set);
-        }
-        if libc::sched_setaffinity(
-            tid as libc::pid_t,
-            std::mem::size_of::<libc::cpu_set_t>(),
-            &set,
-        ) != 0
-        {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
+// The affinity calls live in `sys`; re-exported here for the handlers and their tests.
+pub use crate::sys::{get_affinity, set_affinity};
 
 /// Start time (field 22 of /proc/PID/stat) of a process under `root`; None if gone.
 pub fn start_time_ticks(root: &Path, pid: u32) -> Option<u64> {

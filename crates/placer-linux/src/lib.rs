@@ -23,3 +23,4 @@ pub mod perf;
 pub mod procfs;
 pub mod record;
 pub mod sockdiag;
+pub mod sys;

@@ -21,7 +21,6 @@ const PERF_TYPE_HARDWARE: u32 = 0;
 pub const PERF_TYPE_SOFTWARE: u32 = 1;
 const PERF_TYPE_HW_CACHE: u32 = 3;
 const PERF_TYPE_RAW: u32 = 4;
-const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
 const PERF_FORMAT_TOTAL_TIME_ENABLED: u64 = 1;
 const PERF_FORMAT_TOTAL_TIME_RUNNING: u64 = 2;
 /// Bound on counted threads (each costs one fd per event).
@@ -59,8 +58,8 @@ pub fn default_events() -> Vec<CounterEvent> {
     ]
 }
 
-/// perf_event_open(2) of one event on one task; returns the fd or the errno.
-fn open_counter(ty: u32, config: u64, tid: i32) -> Result<i32, std::io::Error> {
+/// perf_event_open(2) of one event on one task.
+fn open_counter(ty: u32, config: u64, tid: i32) -> Result<std::fs::File, std::io::Error> {
     // struct perf_event_attr, PERF_ATTR_SIZE_VER1 (72 bytes): type, size, config,
     // sample_period, sample_type, read_format, flag bits, wakeup, bp_type, config1, config2.
     let mut attr = [0u8; 72];
@@ -71,42 +70,21 @@ fn open_counter(ty: u32, config: u64, tid: i32) -> Result<i32, std::io::Error> {
     attr[32..40].copy_from_slice(&rf.to_ne_bytes());
     let exclude_hv: u64 = 1 << 6;
     attr[40..48].copy_from_slice(&exclude_hv.to_ne_bytes());
-    // SAFETY: attr is a valid perf_event_attr of the size it declares.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_perf_event_open,
-            attr.as_ptr(),
-            tid,
-            -1i32,
-            -1i32,
-            PERF_FLAG_FD_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(fd as i32)
-    }
+    crate::sys::perf_event_open(&attr, tid)
 }
 
-fn read_counter(fd: i32) -> Option<[u64; 3]> {
-    let mut v = [0u64; 3];
-    // SAFETY: v is 24 writable bytes.
-    let n = unsafe { libc::read(fd, v.as_mut_ptr() as *mut libc::c_void, 24) };
-    (n == 24).then_some(v)
+/// [value, time enabled, time running] of one counter.
+fn read_counter(mut f: &std::fs::File) -> Option<[u64; 3]> {
+    use std::io::Read;
+    let mut b = [0u8; 24];
+    f.read_exact(&mut b).ok()?;
+    let word = |i: usize| u64::from_ne_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
+    Some([word(0), word(1), word(2)])
 }
 
+/// A task's counters; the files close on drop.
 struct TaskCounters {
-    fds: Vec<i32>,
-}
-
-impl Drop for TaskCounters {
-    fn drop(&mut self) {
-        for &fd in &self.fds {
-            // SAFETY: each fd is owned here and closed once.
-            unsafe { libc::close(fd) };
-        }
-    }
+    fds: Vec<std::fs::File>,
 }
 
 #[derive(Default)]
@@ -147,15 +125,11 @@ impl PerfCounters {
                 detail: "no events configured".into(),
             },
             Some((_, t, c)) => match open_counter(*t, *c, 0) {
-                Ok(fd) => {
-                    // SAFETY: fd just opened.
-                    unsafe { libc::close(fd) };
-                    Source {
-                        name: name.into(),
-                        available: true,
-                        detail: format!("{} event(s) per task", events.len()),
-                    }
-                }
+                Ok(_probe) => Source {
+                    name: name.into(),
+                    available: true,
+                    detail: format!("{} event(s) per task", events.len()),
+                },
                 Err(e) => Source {
                     name: name.into(),
                     available: false,
@@ -234,7 +208,7 @@ impl CounterSource for PerfCounters {
             let vals: Vec<[u64; 3]> = tc
                 .fds
                 .iter()
-                .map(|&fd| read_counter(fd).unwrap_or_default())
+                .map(|fd| read_counter(fd).unwrap_or_default())
                 .collect();
             for (s, v) in sum.iter_mut().zip(&vals) {
                 for k in 0..3 {
@@ -333,7 +307,7 @@ mod tests {
     }
 
     fn thread_cpu_ns() -> u64 {
-        crate::sampler::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
+        crate::sys::thread_cpu_ns()
     }
 
     #[test]
@@ -349,7 +323,7 @@ mod tests {
             placer_testkit::skip(&p.status().detail);
             return;
         }
-        let tid = unsafe { libc::gettid() } as u32;
+        let tid = crate::sys::gettid();
         let pid = std::process::id();
         let a = p.read(pid, &[tid]);
         let t0 = std::time::Instant::now();

@@ -204,7 +204,8 @@ pub fn spin_load(
         .map(|cpu| {
             let stop = stop.clone();
             std::thread::spawn(move || {
-                pin_self(cpu);
+                // Best effort: an unpinned spinner still loads the machine.
+                let _ = crate::sys::pin_self(cpu);
                 let mut x = 0u64;
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
@@ -212,16 +213,6 @@ pub fn spin_load(
             })
         })
         .collect()
-}
-
-/// Pins the calling thread to `cpu` (best effort: a CPU outside the cpuset is ignored).
-pub fn pin_self(cpu: u32) {
-    // SAFETY: cpu_set_t is plain data; sched_setaffinity(0) affects only this thread.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu as usize, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
 }
 
 /// How to put the machine into a state and load it; real: cpufreq + spinning threads.

@@ -105,28 +105,6 @@ pub struct Sampler {
     pub last_stats: SampleStats,
 }
 
-fn clk_tck() -> u32 {
-    // SAFETY: sysconf has no preconditions.
-    let v = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if v > 0 {
-        v as u32
-    } else {
-        100
-    }
-}
-
-/// A clock in nanoseconds: `CLOCK_MONOTONIC` for sample times, `CLOCK_THREAD_CPUTIME_ID`
-/// or `CLOCK_PROCESS_CPUTIME_ID` for measuring the sampler's own cost.
-pub fn clock_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid out-pointer.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// An open directory; files under it are opened relative to it (`openat`), which spares
 /// the kernel a walk of the whole path for each of the thousands of files a sample reads.
 struct Dir(libc::c_int);
@@ -254,7 +232,7 @@ impl Sampler {
         Sampler {
             root: root.to_path_buf(),
             proc_dir: root.join("proc"),
-            clk_tck: clk_tck(),
+            clk_tck: crate::sys::clock_ticks_per_s(),
             use_sock_diag: root == Path::new("/"),
             sock_diag: None,
             fd_cache: HashMap::new(),
@@ -384,7 +362,7 @@ impl Sampler {
         // The sample's time is the middle of its reads (CPU times, processes, sockets):
         // under load one sample can take tens of ms, and stamping its start would skew
         // every rate by that much.
-        let t_start = clock_ns(libc::CLOCK_MONOTONIC);
+        let t_start = crate::sys::monotonic_ns();
         if self.proc.is_none() {
             self.proc =
                 Some(Dir::open(&self.proc_dir).map_err(|e| LinuxError::io(&self.proc_dir, e))?);
@@ -429,7 +407,7 @@ impl Sampler {
             self.map_sockets(&mut procs, &sockets, &mut stats);
         }
 
-        let time_ns = t_start + (clock_ns(libc::CLOCK_MONOTONIC) - t_start) / 2;
+        let time_ns = t_start + (crate::sys::monotonic_ns() - t_start) / 2;
 
         if req.counters {
             if let Some(c) = self.counters.as_mut().filter(|c| c.status().available) {

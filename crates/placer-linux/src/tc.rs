@@ -714,8 +714,7 @@ pub mod testnet {
 
     /// Why the real network tests cannot run here, if so.
     pub fn unavailable_reason() -> Option<String> {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
+        if !crate::sys::is_root() {
             return Some("needs root (network namespaces, tc)".into());
         }
         for prog in ["ip", "tc"] {
@@ -804,13 +803,7 @@ pub mod testnet {
     /// Moves the calling thread into the network namespace at `path`.
     pub fn enter_netns(path: &str) -> std::io::Result<()> {
         let file = std::fs::File::open(path)?;
-        use std::os::fd::AsRawFd;
-        // SAFETY: a valid fd of a netns file; setns changes only this thread's namespace.
-        let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-        if r != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(())
+        crate::sys::setns_net(&file)
     }
 
     impl Drop for VethPair {
@@ -840,7 +833,7 @@ pub mod testnet {
         let pin = pair.pin_cpu;
         let receiver = VethPair::in_netns(&pair.ns_b, move || -> std::io::Result<f64> {
             if let Some(c) = pin {
-                crate::power_meter::pin_self(c);
+                let _ = crate::sys::pin_self(c);
             }
             let l = std::net::TcpListener::bind(listen)?;
             let _ = tx_ready.send(());
@@ -874,7 +867,7 @@ pub mod testnet {
         let (tx_go, rx_go) = std::sync::mpsc::channel::<()>();
         let sender = VethPair::in_netns(&pair.ns_a, move || -> std::io::Result<()> {
             if let Some(c) = pin {
-                crate::power_meter::pin_self(c);
+                let _ = crate::sys::pin_self(c);
             }
             let mut c = std::net::TcpStream::connect_timeout(&listen, Duration::from_secs(5))?;
             let _ = tx_addr.send((c.local_addr()?, c.peer_addr()?));

@@ -1,5 +1,7 @@
 //! placer: places processes, threads, memory and network queues for speed or energy.
-//! A thin binary: argument parsing and output; the logic lives in the library crates.
+//! A thin binary: argument parsing and output; the logic lives in the library crates. It
+//! holds no unsafe code: system calls go through `placer_linux::sys`.
+#![forbid(unsafe_code)]
 
 #[macro_use]
 mod common;

@@ -169,3 +169,44 @@ fn logs_off_a_terminal_have_no_escape_codes() {
     let v: serde_json::Value = serde_json::from_str(first).expect("a JSON log line");
     assert!(v.get("level").is_some(), "{first}");
 }
+
+/// Runs the placer binary as uid/gid 65534 (a copy readable by that user), for the
+/// permission messages.
+fn as_nobody(args: &[&str]) -> std::process::Output {
+    let copy = std::env::temp_dir().join(format!("placer-nobody-{}", std::process::id()));
+    std::fs::copy(env!("CARGO_BIN_EXE_placer"), &copy).expect("copy binary");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&copy)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("setpriv");
+    let _ = std::fs::remove_file(&copy);
+    o
+}
+
+#[test]
+#[cfg_attr(not(placer_root), ignore = "needs root")]
+fn non_root_cases_say_root_is_needed() {
+    placer_testkit::require_root();
+    // pid 1 belongs to root: a non-root explain cannot see its sockets and must say so
+    // rather than report "no network traffic".
+    let o = as_nobody(&["explain", "1", "--interval", "200ms"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.contains("cannot see its sockets without root"), "{out}");
+    assert!(!out.contains("(no network traffic"), "{out}");
+    let o = as_nobody(&[
+        "daemon",
+        "--once",
+        "--interval",
+        "100ms",
+        "--state-dir",
+        "/nonexistent/placer-state",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("not running as root"), "{err}");
+}

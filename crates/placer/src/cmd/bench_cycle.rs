@@ -15,7 +15,9 @@
 use anyhow::{Context, Result};
 use placer_core::observation::Observation;
 use placer_core::sample::SampleRequest;
-use placer_linux::sampler::{clock_ns, Sampler};
+use placer_core::stats::median;
+use placer_linux::sampler::Sampler;
+use placer_linux::sys::{monotonic_ns, thread_cpu_ns};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -80,16 +82,6 @@ pub struct Report {
     pub wall_ms: Vec<f64>,
 }
 
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    match s.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => s[n / 2],
-        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
-    }
-}
-
 /// Kills and reaps the processes it holds, even on error paths.
 struct Children(Vec<Child>);
 impl Drop for Children {
@@ -127,16 +119,10 @@ fn cycles(
     for i in 0..=a.runs {
         std::thread::sleep(a.pause);
         between(i)?;
-        let (c0, w0) = (
-            clock_ns(libc::CLOCK_THREAD_CPUTIME_ID),
-            clock_ns(libc::CLOCK_MONOTONIC),
-        );
+        let (c0, w0) = (thread_cpu_ns(), monotonic_ns());
         let cur = sampler.sample(req).context("sampling")?;
         let obs = Observation::new(&prev, &cur);
-        let (c1, w1) = (
-            clock_ns(libc::CLOCK_THREAD_CPUTIME_ID),
-            clock_ns(libc::CLOCK_MONOTONIC),
-        );
+        let (c1, w1) = (thread_cpu_ns(), monotonic_ns());
         std::hint::black_box(&obs);
         let (c, w) = ((c1 - c0) as f64 / 1e6, (w1 - w0) as f64 / 1e6);
         if i == 0 {
@@ -159,8 +145,8 @@ fn cycles(
         threads_sampled: threads,
         cold_cpu_ms: cold_cpu,
         cold_wall_ms: cold_wall,
-        median_cpu_ms: median(&cpu_ms),
-        median_wall_ms: median(&wall_ms),
+        median_cpu_ms: median(&cpu_ms).unwrap_or(f64::NAN),
+        median_wall_ms: median(&wall_ms).unwrap_or(f64::NAN),
         max_cpu_ms: cpu_ms.iter().copied().fold(0.0, f64::max),
         cpu_ms,
         wall_ms,
@@ -196,14 +182,11 @@ fn machine(a: &Args) -> Result<Report> {
         counters: true,
         ..Default::default()
     };
-    let (c0, w0) = (
-        clock_ns(libc::CLOCK_THREAD_CPUTIME_ID),
-        clock_ns(libc::CLOCK_MONOTONIC),
-    );
+    let (c0, w0) = (thread_cpu_ns(), monotonic_ns());
     sampler.sample(req)?;
     let cold = (
-        (clock_ns(libc::CLOCK_THREAD_CPUTIME_ID) - c0) as f64 / 1e6,
-        (clock_ns(libc::CLOCK_MONOTONIC) - w0) as f64 / 1e6,
+        (thread_cpu_ns() - c0) as f64 / 1e6,
+        (monotonic_ns() - w0) as f64 / 1e6,
     );
     let mut r = cycles(
         &format!(
@@ -461,7 +444,7 @@ mod tests {
         assert_eq!(sample.irqs.len(), 65);
         assert_eq!(sample.procs[0].comm, "worker 0 (gen)");
         assert_eq!(sample.procs[0].allowed.len(), 16);
-        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
     }
 }

@@ -47,6 +47,7 @@ pub struct Args {
     /// Skip the reaction measurement.
     #[arg(long)]
     pub no_reaction: bool,
+    /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
     /// Internal: run as the benchmark's `receiver` or `sender`.
@@ -148,15 +149,7 @@ pub fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
-fn monotonic_ns() -> u64 {
-    // SAFETY: clock_gettime writes the timespec it is given.
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+use placer_linux::sys::monotonic_ns;
 
 fn set_comm(name: &str) {
     let _ = std::fs::write("/proc/self/comm", name);
@@ -216,13 +209,9 @@ impl Drop for Kids {
 /// utime + stime of a process, seconds.
 fn cpu_s(pid: u32) -> Result<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let rest = &stat[stat.rfind(')').context("stat")? + 1..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime are fields 14 and 15; after the comm, index 11 and 12.
-    let ticks: u64 = f[11].parse::<u64>()? + f[12].parse::<u64>()?;
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    Ok(ticks as f64 / hz)
+    let st = placer_linux::procfs::parse_pid_stat(&stat).context("parsing /proc/PID/stat")?;
+    let ticks = st.utime_ticks + st.stime_ticks;
+    Ok(ticks as f64 / placer_linux::sys::clock_ticks_per_s() as f64)
 }
 
 fn scrape(addr: &str) -> Result<String> {
@@ -316,8 +305,7 @@ fn overhead(args: &Args, interval: Duration) -> Result<Overhead> {
 }
 
 fn reaction_missing() -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !placer_linux::sys::is_root() {
         return Some("needs root (network namespaces)".into());
     }
     let allowed = std::fs::read_to_string("/proc/self/status")

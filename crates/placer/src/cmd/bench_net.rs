@@ -177,41 +177,26 @@ fn topology(root: &Path) -> Result<Topology> {
 
 // ---------------------------------------------------------------- host helpers
 
+/// The median of the finite values; NaN when a phase had none.
+fn median(v: Vec<f64>) -> f64 {
+    placer_core::stats::median(&v).unwrap_or(f64::NAN)
+}
+
 fn pin_thread(cpu: u32) -> Result<()> {
-    // SAFETY: cpu_set_t is plain data; CPU_SET bounds-checks against its size.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu as usize, &mut set);
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            bail!("pinning to CPU {cpu}: {}", std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
+    placer_linux::sys::pin_self(cpu).with_context(|| format!("pinning to CPU {cpu}"))
 }
 
-fn current_cpu() -> u32 {
-    // SAFETY: no arguments; returns -1 on error.
-    let c = unsafe { libc::sched_getcpu() };
-    u32::try_from(c).unwrap_or(0)
-}
+use placer_linux::sys::{current_cpu, thread_rusage_s as thread_cpu_s};
 
-/// User and system CPU seconds of the calling thread.
-fn thread_cpu_s() -> (f64, f64) {
-    // SAFETY: getrusage writes one struct we own.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    (tv(ru.ru_utime), tv(ru.ru_stime))
-}
-
-/// Machine-wide softirq seconds so far (the `cpu` line of /proc/stat).
+/// Machine-wide softirq seconds so far (summed over the `cpuN` lines of /proc/stat).
 fn softirq_s(root: &Path) -> Option<f64> {
     let text = std::fs::read_to_string(root.join("proc/stat")).ok()?;
-    let line = text.lines().find(|l| l.starts_with("cpu "))?;
-    let ticks: u64 = line.split_whitespace().nth(7)?.parse().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    Some(ticks as f64 / hz)
+    let cpus = placer_linux::procfs::parse_proc_stat(&text);
+    if cpus.is_empty() {
+        return None;
+    }
+    let ticks: u64 = cpus.iter().map(|c| c.softirq).sum();
+    Some(ticks as f64 / placer_linux::sys::clock_ticks_per_s() as f64)
 }
 
 /// A veth pair from the root namespace into a namespace of our own; removed on drop.
@@ -279,12 +264,7 @@ impl Veth {
     fn enter(&self) -> Result<()> {
         let path = format!("/run/netns/{}", self.netns);
         let f = std::fs::File::open(&path).with_context(|| format!("opening {path}"))?;
-        use std::os::fd::AsRawFd;
-        // SAFETY: setns on a namespace fd we hold; affects only this thread.
-        if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-            bail!("setns {path}: {}", std::io::Error::last_os_error());
-        }
-        Ok(())
+        placer_linux::sys::setns_net(&f).with_context(|| format!("setns {path}"))
     }
 }
 
@@ -325,21 +305,6 @@ impl Drop for Rps {
 // ---------------------------------------------------------------- PMU
 
 /// perf_event_attr up to PERF_ATTR_SIZE_VER0 (64 bytes), enough for counting.
-#[repr(C)]
-#[derive(Default)]
-struct PerfAttr {
-    kind: u32,
-    size: u32,
-    config: u64,
-    sample_period: u64,
-    sample_type: u64,
-    read_format: u64,
-    flags: u64,
-    wakeup_events: u32,
-    bp_type: u32,
-    config1: u64,
-}
-
 const PERF_TYPE_HW_CACHE: u32 = 3;
 const CACHE_LL: u64 = 2;
 const CACHE_NODE: u64 = 6;
@@ -361,32 +326,20 @@ impl Pmu {
             (CACHE_NODE, 0),
             (CACHE_NODE, RESULT_MISS),
         ] {
-            let attr = PerfAttr {
-                kind: PERF_TYPE_HW_CACHE,
-                size: std::mem::size_of::<PerfAttr>() as u32,
-                config: cache | (result << 16),
-                ..PerfAttr::default()
-            };
-            // SAFETY: attr is a valid VER0 perf_event_attr; pid 0 = this thread, any CPU.
-            let fd = unsafe {
-                libc::syscall(
-                    libc::SYS_perf_event_open,
-                    &attr as *const PerfAttr,
-                    0,
-                    -1,
-                    -1,
-                    0u64,
-                )
-            };
-            if fd < 0 {
-                let e = std::io::Error::last_os_error();
-                return Err(format!(
-                    "PMU absent: perf_event_open of hardware cache events failed ({e}); no LLC or local/remote counts"
-                ));
+            // perf_event_attr, PERF_ATTR_SIZE_VER0 (64 bytes): type, size, config; the rest
+            // zero (counting, not sampling; enabled at open).
+            let mut attr = [0u8; 64];
+            attr[0..4].copy_from_slice(&PERF_TYPE_HW_CACHE.to_ne_bytes());
+            attr[4..8].copy_from_slice(&64u32.to_ne_bytes());
+            attr[8..16].copy_from_slice(&(cache | (result << 16)).to_ne_bytes());
+            match placer_linux::sys::perf_event_open(&attr, 0) {
+                Ok(f) => fds.push(f),
+                Err(e) => {
+                    return Err(format!(
+                        "PMU absent: perf_event_open of hardware cache events failed ({e}); no LLC or local/remote counts"
+                    ))
+                }
             }
-            use std::os::fd::FromRawFd;
-            // SAFETY: the kernel just gave us this fd.
-            fds.push(unsafe { std::fs::File::from_raw_fd(fd as i32) });
         }
         Ok(Pmu { fds })
     }
@@ -686,20 +639,6 @@ fn trial(setup: &Setup, run: usize, mode: BufMode) -> Result<Trial> {
 
 // ---------------------------------------------------------------- report
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.retain(|x| x.is_finite());
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    let m = v.len() / 2;
-    if v.len() % 2 == 1 {
-        v[m]
-    } else {
-        (v[m - 1] + v[m]) / 2.0
-    }
-}
-
 #[derive(Debug, Serialize)]
 pub struct ModeSummary {
     pub buffers: BufMode,
@@ -913,13 +852,6 @@ mod tests {
         let e = resolve_node(&one, "remote", 0).unwrap_err().to_string();
         assert!(e.contains("single NUMA node"), "{e}");
         assert_eq!(resolve_node(&one, "local", 0).unwrap().0, 0);
-    }
-
-    #[test]
-    fn medians() {
-        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
-        assert!(median(vec![]).is_nan());
     }
 
     /// A short run across a veth pair into a namespace of our own (skipped without root or

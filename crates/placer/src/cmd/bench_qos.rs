@@ -61,6 +61,7 @@ pub struct Args {
     /// processes of a shared machine, not from the stream's softirq).
     #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
     pub nice: i32,
+    /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
     /// Only install a limit on --dev (in --netns) and hold it until SIGTERM/SIGINT.
@@ -79,11 +80,11 @@ extern "C" fn on_signal(_: libc::c_int) {
 }
 
 fn install_signal_handlers() {
-    let h = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-    // SAFETY: the handler only stores to an atomic (async-signal-safe).
-    unsafe {
-        libc::signal(libc::SIGTERM, h);
-        libc::signal(libc::SIGINT, h);
+    // Without them, SIGTERM would leave the limit installed; failing is rare enough (EINVAL
+    // only) to go on with a note.
+    if let Err(e) = placer_linux::sys::set_signal_handler(&[libc::SIGTERM, libc::SIGINT], on_signal)
+    {
+        eprintln!("placer bench qos: signal handlers not installed: {e}");
     }
 }
 
@@ -124,15 +125,8 @@ fn hold(args: &Args) -> Result<()> {
     Ok(())
 }
 
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid pointer to a timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+use placer_core::stats::median;
+use placer_linux::sys::thread_cpu_ns;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct PeriodicResult {
@@ -153,14 +147,19 @@ fn periodic(
     nice: i32,
 ) -> std::thread::JoinHandle<PeriodicResult> {
     std::thread::spawn(move || {
-        placer_linux::power_meter::pin_self(cpu);
-        if fifo {
-            let p = libc::sched_param { sched_priority: 10 };
-            // SAFETY: plain syscall on this thread.
-            unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) };
+        // The measurement needs the pin and the priority; say so when they fail.
+        if let Err(e) = placer_linux::sys::pin_self(cpu) {
+            eprintln!("placer bench qos: pinning the periodic task to CPU {cpu}: {e}");
+        }
+        let prio = if fifo {
+            placer_linux::sys::set_fifo(10)
         } else if nice != 0 {
-            // SAFETY: setpriority on this thread's tid (Linux: per-thread nice).
-            unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, nice) };
+            placer_linux::sys::set_thread_nice(nice)
+        } else {
+            Ok(())
+        };
+        if let Err(e) = prio {
+            eprintln!("placer bench qos: setting the periodic task's priority: {e}");
         }
         let start = Instant::now();
         let mut resp = Vec::new();
@@ -224,15 +223,6 @@ pub struct Report {
     pub median_jobs: f64,
     pub median_stream_unlimited_bytes_per_s: f64,
     pub median_stream_limited_bytes_per_s: f64,
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -315,7 +305,14 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
     let pick = |lim: bool, f: &dyn Fn(&Run) -> f64| {
-        median(runs.iter().filter(|r| r.limited == lim).map(f).collect())
+        median(
+            &runs
+                .iter()
+                .filter(|r| r.limited == lim)
+                .map(f)
+                .collect::<Vec<_>>(),
+        )
+        .unwrap_or(0.0)
     };
     let report = Report {
         cpu: args.cpu,

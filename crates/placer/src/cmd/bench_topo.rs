@@ -22,25 +22,10 @@ pub struct Args {
 /// CPU time of this thread in ms: the read's own cost, apart from waiting for a CPU on
 /// a loaded machine.
 fn thread_cpu_ms() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into the timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as f64 * 1e3 + ts.tv_nsec as f64 / 1e6
+    placer_linux::sys::thread_cpu_ns() as f64 / 1e6
 }
 
-/// Median of a non-empty slice of durations in ms.
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
+use placer_core::stats::median;
 
 pub fn run(args: Args) -> Result<()> {
     let runs = args.runs.max(1);
@@ -59,8 +44,8 @@ pub fn run(args: Args) -> Result<()> {
         std::hint::black_box(again);
     }
     let raw = ms.clone();
-    let med = median(&mut ms);
-    let cpu_med = median(&mut cpu_ms);
+    let med = median(&ms).unwrap_or(f64::NAN);
+    let cpu_med = median(&cpu_ms).unwrap_or(f64::NAN);
     outln!(
         "topology read of {} ({} CPUs, {} caches, {} nodes, {} NICs): median {:.2} ms \
          (CPU time {cpu_med:.2} ms), min {:.2} ms, max {:.2} ms over {} runs",
@@ -86,15 +71,4 @@ pub fn run(args: Args) -> Result<()> {
         outln!("{v}");
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::median;
-
-    #[test]
-    fn medians() {
-        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), 2.5);
-    }
 }

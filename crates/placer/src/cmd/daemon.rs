@@ -205,6 +205,12 @@ pub fn run(args: Args) -> Result<()> {
     let state_dir = PathBuf::from(&cfg.state_dir);
     let interval = Duration::from_millis(cfg.interval_ms);
     let dry_run = args.dry_run;
+    if !dry_run && !placer_linux::sys::is_root() {
+        warn!(
+            "not running as root: placer can change only this user's processes; IRQ, RPS, qdisc, \
+             cpufreq and other users' knobs need root (run with sudo, or --dry-run to only print plans)"
+        );
+    }
 
     // One daemon per state dir; a dry run touches nothing, not even the lock.
     let _lock = if dry_run {

@@ -21,6 +21,7 @@ pub struct Args {
     /// Observation length when no daemon runs (e.g. 500ms), default the config's interval.
     #[arg(long, value_parser = crate::common::duration_arg)]
     pub interval: Option<std::time::Duration>,
+    /// Print the explanation as JSON (the same fields as the text).
     #[arg(long)]
     pub json: bool,
 }
@@ -37,6 +38,9 @@ struct Explanation {
     decision: Option<ProcDecision>,
     /// Policies that do not run, with why.
     disabled_policies: Vec<(String, String)>,
+    /// Whether its sockets can be seen (/proc/PID/fd readable): false for another user's
+    /// process when not root, where its traffic would read as none.
+    sockets_visible: bool,
     /// Resident pages (4 KiB units on x86-64) per NUMA node, from /proc/PID/numa_maps.
     #[serde(default)]
     numa_pages: std::collections::BTreeMap<u32, u64>,
@@ -141,6 +145,7 @@ pub fn run(args: Args) -> Result<()> {
         disabled_policies: disabled,
         numa_pages,
         memory_journal,
+        sockets_visible: std::fs::read_dir(args.state.root.join(format!("proc/{pid}/fd"))).is_ok(),
     };
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&e)?);
@@ -190,11 +195,23 @@ fn render(e: &Explanation) -> String {
         _ => "no daemon running: one observation now, policies in dry run",
     };
     let _ = writeln!(o, "  source: {src}");
+    if !e.sockets_visible {
+        let _ = writeln!(
+            o,
+            "  network: cannot see its sockets without root (/proc/{}/fd is not readable), so its traffic reads as none; run as root",
+            e.pid
+        );
+    }
     match &e.decision {
         None => {
             let _ = writeln!(
                 o,
-                "  no policy has anything to say about it (no network traffic, not in scope, or not seen)"
+                "  no policy has anything to say about it ({}, not in scope, or not seen)",
+                if e.sockets_visible {
+                    "no network traffic"
+                } else {
+                    "its network traffic is not visible"
+                }
             );
         }
         Some(d) => {

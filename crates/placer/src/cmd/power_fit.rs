@@ -24,7 +24,11 @@ use placer_core::power_model::{self, Measurement, Usage, COEFFICIENTS};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// CSV of measurements (see `placer power fit --help`).
+    /// Measurements: CSV, one sample per line, `#` comments allowed, header
+    /// `packages,cores,siblings,watts` (busy packages, busy physical cores, busy SMT siblings
+    /// beyond a core's first thread) or `units,watts` (busy hardware threads, taken in
+    /// --policy's order on --machine/--root); without a header 4 columns are the first form
+    /// and 2 the second. Or a `placer record` file (JSON lines with power readings).
     pub file: std::path::PathBuf,
     /// For `units,watts` rows: the order the units were taken in.
     #[arg(long, default_value = "speedup")]

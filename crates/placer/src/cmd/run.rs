@@ -37,7 +37,6 @@ use placer_core::topology::Cpu;
 use placer_core::{CpuSet, Topology};
 use serde::Serialize;
 use std::collections::BTreeSet;
-use std::os::unix::process::CommandExt;
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug)]
@@ -60,6 +59,7 @@ pub struct Args {
     /// Print what would be done (as JSON with --json) and do not start the command.
     #[arg(long)]
     pub dry_run: bool,
+    /// With --dry-run: print the plan (CPUs, order, environment) as JSON.
     #[arg(long)]
     pub json: bool,
     /// Do not print the pinning log.
@@ -225,47 +225,8 @@ pub fn make_plan(args: &Args, topo: &Topology) -> Result<RunPlan> {
     })
 }
 
-fn to_cpu_set_t(cpus: &CpuSet) -> Result<libc::cpu_set_t> {
-    // SAFETY: cpu_set_t is plain data; all-zero is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    let max = 8 * std::mem::size_of::<libc::cpu_set_t>() as u32;
-    for c in cpus.iter() {
-        if c >= max {
-            bail!("CPU {c} beyond the {max} CPUs cpu_set_t holds");
-        }
-        // SAFETY: c < CPU_SETSIZE, checked above.
-        unsafe { libc::CPU_SET(c as usize, &mut set) };
-    }
-    Ok(set)
-}
+use placer_linux::sys::get_affinity;
 
-fn set_affinity(tid: i32, set: &libc::cpu_set_t) -> std::io::Result<()> {
-    // SAFETY: set points to a valid cpu_set_t of the size passed.
-    let r = unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), set) };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
-}
-
-fn get_affinity(tid: i32) -> std::io::Result<CpuSet> {
-    // SAFETY: zeroed cpu_set_t is valid; the kernel fills at most its size.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    let r =
-        unsafe { libc::sched_getaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
-    if r != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let max = 8 * std::mem::size_of::<libc::cpu_set_t>();
-    // SAFETY: i < CPU_SETSIZE.
-    Ok((0..max)
-        .filter(|&i| unsafe { libc::CPU_ISSET(i, &set) })
-        .map(|i| i as u32)
-        .collect())
-}
-
-/// Thread ids of `pid` (empty once it is gone).
 /// The pids of `root`'s descendants, parents before children (a breadth-first walk of the
 /// ppid links read from /proc/*/stat).
 fn descendants(root: u32) -> Vec<u32> {
@@ -356,22 +317,13 @@ pub fn run(args: Args) -> Result<()> {
         return Ok(());
     }
     let all: CpuSet = plan.cpus.iter().copied().collect();
-    let whole = to_cpu_set_t(&all)?;
-    let singles: Vec<libc::cpu_set_t> = plan
-        .cpus
-        .iter()
-        .map(|c| to_cpu_set_t(&CpuSet::single(*c)))
-        .collect::<Result<_>>()?;
     let mut cmd = std::process::Command::new(&args.cmd[0]);
     cmd.args(&args.cmd[1..]);
     for (k, v) in &plan.env {
         cmd.env(k, v);
     }
-    // SAFETY: the closure only calls sched_setaffinity (async-signal-safe) on a set built
-    // before the fork.
-    unsafe {
-        cmd.pre_exec(move || set_affinity(0, &whole));
-    }
+    placer_linux::sys::set_affinity_on_spawn(&mut cmd, &all)
+        .with_context(|| format!("CPUs {}", all.to_list_string()))?;
     let mut child = cmd
         .spawn()
         .with_context(|| format!("starting {:?}", args.cmd[0]))?;
@@ -404,7 +356,7 @@ pub fn run(args: Args) -> Result<()> {
                     continue;
                 }
                 let i = spreader.place(tid, plan.cpus.len());
-                match set_affinity(tid, &singles[i]) {
+                match placer_linux::sys::set_affinity(tid as u32, &CpuSet::single(plan.cpus[i])) {
                     Ok(()) => {
                         if !args.quiet {
                             eprintln!(

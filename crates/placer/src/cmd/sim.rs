@@ -40,11 +40,12 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<()> {
     if args.list {
+        let width = BUILTIN.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
         for (name, text) in BUILTIN {
             let desc = Scenario::from_toml(name, text)
                 .map(|s| format!("{} ({})", s.description, s.machine))
                 .unwrap_or_else(|e| format!("(does not parse: {e})"));
-            outln!("{name:12} {desc}");
+            outln!("{name:width$}  {desc}");
         }
         return Ok(());
     }

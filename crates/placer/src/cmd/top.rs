@@ -132,15 +132,22 @@ pub fn human_rate(bytes_per_s: f64) -> String {
     }
 }
 
+/// Column names of the CPU and process tables, the same in the live view and `--once`.
+const CPU_COLUMNS: [&str; 7] = ["CPU", "util", "user", "sys", "softirq", "irq/s", "net_rx/s"];
+const PROC_COLUMNS: [&str; 8] = [
+    "PID", "COMM", "CPU", "ALLOWED", "LAST", "RX/s", "TX/s", "FLOWS",
+];
+
 fn table(obs: &Observation, src: &SourceStatus, n: usize) -> String {
     use std::fmt::Write;
     let mut o = String::new();
     let _ = writeln!(o, "interval {:.2}s  {}", obs.interval_s, missing_line(src));
-    let _ = writeln!(o, "CPU   util  user   sys  sirq  irq/s  net_rx/s");
+    let [c0, c1, c2, c3, c4, c5, c6] = CPU_COLUMNS;
+    let _ = writeln!(o, "{c0:<4} {c1:>5} {c2:>5} {c3:>5} {c4:>7} {c5:>6} {c6:>9}");
     for c in &obs.cpus {
         let _ = writeln!(
             o,
-            "{:<4} {:>4.0}% {:>4.0}% {:>4.0}% {:>4.0}% {:>6.0} {:>9.0}",
+            "{:<4} {:>4.0}% {:>4.0}% {:>4.0}% {:>6.0}% {:>6.0} {:>9.0}",
             c.cpu,
             c.util * 100.0,
             c.user * 100.0,
@@ -151,10 +158,10 @@ fn table(obs: &Observation, src: &SourceStatus, n: usize) -> String {
         );
     }
     o.push('\n');
+    let [p0, p1, p2, p3, p4, p5, p6, p7] = PROC_COLUMNS;
     let _ = writeln!(
         o,
-        "{:>7} {:<16} {:>5} {:>9} {:>4} {:>8} {:>8} {:>5}",
-        "PID", "COMM", "CPU", "ALLOWED", "LAST", "RX/s", "TX/s", "FLOWS"
+        "{p0:>7} {p1:<16} {p2:>5} {p3:>9} {p4:>4} {p5:>8} {p6:>8} {p7:>5}"
     );
     for p in busiest(obs, n) {
         let _ = writeln!(
@@ -317,12 +324,7 @@ mod live {
             ])
         });
         let t = Table::new(rows, [Constraint::Length(7); 7])
-            .header(
-                Row::new(vec![
-                    "CPU", "util", "user", "sys", "softirq", "IRQ/s", "NET_RX/s",
-                ])
-                .style(bold),
-            )
+            .header(Row::new(CPU_COLUMNS.to_vec()).style(bold))
             .block(Block::bordered().title("CPUs"));
         f.render_widget(t, cpus);
         let rows = busiest(o, n).into_iter().map(|p| {
@@ -357,19 +359,7 @@ mod live {
             Constraint::Min(10),
         ];
         let t = Table::new(rows, widths)
-            .header(
-                Row::new(vec![
-                    "PID",
-                    "COMM",
-                    "CPU",
-                    "ALLOWED",
-                    "LAST",
-                    "RX/s",
-                    "TX/s",
-                    "FLOWS (busiest)",
-                ])
-                .style(bold),
-            )
+            .header(Row::new(PROC_COLUMNS.to_vec()).style(bold))
             .block(Block::bordered().title("busiest processes"));
         f.render_widget(t, procs);
     }

@@ -1,4 +1,7 @@
-//! SIGTERM/SIGINT set a flag the loop polls; the loop then restores and exits.
+//! Every common terminating signal (SIGTERM, SIGINT, SIGQUIT, SIGHUP, SIGUSR1, SIGUSR2,
+//! SIGALRM) sets a flag the loop polls; the loop then restores every knob and exits. Their
+//! default action would kill the daemon with its knobs changed. SIGHUP restores and exits
+//! too (no reload: a restarted unit reads the config again).
 
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
@@ -11,21 +14,21 @@ extern "C" fn on_signal(sig: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
 }
 
-/// Installs the handlers for SIGTERM and SIGINT.
+/// The signals that stop the daemon (after restoring), with their names.
+pub const STOP_SIGNALS: [(libc::c_int, &str); 7] = [
+    (libc::SIGTERM, "SIGTERM"),
+    (libc::SIGINT, "SIGINT"),
+    (libc::SIGQUIT, "SIGQUIT"),
+    (libc::SIGHUP, "SIGHUP"),
+    (libc::SIGUSR1, "SIGUSR1"),
+    (libc::SIGUSR2, "SIGUSR2"),
+    (libc::SIGALRM, "SIGALRM"),
+];
+
+/// Installs the handler for every signal of [`STOP_SIGNALS`].
 pub fn install() -> std::io::Result<()> {
-    for sig in [libc::SIGTERM, libc::SIGINT] {
-        // SAFETY: a zeroed sigaction with a plain handler and an empty mask is valid; the
-        // handler only stores atomics.
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_signal as *const () as libc::sighandler_t;
-            libc::sigemptyset(&mut sa.sa_mask);
-            if libc::sigaction(sig, &sa, std::ptr::null_mut()) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-        }
-    }
-    Ok(())
+    let sigs: Vec<libc::c_int> = STOP_SIGNALS.iter().map(|s| s.0).collect();
+    placer_linux::sys::set_signal_handler(&sigs, on_signal)
 }
 
 pub fn stop_requested() -> bool {
@@ -34,11 +37,8 @@ pub fn stop_requested() -> bool {
 
 /// Name of the signal that asked to stop, if any.
 pub fn which() -> Option<&'static str> {
-    match SIGNAL.load(Ordering::SeqCst) {
-        libc::SIGTERM => Some("SIGTERM"),
-        libc::SIGINT => Some("SIGINT"),
-        _ => None,
-    }
+    let sig = SIGNAL.load(Ordering::SeqCst);
+    STOP_SIGNALS.iter().find(|s| s.0 == sig).map(|s| s.1)
 }
 
 /// Sleeps until `deadline` or a stop request, whichever comes first (polls every 20 ms).

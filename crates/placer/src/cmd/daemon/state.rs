@@ -8,9 +8,9 @@ use placer_core::config::Config;
 use placer_core::engine::CycleReport;
 use placer_core::plan::Outcome;
 use placer_core::CpuSet;
+use placer_linux::sys;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 pub const LOCK_FILE: &str = "daemon.lock";
@@ -82,11 +82,8 @@ pub struct StateLock {
 pub fn lock_holder(state_dir: &Path) -> Option<u32> {
     let path = state_dir.join(LOCK_FILE);
     let f = std::fs::OpenOptions::new().read(true).open(&path).ok()?;
-    // SAFETY: flock on a valid fd.
-    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
-    if r == 0 {
-        // SAFETY: as above.
-        unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_UN) };
+    if sys::try_flock(&f, sys::Lock::Shared).unwrap_or(false) {
+        let _ = sys::unflock(&f);
         return None;
     }
     std::fs::read_to_string(&path)
@@ -107,8 +104,9 @@ impl StateLock {
             .write(true)
             .open(&path)
             .with_context(|| format!("opening {}", path.display()))?;
-        // SAFETY: flock on a valid fd.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        if !sys::try_flock(&file, sys::Lock::Exclusive)
+            .with_context(|| format!("locking {}", path.display()))?
+        {
             let holder = std::fs::read_to_string(&path).unwrap_or_default();
             bail!(
                 "another placer daemon (pid {}) uses the state dir {}",
@@ -281,8 +279,7 @@ impl Decisions {
 
 /// Whether a process with this pid exists (signal 0).
 pub fn pid_alive(pid: u32) -> bool {
-    // SAFETY: kill with signal 0 only checks.
-    pid != 0 && unsafe { libc::kill(pid as libc::pid_t, 0) } == 0
+    sys::process_alive(pid)
 }
 
 #[cfg(test)]

@@ -1,0 +1,348 @@
+//! Every system call placer makes outside the readers' hot paths, wrapped once: affinity,
+//! clocks, scheduling, namespaces, perf, file locks, signals, process liveness. The rest of
+//! placer (and its binary, which holds no `unsafe`) calls these. The NUMA memory calls
+//! (move_pages, migrate_pages, mbind) live in `placer_bufpool::numa`, a crate below this one,
+//! and are re-exported here so that this module is the one place to look.
+
+use placer_core::CpuSet;
+use std::io;
+use std::os::fd::AsRawFd;
+
+pub use placer_bufpool::numa::{migrate_pages, move_pages_to, page_bytes, page_nodes_of};
+
+fn check(r: libc::c_int) -> io::Result<()> {
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The effective user id of this process.
+pub fn effective_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Whether this process runs as root (effective uid 0).
+pub fn is_root() -> bool {
+    effective_uid() == 0
+}
+
+/// The kernel thread id of the calling thread.
+pub fn gettid() -> u32 {
+    // SAFETY: gettid has no preconditions and cannot fail.
+    unsafe { libc::gettid() as u32 }
+}
+
+fn to_cpu_set(cpus: &CpuSet) -> io::Result<libc::cpu_set_t> {
+    // SAFETY: cpu_set_t is plain data; all-zero is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let max = 8 * std::mem::size_of::<libc::cpu_set_t>() as u32;
+    for c in cpus.iter() {
+        if c >= max {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        // SAFETY: c < CPU_SETSIZE, checked above.
+        unsafe { libc::CPU_SET(c as usize, &mut set) };
+    }
+    Ok(set)
+}
+
+/// sched_setaffinity of thread `tid` (0 = the calling thread). An empty set or a CPU beyond
+/// CPU_SETSIZE is EINVAL.
+pub fn set_affinity(tid: u32, cpus: &CpuSet) -> io::Result<()> {
+    if cpus.is_empty() {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let set = to_cpu_set(cpus)?;
+    // SAFETY: set is a valid cpu_set_t of the size passed.
+    check(unsafe {
+        libc::sched_setaffinity(
+            tid as libc::pid_t,
+            std::mem::size_of::<libc::cpu_set_t>(),
+            &set,
+        )
+    })
+}
+
+/// sched_getaffinity of thread `tid` (0 = the calling thread).
+pub fn get_affinity(tid: u32) -> io::Result<CpuSet> {
+    // SAFETY: cpu_set_t is plain data; the kernel writes at most its size.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: set is a valid out-pointer of the size passed.
+    check(unsafe {
+        libc::sched_getaffinity(
+            tid as libc::pid_t,
+            std::mem::size_of::<libc::cpu_set_t>(),
+            &mut set,
+        )
+    })?;
+    let max = 8 * std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: i < CPU_SETSIZE.
+    Ok((0..max)
+        .filter(|&i| unsafe { libc::CPU_ISSET(i, &set) })
+        .map(|i| i as u32)
+        .collect())
+}
+
+/// Makes `cmd`'s child start on `cpus`: the affinity is set between fork and exec, so the
+/// command never runs a cycle elsewhere.
+pub fn set_affinity_on_spawn(cmd: &mut std::process::Command, cpus: &CpuSet) -> io::Result<()> {
+    use std::os::unix::process::CommandExt;
+    if cpus.is_empty() {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let set = to_cpu_set(cpus)?;
+    // SAFETY: the closure only calls sched_setaffinity (async-signal-safe) on a set built
+    // before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            check(libc::sched_setaffinity(
+                0,
+                std::mem::size_of::<libc::cpu_set_t>(),
+                &set,
+            ))
+        });
+    }
+    Ok(())
+}
+
+/// Pins the calling thread to `cpu`.
+pub fn pin_self(cpu: u32) -> io::Result<()> {
+    set_affinity(0, &CpuSet::single(cpu))
+}
+
+/// The CPU the calling thread runs on now.
+pub fn current_cpu() -> u32 {
+    // SAFETY: sched_getcpu has no preconditions.
+    let c = unsafe { libc::sched_getcpu() };
+    u32::try_from(c).unwrap_or(0)
+}
+
+/// Which clock [`clock_ns`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Clock {
+    /// CLOCK_MONOTONIC: sample times, deadlines.
+    Monotonic,
+    /// CLOCK_THREAD_CPUTIME_ID: the calling thread's CPU time.
+    ThreadCpu,
+    /// CLOCK_PROCESS_CPUTIME_ID: this process's CPU time (all threads).
+    ProcessCpu,
+}
+
+/// A clock in nanoseconds.
+pub fn clock_ns(clock: Clock) -> u64 {
+    let id = match clock {
+        Clock::Monotonic => libc::CLOCK_MONOTONIC,
+        Clock::ThreadCpu => libc::CLOCK_THREAD_CPUTIME_ID,
+        Clock::ProcessCpu => libc::CLOCK_PROCESS_CPUTIME_ID,
+    };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid out-pointer; these clocks exist on every Linux.
+    unsafe { libc::clock_gettime(id, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// CLOCK_MONOTONIC in nanoseconds.
+pub fn monotonic_ns() -> u64 {
+    clock_ns(Clock::Monotonic)
+}
+
+/// The calling thread's CPU time in nanoseconds.
+pub fn thread_cpu_ns() -> u64 {
+    clock_ns(Clock::ThreadCpu)
+}
+
+/// The calling thread's user and system CPU time, seconds (getrusage RUSAGE_THREAD).
+pub fn thread_rusage_s() -> (f64, f64) {
+    // SAFETY: rusage is plain data; getrusage fills it.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: ru is a valid out-pointer.
+    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (tv(ru.ru_utime), tv(ru.ru_stime))
+}
+
+/// Clock ticks per second (the unit of /proc's utime/stime); 100 when sysconf fails.
+pub fn clock_ticks_per_s() -> u32 {
+    // SAFETY: sysconf has no preconditions.
+    let v = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    u32::try_from(v).ok().filter(|&v| v > 0).unwrap_or(100)
+}
+
+/// Moves the calling thread into the network namespace `ns` (an open /run/netns/NAME or
+/// /proc/PID/ns/net).
+pub fn setns_net(ns: &std::fs::File) -> io::Result<()> {
+    // SAFETY: setns on an fd we hold; it affects only the calling thread.
+    check(unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) })
+}
+
+/// SCHED_FIFO at `priority` for the calling thread.
+pub fn set_fifo(priority: i32) -> io::Result<()> {
+    let p = libc::sched_param {
+        sched_priority: priority,
+    };
+    // SAFETY: p is a valid sched_param.
+    check(unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) })
+}
+
+/// The nice value of the calling thread.
+pub fn set_thread_nice(nice: i32) -> io::Result<()> {
+    // SAFETY: setpriority on our own thread id.
+    check(unsafe { libc::setpriority(libc::PRIO_PROCESS, gettid() as libc::id_t, nice) })
+}
+
+/// perf_event_open(2) of `attr` (a perf_event_attr whose size field is set) on thread `tid`
+/// (0 = the calling thread), any CPU, no group; the fd is close-on-exec.
+pub fn perf_event_open(attr: &[u8], tid: i32) -> io::Result<std::fs::File> {
+    const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
+    let declared = attr
+        .get(4..8)
+        .map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]) as usize);
+    if declared != Some(attr.len()) {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    // SAFETY: attr is a perf_event_attr of the size it declares (checked above).
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            attr.as_ptr(),
+            tid,
+            -1i32,
+            -1i32,
+            PERF_FLAG_FD_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    use std::os::fd::FromRawFd;
+    // SAFETY: the kernel just gave us this fd; the File owns it.
+    Ok(unsafe { std::fs::File::from_raw_fd(fd as i32) })
+}
+
+/// How [`try_flock`] locks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lock {
+    Shared,
+    Exclusive,
+}
+
+/// A non-blocking flock: Ok(true) when taken, Ok(false) when someone else holds it.
+pub fn try_flock(f: &std::fs::File, lock: Lock) -> io::Result<bool> {
+    let op = match lock {
+        Lock::Shared => libc::LOCK_SH,
+        Lock::Exclusive => libc::LOCK_EX,
+    };
+    // SAFETY: flock on an fd we hold.
+    match check(unsafe { libc::flock(f.as_raw_fd(), op | libc::LOCK_NB) }) {
+        Ok(()) => Ok(true),
+        Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Releases a flock taken with [`try_flock`].
+pub fn unflock(f: &std::fs::File) -> io::Result<()> {
+    // SAFETY: flock on an fd we hold.
+    check(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_UN) })
+}
+
+/// Whether process `pid` exists (kill(pid, 0)); false for pid 0.
+pub fn process_alive(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks existence and permission.
+    pid != 0
+        && (unsafe { libc::kill(pid as libc::pid_t, 0) } == 0
+            || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
+}
+
+/// Installs `handler` for each of `signals` (sigaction, SA_RESTART off so blocking calls
+/// return EINTR and the main loop sees the flag promptly).
+pub fn set_signal_handler(
+    signals: &[libc::c_int],
+    handler: extern "C" fn(libc::c_int),
+) -> io::Result<()> {
+    for &sig in signals {
+        // SAFETY: sigaction is plain data; the handler only stores to an atomic (callers'
+        // contract) and is async-signal-safe.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = handler as *const () as libc::sighandler_t;
+            libc::sigemptyset(&mut sa.sa_mask);
+            check(libc::sigaction(sig, &sa, std::ptr::null_mut()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Sends `sig` to process `pid`.
+pub fn kill(pid: u32, sig: libc::c_int) -> io::Result<()> {
+    // SAFETY: kill has no memory preconditions.
+    check(unsafe { libc::kill(pid as libc::pid_t, sig) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn affinity_round_trips_on_this_thread() {
+        let all = get_affinity(0).expect("get");
+        assert!(!all.is_empty());
+        let first = all.iter().next().expect("a CPU");
+        std::thread::spawn(move || {
+            pin_self(first).expect("pin");
+            assert_eq!(get_affinity(0).expect("get"), CpuSet::single(first));
+            assert_eq!(current_cpu(), first);
+        })
+        .join()
+        .expect("thread");
+        assert!(
+            set_affinity(0, &CpuSet::new()).is_err(),
+            "empty set accepted"
+        );
+    }
+
+    #[test]
+    fn clocks_move_forward() {
+        let (m0, t0) = (monotonic_ns(), thread_cpu_ns());
+        let mut x = 0u64;
+        while thread_cpu_ns() - t0 < 2_000_000 {
+            x = x.wrapping_add(std::hint::black_box(1));
+        }
+        assert!(monotonic_ns() > m0 && x > 0);
+        assert!(clock_ns(Clock::ProcessCpu) >= thread_cpu_ns() - t0);
+        assert!(clock_ticks_per_s() >= 100);
+    }
+
+    #[test]
+    fn perf_attr_size_is_checked() {
+        let attr = [0u8; 72];
+        assert_eq!(
+            perf_event_open(&attr, 0).unwrap_err().raw_os_error(),
+            Some(libc::EINVAL)
+        );
+    }
+
+    #[test]
+    fn flock_is_exclusive_across_open_files() {
+        let p = std::env::temp_dir().join(format!("placer-sys-lock-{}", std::process::id()));
+        let a = std::fs::File::create(&p).expect("a");
+        let b = std::fs::File::open(&p).expect("b");
+        assert!(try_flock(&a, Lock::Exclusive).expect("lock a"));
+        assert!(!try_flock(&b, Lock::Shared).expect("lock b"));
+        unflock(&a).expect("unlock");
+        assert!(try_flock(&b, Lock::Shared).expect("lock b again"));
+        let _ = std::fs::remove_file(&p);
+    }
+
+    #[test]
+    fn liveness() {
+        assert!(process_alive(std::process::id()));
+        assert!(!process_alive(0));
+    }
+}

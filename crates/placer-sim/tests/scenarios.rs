@@ -115,15 +115,8 @@ fn report_puts_paper_figures_beside_simulated_ones_and_plots() {
     );
     let json = serde_json::to_string(&report).unwrap();
     assert!(json.contains("\"paper_low_pct\":4.0"));
-    let dir = std::env::temp_dir().join(format!("placer-sim-plot-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    struct Cleanup(std::path::PathBuf);
-    impl Drop for Cleanup {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-    let _c = Cleanup(dir.clone());
+    let tmp = placer_testkit::TempDir::new("sim-plot");
+    let dir = tmp.path();
     let svg = dir.join("r.svg");
     placer_sim::plot::draw(&report, &svg).unwrap();
     let text = std::fs::read_to_string(&svg).unwrap();
@@ -133,4 +126,37 @@ fn report_puts_paper_figures_beside_simulated_ones_and_plots() {
     let bytes = std::fs::read(&png).unwrap();
     assert_eq!(&bytes[1..4], b"PNG");
     assert!(placer_sim::plot::draw(&report, &dir.join("r.gif")).is_err());
+}
+
+/// Issue 18: every built-in scenario's plot is readable: a legend naming the policies,
+/// titles with units, and no two x labels drawn over each other (boxes measured with the
+/// font). Each scenario runs shortened (1 seed, 2 simulated seconds): the layout, not the
+/// numbers, is under test.
+#[test]
+fn every_scenario_plot_is_readable() {
+    let tmp = placer_testkit::TempDir::new("sim-plots");
+    let dir = tmp.path();
+    for (name, _) in placer_sim::scenario::BUILTIN {
+        let mut sc = placer_sim::scenario::Scenario::load(name).unwrap();
+        sc.seeds = vec![1];
+        sc.duration_s = sc.duration_s.min(2.0);
+        sc.warmup_s = sc.warmup_s.min(sc.duration_s / 4.0);
+        let rows = placer_sim::scenario::run(&sc, &placer_sim::scenario::default_factory);
+        let report = placer_sim::report::Report::new(&sc, rows, Vec::new());
+        let png = dir.join(format!("{name}.png"));
+        let s = placer_sim::plot::draw(&report, &png).unwrap();
+        assert!(!s.legend.is_empty(), "{name}: no legend");
+        assert!(
+            s.titles.iter().all(|t| t.contains('(')),
+            "{name}: a title without its unit: {:?}",
+            s.titles
+        );
+        assert!(!s.label_boxes.is_empty(), "{name}: no labels");
+        assert_eq!(
+            s.overlapping_labels(),
+            Vec::<(usize, usize)>::new(),
+            "{name}: labels overlap: {:?}",
+            s.label_boxes
+        );
+    }
 }

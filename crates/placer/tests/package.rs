@@ -10,12 +10,7 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-struct TempDir(PathBuf);
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use placer_testkit::TempDir;
 
 fn ok(cmd: &mut Command) -> bool {
     cmd.output().is_ok_and(|o| o.status.success())
@@ -66,17 +61,16 @@ fn deb_holds_everything_and_its_unit_verifies() {
         assert!(list.contains(want), "{want} missing from the .deb:\n{list}");
     }
 
-    let root = TempDir(std::env::temp_dir().join(format!("placer-deb-{}", std::process::id())));
-    std::fs::create_dir_all(&root.0).expect("temp root");
+    let root = TempDir::new("deb");
     assert!(ok(Command::new("dpkg-deb")
         .arg("-x")
         .arg(&deb)
-        .arg(&root.0)));
+        .arg(root.path())));
     // The shipped config is the commented default, and the shipped binary accepts it.
-    let cfg = root.0.join("etc/placer/placer.toml");
+    let cfg = root.path().join("etc/placer/placer.toml");
     let text = std::fs::read_to_string(&cfg).expect("config");
     assert!(text.lines().filter(|l| l.starts_with('#')).count() > 20);
-    let o = Command::new(root.0.join("usr/bin/placer"))
+    let o = Command::new(root.path().join("usr/bin/placer"))
         .args([
             "daemon",
             "--once",
@@ -96,7 +90,7 @@ fn deb_holds_everything_and_its_unit_verifies() {
     }
     // verify resolves the unit's dependencies (sysinit.target, ...) inside --root: give it
     // the host's target units beside ours.
-    let units = root.0.join("lib/systemd/system");
+    let units = root.path().join("lib/systemd/system");
     for e in std::fs::read_dir("/lib/systemd/system")
         .expect("host units")
         .flatten()
@@ -108,7 +102,7 @@ fn deb_holds_everything_and_its_unit_verifies() {
     }
     let o = Command::new("systemd-analyze")
         .args(["verify", "--man=no"])
-        .arg(format!("--root={}", root.0.display()))
+        .arg(format!("--root={}", root.path().display()))
         .arg("/lib/systemd/system/placer.service")
         .output()
         .expect("systemd-analyze");
@@ -122,14 +116,14 @@ fn deb_holds_everything_and_its_unit_verifies() {
 
 #[test]
 fn install_unit_writes_the_shipped_unit() {
-    let root = TempDir(std::env::temp_dir().join(format!("placer-unit-{}", std::process::id())));
+    let root = TempDir::new("unit");
     let o = Command::new(env!("CARGO_BIN_EXE_placer"))
         .args(["install-unit", "--root"])
-        .arg(&root.0)
+        .arg(root.path())
         .output()
         .expect("install-unit");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let got = std::fs::read_to_string(root.0.join("etc/systemd/system/placer.service"))
+    let got = std::fs::read_to_string(root.path().join("etc/systemd/system/placer.service"))
         .expect("unit written");
     let shipped = std::fs::read_to_string(repo().join("dist/placer.service")).expect("dist");
     assert_eq!(got, shipped);
@@ -138,14 +132,14 @@ fn install_unit_writes_the_shipped_unit() {
 
 #[test]
 fn man_pages_and_completions_come_from_the_cli() {
-    let dir = TempDir(std::env::temp_dir().join(format!("placer-man-{}", std::process::id())));
+    let dir = TempDir::new("man");
     let o = Command::new(env!("CARGO_BIN_EXE_placer"))
         .arg("man")
-        .arg(&dir.0)
+        .arg(dir.path())
         .output()
         .expect("man");
     assert!(o.status.success());
-    let page = std::fs::read_to_string(dir.0.join("placer-daemon.1")).expect("daemon page");
+    let page = std::fs::read_to_string(dir.path().join("placer-daemon.1")).expect("daemon page");
     assert!(page.contains("dry\\-run"), "{page}");
     for shell in ["bash", "zsh", "fish"] {
         let o = Command::new(env!("CARGO_BIN_EXE_placer"))

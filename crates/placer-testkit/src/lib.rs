@@ -84,17 +84,6 @@ pub mod build {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn missing_tool_names_it() {
-        assert_eq!(
-            super::missing_tool(&["placer-no-such-tool-xyz"]).as_deref(),
-            Some("`placer-no-such-tool-xyz` not found")
-        );
-    }
-}
-
 /// A directory under the system temp dir, named `placer-test-TAG-PID-N`, removed on drop
 /// (even when the test fails); the reaper (scripts/reap-tests.sh) removes those of dead
 /// test processes.
@@ -118,5 +107,16 @@ impl TempDir {
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn missing_tool_names_it() {
+        assert_eq!(
+            super::missing_tool(&["placer-no-such-tool-xyz"]).as_deref(),
+            Some("`placer-no-such-tool-xyz` not found")
+        );
     }
 }

@@ -187,10 +187,13 @@ impl ClassifyConfig {
     }
 
     pub fn validate(&self) -> Result<(), (String, String)> {
-        if self.smoothing_intervals == 0 {
-            return Err(("smoothing_intervals".into(), "must be at least 1".into()));
+        if !(1..=1000).contains(&self.smoothing_intervals) {
+            return Err((
+                "smoothing_intervals".into(),
+                "must be within 1..=1000".into(),
+            ));
         }
-        if self.min_cpu_share.is_nan() || self.min_cpu_share < 0.0 {
+        if !self.min_cpu_share.is_finite() || self.min_cpu_share < 0.0 {
             return Err(("min_cpu_share".into(), "must be >= 0".into()));
         }
         for (name, t) in std::iter::once(("thresholds".to_string(), &self.thresholds)).chain(

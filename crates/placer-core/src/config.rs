@@ -350,14 +350,57 @@ impl Config {
                 message,
             })
         };
+        // Upper bounds keep every count and period far from overflow and from absurd memory
+        // (a day between cycles; the sizes below the largest machines).
+        const DAY_MS: u64 = 24 * 3600 * 1000;
         if self.interval_ms < 10 {
             return invalid(
                 "interval_ms",
                 format!("{} is below the minimum of 10", self.interval_ms),
             );
         }
+        if self.interval_ms > DAY_MS {
+            return invalid(
+                "interval_ms",
+                format!("{} ms is longer than a day", self.interval_ms),
+            );
+        }
+        if self.topology_refresh_ms > DAY_MS {
+            return invalid(
+                "topology_refresh_ms",
+                format!("{} ms is longer than a day", self.topology_refresh_ms),
+            );
+        }
         if self.state_dir.is_empty() {
             return invalid("state_dir", "must not be empty".into());
+        }
+        if !std::path::Path::new(&self.state_dir).is_absolute() {
+            return invalid(
+                "state_dir",
+                format!("{:?} is relative: give an absolute path (the daemon's working directory is not its state)", self.state_dir),
+            );
+        }
+        for (field, patterns) in [
+            ("scope.include_comm", &self.scope.include_comm),
+            ("scope.exclude_comm", &self.scope.exclude_comm),
+        ] {
+            for p in patterns {
+                // The kernel keeps 15 bytes of a command name: a longer pattern never matches.
+                if p.trim_end_matches('*').len() > 15 {
+                    return invalid(
+                        field,
+                        format!(
+                            "{p:?} is longer than 15 bytes, the most a process name (comm) holds"
+                        ),
+                    );
+                }
+            }
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for p in &self.policies {
+            if !seen.insert(p) {
+                return invalid("policies", format!("{p:?} is listed twice"));
+            }
         }
         for p in &self.policies {
             if !POLICY_NAMES.contains(&p.as_str()) {
@@ -459,5 +502,44 @@ mod tests {
         assert!(text.contains("interval = \"1s\""), "{text}");
         assert!(!text.contains("interval_ms"), "{text}");
         assert_eq!(Config::from_toml(&text).expect("parses"), Config::default());
+    }
+
+    /// Issue 17: every out-of-range value is refused, naming the field.
+    #[test]
+    fn out_of_range_values_name_the_field() {
+        for (text, field) in [
+            (
+                "[[energy_qos.apps]]\nname = \"a\"\nmatch = { comm = \"x\" }\n\
+                 target_perf_share = 0.5\nthreads = 4294967295\n",
+                "energy_qos.apps[0].threads",
+            ),
+            ("[numa_local]\nquiet_s = nan\n", "numa_local.quiet_s"),
+            ("[numa_local]\nquiet_s = inf\n", "numa_local.quiet_s"),
+            (
+                "[scope]\ninclude_comm = [\"a-very-long-process-name\"]\n",
+                "scope.include_comm",
+            ),
+            ("state_dir = \"relative/dir\"\n", "state_dir"),
+            (
+                "policies = [\"net-affinity\", \"net-affinity\"]\n",
+                "policies",
+            ),
+            ("interval = \"2d\"\n", "interval"),
+            ("interval_ms = 100000000000\n", "interval_ms"),
+            ("[smt_energy]\nmax_units = 4000000000\n", "smt_energy"),
+            (
+                "[energy_qos]\nmax_search_states = 0\n",
+                "energy_qos.max_search_states",
+            ),
+            (
+                "[contention.classify]\nsmoothing_intervals = 100000\n",
+                "smoothing_intervals",
+            ),
+        ] {
+            let e = Config::from_toml(text).expect_err(text).to_string();
+            assert!(e.contains(field), "{text}: {e}");
+        }
+        // A 15-byte name with a prefix star still fits.
+        assert!(Config::from_toml("[scope]\ninclude_comm = [\"abcdefghijklmno*\"]\n").is_ok());
     }
 }

@@ -115,7 +115,8 @@ fn unix_now_s() -> u64 {
 impl Journal {
     /// Opens (creating the state directory if needed) the journal for writing.
     pub fn open(state_dir: &Path) -> Result<Journal> {
-        std::fs::create_dir_all(state_dir).map_err(|e| LinuxError::io(state_dir, e))?;
+        crate::state_dir::prepare(state_dir)?;
+        crate::state_dir::remove_stale_temporaries(state_dir);
         let mut j = Journal::load(state_dir)?;
         j.read_only = false;
         Ok(j)
@@ -125,7 +126,11 @@ impl Journal {
     /// file is an empty journal.
     pub fn load(state_dir: &Path) -> Result<Journal> {
         let path = state_dir.join(JOURNAL_FILE);
-        let entries = match std::fs::read_to_string(&path) {
+        // A journal is trusted only in a state dir no one else could have written.
+        if std::fs::symlink_metadata(state_dir).is_ok() {
+            crate::state_dir::check(state_dir)?;
+        }
+        let entries = match crate::state_dir::read_private(&path) {
             Ok(text) => {
                 let f: File =
                     serde_json::from_str(&text).map_err(|e| LinuxError::parse(&path, e))?;
@@ -234,7 +239,9 @@ pub fn write_durably(path: &Path, bytes: &[u8]) -> Result<()> {
         move |e| LinuxError::io(p, e)
     };
     {
-        let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
+        // Ours from an earlier attempt (same pid) at most; never follow or reuse a name.
+        let _ = std::fs::remove_file(&tmp);
+        let mut f = crate::state_dir::create_new_private(&tmp)?;
         f.write_all(bytes).map_err(io(&tmp))?;
         f.sync_all().map_err(io(&tmp))?;
     }

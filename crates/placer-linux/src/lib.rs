@@ -23,4 +23,5 @@ pub mod perf;
 pub mod procfs;
 pub mod record;
 pub mod sockdiag;
+pub mod state_dir;
 pub mod sys;

@@ -149,6 +149,12 @@ impl EnergyQosConfig {
                 format!("{} is outside (0, 1]", self.max_util),
             ));
         }
+        if self.max_search_states == 0 || self.max_search_states > 100_000_000 {
+            return Err((
+                "max_search_states".into(),
+                format!("{} is outside 1..=100000000", self.max_search_states),
+            ));
+        }
         let mut names = std::collections::BTreeSet::new();
         for (i, a) in self.apps.iter().enumerate() {
             let f = |k: &str| format!("apps[{i}].{k}");
@@ -207,8 +213,11 @@ impl EnergyQosConfig {
                     }
                 }
             }
-            if a.threads == Some(0) {
-                return Err((f("threads"), "must be > 0".into()));
+            // Threads are counted into per-thread tables: bound them by the largest machines.
+            if let Some(t) = a.threads {
+                if t == 0 || t > 4096 {
+                    return Err((f("threads"), format!("{t} is outside 1..=4096")));
+                }
             }
         }
         Ok(())

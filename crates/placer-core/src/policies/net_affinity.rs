@@ -141,11 +141,18 @@ impl NetAffinityConfig {
                 format!("{} is not in (0, 1]", self.cpu_load_threshold),
             );
         }
-        if self.pin_after_intervals == 0 {
-            return bad("pin_after_intervals", "must be >= 1".into());
+        const DAY_MS: u64 = 24 * 3600 * 1000;
+        if self.idle_timeout_ms > DAY_MS || self.min_hold_ms > DAY_MS {
+            return bad(
+                "idle_timeout_ms",
+                "idle_timeout and min_hold are at most a day".into(),
+            );
         }
-        if self.repin_after_intervals == 0 {
-            return bad("repin_after_intervals", "must be >= 1".into());
+        if !(1..=10_000).contains(&self.pin_after_intervals) {
+            return bad("pin_after_intervals", "must be within 1..=10000".into());
+        }
+        if !(1..=10_000).contains(&self.repin_after_intervals) {
+            return bad("repin_after_intervals", "must be within 1..=10000".into());
         }
         Ok(())
     }

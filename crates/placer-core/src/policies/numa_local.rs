@@ -108,7 +108,19 @@ impl NumaLocalConfig {
                 format!("{} is not a power of two", self.page_bytes),
             );
         }
-        if self.min_net_bytes_per_s.is_nan() || self.min_net_bytes_per_s < 0.0 {
+        if !(self.quiet_s.is_finite() && (0.0..=86_400.0).contains(&self.quiet_s)) {
+            return err(
+                "quiet_s",
+                format!("{} is not a time between 0 and a day", self.quiet_s),
+            );
+        }
+        if self.page_bytes > 1 << 30 {
+            return err(
+                "page_bytes",
+                format!("{} is larger than 1 GiB", self.page_bytes),
+            );
+        }
+        if !self.min_net_bytes_per_s.is_finite() || self.min_net_bytes_per_s < 0.0 {
             return err("min_net_bytes_per_s", "must be >= 0".into());
         }
         Ok(())

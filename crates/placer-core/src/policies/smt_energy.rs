@@ -111,7 +111,16 @@ impl SmtEnergyConfig {
         if self.grow_step == 0 {
             return bad("grow_step", "must be at least 1".into());
         }
-        if self.shrink_after_s.is_nan() || self.shrink_after_s < 0.0 {
+        if self.grow_step > 4096 || self.max_units > 65_536 || self.hysteresis_units > 4096 {
+            return bad(
+                "grow_step",
+                "grow_step, hysteresis_units (<= 4096) and max_units (<= 65536) are bounded by the largest machines".into(),
+            );
+        }
+        if !self.shrink_after_s.is_finite()
+            || self.shrink_after_s > 86_400.0
+            || self.shrink_after_s < 0.0
+        {
             return bad(
                 "shrink_after_s",
                 format!("{} is negative", self.shrink_after_s),

@@ -55,8 +55,8 @@ pub fn run(args: Args) -> Result<()> {
         topo.nodes.len(),
         topo.nics.len(),
         med,
-        ms[0],
-        ms[ms.len() - 1],
+        ms.iter().copied().fold(f64::INFINITY, f64::min),
+        ms.iter().copied().fold(0.0, f64::max),
         runs
     );
     if args.json {

@@ -81,12 +81,12 @@ pub struct StateLock {
 /// Who holds the lock, if anyone.
 pub fn lock_holder(state_dir: &Path) -> Option<u32> {
     let path = state_dir.join(LOCK_FILE);
-    let f = std::fs::OpenOptions::new().read(true).open(&path).ok()?;
+    let f = placer_linux::state_dir::open_private(&path).ok()?;
     if sys::try_flock(&f, sys::Lock::Shared).unwrap_or(false) {
         let _ = sys::unflock(&f);
         return None;
     }
-    std::fs::read_to_string(&path)
+    placer_linux::state_dir::read_private(&path)
         .ok()
         .and_then(|t| t.trim().parse().ok())
         .or(Some(0))
@@ -94,20 +94,13 @@ pub fn lock_holder(state_dir: &Path) -> Option<u32> {
 
 impl StateLock {
     pub fn acquire(state_dir: &Path) -> Result<StateLock> {
-        std::fs::create_dir_all(state_dir)
-            .with_context(|| format!("creating the state dir {}", state_dir.display()))?;
+        placer_linux::state_dir::prepare(state_dir)?;
         let path = state_dir.join(LOCK_FILE);
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .open(&path)
-            .with_context(|| format!("opening {}", path.display()))?;
+        let mut file = placer_linux::state_dir::open_private(&path)?;
         if !sys::try_flock(&file, sys::Lock::Exclusive)
             .with_context(|| format!("locking {}", path.display()))?
         {
-            let holder = std::fs::read_to_string(&path).unwrap_or_default();
+            let holder = placer_linux::state_dir::read_private(&path).unwrap_or_default();
             bail!(
                 "another placer daemon (pid {}) uses the state dir {}",
                 holder.trim(),
@@ -115,7 +108,8 @@ impl StateLock {
             );
         }
         file.set_len(0).ok();
-        std::fs::write(&path, format!("{}\n", std::process::id()))
+        use std::io::Write;
+        writeln!(file, "{}", std::process::id())
             .with_context(|| format!("writing {}", path.display()))?;
         Ok(StateLock { _file: file })
     }
@@ -265,14 +259,18 @@ impl Decisions {
     pub fn write(&self, state_dir: &Path) -> Result<()> {
         let text = serde_json::to_string(self)?;
         let path = state_dir.join(DECISIONS_FILE);
-        let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
+        let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        let mut f = placer_linux::state_dir::create_new_private(&tmp)?;
+        use std::io::Write;
+        f.write_all(text.as_bytes())
+            .with_context(|| format!("writing {}", tmp.display()))?;
         std::fs::rename(&tmp, &path).with_context(|| format!("renaming to {}", path.display()))?;
         Ok(())
     }
 
     pub fn read(state_dir: &Path) -> Option<Decisions> {
-        let text = std::fs::read_to_string(state_dir.join(DECISIONS_FILE)).ok()?;
+        let text = placer_linux::state_dir::read_private(&state_dir.join(DECISIONS_FILE)).ok()?;
         serde_json::from_str(&text).ok()
     }
 }

@@ -1,0 +1,157 @@
+//! Issue 17: the state dir cannot be planted by another user, and every common terminating
+//! signal makes the daemon restore and exit normally. Root tests (chown, real daemons), each
+//! on its own temporary state dir; every daemon dies with the test.
+
+use placer_testkit::TempDir;
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const PLACER: &str = env!("CARGO_BIN_EXE_placer");
+
+fn chown(path: &std::path::Path, uid: u32) {
+    let ok = Command::new("chown")
+        .args(["-h", &format!("{uid}:{uid}")])
+        .arg(path)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "chown {}", path.display());
+}
+
+fn affinity_of_pid1() -> String {
+    placer_testkit::proc::status_field(1, "Cpus_allowed_list:").unwrap_or_default()
+}
+
+#[test]
+#[cfg_attr(not(placer_root), ignore = "needs root")]
+fn planted_state_dir_is_refused() {
+    placer_testkit::require_root();
+    let base = TempDir::new("planted");
+    std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let state = base.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    // What a local user (uid 65534) prepares: links to root's files where placer writes, and
+    // a journal asking to "restore" pid 1 to CPU 0.
+    let victim = base.path().join("victim");
+    std::fs::write(&victim, "root's file\n").unwrap();
+    std::os::unix::fs::symlink(&victim, state.join("daemon.lock")).unwrap();
+    std::os::unix::fs::symlink(&victim, state.join("decisions.json")).unwrap();
+    let start: u64 = std::fs::read_to_string("/proc/1/stat")
+        .unwrap()
+        .rsplit(')')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .nth(19)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let journal = format!(
+        r#"{{"version":1,"entries":[{{"knob":"affinity","pid":1,"start_time_ticks":{start},"previous":"0","applied":"0-1","policy":"net-affinity","at_unix_s":0}}]}}"#
+    );
+    std::fs::write(state.join("journal.json"), journal).unwrap();
+    for p in ["daemon.lock", "decisions.json", "journal.json"] {
+        chown(&state.join(p), 65534);
+    }
+    chown(&state, 65534);
+    let before = affinity_of_pid1();
+    for args in [
+        &[
+            "daemon",
+            "--once",
+            "--no-config",
+            "--interval",
+            "100ms",
+            "--state-dir",
+        ][..],
+        &["restore", "--no-config", "--state-dir"],
+    ] {
+        let o = Command::new(PLACER)
+            .args(args)
+            .arg(&state)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success(),
+            "{args:?} accepted a planted state dir: {err}"
+        );
+        assert!(
+            err.contains("refusing the state dir") && err.contains("owned by uid 65534"),
+            "{args:?}: {err}"
+        );
+    }
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root's file\n");
+    assert_eq!(affinity_of_pid1(), before);
+    // A state dir reached through a link is refused too, even one root owns.
+    let real = base.path().join("real");
+    std::fs::create_dir(&real).unwrap();
+    let link = base.path().join("link");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let o = Command::new(PLACER)
+        .args([
+            "daemon",
+            "--once",
+            "--no-config",
+            "--interval",
+            "100ms",
+            "--state-dir",
+        ])
+        .arg(&link)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("symbolic link"),
+        "{err}"
+    );
+}
+
+#[test]
+#[cfg_attr(not(placer_root), ignore = "needs root")]
+fn every_terminating_signal_restores_and_exits() {
+    placer_testkit::require_root();
+    for (sig, name) in [
+        (libc::SIGHUP, "SIGHUP"),
+        (libc::SIGUSR1, "SIGUSR1"),
+        (libc::SIGUSR2, "SIGUSR2"),
+        (libc::SIGALRM, "SIGALRM"),
+        (libc::SIGQUIT, "SIGQUIT"),
+    ] {
+        let dir = TempDir::new("sig");
+        let state = dir.path().join("state");
+        let cfg = dir.path().join("c.toml");
+        std::fs::write(&cfg, "interval = \"100ms\"\n[metrics]\nenabled = false\n").unwrap();
+        let mut cmd = Command::new(PLACER);
+        cmd.args(["daemon", "--config"])
+            .arg(&cfg)
+            .arg("--state-dir")
+            .arg(&state)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let child = placer_testkit::proc::die_with_parent(&mut cmd)
+            .spawn()
+            .unwrap();
+        // Running once its lock names it.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::fs::read_to_string(state.join("daemon.lock"))
+            .map_or(true, |t| t.trim() != child.id().to_string())
+        {
+            assert!(Instant::now() < deadline, "{name}: daemon never started");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        // SAFETY: kill on our own child's pid.
+        unsafe { libc::kill(child.id() as libc::pid_t, sig) };
+        let o = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{name}: {:?}\n{err}", o.status);
+        assert!(
+            err.contains(name) && err.contains("stopped"),
+            "{name}: {err}"
+        );
+    }
+}

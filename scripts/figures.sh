@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Regenerates the figures README.md quotes ("placer's own cost"), on this machine, in one
+# run: builds the release binary, runs each benchmark, prints the table with the machine and
+# the date, writes it to docs/figures.md and between the figures markers of README.md, so the
+# two always agree. Needs root for `bench daemon` (network namespaces); without root that row
+# says so. Takes about 2 minutes after the build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release -q -p placer
+bin=${CARGO_TARGET_DIR:-target}/release/placer
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+"$bin" bench topo --runs 100 --json | tail -1 >"$out/topo.json"
+# The 256-CPU snapshot from hwloc's test suite (in the repository).
+tar xjf crates/placer-linux/tests/fixtures/hwloc/256ppc-8n8s4t.tar.bz2 -C "$out"
+"$bin" bench topo --root "$out/256ppc-8n8s4t" --runs 100 --json | tail -1 >"$out/topo256.json"
+"$bin" bench cycle --runs 30 --json >"$out/cycle.json"
+"$bin" bench sim --json >"$out/sim.json"
+if [ "$(id -u)" = 0 ]; then
+  "$bin" bench daemon --duration 30s --runs 10 --json >"$out/daemon.json" || echo '{}' >"$out/daemon.json"
+else
+  echo '{}' >"$out/daemon.json"
+fi
+python3 - "$out" <<'PY'
+import json, os, platform, subprocess, sys, datetime, re
+d = sys.argv[1]
+load = lambda n: json.load(open(os.path.join(d, n)))
+topo, topo256 = load("topo.json"), load("topo256.json")
+cycle, sim, daemon = load("cycle.json"), load("sim.json"), load("daemon.json")
+cpu_model = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "unknown CPU")
+machine = f"{os.cpu_count()} CPUs ({cpu_model}), Linux {platform.release()}"
+when = datetime.date.today().isoformat()
+rows = [
+    ("read this machine's topology", "placer bench topo --runs 100",
+     f"{topo['median_ms']:.2f} ms (CPU {topo['median_cpu_ms']:.2f} ms)"),
+    ("read a 256-CPU snapshot's topology (POWER7 SMT4, hwloc fixture)",
+     "placer bench topo --root 256ppc-8n8s4t --runs 100",
+     f"{topo256['median_ms']:.2f} ms (CPU {topo256['median_cpu_ms']:.2f} ms)"),
+]
+for c in cycle:
+    rows.append((f"one sample+observe cycle: {c['setup']}", "placer bench cycle --runs 30",
+                 f"{c['median_cpu_ms']:.1f} ms CPU (wall {c['median_wall_ms']:.1f} ms)"))
+o = daemon.get("overhead")
+rows.append(("daemon, net-affinity, 500 sleeping processes + 200 connections, 1 s interval",
+             "placer bench daemon --duration 30s",
+             f"{o['cpu_percent_of_one']:.2f}% of one CPU (mean cycle {o['mean_cycle_ms']:.1f} ms)" if o else "not measured (needs root)"))
+r = daemon.get("reaction")
+rows.append(("reaction, stream start to pin, 1 s interval", "placer bench daemon --runs 10",
+             f"median {r['median_ms']:.0f} ms over {len(r['runs_ms'])} runs, {r['missed']} missed" if r else "not measured (needs root)"))
+rows.append(("simulator, 10 simulated s of 64 tasks on 64 CPUs", "placer bench sim",
+             f"{sim['median_s']:.3f} s"))
+table = [f"Measured by `bash scripts/figures.sh` on {machine}, {when}; release build, medians, one run.", "",
+         "| what | command | measured |", "|---|---|---|"]
+table += [f"| {a} | `{b}` | {c} |" for a, b, c in rows]
+text = "\n".join(table) + "\n"
+print(text)
+open("docs/figures.md", "w").write("# placer's own cost, as measured\n\n" + text)
+readme = open("README.md").read()
+begin, end = "<!-- figures:begin -->", "<!-- figures:end -->"
+if begin in readme and end in readme:
+    readme = re.sub(re.escape(begin) + ".*?" + re.escape(end), begin + "\n" + text + end, readme, flags=re.S)
+    open("README.md", "w").write(readme)
+PY

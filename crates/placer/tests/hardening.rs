@@ -155,3 +155,121 @@ fn every_terminating_signal_restores_and_exits() {
         );
     }
 }
+
+/// A daemon in dry run with metrics on a free port; returns it and the metrics address.
+fn metrics_daemon(dir: &TempDir) -> (std::process::Child, std::net::SocketAddr) {
+    use std::io::BufRead;
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(
+        &cfg,
+        "interval = \"200ms\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n",
+    )
+    .unwrap();
+    let mut cmd = Command::new(PLACER);
+    cmd.args(["daemon", "--dry-run", "--config"])
+        .arg(&cfg)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = placer_testkit::proc::die_with_parent(&mut cmd)
+        .spawn()
+        .unwrap();
+    let err = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+            if let Some(a) = l.split("metrics on http://").nth(1) {
+                let _ = tx.send(a.trim_end_matches("/metrics").to_string());
+            }
+        }
+    });
+    let addr = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the daemon logs its metrics address")
+        .parse()
+        .unwrap();
+    (child, addr)
+}
+
+fn scrape(addr: std::net::SocketAddr, timeout: Duration) -> std::io::Result<String> {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect_timeout(&addr, timeout)?;
+    c.set_read_timeout(Some(timeout))?;
+    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")?;
+    let mut s = String::new();
+    c.read_to_string(&mut s)?;
+    Ok(s)
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    placer_testkit::proc::status_field(pid, "VmRSS:")
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+#[cfg_attr(not(placer_root), ignore = "needs root")]
+fn metrics_server_is_bounded_in_size_time_and_connections() {
+    placer_testkit::require_root();
+    let dir = TempDir::new("metrics");
+    let (mut child, addr) = metrics_daemon(&dir);
+    struct Kill<'a>(&'a mut std::process::Child);
+    impl Drop for Kill<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let pid = child.id();
+    let _k = Kill(&mut child);
+    assert!(scrape(addr, Duration::from_secs(3))
+        .unwrap()
+        .contains("200 OK"));
+
+    // A client trickling a byte every 1.5 s does not hold up a scrape.
+    let trickle = std::thread::spawn(move || {
+        use std::io::Write;
+        let Ok(mut c) = std::net::TcpStream::connect(addr) else {
+            return;
+        };
+        for b in b"GET /met" {
+            if c.write_all(&[*b]).is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1500));
+        }
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let t0 = Instant::now();
+    let r = scrape(addr, Duration::from_secs(3)).expect("scrape beside a slow client");
+    assert!(
+        r.contains("200 OK") && t0.elapsed() < Duration::from_secs(3),
+        "{r}"
+    );
+
+    // An endless request line: the daemon stops reading at the bound and stays small.
+    {
+        use std::io::Write;
+        let mut c = std::net::TcpStream::connect(addr).unwrap();
+        c.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+        let chunk = vec![b'a'; 1 << 20];
+        let mut sent: u64 = 0;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while sent < 2 << 30 && Instant::now() < deadline {
+            match c.write_all(&chunk) {
+                Ok(()) => sent += chunk.len() as u64,
+                Err(_) => break,
+            }
+        }
+        assert!(sent < 2 << 30, "the server read 2 GiB of one request line");
+    }
+    let rss = rss_kib(pid);
+    assert!(
+        rss > 0 && rss < 20 * 1024,
+        "daemon RSS {rss} KiB after the long line"
+    );
+    assert!(scrape(addr, Duration::from_secs(3))
+        .unwrap()
+        .contains("200 OK"));
+    let _ = trickle.join();
+}

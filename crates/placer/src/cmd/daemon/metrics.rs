@@ -179,30 +179,80 @@ impl Metrics {
     }
 }
 
-/// Binds `listen` and serves `metrics` from a background thread. Returns the bound address
-/// (useful with port 0).
+/// The most bytes of a request read (request line and headers together): a scrape needs a
+/// few hundred; an endless line must not grow the daemon.
+pub const MAX_REQUEST_BYTES: u64 = 8 * 1024;
+/// Connections answered at once; more are closed at once. A slow client holds one slot.
+pub const MAX_CONNECTIONS: usize = 8;
+/// The time a client has to send its whole request (not per read: a client trickling a
+/// byte at a time is cut off here).
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(3);
+
+/// Binds `listen` and serves `metrics` from a background thread, one short-lived thread
+/// per connection (at most [`MAX_CONNECTIONS`]). Returns the bound address (useful with
+/// port 0).
 pub fn serve(listen: &str, metrics: Metrics) -> std::io::Result<SocketAddr> {
     let l = TcpListener::bind(listen)?;
     let addr = l.local_addr()?;
+    let active = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     std::thread::Builder::new()
         .name("placer-metrics".into())
         .spawn(move || {
+            use std::sync::atomic::Ordering;
             for conn in l.incoming().flatten() {
-                let _ = answer(conn, &metrics);
+                if active.load(Ordering::SeqCst) >= MAX_CONNECTIONS {
+                    // Busy: close at once rather than queue behind slow clients.
+                    drop(conn);
+                    continue;
+                }
+                active.fetch_add(1, Ordering::SeqCst);
+                let (m, a) = (metrics.clone(), active.clone());
+                let spawned = std::thread::Builder::new()
+                    .name("placer-metrics-conn".into())
+                    .spawn(move || {
+                        let _ = answer(conn, &m);
+                        a.fetch_sub(1, Ordering::SeqCst);
+                    });
+                if spawned.is_err() {
+                    active.fetch_sub(1, Ordering::SeqCst);
+                }
             }
         })?;
     Ok(addr)
 }
 
+/// A TCP stream whose reads all end by one deadline.
+struct DeadlineReader {
+    conn: TcpStream,
+    until: std::time::Instant,
+}
+
+impl std::io::Read for DeadlineReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self
+            .until
+            .saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        self.conn.set_read_timeout(Some(left))?;
+        self.conn.read(buf)
+    }
+}
+
 fn answer(mut conn: TcpStream, metrics: &Metrics) -> std::io::Result<()> {
-    conn.set_read_timeout(Some(Duration::from_secs(2)))?;
+    use std::io::Read;
     conn.set_write_timeout(Some(Duration::from_secs(2)))?;
-    let mut reader = BufReader::new(conn.try_clone()?);
+    let raw = DeadlineReader {
+        conn: conn.try_clone()?,
+        until: std::time::Instant::now() + REQUEST_DEADLINE,
+    };
+    let mut reader = BufReader::new(raw.take(MAX_REQUEST_BYTES));
     let mut line = String::new();
     reader.read_line(&mut line)?;
-    // Drain the headers (bounded) so the client sees a clean close.
+    // Drain the headers (bounded by the byte limit) so the client sees a clean close.
     let mut header = String::new();
-    for _ in 0..100 {
+    loop {
         header.clear();
         if reader.read_line(&mut header)? == 0 || header == "\r\n" || header == "\n" {
             break;
@@ -210,7 +260,13 @@ fn answer(mut conn: TcpStream, metrics: &Metrics) -> std::io::Result<()> {
     }
     let mut parts = line.split_whitespace();
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let (status, body, ctype) = if method == "GET" && (path == "/metrics" || path == "/") {
+    let (status, body, ctype) = if !line.ends_with('\n') {
+        (
+            "431 Request Header Fields Too Large",
+            "request too large\n".to_string(),
+            "text/plain",
+        )
+    } else if method == "GET" && (path == "/metrics" || path == "/") {
         (
             "200 OK",
             metrics.render(),

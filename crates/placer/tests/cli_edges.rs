@@ -210,3 +210,54 @@ fn non_root_cases_say_root_is_needed() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("not running as root"), "{err}");
 }
+
+/// Issue 17: reads under --root are bounded: a FIFO planted in a snapshot errors out
+/// instead of hanging, a link to /dev/zero instead of reading forever.
+#[test]
+fn special_files_under_root_error_out() {
+    let dir = placer_testkit::TempDir::new("fifo-root");
+    let cpu = dir.path().join("sys/devices/system/cpu");
+    std::fs::create_dir_all(cpu.join("cpu0")).unwrap();
+    for (name, make) in [
+        ("present", &["mkfifo"][..]),
+        ("online", &["ln", "-s", "/dev/zero"][..]),
+    ] {
+        let f = cpu.join(name);
+        let _ = std::fs::remove_file(&f);
+        let ok = Command::new(make[0])
+            .args(&make[1..])
+            .arg(&f)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "{make:?} {name}");
+        let mut child = placer()
+            .args(["topo", "--root"])
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("placer topo hung on a {name} special file");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let mut err = String::new();
+        use std::io::Read;
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        assert!(!status.success(), "{name}: accepted");
+        assert!(err.contains("not a regular file"), "{name}: {err}");
+        std::fs::remove_file(&f).unwrap();
+    }
+}

@@ -9,7 +9,15 @@ use std::path::{Path, PathBuf};
 
 pub struct Files {
     pub root: PathBuf,
+    /// A snapshot root (not `/`): its files are opened without blocking and must be
+    /// regular files, so a FIFO or a device planted in it errors out instead of hanging or
+    /// reading forever.
+    untrusted: bool,
 }
+
+/// The most bytes read from one file: sysfs attributes are at most a page, the largest
+/// procfs files a reader here uses are a few hundred KiB.
+pub const MAX_FILE_BYTES: usize = 4 << 20;
 
 /// Errors that mean "this file is not there" rather than "it is broken".
 fn is_missing(e: &std::io::Error) -> bool {
@@ -20,6 +28,7 @@ impl Files {
     pub fn new(root: &Path) -> Files {
         Files {
             root: root.to_path_buf(),
+            untrusted: root != Path::new("/"),
         }
     }
 
@@ -39,15 +48,32 @@ impl Files {
     fn read_text(&self, path: &Path, one_shot: bool) -> Result<Option<String>> {
         // open+read without fs::read's size query: sysfs sizes are meaningless and the
         // extra statx per file is a third of the syscalls of a 256-CPU read.
+        let untrusted = self.untrusted;
         let read = |p: &Path| -> std::io::Result<Vec<u8>> {
             use std::io::Read;
-            let mut f = std::fs::File::open(p)?;
+            use std::os::unix::fs::OpenOptionsExt;
+            let mut f = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(if untrusted { libc::O_NONBLOCK } else { 0 })
+                .open(p)?;
+            if untrusted && !f.metadata()?.is_file() {
+                return Err(std::io::Error::new(
+                    ErrorKind::InvalidInput,
+                    "not a regular file (a FIFO, socket or device in the snapshot)",
+                ));
+            }
             let mut b = Vec::new();
             let mut buf = [0u8; 4096];
             loop {
                 match f.read(&mut buf) {
                     Ok(0) => return Ok(b),
                     Ok(n) => {
+                        if b.len() + n > MAX_FILE_BYTES {
+                            return Err(std::io::Error::new(
+                                ErrorKind::InvalidData,
+                                format!("larger than {MAX_FILE_BYTES} bytes"),
+                            ));
+                        }
                         b.extend_from_slice(&buf[..n]);
                         if one_shot && n < buf.len() {
                             return Ok(b);

@@ -225,6 +225,7 @@ impl Shape {
                     cpus: set.clone(),
                     memory_bytes: Some(self.memory_bytes_per_node),
                     distances,
+                    allowed: true,
                 }
             })
             .collect();
@@ -343,6 +344,7 @@ pub fn machine(name: &str) -> Result<Topology, MachineError> {
                 cpus: CpuSet::first_n(8),
                 memory_bytes: Some(16 << 30),
                 distances: BTreeMap::from([(0, 10)]),
+                allowed: true,
             }];
             // Two 4-port GbE NICs, one queue each; IRQs on CPUs 0 and 1 (sharing L2),
             // the seed's "2S" configuration. Scenarios override this.
@@ -488,6 +490,7 @@ fn odroid_xu4(src: &str) -> Topology {
             cpus: CpuSet::first_n(8),
             memory_bytes: Some(2 << 30),
             distances: BTreeMap::from([(0, 10)]),
+            allowed: true,
         }],
         freq_domains: vec![freq_domain(0, little, a7), freq_domain(4, big, a15)],
         // The GbE (r8153 on USB3) interrupt lands on CPU 0 (an A7) by default (CALIBRATION A6).

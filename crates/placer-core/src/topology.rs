@@ -86,6 +86,13 @@ pub struct Node {
     pub memory_bytes: Option<u64>,
     /// SLIT distance to each node, keyed by node id (10 = local).
     pub distances: BTreeMap<u32, u32>,
+    /// In this process's cpuset mems and `Mems_allowed_list` (hwloc hides the others).
+    #[serde(default = "yes")]
+    pub allowed: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -402,3 +402,29 @@ fn malformed_inputs_name_the_file() {
     let msg = read(r.path()).unwrap_err().to_string();
     assert!(msg.contains("node/node1"), "{msg}");
 }
+
+/// Issue 17, as hwloc: nodes outside the cpuset's mems are marked not allowed.
+#[test]
+fn nodes_outside_the_cpuset_mems_are_not_allowed() {
+    let r = machine();
+    r.write("proc/self/status", "Name:\tx\nMems_allowed_list:\t1\n");
+    let t = read(r.path()).unwrap();
+    assert!(t.nodes.len() >= 2);
+    assert!(!t.node(0).unwrap().allowed);
+    assert!(t.node(1).unwrap().allowed);
+}
+
+/// Issue 17, as hwloc: a kernel without /sys/devices/system/node has one node holding every
+/// CPU and all memory.
+#[test]
+fn no_node_directory_means_one_node_with_everything() {
+    let r = machine();
+    std::fs::remove_dir_all(r.path().join("sys/devices/system/node")).unwrap();
+    r.write("proc/meminfo", "MemTotal:       2048 kB\nMemFree: 1 kB\n");
+    let t = read(r.path()).unwrap();
+    assert_eq!(t.nodes.len(), 1);
+    let n = &t.nodes[0];
+    assert_eq!(n.cpus, t.present());
+    assert_eq!(n.memory_bytes, Some(2048 * 1024));
+    assert!(t.cpus.iter().all(|c| c.node == Some(0)));
+}

@@ -227,6 +227,8 @@ pub fn target_node(topo: &Topology, p: &ProcObs, order: &[String]) -> Option<Tar
             }),
             _ => None,
         };
+        // A node outside the process's cpuset mems cannot receive its pages.
+        let t = t.filter(|t| topo.node(t.node).is_none_or(|n| n.allowed));
         if t.is_some() {
             return t;
         }

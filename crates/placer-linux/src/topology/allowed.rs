@@ -16,17 +16,46 @@ use crate::error::Result;
 use placer_core::CpuSet;
 
 pub fn allowed_cpus(files: &Files) -> Result<Option<CpuSet>> {
-    let cg = cgroup_cpus(files)?;
+    let cg = cgroup_set(files, &CPUS)?;
     let status = files
         .parse("proc/self/status", parse::status_cpus_allowed)?
         .flatten();
-    Ok(match (cg, status) {
-        (Some(a), Some(b)) => Some(a.intersection(&b)),
-        (a, b) => a.or(b),
-    })
+    Ok(combine(cg, status))
 }
 
-fn cgroup_cpus(files: &Files) -> Result<Option<CpuSet>> {
+/// The NUMA nodes this process may allocate on: the cpuset cgroup's mems intersected with
+/// `Mems_allowed_list` of `proc/self/status` (the same search as for CPUs).
+pub fn allowed_mems(files: &Files) -> Result<Option<CpuSet>> {
+    let cg = cgroup_set(files, &MEMS)?;
+    let status = files
+        .parse("proc/self/status", parse::status_mems_allowed)?
+        .flatten();
+    Ok(combine(cg, status))
+}
+
+fn combine(a: Option<CpuSet>, b: Option<CpuSet>) -> Option<CpuSet> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.intersection(&b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The cpuset files holding one set, by cgroup version.
+struct SetFiles {
+    v1: &'static [&'static str],
+    v2: &'static [&'static str],
+}
+
+const CPUS: SetFiles = SetFiles {
+    v1: &["cpuset.effective_cpus", "cpuset.cpus", "cpus"],
+    v2: &["cpuset.cpus.effective"],
+};
+const MEMS: SetFiles = SetFiles {
+    v1: &["cpuset.effective_mems", "cpuset.mems", "mems"],
+    v2: &["cpuset.mems.effective"],
+};
+
+fn cgroup_set(files: &Files, which: &SetFiles) -> Result<Option<CpuSet>> {
     // (is_v1: Some(true)/Some(false)/None=unknown, path)
     let (version, path) = match files.parse("proc/self/cgroup", parse::cgroup_cpuset)? {
         Some(Some((v1, p))) => (Some(v1), p),
@@ -48,13 +77,12 @@ fn cgroup_cpus(files: &Files) -> Result<Option<CpuSet>> {
     };
     let is_v2 = |m: &Mount| m.fs_type == "cgroup2";
     let mut tries: Vec<(&Mount, &[&str])> = Vec::new();
-    const V1_FILES: &[&str] = &["cpuset.effective_cpus", "cpuset.cpus", "cpus"];
-    const V2_FILES: &[&str] = &["cpuset.cpus.effective"];
+    let (v1_files, v2_files) = (which.v1, which.v2);
     if version != Some(false) {
-        tries.extend(mounts.iter().filter(|m| is_v1(m)).map(|m| (m, V1_FILES)));
+        tries.extend(mounts.iter().filter(|m| is_v1(m)).map(|m| (m, v1_files)));
     }
     if version != Some(true) {
-        tries.extend(mounts.iter().filter(|m| is_v2(m)).map(|m| (m, V2_FILES)));
+        tries.extend(mounts.iter().filter(|m| is_v2(m)).map(|m| (m, v2_files)));
     }
     for (m, names) in tries {
         // The cgroup path is relative to the root of the mounted hierarchy.

@@ -84,7 +84,29 @@ pub fn read(root: &Path) -> Result<Topology> {
 
     let smt_source = read_cpu_ids(&files, &mut cpus, &online)?;
     let caches = read_caches(&files, &online, &present, &smt_source)?;
-    let nodes = read_nodes(&files, &present)?;
+    let mut nodes = read_nodes(&files, &present)?;
+    // As hwloc: nodes the process may not allocate on (its cpuset's mems) are marked, and
+    // left out of what commands show and of the policies' targets.
+    if let Some(mems) = allowed::allowed_mems(&files)? {
+        if nodes.iter().any(|n| mems.contains(n.id)) {
+            for n in &mut nodes {
+                n.allowed = mems.contains(n.id);
+            }
+        }
+    }
+    // A kernel without NUMA support has no node directory: like hwloc, one node holds
+    // every CPU and all memory.
+    if nodes.is_empty() && !present.is_empty() && !files.exists(NODE) {
+        nodes.push(Node {
+            id: 0,
+            cpus: present.clone(),
+            memory_bytes: files
+                .parse("proc/meminfo", parse::meminfo_total_bytes)?
+                .flatten(),
+            distances: BTreeMap::from([(0, 10)]),
+            allowed: true,
+        });
+    }
     for n in &nodes {
         for id in n.cpus.iter() {
             if let Some(c) = cpu_mut(&mut cpus, id) {
@@ -520,6 +542,7 @@ fn read_nodes(files: &Files, present: &CpuSet) -> Result<Vec<Node>> {
             cpus,
             memory_bytes,
             distances,
+            allowed: true,
         });
     }
     Ok(nodes)

@@ -289,6 +289,16 @@ pub fn status_cpus_allowed(text: &str) -> Result<Option<CpuSet>, String> {
     Ok(None)
 }
 
+/// `Mems_allowed_list` of /proc/PID/status.
+pub fn status_mems_allowed(text: &str) -> Result<Option<CpuSet>, String> {
+    for line in text.lines() {
+        if let Some(v) = line.strip_prefix("Mems_allowed_list:") {
+            return cpuset_list(v).map(Some);
+        }
+    }
+    Ok(None)
+}
+
 /// `/proc/net/if_inet6`: (interface, address) pairs.
 pub fn if_inet6(text: &str) -> Result<Vec<(String, std::net::Ipv6Addr)>, String> {
     let mut out = Vec::new();

@@ -253,6 +253,21 @@ pub fn render_tree(topo: &Topology) -> String {
         .filter(|n| !n.cpus.intersects(&online))
         .map(|n| format!("{} ({})", n.id, size(n.memory_bytes)))
         .collect();
+    let disallowed: Vec<String> = topo
+        .nodes
+        .iter()
+        .filter(|n| !n.allowed)
+        .map(|n| n.id.to_string())
+        .collect();
+    if !disallowed.is_empty() {
+        t.line(
+            1,
+            &format!(
+                "NUMA nodes outside this process's cpuset mems (not used): {}",
+                disallowed.join(", ")
+            ),
+        );
+    }
     if !cpuless.is_empty() {
         t.line(
             1,

@@ -301,13 +301,14 @@ impl Limiter {
 
     /// Limits `app`'s `flows` on `dev` to `rate_bytes_per_s` in `direction`. `journal` is
     /// called with the device record as it will be *before* each step that creates
-    /// something, so a crash mid-way leaves a journal that covers it.
+    /// something, so a crash mid-way leaves a journal that covers it; when it fails, nothing
+    /// more is created (a change the journal does not cover could never be restored).
     pub fn limit(
         &mut self,
         ctx: &TcCtx,
         dev: &str,
         spec: &LimitSpec,
-        journal: &mut dyn FnMut(&DevLimits),
+        journal: &mut dyn FnMut(&DevLimits) -> Result<()>,
     ) -> Result<LimitChange> {
         let LimitSpec {
             app,
@@ -356,7 +357,7 @@ impl Limiter {
                 )));
             }
             rec.root_created = true;
-            journal(&rec);
+            journal(&rec)?;
             ctx.tc(&root_htb_args(dev))?;
         } else if egress && root_is_placers(&q) && !rec.root_created {
             // Left over from a crash whose journal we did not see: ours by its handle.
@@ -369,7 +370,7 @@ impl Limiter {
             if !has_ingress(&q) {
                 rec.ingress_created = true;
             }
-            journal(&rec);
+            journal(&rec)?;
             ctx.run("ip", &s(&["link", "add", &ifb, "type", "ifb"]))?;
             ctx.run("ip", &s(&["link", "set", &ifb, "up"]))?;
             ctx.tc(&root_htb_args(&ifb))?;
@@ -398,7 +399,7 @@ impl Limiter {
                 direction,
             },
         );
-        journal(&rec);
+        journal(&rec)?;
         if egress {
             ctx.tc(&class_args(dev, minor, rate_bytes_per_s))?;
             for f in flows {
@@ -610,7 +611,6 @@ impl KnobHandler for TcHandler {
                 let Some(journal) = ctx.journal.as_deref_mut() else {
                     return Some(Outcome::Transient("no journal".into()));
                 };
-                let mut jerr = None;
                 let spec = LimitSpec {
                     app,
                     rate_bytes_per_s: *rate_bytes_per_s,
@@ -618,19 +618,21 @@ impl KnobHandler for TcHandler {
                     direction: *direction,
                 };
                 let tctx = self.ctx.clone();
+                let mut journal_failed = false;
                 let r = self.limiter.limit(&tctx, dev, &spec, &mut |rec| {
                     let value = serde_json::to_string(rec).unwrap_or_default();
-                    if let Err(e) = journal.record(knob_of(rec), &rec.prev_root, &value, app) {
-                        jerr.get_or_insert(e);
-                    }
+                    journal
+                        .record(knob_of(rec), &rec.prev_root, &value, app)
+                        .inspect_err(|_| journal_failed = true)
+                        .map(|_| ())
                 });
-                Some(match (r, jerr) {
-                    (_, Some(e)) => Outcome::Transient(format!("journal: {e}")),
-                    (Ok(LimitChange::Unchanged), None) => {
+                Some(match r {
+                    Err(e) if journal_failed => Outcome::Transient(format!("journal: {e}")),
+                    Ok(LimitChange::Unchanged) => {
                         Outcome::Skipped(format!("{app} already limited on {dev}"))
                     }
-                    (Ok(LimitChange::Applied), None) => Outcome::Done,
-                    (Err(e), None) => outcome_of_tc(&e),
+                    Ok(LimitChange::Applied) => Outcome::Done,
+                    Err(e) => outcome_of_tc(&e),
                 })
             }
             Action::RemoveLimit { app, dev } => {
@@ -1015,7 +1017,10 @@ mod tests {
                             flows: &flows,
                             direction: Direction::Egress,
                         },
-                        &mut |r| journaled.push(r.clone()),
+                        &mut |r| {
+                            journaled.push(r.clone());
+                            Ok(())
+                        },
                     )
                     .unwrap();
                 assert_eq!(ch, LimitChange::Applied);
@@ -1055,7 +1060,7 @@ mod tests {
                         flows: &flows,
                         direction: Direction::Ingress,
                     },
-                    &mut |_| {},
+                    &mut |_| Ok(()),
                 )
                 .unwrap();
             })
@@ -1078,6 +1083,43 @@ mod tests {
         restore_dev(&rec).unwrap();
     }
 
+    /// Issue 17: when the journal cannot be written (a full state dir), tc changes nothing:
+    /// a qdisc the journal does not cover could never be restored after a crash.
+    #[test]
+    #[cfg_attr(not(placer_root), ignore = "needs root")]
+    fn real_failed_journal_changes_no_qdisc() {
+        placer_testkit::require_root();
+        if let Some(why) = unavailable_reason() {
+            placer_testkit::skip(&why);
+            return;
+        }
+        let pair = VethPair::new().expect("veth pair");
+        let ctx = TcCtx::netns(&pair.ns_a);
+        let flows = [fm("10.201.0.1:1000", "10.201.0.2:2000")];
+        for direction in [Direction::Egress, Direction::Ingress, Direction::Both] {
+            let mut lim = Limiter::new();
+            let spec = LimitSpec {
+                app: "app",
+                rate_bytes_per_s: 1_000_000,
+                flows: &flows,
+                direction,
+            };
+            let r = lim.limit(&ctx, &pair.dev_a, &spec, &mut |_| {
+                Err(LinuxError::Other("No space left on device".into()))
+            });
+            assert!(r.is_err(), "{direction:?}: limited without a journal");
+            let q = show_qdiscs(&ctx, &pair.dev_a).expect("qdiscs");
+            assert!(
+                root_is_default(&q) && !has_ingress(&q),
+                "{direction:?}: {q:?}"
+            );
+            assert!(
+                !links(&pair.ns_a).contains("plq"),
+                "{direction:?}: an IFB was created"
+            );
+        }
+    }
+
     #[test]
     #[cfg_attr(not(placer_root), ignore = "needs root")]
     fn real_foreign_root_qdisc_is_not_replaced_and_same_limit_is_unchanged() {
@@ -1097,7 +1139,7 @@ mod tests {
                 flows: &flows,
                 direction,
             };
-            lim.limit(&ctx, &pair.dev_a, &spec, &mut |_| {})
+            lim.limit(&ctx, &pair.dev_a, &spec, &mut |_| Ok(()))
         };
         assert_eq!(
             put(&mut lim, "x", 1000, Direction::Both).unwrap(),

@@ -110,7 +110,7 @@ fn hold(args: &Args) -> Result<()> {
         flows: &flows,
         direction: Direction::Both,
     };
-    if let Err(e) = lim.limit(&ctx, dev, &spec, &mut |_| {}) {
+    if let Err(e) = lim.limit(&ctx, dev, &spec, &mut |_| Ok(())) {
         let _ = lim.restore_all();
         return Err(e).context("installing the limit");
     }
@@ -274,7 +274,7 @@ pub fn run(args: Args) -> Result<()> {
                             flows: &flows,
                             direction: Direction::Egress,
                         };
-                        if let Err(e) = lim.limit(&ctx, &pair.dev_a, &spec, &mut |_| {}) {
+                        if let Err(e) = lim.limit(&ctx, &pair.dev_a, &spec, &mut |_| Ok(())) {
                             lim_err = Some(e);
                         }
                     }

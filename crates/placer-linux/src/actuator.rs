@@ -134,9 +134,24 @@ pub fn restore_all(
     journal: &mut Journal,
     handlers: &mut Handlers,
 ) -> Vec<(Entry, Restored)> {
-    let mut out = Vec::new();
+    let mut out: Vec<(Entry, Restored)> = Vec::new();
     // Newest first: a knob changed twice by different actions is put back in reverse.
     let entries: Vec<Entry> = journal.entries().iter().rev().cloned().collect();
+    // Settled entries leave the journal in batches, one durable write each: restoring is
+    // idempotent (a knob already back reads as settled again), so a crash between a
+    // restore and its batch's write only repeats work.
+    const BATCH: usize = 512;
+    let mut settled: Vec<usize> = Vec::new();
+    let flush =
+        |journal: &mut Journal, out: &mut Vec<(Entry, Restored)>, settled: &mut Vec<usize>| {
+            let knobs: Vec<Knob> = settled.iter().map(|&i| out[i].0.knob.clone()).collect();
+            if let Err(err) = journal.remove_many(&knobs) {
+                for &i in settled.iter() {
+                    out[i].1 = Restored::Failed(format!("restored, but the journal: {err}"));
+                }
+            }
+            settled.clear();
+        };
     for e in entries {
         let r = match handlers.for_kind(e.knob.kind()) {
             Some(h) => h.restore(root, &e),
@@ -146,16 +161,14 @@ pub fn restore_all(
             )),
         };
         if r.settled() {
-            if let Err(err) = journal.remove(&e.knob) {
-                out.push((
-                    e,
-                    Restored::Failed(format!("restored, but the journal: {err}")),
-                ));
-                continue;
-            }
+            settled.push(out.len());
         }
         out.push((e, r));
+        if settled.len() >= BATCH {
+            flush(journal, &mut out, &mut settled);
+        }
     }
+    flush(journal, &mut out, &mut settled);
     out
 }
 
@@ -195,9 +208,14 @@ impl Actuator {
     /// Per-cycle upkeep: pins threads that held processes created since with another
     /// affinity. Returns how many threads it fixed.
     pub fn maintain(&mut self) -> usize {
-        let Some(j) = self.journal.as_ref() else {
+        let root = self.root.clone();
+        let Some(j) = self.journal.as_mut() else {
             return 0;
         };
+        // Entries of exited processes go promptly (a failed write is retried next cycle).
+        if let Err(e) = j.prune_exited(&root) {
+            tracing::warn!("journal: pruning exited processes: {e}");
+        }
         let entries = j.entries().to_vec();
         let root = self.root.clone();
         self.handlers

@@ -311,6 +311,69 @@ pub fn classify(err: &std::io::Error, what: &str) -> Outcome {
 // The affinity calls live in `sys`; re-exported here for the handlers and their tests.
 pub use crate::sys::{get_affinity, set_affinity};
 
+/// Restores a process's threads, each decided on its own: a thread still on `applied` gets
+/// its own previous value (`threads`, else the process's `previous`); a thread on anything
+/// else was moved by someone else, or restored already, and is left alone. The main thread
+/// goes last, so a restore interrupted part-way (SIGKILL) leaves the main thread on
+/// `applied` and a second restore finishes the rest: restoring is idempotent.
+fn restore_threads(
+    root: &Path,
+    k: ProcKey,
+    previous: &CpuSet,
+    applied: &CpuSet,
+    threads: &BTreeMap<u32, String>,
+) -> Restored {
+    let target = |tid: u32| -> CpuSet {
+        threads
+            .get(&tid)
+            .and_then(|v| CpuSet::parse_list(v).ok())
+            .unwrap_or_else(|| previous.clone())
+    };
+    let mut done: BTreeSet<u32> = BTreeSet::new();
+    let (mut restored, mut elsewhere) = (0usize, 0usize);
+    // New threads can appear while we walk: a few passes, main thread after the others.
+    for _ in 0..4 {
+        let mut tids = match task_ids(root, k.pid) {
+            Ok(t) => t,
+            Err(_) if done.is_empty() => return Restored::Gone(format!("pid {} exited", k.pid)),
+            Err(_) => break,
+        };
+        tids.retain(|t| !done.contains(t));
+        if tids.is_empty() {
+            break;
+        }
+        tids.sort_by_key(|&t| (t == k.pid, t));
+        for tid in tids {
+            done.insert(tid);
+            match get_affinity(tid) {
+                Ok(cur) if &cur == applied => {
+                    let want = target(tid);
+                    match set_affinity(tid, &want) {
+                        Ok(()) => restored += 1,
+                        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                        Err(e) => {
+                            return Restored::Failed(format!(
+                                "restoring thread {tid} of pid {} to {want}: {e}",
+                                k.pid
+                            ))
+                        }
+                    }
+                }
+                Ok(cur) if cur == target(tid) => {}
+                Ok(_) => elsewhere += 1,
+                Err(_) => {}
+            }
+        }
+    }
+    if restored == 0 && elsewhere > 0 {
+        return Restored::ChangedElsewhere(format!(
+            "pid {}: none of its threads is on the {applied} placer set: left as is",
+            k.pid
+        ));
+    }
+    Restored::Restored
+}
+
 /// Start time (field 22 of /proc/PID/stat) of a process under `root`; None if gone.
 pub fn start_time_ticks(root: &Path, pid: u32) -> Option<u64> {
     let text = std::fs::read_to_string(root.join(format!("proc/{pid}/stat"))).ok()?;
@@ -439,11 +502,20 @@ impl ProcAffinityHandler {
             return Outcome::Transient("no journal".into());
         };
         let knob = proc_knob(k);
-        let new = match journal.record(
+        // Threads the app placed itself get their own value back on restore.
+        let threads: BTreeMap<u32, String> = tids
+            .iter()
+            .filter_map(|&t| {
+                let a = get_affinity(t).ok()?;
+                (a != cur).then(|| (t, a.to_list_string()))
+            })
+            .collect();
+        let new = match journal.record_with_threads(
             knob.clone(),
             &cur.to_list_string(),
             &cpus.to_list_string(),
             comm,
+            &threads,
         ) {
             Ok(n) => n,
             Err(e) => return Outcome::Transient(format!("journal: {e}")),
@@ -479,27 +551,7 @@ impl ProcAffinityHandler {
                 e.previous, e.applied
             ));
         };
-        match get_affinity(k.pid) {
-            Ok(cur) if cur != applied => {
-                self.known.remove(&k);
-                return Restored::ChangedElsewhere(format!(
-                    "pid {} is on {cur}, not the {applied} placer set: left as is",
-                    k.pid
-                ));
-            }
-            Ok(_) => {}
-            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
-                return Restored::Gone(format!("pid {} exited", k.pid))
-            }
-            Err(e) => return Restored::Failed(e.to_string()),
-        }
-        let r = match self.set_all(root, k, &prev, Some(&applied)) {
-            Ok(_) => Restored::Restored,
-            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
-                Restored::Gone(format!("pid {} exited", k.pid))
-            }
-            Err(e) => Restored::Failed(format!("restoring pid {} to {prev}: {e}", k.pid)),
-        };
+        let r = restore_threads(root, k, &prev, &applied, &e.thread_previous);
         self.known.remove(&k);
         r
     }
@@ -1033,6 +1085,104 @@ mod tests {
     fn can_pin() -> Option<CpuSet> {
         let mine = get_affinity(std::process::id()).ok()?;
         (mine.len() >= 2).then_some(mine)
+    }
+
+    /// Issue 17: an app that pinned some threads itself gets their own masks back, and a
+    /// restore interrupted part-way (some threads back, as after a SIGKILL) or a `taskset
+    /// -p` of the main thread only leaves nothing pinned after the next restore.
+    #[test]
+    fn restore_is_per_thread_repeatable_and_keeps_self_pinned_masks() {
+        let Some(all) = can_pin() else {
+            placer_testkit::skip("needs 2 allowed CPUs");
+            return;
+        };
+        let first = all.iter().next().expect("cpu");
+        let last = all.last().expect("cpu");
+        // 20 threads; the first pins itself to `first` before placer sees the process.
+        let code = format!(
+            "import os,threading,time\n\
+             def own():\n    os.sched_setaffinity(threading.get_native_id(), {{{first}}})\n    time.sleep(60)\n\
+             threading.Thread(target=own,daemon=True).start()\n\
+             for _ in range(19): threading.Thread(target=time.sleep,args=(60,),daemon=True).start()\n\
+             time.sleep(60)\n"
+        );
+        let Ok(c) = Command::new("python3").arg("-c").arg(code).spawn() else {
+            placer_testkit::skip("python3 not available");
+            return;
+        };
+        let kid = Kid(c);
+        let pid = kid.0.id();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let own_tid = loop {
+            let tids = task_ids(Path::new("/"), pid).unwrap_or_default();
+            let own = tids
+                .iter()
+                .copied()
+                .find(|&t| get_affinity(t).is_ok_and(|a| a == CpuSet::single(first)));
+            if tids.len() >= 21 && own.is_some() {
+                break own.expect("found");
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "threads did not start"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let root = TempRoot::new("perthread");
+        let k = ProcKey {
+            pid,
+            start_time_ticks: start_time_ticks(Path::new("/"), pid).expect("start"),
+        };
+        let target = CpuSet::single(last);
+        let restore_once = |a: &mut Actuator| {
+            a.apply(
+                &plan(vec![Action::RestoreProcess {
+                    proc: k,
+                    comm: "py".into(),
+                }]),
+                false,
+            )[0]
+            .outcome
+            .clone()
+        };
+        let check_all_back = || {
+            for tid in task_ids(Path::new("/"), pid).expect("tasks") {
+                let want = if tid == own_tid {
+                    CpuSet::single(first)
+                } else {
+                    all.clone()
+                };
+                assert_eq!(get_affinity(tid).expect("aff"), want, "thread {tid}");
+            }
+        };
+        for interruption in ["half the threads back", "main thread only (taskset -p)"] {
+            let mut a = Actuator::new(Path::new("/"), &root.state());
+            let rep = a.apply(
+                &plan(vec![Action::PinProcess {
+                    proc: k,
+                    comm: "py".into(),
+                    cpus: target.clone(),
+                }]),
+                false,
+            );
+            assert_eq!(rep[0].outcome, Outcome::Done, "{interruption}");
+            let tids = task_ids(Path::new("/"), pid).expect("tasks");
+            if interruption.starts_with("half") {
+                for &t in tids.iter().filter(|&&t| t != pid).take(tids.len() / 2) {
+                    let back = if t == own_tid {
+                        CpuSet::single(first)
+                    } else {
+                        all.clone()
+                    };
+                    set_affinity(t, &back).expect("partial restore");
+                }
+            } else {
+                set_affinity(pid, &all).expect("taskset -p");
+            }
+            assert_eq!(restore_once(&mut a), Outcome::Done, "{interruption}");
+            check_all_back();
+            assert!(Journal::load(&root.state()).expect("j").is_empty());
+        }
     }
 
     #[test]

@@ -90,6 +90,10 @@ pub struct Entry {
     /// When placer first changed it (Unix time, seconds).
     #[serde(default)]
     pub since_unix_s: u64,
+    /// Process affinity: threads whose own value before placer differed from `previous`
+    /// (an app that pins its threads itself), by tid. Restore gives each its own back.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub thread_previous: std::collections::BTreeMap<u32, String>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -181,9 +185,25 @@ impl Journal {
         applied: &str,
         label: &str,
     ) -> Result<bool> {
+        self.record_with_threads(knob, previous, applied, label, &Default::default())
+    }
+
+    /// [`Journal::record`] with the previous values of threads that differ from
+    /// `previous`; a thread already journaled keeps its first value.
+    pub fn record_with_threads(
+        &mut self,
+        knob: Knob,
+        previous: &str,
+        applied: &str,
+        label: &str,
+        threads: &std::collections::BTreeMap<u32, String>,
+    ) -> Result<bool> {
         let new = match self.entries.iter_mut().find(|e| e.knob == knob) {
             Some(e) => {
                 e.applied = applied.to_string();
+                for (tid, v) in threads {
+                    e.thread_previous.entry(*tid).or_insert_with(|| v.clone());
+                }
                 false
             }
             None => {
@@ -193,6 +213,7 @@ impl Journal {
                     applied: applied.to_string(),
                     label: label.to_string(),
                     since_unix_s: unix_now_s(),
+                    thread_previous: threads.clone(),
                 });
                 true
             }
@@ -388,6 +409,7 @@ mod tests {
                 applied: "1".into(),
                 label: "gone".into(),
                 since_unix_s: 0,
+                thread_previous: Default::default(),
             });
         }
         j.save().expect("save");

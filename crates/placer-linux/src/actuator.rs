@@ -1119,8 +1119,8 @@ mod tests {
                 .iter()
                 .copied()
                 .find(|&t| get_affinity(t).is_ok_and(|a| a == CpuSet::single(first)));
-            if tids.len() >= 21 && own.is_some() {
-                break own.expect("found");
+            if let (true, Some(own)) = (tids.len() >= 21, own) {
+                break own;
             }
             assert!(
                 std::time::Instant::now() < deadline,

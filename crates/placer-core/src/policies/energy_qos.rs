@@ -43,7 +43,7 @@
 use crate::config::AppMatch;
 use crate::cpuset::CpuSet;
 use crate::observation::Observation;
-use crate::plan::{Action, Direction, FlowMatch, Plan};
+use crate::plan::{Action, Direction, FlowMatch, Outcome, Plan};
 use crate::policy::{Policy, PolicyState};
 use crate::topology::{CoreType, Topology};
 use serde::{Deserialize, Serialize};
@@ -952,7 +952,16 @@ pub struct EnergyQos {
 struct Private {
     /// The actions of the last emitted plan, to emit only on change.
     last: Option<Vec<Action>>,
+    /// Cycles to wait before the next retry of a transient failure, and the wait that
+    /// doubles after each failed retry (1, 2, 4, ... up to [`MAX_RETRY_WAIT`]).
+    retry_in: u32,
+    retry_wait: u32,
+    /// A transient failure waits for its retry.
+    pending: bool,
 }
+
+/// The longest back-off between retries of a plan that failed transiently, in cycles.
+const MAX_RETRY_WAIT: u32 = 32;
 
 /// A configured app's running processes and what the observation says about them.
 struct Running<'a> {
@@ -1196,7 +1205,33 @@ impl Policy for EnergyQos {
                 ));
             }
         }
+        let ours = |r: &&crate::plan::ActionReport| r.planned.policy == NAME;
+        let failed = state
+            .last_reports
+            .iter()
+            .filter(ours)
+            .any(|r| matches!(r.outcome, Outcome::Transient(_)));
+        let worked = !failed && state.last_reports.iter().any(|r| ours(&r));
         let priv_state: &mut Private = state.private();
+        // A plan emitted once is not repeated while unchanged; one whose actions failed
+        // transiently (EBUSY, a journal that could not be written) is emitted again after
+        // a back-off that doubles while it keeps failing (1, 2, 4, ... cycles).
+        if failed {
+            priv_state.pending = true;
+            priv_state.retry_wait = (priv_state.retry_wait * 2).clamp(1, MAX_RETRY_WAIT);
+            priv_state.retry_in = priv_state.retry_wait;
+        } else if worked {
+            priv_state.pending = false;
+            priv_state.retry_wait = 0;
+        }
+        if priv_state.pending {
+            if priv_state.retry_in <= 1 {
+                priv_state.last = None;
+                priv_state.pending = false;
+            } else {
+                priv_state.retry_in -= 1;
+            }
+        }
         let now: Vec<Action> = actions.iter().map(|(a, _)| a.clone()).collect();
         if priv_state.last.as_ref() != Some(&now) {
             for (a, why) in actions {
@@ -1241,6 +1276,7 @@ pub fn describe_state(m: &Machine, sol: &Solution) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::ActionReport;
     use crate::machines::machine;
     use crate::observation::{FlowObs, ProcObs};
 
@@ -1547,6 +1583,52 @@ mod tests {
         let again = pol.plan(&t, &obs, &mut st);
         assert!(again.actions.is_empty());
         assert!(!again.notes.is_empty());
+        // A transient failure is retried, with a back-off that doubles. The engine's view:
+        // a cycle's reports are those of the previous cycle's actions (none if it had none).
+        let reports = |plan: &Plan| -> Vec<ActionReport> {
+            plan.actions
+                .iter()
+                .map(|a| ActionReport {
+                    planned: a.clone(),
+                    outcome: Outcome::Transient("EBUSY".into()),
+                })
+                .collect()
+        };
+        st.last_reports = reports(&plan);
+        let mut emitted_at = Vec::new();
+        for cycle in 1..=20 {
+            let p = pol.plan(&t, &obs, &mut st);
+            st.last_reports = reports(&p);
+            if !p.actions.is_empty() {
+                emitted_at.push(cycle);
+            }
+        }
+        let gaps: Vec<i32> = emitted_at.windows(2).map(|w| w[1] - w[0]).collect();
+        assert!(emitted_at.len() >= 3, "{emitted_at:?}");
+        assert!(gaps.windows(2).all(|g| g[1] > g[0]), "not doubling: {emitted_at:?}");
+        // Once a retry works, the plan is not repeated.
+        let mut retried = None;
+        for _ in 0..80 {
+            let p = pol.plan(&t, &obs, &mut st);
+            if !p.actions.is_empty() {
+                retried = Some(p);
+                break;
+            }
+            st.last_reports.clear();
+        }
+        let p = retried.expect("retried within the back-off");
+        st.last_reports = p
+            .actions
+            .iter()
+            .map(|a| ActionReport {
+                planned: a.clone(),
+                outcome: Outcome::Done,
+            })
+            .collect();
+        for _ in 0..80 {
+            assert!(pol.plan(&t, &obs, &mut st).actions.is_empty());
+            st.last_reports.clear();
+        }
     }
 
     #[test]

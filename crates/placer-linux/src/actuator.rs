@@ -110,7 +110,10 @@ impl Handlers {
             Box::new(IrqHandler),
             Box::new(RpsHandler),
             Box::new(crate::cpufreq::CpufreqHandler),
-            Box::new(crate::tc::TcHandler::default()),
+            Box::new(crate::tc::TcHandler {
+                ctx: crate::tc::TcCtx::current(),
+                ..Default::default()
+            }),
             Box::new(crate::membind::MemPolicyHandler),
             // Other areas add their handlers here.
         ];

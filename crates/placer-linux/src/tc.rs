@@ -37,15 +37,53 @@ const MAX_MINOR: u16 = 999;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct TcCtx {
     pub netns: Option<String>,
+    /// The namespace's inode (/proc/thread-self/ns/net) where placer ran without a name for it, so
+    /// a restore elsewhere can tell it is not in that namespace (journaled with the knob).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netns_inode: Option<u64>,
+}
+
+/// The inode of a network namespace file (`/proc/thread-self/ns/net`, `/run/netns/NAME`).
+fn netns_inode(path: &str) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| m.ino())
 }
 
 impl TcCtx {
     pub fn host() -> Self {
-        TcCtx { netns: None }
+        TcCtx {
+            netns: None,
+            netns_inode: None,
+        }
     }
     pub fn netns(name: &str) -> Self {
         TcCtx {
             netns: Some(name.to_string()),
+            netns_inode: None,
+        }
+    }
+
+    /// The namespace this process runs in: the host's, a named one (`ip netns exec NAME
+    /// placer ...`: found by inode under /run/netns, so the journal names it and a restore
+    /// from anywhere acts in it), or an unnamed one (its inode is recorded).
+    pub fn current() -> Self {
+        let mine = netns_inode("/proc/thread-self/ns/net");
+        if mine.is_none() || mine == netns_inode("/proc/1/ns/net") {
+            return TcCtx::host();
+        }
+        let named = std::fs::read_dir("/run/netns").ok().and_then(|rd| {
+            rd.flatten().find_map(|e| {
+                let p = e.path();
+                (netns_inode(&p.to_string_lossy()) == mine)
+                    .then(|| e.file_name().to_string_lossy().into_owned())
+            })
+        });
+        match named {
+            Some(name) => TcCtx::netns(&name),
+            None => TcCtx {
+                netns: None,
+                netns_inode: mine,
+            },
         }
     }
 
@@ -494,6 +532,16 @@ fn remove_app_filters(ctx: &TcCtx, rec: &DevLimits, a: &AppLimit) {
 /// (already gone, device deleted) are not errors: restore must be idempotent.
 pub fn restore_dev(rec: &DevLimits) -> Result<()> {
     let ctx = &rec.ctx;
+    // Set in an unnamed namespace: only a restore from inside it reaches its devices.
+    if let (None, Some(ino)) = (&ctx.netns, ctx.netns_inode) {
+        if netns_inode("/proc/thread-self/ns/net") != Some(ino) {
+            return Err(LinuxError::Other(format!(
+                "{}: set in network namespace inode {ino}, which has no name under /run/netns \
+                 and is not this one: run `placer restore` inside it",
+                rec.dev
+            )));
+        }
+    }
     let dev = rec.dev.as_str();
     // Device gone: nothing on it to restore.
     let q = show_qdiscs(ctx, dev).unwrap_or_default();
@@ -1083,6 +1131,56 @@ mod tests {
         restore_dev(&rec).unwrap();
     }
 
+    /// Issue 17: placer run inside a named namespace (`ip netns exec NAME placer ...`)
+    /// journals the namespace, so a restore from the host removes the qdisc where it is,
+    /// instead of reporting it restored and dropping it.
+    #[test]
+    #[cfg_attr(not(placer_root), ignore = "needs root")]
+    fn real_qdisc_set_inside_a_namespace_is_restored_there() {
+        placer_testkit::require_root();
+        if let Some(why) = unavailable_reason() {
+            placer_testkit::skip(&why);
+            return;
+        }
+        let pair = VethPair::new().expect("veth pair");
+        let dev = pair.dev_a.clone();
+        let ns = pair.ns_a.clone();
+        // As the daemon would, from inside the namespace: its context names it.
+        let rec = VethPair::in_netns(&ns, move || {
+            let ctx = TcCtx::current();
+            let flows = [fm("10.201.0.1:1000", "10.201.0.2:2000")];
+            let mut lim = Limiter::new();
+            let mut journaled = None;
+            let spec = LimitSpec {
+                app: "app",
+                rate_bytes_per_s: 1_000_000,
+                flows: &flows,
+                direction: Direction::Egress,
+            };
+            lim.limit(&ctx, &dev, &spec, &mut |r| {
+                journaled = Some(r.clone());
+                Ok(())
+            })
+            .expect("limit");
+            journaled.expect("journaled")
+        })
+        .join()
+        .expect("thread")
+        .expect("setns");
+        assert_eq!(rec.ctx.netns.as_deref(), Some(ns.as_str()), "{rec:?}");
+        assert_eq!(
+            knob_of(&rec),
+            Knob::TcQdisc {
+                dev: pair.dev_a.clone(),
+                netns: Some(ns.clone())
+            }
+        );
+        // From the host namespace (this thread): removed in the namespace.
+        restore_dev(&rec).expect("restore");
+        let q = show_qdiscs(&TcCtx::netns(&ns), &pair.dev_a).expect("qdiscs");
+        assert!(root_is_default(&q), "left behind: {q:?}");
+    }
+
     /// Issue 17: when the journal cannot be written (a full state dir), tc changes nothing:
     /// a qdisc the journal does not cover could never be restored after a crash.
     #[test]
@@ -1223,10 +1321,12 @@ mod tests {
         assert_eq!(applied, Outcome::Done);
         assert!(!clean(&pair.ns_a, &pair.dev_a));
         let j = crate::journal::Journal::load(&state).unwrap();
+        // The actuator ran inside the namespace: the journal names it (issue 17; it used to
+        // record none, and a restore from the host then missed the qdisc).
         let e = j
             .get(&Knob::TcQdisc {
                 dev: pair.dev_a.clone(),
-                netns: None,
+                netns: Some(pair.ns_a.clone()),
             })
             .unwrap();
         assert_eq!(e.previous, "noqueue 0:");

@@ -1276,9 +1276,9 @@ pub fn describe_state(m: &Machine, sol: &Solution) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::ActionReport;
     use crate::machines::machine;
     use crate::observation::{FlowObs, ProcObs};
+    use crate::plan::ActionReport;
 
     fn xu4() -> (Topology, Machine) {
         let t = machine("odroid-xu4").unwrap();
@@ -1605,7 +1605,10 @@ mod tests {
         }
         let gaps: Vec<i32> = emitted_at.windows(2).map(|w| w[1] - w[0]).collect();
         assert!(emitted_at.len() >= 3, "{emitted_at:?}");
-        assert!(gaps.windows(2).all(|g| g[1] > g[0]), "not doubling: {emitted_at:?}");
+        assert!(
+            gaps.windows(2).all(|g| g[1] > g[0]),
+            "not doubling: {emitted_at:?}"
+        );
         // Once a retry works, the plan is not repeated.
         let mut retried = None;
         for _ in 0..80 {

@@ -98,8 +98,9 @@ fn any_flow() -> FlowMatch {
 
 fn hold(args: &Args) -> Result<()> {
     let dev = args.dev.as_deref().context("--hold needs --dev")?;
-    let ctx = TcCtx {
-        netns: args.netns.clone(),
+    let ctx = match &args.netns {
+        Some(ns) => TcCtx::netns(ns),
+        None => TcCtx::current(),
     };
     install_signal_handlers();
     let mut lim = Limiter::new();

@@ -22,5 +22,10 @@ for d in "${TMPDIR:-/tmp}"/placer-*-[0-9]*; do
   [ -d "/proc/$pid" ] && continue
   rm -rf "$d" && reaped=$((reaped + 1))
 done
+# The fault-injection script's victim (comm plfault) when its script was killed.
+pkill -9 -x plfault 2>/dev/null && reaped=$((reaped + 1))
+for d in "${TMPDIR:-/tmp}"/placer-test-faults-*; do
+  [ -d "$d" ] && ! pgrep -f "faults.sh" >/dev/null && rm -rf "$d" && reaped=$((reaped + 1))
+done
 [ "$reaped" -gt 0 ] && echo "reap-tests: removed $reaped leftover(s) of an earlier run"
 exit 0

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Fault injection (issue 17): crash and signal trials against a real daemon holding a
+# 1,000-thread process pinned, then `placer restore`; checks that every thread got its
+# affinity back. TRIALS of each kind: SIGTERM then SIGKILL 0-30 ms later (a restore cut
+# short), SIGKILL at a random moment, and a terminating signal (HUP, USR1, USR2, ALRM, QUIT,
+# INT, TERM in turn). Prints "N trials, K knobs left changed" and fails when K > 0.
+# Usage: scripts/faults.sh [TRIALS]   (root; PLACER_BIN=path skips the build)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+trials=${1:-20}
+if [ "$(id -u)" != 0 ]; then
+  echo "faults.sh needs root (it pins another process and restores it)" >&2
+  exit 2
+fi
+bin=${PLACER_BIN:-}
+if [ -z "$bin" ]; then
+  cargo build -q -p placer
+  bin=${CARGO_TARGET_DIR:-target}/debug/placer
+fi
+work=$(mktemp -d /tmp/placer-test-faults-XXXXXX)
+chmod 700 "$work"
+victim=""
+daemon=""
+cleanup() {
+  [ -n "$daemon" ] && kill -9 "$daemon" 2>/dev/null || true
+  [ -n "$victim" ] && kill -9 "$victim" 2>/dev/null || true
+  "$bin" restore --no-config --state-dir "$work/state" >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# The victim: 1,000 threads, one of them busy (so smt-energy wants it), named plfault.
+python3 - "$work/victim.pid" <<'PY' &
+import ctypes, os, sys, threading, time
+ctypes.CDLL(None).prctl(15, b"plfault", 0, 0, 0)
+for _ in range(998):
+    threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()
+def spin():
+    while True:
+        pass
+threading.Thread(target=spin, daemon=True).start()
+open(sys.argv[1], "w").write(str(os.getpid()))
+time.sleep(3600)
+PY
+for _ in $(seq 100); do [ -s "$work/victim.pid" ] && break; sleep 0.05; done
+victim=$(cat "$work/victim.pid")
+original=$(awk '/Cpus_allowed_list/ {print $2}' "/proc/$victim/status")
+if [ "$original" = "$(awk '{print $1}' /sys/devices/system/cpu/online)" ] && [ "$(nproc)" -lt 2 ]; then
+  echo "faults.sh needs 2 CPUs" >&2
+  exit 2
+fi
+cat >"$work/c.toml" <<EOF2
+interval = "100ms"
+policies = ["smt-energy"]
+[metrics]
+enabled = false
+[smt_energy]
+apps = [{ comm = "plfault" }]
+max_units = 1
+min_cpu_share = 0.3
+EOF2
+
+threads_not_back() {
+  awk -v o="$original" '/^Cpus_allowed_list/ && $2 != o {n++} END {print n + 0}' \
+    /proc/"$victim"/task/*/status 2>/dev/null
+}
+
+signals=(HUP USR1 USR2 ALRM QUIT INT TERM)
+left=0
+total=$((trials * 3))
+for i in $(seq "$total"); do
+  "$bin" daemon --config "$work/c.toml" --state-dir "$work/state" 2>>"$work/daemon.log" &
+  daemon=$!
+  # Wait until the victim is pinned (every thread: the daemon walks them all).
+  for _ in $(seq 200); do
+    [ "$(threads_not_back)" -ge 1000 ] && break
+    sleep 0.05
+  done
+  case $((i % 3)) in
+    0)
+      kill -TERM "$daemon"
+      sleep "0.0$((RANDOM % 3))$((RANDOM % 10))"
+      kill -KILL "$daemon" 2>/dev/null || true
+      what="SIGTERM then SIGKILL"
+      ;;
+    1)
+      sleep "0.$((RANDOM % 10))"
+      kill -KILL "$daemon"
+      what="SIGKILL"
+      ;;
+    2)
+      sig=${signals[$(((i / 3) % ${#signals[@]}))]}
+      kill -"$sig" "$daemon"
+      what="SIG$sig"
+      ;;
+  esac
+  wait "$daemon" 2>/dev/null || true
+  daemon=""
+  "$bin" restore --no-config --state-dir "$work/state" >>"$work/restore.log" 2>&1 || true
+  n=$(threads_not_back)
+  if [ "$n" -ne 0 ]; then
+    left=$((left + 1))
+    echo "trial $i ($what): $n thread(s) left pinned" >&2
+  fi
+done
+echo "$total trials, $left knobs left changed"
+[ "$left" -eq 0 ]

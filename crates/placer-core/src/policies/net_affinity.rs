@@ -17,9 +17,10 @@
 //! 1. Activity: each connection (process, socket inode) that moved at least
 //!    `active_flow_bytes_per_s` is moved to the tail of the LRU with the current time.
 //!    Connections idle longer than `idle_timeout_ms` fall off its head.
-//! 2. Intensity: a process is intensive in an interval when its send + receive rate exceeds
-//!    `intensive_bytes_per_s`; it becomes a candidate after `pin_after_intervals`
-//!    consecutive intensive intervals (hysteresis against bursts).
+//! 2. Intensity: a process is intensive in an interval when its receive rate (send +
+//!    receive with `count_sent`) exceeds `intensive_bytes_per_s`: seed 002 is about receive
+//!    processing, so a send-only process is no candidate. It becomes a candidate after
+//!    `pin_after_intervals` consecutive intensive intervals (hysteresis against bursts).
 //! 3. Target: the NIC its flows use (`Topology::nic_for_addr` on each flow's local address;
 //!    with flows on several NICs, the one carrying the most bytes this interval); that
 //!    NIC's receive CPUs (`Nic::rx_cpus`: IRQ affinity of its queues, or RPS CPUs for
@@ -28,7 +29,11 @@
 //!    is the target if under `cpu_load_threshold`; else, with `when_busy = cache_neighbour`,
 //!    the least-loaded CPU sharing the lowest shared cache level with it
 //!    (`Topology::cache_neighbours`) that is under the threshold; else the process is left
-//!    alone (with a note saying why).
+//!    alone (with a note saying why). A CPU's load never reads below its softirq + IRQ time
+//!    (taking the process's own share off cannot make a CPU busy with receive processing
+//!    look idle). A pinned process stays on its cache neighbour unless another is lighter
+//!    by more than `move_margin`. `rule = "paper"` applies the literal rule instead (no
+//!    softirq floor, no second check on the neighbour, no margin).
 //! 4. Restore: a held process none of whose connections remains in the LRU (all idle longer
 //!    than the timeout), and held at least `min_hold_ms`, gets its original affinity back.
 //! 5. Re-pin: a held process whose target differs from where it is pinned for
@@ -68,6 +73,20 @@ pub enum WhenBusy {
     Leave,
 }
 
+/// Which placement rule to apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Rule {
+    /// The paper's rule with capacity checks: the cache neighbour must be under the
+    /// threshold too, load counts softirq time and this plan's placements, and a pinned
+    /// process moves between equivalent targets only beyond `move_margin`.
+    #[default]
+    Checked,
+    /// Seed 002's literal rule, for reproducing the paper: the receive CPU when under the
+    /// threshold, else the least-loaded cache neighbour without a second load check.
+    Paper,
+}
+
 /// Configuration of `net-affinity` (`[net_affinity]` in the TOML; docs/config.md).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -99,6 +118,15 @@ pub struct NetAffinityConfig {
     /// Consecutive intervals a new target must persist before a pinned process is moved
     /// (>= 1). Default 3.
     pub repin_after_intervals: u32,
+    /// Count sent bytes toward intensity too. Default false: seed 002 is about receive
+    /// processing, so a send-only process is no candidate for the receive CPU.
+    pub count_sent: bool,
+    /// A pinned process moves to another target of the same kind (receive CPU or cache
+    /// neighbour) only when that target's load is lower by more than this busy fraction
+    /// (0..1). Default 0.2.
+    pub move_margin: f64,
+    /// `checked` (default) or `paper`.
+    pub rule: Rule,
 }
 
 impl Default for NetAffinityConfig {
@@ -112,6 +140,9 @@ impl Default for NetAffinityConfig {
             pin_after_intervals: 1,
             min_hold_ms: 2000,
             repin_after_intervals: 3,
+            count_sent: false,
+            move_margin: 0.2,
+            rule: Rule::Checked,
         }
     }
 }
@@ -146,6 +177,12 @@ impl NetAffinityConfig {
             return bad(
                 "idle_timeout_ms",
                 "idle_timeout and min_hold are at most a day".into(),
+            );
+        }
+        if !(0.0..1.0).contains(&self.move_margin) {
+            return bad(
+                "move_margin",
+                format!("{} is not in [0, 1)", self.move_margin),
             );
         }
         if !(1..=10_000).contains(&self.pin_after_intervals) {
@@ -275,15 +312,34 @@ struct Target {
 }
 
 impl NetAffinity {
+    /// The bytes that make `p` communication-intensive: received, or sent and received
+    /// with `count_sent`.
+    fn intensity(&self, p: &ProcObs) -> f64 {
+        if self.cfg.count_sent {
+            p.net_bytes_per_s()
+        } else {
+            p.rx_bytes_per_s
+        }
+    }
+
     /// The CPU's busy fraction without `p` itself, plus what this plan already moved there.
+    /// Only `p`'s own task time is taken off: the CPU's softirq time (receive processing,
+    /// of its flows or others') stays counted, so a CPU already busy with softirq never
+    /// reads as idle (with the paper's rule, the plain busy fraction as before).
     fn load(&self, obs: &Observation, p: &ProcObs, cpu: u32, extra: &BTreeMap<u32, f64>) -> f64 {
-        let util = obs.cpu(cpu).map_or(0.0, |c| c.util);
+        let c = obs.cpu(cpu);
+        let util = c.map_or(0.0, |c| c.util);
         let own = if p.allowed_cpus == CpuSet::single(cpu) || p.last_cpu == Some(cpu) {
             p.cpu_share.min(util)
         } else {
             0.0
         };
-        (util - own).max(0.0) + extra.get(&cpu).copied().unwrap_or(0.0)
+        let without = (util - own).max(0.0);
+        let floor = match self.cfg.rule {
+            Rule::Checked => c.map_or(0.0, |c| c.softirq + c.irq),
+            Rule::Paper => 0.0,
+        };
+        without.max(floor) + extra.get(&cpu).copied().unwrap_or(0.0)
     }
 
     fn target(
@@ -379,8 +435,22 @@ impl NetAffinity {
             return Err(format!("{busy}; when_busy = leave"));
         }
         let neigh = topo.cache_neighbours(rc).intersection(allowed);
-        match least(&neigh) {
-            Some((n, nl)) if nl < thr => {
+        // No flapping: stay on the current neighbour unless another is lighter by more
+        // than the margin.
+        let pick = match (current, least(&neigh)) {
+            (Some(c), Some((n, nl)))
+                if self.cfg.rule == Rule::Checked
+                    && n != c
+                    && neigh.contains(c)
+                    && load(c) < thr
+                    && load(c) - nl <= self.cfg.move_margin =>
+            {
+                Some((c, load(c)))
+            }
+            (_, l) => l,
+        };
+        match pick {
+            Some((n, nl)) if nl < thr || self.cfg.rule == Rule::Paper => {
                 let level = topo
                     .caches_of(rc)
                     .into_iter()
@@ -478,7 +548,7 @@ impl NetAffinity {
                 }
             }
             let t = st.procs.entry(k).or_default();
-            t.streak = if p.net_bytes_per_s() > cfg.intensive_bytes_per_s as f64 {
+            t.streak = if self.intensity(p) > cfg.intensive_bytes_per_s as f64 {
                 t.streak.saturating_add(1)
             } else {
                 0
@@ -1293,6 +1363,118 @@ mod tests {
             "{}",
             plan.actions[0].reason
         );
+    }
+
+    /// Issue 13: only received bytes make a candidate; a send-only process is left alone
+    /// unless `count_sent`.
+    #[test]
+    fn send_only_process_is_not_moved() {
+        let t = xeon();
+        let mut f = flow(1, 1, 0.0);
+        f.tx_bytes_per_s = 3000.0 * MB;
+        let sender = || {
+            let mut p = proc_obs(10, "tx", t.online(), vec![f.clone()]);
+            p.tx_bytes_per_s = 3000.0 * MB;
+            p
+        };
+        let p = policy(Default::default());
+        let plan = run(
+            &p,
+            &t,
+            &obs(&t, &[], vec![sender()], 1.0),
+            &mut PolicyState::default(),
+        );
+        assert!(plan.actions.is_empty(), "{:?}", plan.actions);
+        assert!(note_of(&plan, 10).contains("not communication-intensive"));
+        let p = policy(NetAffinityConfig {
+            count_sent: true,
+            ..Default::default()
+        });
+        let plan = run(
+            &p,
+            &t,
+            &obs(&t, &[], vec![sender()], 1.0),
+            &mut PolicyState::default(),
+        );
+        assert!(pinned_to(&plan, 10).is_some());
+    }
+
+    /// Issue 13: a CPU past the threshold in softirq gets no new stream, even when the
+    /// process itself last ran there (its own share is not softirq time).
+    #[test]
+    fn cpu_past_the_threshold_in_softirq_gets_no_new_stream() {
+        let t = xeon();
+        let p = policy(Default::default());
+        let mut pr = proc_obs(10, "rx", t.online(), vec![flow(1, 1, 500.0 * MB)]);
+        pr.last_cpu = Some(1);
+        pr.cpu_share = 0.9;
+        let mut o = obs(&t, &[(1, 0.9), (0, 0.85)], vec![pr], 1.0);
+        for c in o.cpus.iter_mut().filter(|c| c.cpu == 1 || c.cpu == 0) {
+            c.softirq = 0.82;
+        }
+        let plan = run(&p, &t, &o, &mut PolicyState::default());
+        assert!(plan.actions.is_empty(), "{:?}", plan.actions);
+        assert!(
+            note_of(&plan, 10).contains("busy"),
+            "{}",
+            note_of(&plan, 10)
+        );
+        let paper = policy(NetAffinityConfig {
+            rule: Rule::Paper,
+            ..Default::default()
+        });
+        // The literal rule takes the process's own share off the CPU's load and so reads
+        // CPU 1 as idle: what was measured on the 16-core machine, reproduced on request.
+        let plan = run(&paper, &t, &o, &mut PolicyState::default());
+        assert_eq!(pinned_to(&plan, 10), Some(CpuSet::single(1)));
+    }
+
+    /// Issue 13: a pinned process does not flap between equivalent cache neighbours whose
+    /// loads differ by less than `move_margin`.
+    #[test]
+    fn equal_targets_do_not_flap() {
+        let mut t = with_addrs(machine("opteron-magny-cours-4p").expect("model"));
+        t.nics[0].rx_cpus = CpuSet::single(0);
+        let p = policy(NetAffinityConfig {
+            repin_after_intervals: 1,
+            min_hold_ms: 0,
+            ..Default::default()
+        });
+        let mut st = PolicyState::default();
+        let pr = || proc_obs(10, "rx", t.online(), vec![flow(0, 1, 500.0 * MB)]);
+        // CPU 0 busy; CPUs 1 and 2 share its L3 and alternate as the lighter one.
+        let mut moves = 0;
+        for i in 0..12 {
+            let (l1, l2) = if i % 2 == 0 {
+                (0.30, 0.20)
+            } else {
+                (0.20, 0.30)
+            };
+            let o = obs(
+                &t,
+                &[(0, 0.95), (1, l1), (2, l2), (3, 0.9), (4, 0.9), (5, 0.9)],
+                vec![pr()],
+                1.0 + i as f64,
+            );
+            let plan = run(&p, &t, &o, &mut st);
+            moves += plan.actions.len();
+        }
+        assert_eq!(moves, 1, "pinned once, then stays");
+        // A real difference (more than the margin) still moves it.
+        let held = st
+            .held
+            .values()
+            .next()
+            .expect("held")
+            .cpus
+            .first()
+            .expect("cpu");
+        let other = if held == 1 { 2 } else { 1 };
+        let mut loads = vec![(0, 0.95), (3, 0.9), (4, 0.9), (5, 0.9)];
+        loads.push((held, 0.75));
+        loads.push((other, 0.05));
+        let plan = run(&p, &t, &obs(&t, &loads, vec![pr()], 20.0), &mut st);
+        assert_eq!(pinned_to(&plan, 10), Some(CpuSet::single(other)));
     }
 
     #[test]

@@ -27,6 +27,113 @@ pub struct Config {
     /// milliseconds; 0 = only at start.
     #[serde(default = "default_topology_refresh_ms")]
     pub topology_refresh_ms: u64,
+    /// Verdicts on moves: does a pin pay? (crate::verdict)
+    pub verify: Verify,
+}
+
+/// How moves are judged (`[verify]`): defaults for every policy, and per-policy overrides
+/// under `[verify.policy.NAME]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Verify {
+    /// Judge each pin after the horizon and undo the ones that made things worse.
+    pub enabled: bool,
+    /// Intervals after a move before it is judged (the after-window).
+    pub horizon_intervals: u32,
+    /// Intervals before a move compared with the after-window (at most).
+    pub window_intervals: u32,
+    /// The smallest relative change that counts (0.05 = 5%), beyond the noise test.
+    pub min_effect: f64,
+    /// Intervals a policy waits before moving a process again after its first undone
+    /// move; doubles with each further one.
+    pub backoff_intervals: u64,
+    /// Overrides per policy.
+    pub policy: std::collections::BTreeMap<String, VerifyPolicy>,
+}
+
+impl Default for Verify {
+    fn default() -> Self {
+        Verify {
+            enabled: true,
+            horizon_intervals: 5,
+            window_intervals: 5,
+            min_effect: 0.05,
+            backoff_intervals: 10,
+            policy: Default::default(),
+        }
+    }
+}
+
+/// One policy's overrides of [`Verify`].
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VerifyPolicy {
+    pub verify: Option<bool>,
+    pub horizon_intervals: Option<u32>,
+    pub min_effect: Option<f64>,
+}
+
+impl Verify {
+    /// (judge at all, horizon, min effect) for `policy`.
+    pub fn for_policy(&self, policy: &str) -> (bool, u32, f64) {
+        let o = self.policy.get(policy);
+        (
+            o.and_then(|o| o.verify).unwrap_or(self.enabled),
+            o.and_then(|o| o.horizon_intervals)
+                .unwrap_or(self.horizon_intervals),
+            o.and_then(|o| o.min_effect).unwrap_or(self.min_effect),
+        )
+    }
+
+    fn validate(&self) -> Result<(), (String, String)> {
+        let bad = |f: &str, m: String| Err((f.to_string(), m));
+        let horizons = std::iter::once((
+            "horizon_intervals".to_string(),
+            Some(self.horizon_intervals),
+        ))
+        .chain(
+            self.policy
+                .iter()
+                .map(|(n, o)| (format!("policy.{n}.horizon_intervals"), o.horizon_intervals)),
+        );
+        for (f, h) in horizons {
+            if let Some(h) = h {
+                if !(2..=1000).contains(&h) {
+                    return bad(&f, format!("{h} is outside 2..=1000"));
+                }
+            }
+        }
+        if !(2..=1000).contains(&self.window_intervals) {
+            return bad(
+                "window_intervals",
+                format!("{} is outside 2..=1000", self.window_intervals),
+            );
+        }
+        let effects = std::iter::once(("min_effect".to_string(), Some(self.min_effect))).chain(
+            self.policy
+                .iter()
+                .map(|(n, o)| (format!("policy.{n}.min_effect"), o.min_effect)),
+        );
+        for (f, e) in effects {
+            if let Some(e) = e {
+                if !(0.0..1.0).contains(&e) {
+                    return bad(&f, format!("{e} is not in [0, 1)"));
+                }
+            }
+        }
+        if !(1..=1024).contains(&self.backoff_intervals) {
+            return bad(
+                "backoff_intervals",
+                format!("{} is outside 1..=1024", self.backoff_intervals),
+            );
+        }
+        for n in self.policy.keys() {
+            if !POLICY_NAMES.contains(&n.as_str()) {
+                return bad("policy", format!("unknown policy {n:?}"));
+            }
+        }
+        Ok(())
+    }
 }
 
 fn default_topology_refresh_ms() -> u64 {
@@ -47,6 +154,7 @@ impl Default for Config {
             energy_qos: Default::default(),
             numa_local: Default::default(),
             topology_refresh_ms: default_topology_refresh_ms(),
+            verify: Verify::default(),
         }
     }
 }
@@ -428,6 +536,7 @@ impl Config {
         section("energy_qos", self.energy_qos.validate())?;
         section("numa_local", self.numa_local.validate())?;
         section("contention", self.contention.validate())?;
+        section("verify", self.verify.validate())?;
         Ok(())
     }
 }

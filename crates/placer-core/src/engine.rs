@@ -20,7 +20,11 @@
 //!   never touches it again;
 //! - a pin that failed permanently (task exited, CPUs outside its cpuset, no permission)
 //!   releases the process too; a transient failure is simply planned again next cycle;
-//! - in a dry run nothing is held (nothing changed), so the next cycle plans the same again.
+//! - in a dry run nothing is held (nothing changed), so the next cycle plans the same again;
+//! - verdicts (crate::verdict): a pin that succeeded is judged after the policy's horizon
+//!   against the intervals before it; an undone one is restored in that cycle's plan and the
+//!   policy may not move that process again before its back-off (doubling per failure)
+//!   ends; nothing is judged in a dry run.
 
 use crate::config::{Config, Scope};
 use crate::host::Host;
@@ -87,8 +91,34 @@ struct Slot {
     disabled: Option<String>,
 }
 
+/// A pin waiting for its verdict.
+#[derive(Debug, Clone)]
+struct Pending {
+    policy: &'static str,
+    proc: ProcKey,
+    comm: String,
+    before: Vec<crate::verdict::Point>,
+    after: Vec<crate::verdict::Point>,
+}
+
+/// A judged move (in [`CycleReport::verdicts`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    pub policy: String,
+    pub proc: ProcKey,
+    pub comm: String,
+    pub judgement: crate::verdict::Judgement,
+    /// Intervals the policy now waits before moving it again (undone only).
+    pub backoff_intervals: Option<u64>,
+}
+
 /// The placement loop's state between cycles.
 pub struct Engine {
+    /// Per process, its last intervals (verdicts' before-windows).
+    history: BTreeMap<ProcKey, std::collections::VecDeque<crate::verdict::Point>>,
+    pending: Vec<Pending>,
+    /// (policy, process) -> (undone moves so far, first cycle it may move it again).
+    backoff: BTreeMap<(&'static str, ProcKey), (u32, u64)>,
     slots: Vec<Slot>,
     config: Config,
     self_pid: u32,
@@ -127,6 +157,8 @@ pub struct CycleReport {
     pub plan: Plan,
     pub reports: Vec<ActionReport>,
     pub lease_breaks: Vec<LeaseBreak>,
+    /// Moves judged this step.
+    pub verdicts: Vec<Verdict>,
     /// Processes held by any policy after this step.
     pub managed: usize,
     /// Topology or sample failure: the step did nothing else.
@@ -157,6 +189,9 @@ impl Engine {
                 })
                 .collect(),
             config,
+            history: BTreeMap::new(),
+            pending: Vec::new(),
+            backoff: BTreeMap::new(),
             self_pid: std::process::id(),
             topo: None,
             topo_read_ns: 0,
@@ -283,6 +318,10 @@ impl Engine {
         let topo = self.topo.clone().expect("topology read above");
 
         self.check_leases(&obs, &mut report);
+        let undo = self.judge_pending(&obs, &mut report, dry_run);
+        for v in &report.verdicts {
+            host.record_verdict(v);
+        }
 
         let now_s = obs.time_ns as f64 / 1e9;
         let mut plan = Plan::default();
@@ -312,6 +351,24 @@ impl Engine {
                     pa.action,
                     Action::BindMemory { .. } | Action::RestoreMemory { .. }
                 );
+                if let (Some(&(n, until)), Action::PinProcess { .. }) =
+                    (self.backoff.get(&(name, k)), &pa.action)
+                {
+                    if self.cycles <= until {
+                        plan.note(
+                            name,
+                            Some(k),
+                            format!(
+                                "not moved: backing off after {n} undone move(s), {} more interval(s)",
+                                until + 1 - self.cycles
+                            ),
+                        );
+                        continue;
+                    }
+                }
+                if undo.iter().any(|(p, u)| *p == name && *u == k) {
+                    continue;
+                }
                 if taken.contains(&k) && !memory_only {
                     plan.note(
                         name,
@@ -337,6 +394,19 @@ impl Engine {
                 }
                 plan.actions.push(pa);
             }
+            // Undone moves: the policy's process goes back.
+            for (_, k) in undo.iter().filter(|(p, _)| *p == name) {
+                let comm = slot
+                    .state
+                    .held
+                    .get(k)
+                    .map_or_else(String::new, |h| h.comm.clone());
+                plan.push(
+                    name,
+                    Action::RestoreProcess { proc: *k, comm },
+                    "verdict: the move made things worse; undone".to_string(),
+                );
+            }
             // What this policy holds or acts on is off limits to the next ones.
             taken.extend(slot.state.held.keys().copied());
             taken.extend(
@@ -348,6 +418,9 @@ impl Engine {
         }
 
         let reports = host.apply(&plan, dry_run);
+        if !dry_run {
+            self.start_judging(&reports);
+        }
         for slot in self.slots.iter_mut() {
             let name = slot.policy.name();
             let mine: Vec<ActionReport> = reports
@@ -363,6 +436,122 @@ impl Engine {
         report.observation = Some(obs);
         report.managed = self.managed();
         report
+    }
+
+    /// Records this interval's points, feeds pending verdicts and judges those whose horizon
+    /// is reached. Returns the (policy, process) pairs to undo this cycle.
+    fn judge_pending(
+        &mut self,
+        obs: &Observation,
+        report: &mut CycleReport,
+        dry_run: bool,
+    ) -> Vec<(&'static str, ProcKey)> {
+        use crate::verdict::{judge, Expectation, Point, VerdictKind};
+        let window = self.config.verify.window_intervals.max(2) as usize;
+        let present: BTreeMap<ProcKey, Point> = obs
+            .procs
+            .iter()
+            .map(|p| {
+                (
+                    p.key(),
+                    Point {
+                        cpu_share: p.cpu_share,
+                        bytes_per_s: p.net_bytes_per_s(),
+                    },
+                )
+            })
+            .collect();
+        self.history.retain(|k, _| present.contains_key(k));
+        for (k, pt) in &present {
+            let h = self.history.entry(*k).or_default();
+            h.push_back(*pt);
+            while h.len() > window {
+                h.pop_front();
+            }
+        }
+        let mut undo = Vec::new();
+        if dry_run {
+            return undo;
+        }
+        let mut still = Vec::new();
+        for mut p in std::mem::take(&mut self.pending) {
+            let held = self
+                .slots
+                .iter()
+                .any(|s| s.policy.name() == p.policy && s.state.held.contains_key(&p.proc));
+            let Some(pt) = present.get(&p.proc) else {
+                continue;
+            };
+            if !held {
+                continue;
+            }
+            p.after.push(*pt);
+            let (_, horizon, min_effect) = self.config.verify.for_policy(p.policy);
+            if p.after.len() < horizon as usize {
+                still.push(p);
+                continue;
+            }
+            let Some(exp) = Expectation::of_policy(p.policy) else {
+                continue;
+            };
+            let judgement = judge(exp, &p.before, &p.after, min_effect);
+            let mut backoff_intervals = None;
+            if judgement.kind == VerdictKind::Undone {
+                let base = self.config.verify.backoff_intervals;
+                let e = self.backoff.entry((p.policy, p.proc)).or_insert((0, 0));
+                e.0 += 1;
+                let wait = crate::verdict::backoff_intervals(base, e.0);
+                e.1 = self.cycles + wait;
+                backoff_intervals = Some(wait);
+                undo.push((p.policy, p.proc));
+            }
+            report.verdicts.push(Verdict {
+                policy: p.policy.to_string(),
+                proc: p.proc,
+                comm: p.comm,
+                judgement,
+                backoff_intervals,
+            });
+        }
+        self.pending = still;
+        self.backoff.retain(|(_, k), _| present.contains_key(k));
+        undo
+    }
+
+    /// Starts judging each pin that took effect (a policy with an expectation, verify on).
+    fn start_judging(&mut self, reports: &[ActionReport]) {
+        for r in reports {
+            let (Action::PinProcess { proc, comm, .. }, Outcome::Done) =
+                (&r.planned.action, &r.outcome)
+            else {
+                continue;
+            };
+            let Some(slot) = self
+                .slots
+                .iter()
+                .find(|s| s.policy.name() == r.planned.policy)
+            else {
+                continue;
+            };
+            let policy = slot.policy.name();
+            let (on, _, _) = self.config.verify.for_policy(policy);
+            if !on || crate::verdict::Expectation::of_policy(policy).is_none() {
+                continue;
+            }
+            self.pending
+                .retain(|p| p.proc != *proc || p.policy != policy);
+            self.pending.push(Pending {
+                policy,
+                proc: *proc,
+                comm: comm.clone(),
+                before: self
+                    .history
+                    .get(proc)
+                    .map(|h| h.iter().copied().collect())
+                    .unwrap_or_default(),
+                after: Vec::new(),
+            });
+        }
     }
 
     fn managed(&self) -> usize {
@@ -811,5 +1000,134 @@ mod tests {
             vec!["net-affinity"]
         );
         assert!(unimplemented_policies(&cfg).is_empty());
+    }
+
+    /// Pins every process to `cpu` once the clock reaches `from_s` (so verdicts have a
+    /// before-window).
+    struct PinLater {
+        cpu: u32,
+        from_s: f64,
+    }
+
+    impl Policy for PinLater {
+        fn name(&self) -> &'static str {
+            "contention"
+        }
+        fn plan(&self, _topo: &Topology, obs: &Observation, state: &mut PolicyState) -> Plan {
+            let mut plan = Plan::default();
+            if state.now_s < self.from_s {
+                return plan;
+            }
+            for p in &obs.procs {
+                let k = p.key();
+                if !state.held.contains_key(&k) {
+                    plan.push(
+                        "contention",
+                        Action::PinProcess {
+                            proc: k,
+                            comm: p.comm.clone(),
+                            cpus: CpuSet::single(self.cpu),
+                        },
+                        "test",
+                    );
+                }
+            }
+            plan
+        }
+    }
+
+    /// Runs PinLater over CPU shares `before` (per step, before the pin) then `after`;
+    /// returns every report.
+    fn run_verdict(before: &[u64], after: &[u64]) -> (Vec<CycleReport>, Engine) {
+        let mut cfg = Config::default();
+        cfg.verify.horizon_intervals = 4;
+        cfg.verify.window_intervals = 4;
+        cfg.verify.backoff_intervals = 3;
+        // The fake clock starts at 2 s and steps 1 s: the first observation is at 3 s.
+        let from_s = 3.0 + before.len() as f64 - 1.0;
+        let p: Box<dyn Policy> = Box::new(PinLater { cpu: 2, from_s });
+        let mut e = Engine::new(vec![p], cfg).with_self_pid(1);
+        let mut h = FakeHost::new(vec![proc_sample(10, "x")]);
+        let mut out = vec![e.step(&mut h, false)];
+        for ticks in before.iter().chain(after) {
+            h.procs[0].utime_ticks += ticks;
+            out.push(e.step(&mut h, false));
+        }
+        (out, e)
+    }
+
+    fn verdicts(rs: &[CycleReport]) -> Vec<crate::verdict::VerdictKind> {
+        rs.iter()
+            .flat_map(|r| r.verdicts.iter().map(|v| v.judgement.kind))
+            .collect()
+    }
+
+    #[test]
+    fn a_move_that_worsens_is_undone_and_backed_off() {
+        use crate::verdict::VerdictKind;
+        let (rs, e) = run_verdict(&[90, 88, 92, 90], &[50, 52, 49, 51, 50, 50, 50, 50, 50, 50]);
+        assert_eq!(verdicts(&rs), vec![VerdictKind::Undone]);
+        let undone = rs
+            .iter()
+            .position(|r| !r.verdicts.is_empty())
+            .expect("verdict");
+        let r = &rs[undone];
+        assert!(r
+            .plan
+            .actions
+            .iter()
+            .any(|a| matches!(a.action, Action::RestoreProcess { .. })));
+        assert_eq!(r.verdicts[0].backoff_intervals, Some(3));
+        // Backing off: the next cycles' pins are dropped with a note, then allowed again.
+        let next = &rs[undone + 1];
+        assert!(next.plan.actions.is_empty(), "{:?}", next.plan.actions);
+        assert!(next
+            .plan
+            .notes
+            .iter()
+            .any(|n| n.text.contains("backing off")));
+        assert!(rs[undone + 1..].iter().any(|r| r
+            .plan
+            .actions
+            .iter()
+            .any(|a| matches!(a.action, Action::PinProcess { .. }))));
+        assert!(e.backoff.values().all(|(n, _)| *n == 1));
+    }
+
+    #[test]
+    fn a_move_that_improves_is_kept() {
+        use crate::verdict::VerdictKind;
+        let (rs, e) = run_verdict(&[50, 52, 49, 51], &[90, 88, 92, 90, 90]);
+        assert_eq!(verdicts(&rs), vec![VerdictKind::Kept]);
+        assert!(rs.iter().all(|r| r
+            .plan
+            .actions
+            .iter()
+            .all(|a| !matches!(a.action, Action::RestoreProcess { .. }))));
+        assert_eq!(e.state("contention").expect("state").held.len(), 1);
+    }
+
+    #[test]
+    fn noise_is_inconclusive_and_kept() {
+        use crate::verdict::VerdictKind;
+        let (rs, e) = run_verdict(&[40, 60, 45, 55], &[60, 40, 55, 45, 50]);
+        assert_eq!(verdicts(&rs), vec![VerdictKind::Inconclusive]);
+        assert_eq!(e.state("contention").expect("state").held.len(), 1);
+    }
+
+    #[test]
+    fn verify_off_judges_nothing() {
+        let mut cfg = Config::default();
+        cfg.verify.enabled = false;
+        let p: Box<dyn Policy> = Box::new(PinLater {
+            cpu: 2,
+            from_s: 4.0,
+        });
+        let mut e = Engine::new(vec![p], cfg).with_self_pid(1);
+        let mut h = FakeHost::new(vec![proc_sample(10, "x")]);
+        for i in 0..12u64 {
+            h.procs[0].utime_ticks += if i < 3 { 90 } else { 10 };
+            assert!(e.step(&mut h, false).verdicts.is_empty());
+        }
     }
 }

@@ -30,4 +30,6 @@ pub trait Host {
     fn sample(&mut self, req: SampleRequest) -> Result<Sample, HostError>;
     /// Apply a plan; one report per action, in order. `dry_run` changes nothing.
     fn apply(&mut self, plan: &Plan, dry_run: bool) -> Vec<ActionReport>;
+    /// A move was judged (the real host notes it in the journal entry of the knob).
+    fn record_verdict(&mut self, _verdict: &crate::engine::Verdict) {}
 }

@@ -22,6 +22,7 @@ pub mod sample;
 pub mod stats;
 pub mod topology;
 pub mod units;
+pub mod verdict;
 
 pub use cpuset::CpuSet;
 pub use observation::Observation;

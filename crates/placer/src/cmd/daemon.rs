@@ -171,6 +171,23 @@ fn log_cycle(r: &CycleReport, last_error: &mut Option<String>) {
         }
         *last_error = r.error.clone();
     }
+    for v in &r.verdicts {
+        let line = format!(
+            "verdict on [{}] pid {} ({}): {}{}",
+            v.policy,
+            v.proc.pid,
+            v.comm,
+            v.judgement.why,
+            v.backoff_intervals.map_or(String::new(), |n| format!(
+                "; restored, not moved again for {n} interval(s)"
+            ))
+        );
+        if v.judgement.kind == placer_core::verdict::VerdictKind::Undone {
+            warn!("{line}");
+        } else {
+            info!("{line}");
+        }
+    }
     for b in &r.lease_breaks {
         warn!(
             "pid {} ({}) was pinned to {} by {} but is on {} now: someone else changed it; placer stops managing it",

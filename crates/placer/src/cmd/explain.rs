@@ -223,6 +223,9 @@ fn render(e: &Explanation) -> String {
                 d.cpu_share * 100.0,
                 d.last_cpu.map_or("?".into(), |c| c.to_string())
             );
+            if let Some(v) = &d.last_verdict {
+                let _ = writeln!(o, "  verdict on its last move: {v}");
+            }
             if let (Some(p), Some(c)) = (&d.held_by, &d.held_cpus) {
                 let _ = writeln!(
                     o,

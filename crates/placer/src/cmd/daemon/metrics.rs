@@ -23,6 +23,8 @@ struct State {
     managed: usize,
     cpu_util: BTreeMap<u32, f64>,
     lease_breaks: u64,
+    /// (policy, verdict) -> moves judged so.
+    verdicts: BTreeMap<(String, String), u64>,
     errors: u64,
     policies: BTreeMap<String, bool>,
     dry_run: bool,
@@ -78,6 +80,11 @@ impl Metrics {
         }
         s.managed = r.managed;
         s.lease_breaks += r.lease_breaks.len() as u64;
+        for v in &r.verdicts {
+            *s.verdicts
+                .entry((v.policy.clone(), v.judgement.kind.name().to_string()))
+                .or_default() += 1;
+        }
         if r.error.is_some() {
             s.errors += 1;
         }
@@ -123,6 +130,18 @@ impl Metrics {
             let _ = writeln!(
                 o,
                 "placer_actions_total{{kind=\"{kind}\",outcome=\"{outcome}\"}} {n}"
+            );
+        }
+        head(
+            &mut o,
+            "placer_action_verdicts_total",
+            "counter",
+            "Moves judged after their horizon, by policy and verdict (kept, undone, inconclusive).",
+        );
+        for ((policy, verdict), n) in &s.verdicts {
+            let _ = writeln!(
+                o,
+                "placer_action_verdicts_total{{policy=\"{policy}\",verdict=\"{verdict}\"}} {n}"
             );
         }
         head(

@@ -146,6 +146,9 @@ pub struct ProcDecision {
     pub notes: Vec<(String, String)>,
     /// The latest action on it (kept across cycles).
     pub last_action: Option<ActionRecord>,
+    /// The latest verdict on a move of it: "[net-affinity] CPU per byte -27% (...): kept".
+    #[serde(default)]
+    pub last_verdict: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
@@ -205,6 +208,7 @@ impl Decisions {
                     .filter_map(|a| a.planned.action.proc().map(|k| k.pid)),
             )
             .chain(held.iter().map(|h| h.1.pid))
+            .chain(r.verdicts.iter().map(|v| v.proc.pid))
             .chain(self.procs.keys().copied())
             .collect();
         for p in obs.procs.iter().filter(|p| interesting.contains(&p.pid)) {
@@ -247,6 +251,11 @@ impl Decisions {
                     detail: outcome_detail(&a.outcome),
                     at_unix_s: self.at_unix_s,
                 });
+            }
+        }
+        for v in &r.verdicts {
+            if let Some(d) = next.get_mut(&v.proc.pid) {
+                d.last_verdict = Some(format!("[{}] {}", v.policy, v.judgement.why));
             }
         }
         // Forget processes nobody says anything about any more (no note, not held).

@@ -1,0 +1,361 @@
+//! Verdicts on placement actions: did a move pay? Every pin a policy makes carries what it
+//! is expected to improve (a per-process [`Metric`] and its direction); after a horizon of
+//! intervals the engine compares a window of the metric before the move with the window
+//! after it and records one of [`VerdictKind::Kept`], [`VerdictKind::Undone`] (the engine
+//! restores the process and backs off) or [`VerdictKind::Inconclusive`] (kept, counted).
+//!
+//! The test is Welch's t-test on the per-interval values (unequal variances; the noise of
+//! each window is its own sample variance), two-sided at about 5%: the critical value is the
+//! Student t quantile for Welch-Satterthwaite's degrees of freedom (table below, by df).
+//! A change counts only when it is significant *and* at least `min_effect` relative to the
+//! before-mean.
+//!
+//! Invariants (each tested below):
+//! 1. fewer than 2 values in either window: inconclusive (never undo on no evidence);
+//! 2. a change in the expected direction beyond noise and `min_effect`: kept;
+//! 3. a change against it beyond noise and `min_effect`: undone;
+//! 4. pure noise (equal means up to the noise): inconclusive;
+//! 5. a guard metric (throughput for net-affinity) that falls beyond noise and `min_effect`
+//!    undoes the move even when the main metric improved;
+//! 6. the back-off after an undone move doubles with each failure of the same (policy,
+//!    process), up to [`MAX_BACKOFF_INTERVALS`].
+
+use serde::{Deserialize, Serialize};
+
+/// What a move is expected to improve, per process and interval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Metric {
+    /// CPU seconds the process spends per byte it moves (sent + received); lower is better.
+    CpuPerByte,
+    /// Bytes per second sent + received; higher is better.
+    Throughput,
+    /// CPU share the process gets (its progress without a PMU); higher is better.
+    CpuShare,
+}
+
+impl Metric {
+    pub fn lower_is_better(self) -> bool {
+        matches!(self, Metric::CpuPerByte)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Metric::CpuPerByte => "CPU per byte",
+            Metric::Throughput => "throughput",
+            Metric::CpuShare => "CPU share",
+        }
+    }
+}
+
+/// One interval's values of a process.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct Point {
+    pub cpu_share: f64,
+    pub bytes_per_s: f64,
+}
+
+impl Point {
+    /// The metric's value, or None where undefined (no bytes moved: no CPU per byte).
+    pub fn value(&self, m: Metric) -> Option<f64> {
+        match m {
+            Metric::CpuPerByte => {
+                (self.bytes_per_s > 0.0).then(|| self.cpu_share / self.bytes_per_s)
+            }
+            Metric::Throughput => Some(self.bytes_per_s),
+            Metric::CpuShare => Some(self.cpu_share),
+        }
+    }
+}
+
+/// How a policy's moves are judged.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Expectation {
+    pub metric: Metric,
+    /// A metric that must not get worse (net-affinity: throughput must not fall).
+    pub guard: Option<Metric>,
+}
+
+impl Expectation {
+    /// The expectation of a policy's pins, by policy name (None: not judged).
+    pub fn of_policy(policy: &str) -> Option<Expectation> {
+        match policy {
+            "net-affinity" => Some(Expectation {
+                metric: Metric::CpuPerByte,
+                guard: Some(Metric::Throughput),
+            }),
+            "numa-local" => Some(Expectation {
+                metric: Metric::Throughput,
+                guard: None,
+            }),
+            "contention" | "smt-energy" => Some(Expectation {
+                metric: Metric::CpuShare,
+                guard: None,
+            }),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VerdictKind {
+    Kept,
+    Undone,
+    Inconclusive,
+}
+
+impl VerdictKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            VerdictKind::Kept => "kept",
+            VerdictKind::Undone => "undone",
+            VerdictKind::Inconclusive => "inconclusive",
+        }
+    }
+}
+
+/// The outcome of comparing one metric's windows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Comparison {
+    pub metric: Metric,
+    pub before_mean: f64,
+    pub after_mean: f64,
+    /// (after - before) / |before|.
+    pub change: f64,
+    /// Welch's t statistic (after - before).
+    pub t: f64,
+    pub significant: bool,
+}
+
+/// A verdict with the numbers behind it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Judgement {
+    pub kind: VerdictKind,
+    pub main: Option<Comparison>,
+    pub guard: Option<Comparison>,
+    /// One line for people: "CPU per byte -27% (t = -6.1, Welch), throughput +11%: kept".
+    pub why: String,
+}
+
+fn mean_var(v: &[f64]) -> (f64, f64) {
+    let n = v.len() as f64;
+    let mean = v.iter().sum::<f64>() / n;
+    let var = if v.len() > 1 {
+        v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)
+    } else {
+        0.0
+    };
+    (mean, var)
+}
+
+/// Two-sided 5% critical value of Student's t for `df` degrees of freedom.
+fn t_critical(df: f64) -> f64 {
+    const TABLE: [(f64, f64); 12] = [
+        (1.0, 12.706),
+        (2.0, 4.303),
+        (3.0, 3.182),
+        (4.0, 2.776),
+        (5.0, 2.571),
+        (6.0, 2.447),
+        (8.0, 2.306),
+        (10.0, 2.228),
+        (15.0, 2.131),
+        (20.0, 2.086),
+        (30.0, 2.042),
+        (60.0, 2.000),
+    ];
+    TABLE
+        .iter()
+        .find(|(d, _)| df <= *d)
+        .map_or(1.96, |(_, t)| *t)
+}
+
+/// Welch's comparison of `after` against `before` for `metric`; None with fewer than 2
+/// values on a side.
+pub fn compare(
+    metric: Metric,
+    before: &[f64],
+    after: &[f64],
+    min_effect: f64,
+) -> Option<Comparison> {
+    if before.len() < 2 || after.len() < 2 {
+        return None;
+    }
+    let (mb, vb) = mean_var(before);
+    let (ma, va) = mean_var(after);
+    let (nb, na) = (before.len() as f64, after.len() as f64);
+    let se2 = vb / nb + va / na;
+    let diff = ma - mb;
+    let scale = mb.abs().max(1e-300);
+    let change = diff / scale;
+    let (t, significant) = if se2 <= 0.0 {
+        // No noise at all: any difference is exact.
+        let t = if diff == 0.0 {
+            0.0
+        } else {
+            diff.signum() * f64::INFINITY
+        };
+        (t, diff != 0.0)
+    } else {
+        let t = diff / se2.sqrt();
+        let df = se2.powi(2)
+            / ((vb / nb).powi(2) / (nb - 1.0) + (va / na).powi(2) / (na - 1.0)).max(1e-300);
+        (t, t.abs() > t_critical(df))
+    };
+    Some(Comparison {
+        metric,
+        before_mean: mb,
+        after_mean: ma,
+        change,
+        t,
+        significant: significant && change.abs() >= min_effect,
+    })
+}
+
+fn values(points: &[Point], m: Metric) -> Vec<f64> {
+    points.iter().filter_map(|p| p.value(m)).collect()
+}
+
+fn describe(c: &Comparison) -> String {
+    format!(
+        "{} {:+.0}% (t = {:.1}, Welch{})",
+        c.metric.name(),
+        c.change * 100.0,
+        c.t,
+        if c.significant { "" } else { ", within noise" }
+    )
+}
+
+/// Judges a move from the points before and after it.
+pub fn judge(exp: Expectation, before: &[Point], after: &[Point], min_effect: f64) -> Judgement {
+    let main = compare(
+        exp.metric,
+        &values(before, exp.metric),
+        &values(after, exp.metric),
+        min_effect,
+    );
+    let guard = exp
+        .guard
+        .and_then(|g| compare(g, &values(before, g), &values(after, g), min_effect));
+    let worse = |c: &Comparison| {
+        c.significant
+            && if c.metric.lower_is_better() {
+                c.change > 0.0
+            } else {
+                c.change < 0.0
+            }
+    };
+    let better = |c: &Comparison| c.significant && !worse(c);
+    let kind = match (&main, &guard) {
+        (None, _) => VerdictKind::Inconclusive,
+        (_, Some(g)) if worse(g) => VerdictKind::Undone,
+        (Some(m), _) if worse(m) => VerdictKind::Undone,
+        (Some(m), _) if better(m) => VerdictKind::Kept,
+        _ => VerdictKind::Inconclusive,
+    };
+    let mut parts: Vec<String> = main.iter().chain(guard.iter()).map(describe).collect();
+    if main.is_none() {
+        parts.push("too few intervals to compare".into());
+    }
+    Judgement {
+        kind,
+        why: format!("{}: {}", parts.join(", "), kind.name()),
+        main,
+        guard,
+    }
+}
+
+/// The longest back-off after undone moves, in intervals.
+pub const MAX_BACKOFF_INTERVALS: u64 = 1024;
+
+/// Intervals to wait before the same policy may move the same process again after its
+/// `failures`-th undone move: `base`, then doubling.
+pub fn backoff_intervals(base: u64, failures: u32) -> u64 {
+    let shift = failures.saturating_sub(1).min(20);
+    base.max(1)
+        .saturating_mul(1u64 << shift)
+        .min(MAX_BACKOFF_INTERVALS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pts(cpu: &[f64], bytes: &[f64]) -> Vec<Point> {
+        cpu.iter()
+            .zip(bytes)
+            .map(|(&cpu_share, &bytes_per_s)| Point {
+                cpu_share,
+                bytes_per_s,
+            })
+            .collect()
+    }
+
+    const NET: Expectation = Expectation {
+        metric: Metric::CpuPerByte,
+        guard: Some(Metric::Throughput),
+    };
+
+    #[test]
+    fn too_few_values_are_inconclusive() {
+        let b = pts(&[0.5], &[1e8]);
+        let a = pts(&[0.1, 0.1, 0.1], &[1e8, 1e8, 1e8]);
+        assert_eq!(judge(NET, &b, &a, 0.05).kind, VerdictKind::Inconclusive);
+    }
+
+    #[test]
+    fn an_improvement_beyond_noise_is_kept() {
+        let b = pts(&[0.50, 0.52, 0.49, 0.51], &[1.00e8, 1.01e8, 0.99e8, 1.0e8]);
+        let a = pts(&[0.36, 0.37, 0.35, 0.36], &[1.11e8, 1.12e8, 1.10e8, 1.11e8]);
+        let j = judge(NET, &b, &a, 0.05);
+        assert_eq!(j.kind, VerdictKind::Kept, "{}", j.why);
+        assert!(j.why.contains("Welch"), "{}", j.why);
+    }
+
+    #[test]
+    fn a_worsening_beyond_noise_is_undone() {
+        let b = pts(&[0.36, 0.37, 0.35, 0.36], &[1.0e8; 4]);
+        let a = pts(&[0.50, 0.52, 0.49, 0.51], &[1.0e8; 4]);
+        assert_eq!(judge(NET, &b, &a, 0.05).kind, VerdictKind::Undone);
+    }
+
+    #[test]
+    fn pure_noise_is_inconclusive() {
+        // Same distribution on both sides: alternating values, equal means.
+        let b = pts(&[0.40, 0.60, 0.45, 0.55, 0.50], &[1e8; 5]);
+        let a = pts(&[0.60, 0.40, 0.55, 0.45, 0.50], &[1e8; 5]);
+        assert_eq!(judge(NET, &b, &a, 0.05).kind, VerdictKind::Inconclusive);
+        // A significant but tiny change (below min_effect) is noise too.
+        let b = pts(&[0.500, 0.501, 0.500, 0.501], &[1e8; 4]);
+        let a = pts(&[0.505, 0.506, 0.505, 0.506], &[1e8; 4]);
+        assert_eq!(judge(NET, &b, &a, 0.05).kind, VerdictKind::Inconclusive);
+    }
+
+    #[test]
+    fn a_falling_guard_undoes_an_improvement() {
+        // Less CPU per byte, but throughput fell 20%: the move is undone.
+        let b = pts(&[0.50, 0.51, 0.49, 0.50], &[1.00e8, 1.01e8, 0.99e8, 1.00e8]);
+        let a = pts(&[0.30, 0.31, 0.29, 0.30], &[0.80e8, 0.81e8, 0.79e8, 0.80e8]);
+        let j = judge(NET, &b, &a, 0.05);
+        assert_eq!(j.kind, VerdictKind::Undone, "{}", j.why);
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap() {
+        assert_eq!(backoff_intervals(8, 1), 8);
+        assert_eq!(backoff_intervals(8, 2), 16);
+        assert_eq!(backoff_intervals(8, 3), 32);
+        assert_eq!(backoff_intervals(8, 40), MAX_BACKOFF_INTERVALS);
+    }
+
+    #[test]
+    fn t_table_is_monotone() {
+        let mut last = f64::INFINITY;
+        for df in [1.0, 2.0, 5.0, 10.0, 30.0, 100.0] {
+            let t = t_critical(df);
+            assert!(t < last);
+            last = t;
+        }
+    }
+}

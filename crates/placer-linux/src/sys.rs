@@ -108,6 +108,22 @@ pub fn set_affinity_on_spawn(cmd: &mut std::process::Command, cpus: &CpuSet) -> 
     Ok(())
 }
 
+/// Makes `cmd`'s child receive SIGTERM when the thread that spawns it dies, so a helper
+/// (a daemon started by `placer ab`) stops, and restores, when its parent is killed.
+pub fn stop_with_parent(cmd: &mut std::process::Command) -> io::Result<()> {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe and touches only the child.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    Ok(())
+}
+
 /// Pins the calling thread to `cpu`.
 pub fn pin_self(cpu: u32) -> io::Result<()> {
     set_affinity(0, &CpuSet::single(cpu))

@@ -51,6 +51,8 @@ enum Command {
     Sim(cmd::sim::Args),
     /// Benchmarks of placer's own cost and of the seeds' effects.
     Bench(cmd::bench::Args),
+    /// Does placer help here? Alternates daemon-off and daemon-on phases over a workload.
+    Ab(cmd::ab::Args),
     /// Write the man pages (placer.1, placer-daemon.1, ...) into a directory.
     Man(cmd::install::ManArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
@@ -74,6 +76,7 @@ fn main() -> std::process::ExitCode {
         Command::Power(a) => cmd::power::run(a),
         Command::Sim(a) => cmd::sim::run(a),
         Command::Bench(a) => cmd::bench::run(a),
+        Command::Ab(a) => cmd::ab::run(a),
         Command::Man(a) => cmd::install::man(a, Cli::command()),
         Command::Completions(a) => cmd::install::completions(a, Cli::command()),
         Command::InstallUnit(a) => cmd::install::install_unit(a),

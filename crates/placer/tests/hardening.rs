@@ -300,3 +300,94 @@ fn fault_injection_trials_leave_no_knob_changed() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+fn rps_lo() -> String {
+    std::fs::read_to_string("/sys/class/net/lo/queues/rx-0/rps_cpus")
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+/// Helpers of `placer ab` (pid `ab_pid`) still alive: its daemon (state dir
+/// placer-ab-PID) and stream workers (`ab --worker`); they outlive it only if orphaned.
+fn helpers_of(ab_pid: u32) -> usize {
+    let tag = format!("placer-ab-{ab_pid}");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|p| std::fs::read(format!("/proc/{p}/cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(&tag) || c.contains(" ab --worker "))
+        .count()
+}
+
+/// Issue 13: `placer ab` runs, reports JSON, and leaves RPS and no helper behind, also when
+/// interrupted.
+#[test]
+#[cfg_attr(not(placer_root), ignore = "needs root")]
+fn ab_runs_reports_and_leaves_nothing_behind() {
+    placer_testkit::require_root();
+    let before = rps_lo();
+    let o = Command::new(PLACER)
+        .args([
+            "ab",
+            "--workload",
+            "streams:1",
+            "--rps-cpu",
+            "1",
+            "--rounds",
+            "3",
+            "--phase",
+            "2s",
+            "--warmup",
+            "1s",
+            "--json",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON report");
+    assert_eq!(v["phases"].as_array().map(|a| a.len()), Some(6));
+    let ratios = v["ratios"].as_array().expect("ratios");
+    assert!(ratios.iter().any(|r| r["metric"] == "gbit_per_s"));
+    assert!(ratios
+        .iter()
+        .all(|r| ["helps", "hurts", "no detectable difference"]
+            .contains(&r["verdict"].as_str().unwrap_or(""))));
+    assert_eq!(rps_lo(), before, "RPS left changed");
+    // Interrupted mid-phase: it says so, puts RPS back, and its helpers stop.
+    let mut cmd = Command::new(PLACER);
+    cmd.args([
+        "ab",
+        "--workload",
+        "streams:1",
+        "--rps-cpu",
+        "1",
+        "--rounds",
+        "3",
+        "--phase",
+        "5s",
+    ])
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped());
+    let child = placer_testkit::proc::die_with_parent(&mut cmd)
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    std::thread::sleep(Duration::from_millis(4500));
+    // SAFETY: kill on our own child.
+    unsafe { libc::kill(pid as libc::pid_t, libc::SIGINT) };
+    let o = child.wait_with_output().unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("interrupted"));
+    assert_eq!(rps_lo(), before, "RPS left changed after an interrupt");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while helpers_of(pid) > 0 {
+        assert!(Instant::now() < deadline, "helpers outlived placer ab");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

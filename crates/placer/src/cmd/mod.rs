@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod ab;
 pub mod bench;
 pub mod bench_cycle;
 pub mod bench_daemon;

@@ -360,6 +360,118 @@ where
     Ok(boxes)
 }
 
+/// `placer ab --plot`: one bar per phase, in run order, coloured by whether the daemon ran,
+/// with a legend; `values` are (daemon on, value) in order.
+pub fn phases(
+    path: &Path,
+    title: &str,
+    unit: &str,
+    values: &[(bool, f64)],
+) -> Result<(), PlotError> {
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    plotters::style::register_font("sans-serif", FontStyle::Normal, FONT)
+        .map_err(|_| PlotError("bundled font does not load".into()))?;
+    let size = (900u32, 450u32);
+    match ext.as_str() {
+        "svg" => {
+            let root = SVGBackend::new(path, size).into_drawing_area();
+            phase_bars(&root, title, unit, values)?;
+            root.present().map_err(err)
+        }
+        "png" => {
+            let font = ab_glyph::FontRef::try_from_slice(FONT)
+                .map_err(|_| PlotError("bundled font does not load".into()))?;
+            let root = glyphs::FixedText {
+                inner: BitMapBackend::new(path, size),
+                font,
+            }
+            .into_drawing_area();
+            phase_bars(&root, title, unit, values)?;
+            root.present().map_err(err)
+        }
+        other => Err(PlotError(format!(
+            "unknown plot format {other:?}: use a .svg or .png file name"
+        ))),
+    }
+}
+
+fn phase_bars<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    unit: &str,
+    values: &[(bool, f64)],
+) -> Result<(), PlotError>
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE).map_err(err)?;
+    let top = values
+        .iter()
+        .map(|v| v.1)
+        .filter(|v| v.is_finite())
+        .fold(0.0f64, f64::max)
+        .max(1e-9)
+        * 1.3;
+    let n = values.len().max(1) as f64;
+    let mut chart = ChartBuilder::on(root)
+        .caption(format!("{title} ({unit})"), ("sans-serif", 16))
+        .margin(12)
+        .x_label_area_size(30)
+        .y_label_area_size(60)
+        .build_cartesian_2d(-0.5..n - 0.5, 0.0..top)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_desc("phase, in run order")
+        .x_labels(values.len().min(20))
+        .x_label_formatter(&|x: &f64| {
+            if (x - x.round()).abs() < 1e-6 && *x >= 0.0 {
+                format!("{}", x.round() as usize + 1)
+            } else {
+                String::new()
+            }
+        })
+        .y_label_formatter(&|v: &f64| fmt_tick(*v))
+        .label_style(("sans-serif", LABEL_FONT_PX))
+        .draw()
+        .map_err(err)?;
+    for (on, name, colour) in [
+        (false, "daemon off", PALETTE[7]),
+        (true, "daemon on", PALETTE[0]),
+    ] {
+        chart
+            .draw_series(
+                values
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, v)| v.0 == on)
+                    .map(|(i, v)| {
+                        Rectangle::new(
+                            [(i as f64 - 0.35, 0.0), (i as f64 + 0.35, v.1)],
+                            colour.filled(),
+                        )
+                    }),
+            )
+            .map_err(err)?
+            .label(name)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], colour.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .label_font(("sans-serif", LABEL_FONT_PX))
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

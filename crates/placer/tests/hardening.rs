@@ -329,6 +329,8 @@ fn helpers_of(ab_pid: u32) -> usize {
 fn ab_runs_reports_and_leaves_nothing_behind() {
     placer_testkit::require_root();
     let before = rps_lo();
+    let dir = TempDir::new("ab");
+    let svg = dir.path().join("ab.svg");
     let o = Command::new(PLACER)
         .args([
             "ab",
@@ -344,6 +346,8 @@ fn ab_runs_reports_and_leaves_nothing_behind() {
             "1s",
             "--json",
         ])
+        .arg("--plot")
+        .arg(&svg)
         .stdin(Stdio::null())
         .output()
         .unwrap();
@@ -358,6 +362,26 @@ fn ab_runs_reports_and_leaves_nothing_behind() {
         .all(|r| ["helps", "hurts", "no detectable difference"]
             .contains(&r["verdict"].as_str().unwrap_or(""))));
     assert_eq!(rps_lo(), before, "RPS left changed");
+    let plot = std::fs::read_to_string(&svg).expect("plot written");
+    assert!(plot.contains("daemon on") && plot.contains("daemon off"));
+    // --observe needs a process to observe, and says so.
+    let o = Command::new(PLACER)
+        .args([
+            "ab",
+            "--observe",
+            "no-such-proc-xyz",
+            "--rounds",
+            "1",
+            "--phase",
+            "200ms",
+            "--warmup",
+            "100ms",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no process named no-such-proc-xyz"));
     // Interrupted mid-phase: it says so, puts RPS back, and its helpers stop.
     let mut cmd = Command::new(PLACER);
     cmd.args([

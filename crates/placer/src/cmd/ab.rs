@@ -43,9 +43,16 @@ pub struct Args {
     /// The daemon's config (default: the daemon's own default).
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// Observe the live machine instead of a synthetic workload: processes whose name
+    /// starts with this (their bytes/s and CPU per GB, from /proc and sock_diag).
+    #[arg(long, value_name = "COMM", conflicts_with = "workload")]
+    pub observe: Option<String>,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Draw the first metric per phase, on/off coloured (FILE.svg or FILE.png).
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
     /// Internal: a stream endpoint (`rx:ADDR` or `tx:ADDR`).
     #[arg(long, hide = true)]
     pub worker: Option<String>,
@@ -179,7 +186,12 @@ impl Drop for Kid {
 
 /// Starts this binary with `args`; stdout piped, stderr to `log` (or inherited).
 fn spawn_self(args: &[&str], log: Option<&std::path::Path>) -> Result<Child> {
-    let exe = std::env::current_exe().context("finding this binary")?;
+    // This binary by its path (so the helpers are named placer); by /proc/self/exe when
+    // the file was replaced meanwhile (a rebuild, a package upgrade).
+    let exe = std::env::current_exe()
+        .ok()
+        .filter(|p| p.is_file())
+        .unwrap_or_else(|| PathBuf::from("/proc/self/exe"));
     let mut cmd = Command::new(exe);
     cmd.args(args).stdin(Stdio::null()).stdout(Stdio::piped());
     if let Some(l) = log {
@@ -353,6 +365,47 @@ fn run_phase_streams(
     })
 }
 
+fn run_phase_observe(
+    comm: &str,
+    args: &Args,
+    state: &std::path::Path,
+    round: u32,
+    daemon: bool,
+) -> Result<Phase> {
+    let _daemon = if daemon {
+        Some(start_daemon(&args.config, state)?)
+    } else {
+        None
+    };
+    sleep_or_stop(args.warmup);
+    let mut ob = crate::cmd::top::Observer::new(std::path::Path::new("/"), false, false);
+    ob.step()?;
+    let t0 = Instant::now();
+    sleep_or_stop(args.phase);
+    let obs = ob.step()?.context("an observation over the phase")?;
+    let mine: Vec<_> = obs
+        .procs
+        .iter()
+        .filter(|p| p.comm.starts_with(comm))
+        .collect();
+    if mine.is_empty() {
+        bail!("no process named {comm}* to observe");
+    }
+    let bytes: f64 = mine.iter().map(|p| p.net_bytes_per_s()).sum();
+    let cpu: f64 = mine.iter().map(|p| p.cpu_share).sum();
+    let mut metrics = std::collections::BTreeMap::new();
+    metrics.insert("mbyte_per_s".to_string(), bytes / 1e6);
+    if bytes > 0.0 {
+        metrics.insert("cpu_s_per_gb".to_string(), cpu / (bytes / 1e9));
+    }
+    Ok(Phase {
+        round,
+        daemon,
+        seconds: t0.elapsed().as_secs_f64(),
+        metrics,
+    })
+}
+
 fn run_phase_cmd(
     cmd: &str,
     args: &Args,
@@ -449,7 +502,9 @@ pub fn run(args: Args) -> Result<()> {
             if STOP.load(Ordering::SeqCst) {
                 bail!("interrupted: the daemon stopped and restored; RPS put back");
             }
-            let phase = if let Some(n) = args.workload.strip_prefix("streams:") {
+            let phase = if let Some(comm) = &args.observe {
+                run_phase_observe(comm, &args, &state, round, daemon)?
+            } else if let Some(n) = args.workload.strip_prefix("streams:") {
                 let n: usize = n.parse().context("streams:N needs a number")?;
                 if !(1..=64).contains(&n) {
                     bail!("streams:N: N from 1 to 64");
@@ -483,6 +538,25 @@ pub fn run(args: Args) -> Result<()> {
         ratios: compare(&phases),
         phases,
     };
+    if let (Some(path), Some(first)) = (&args.plot, report.ratios.first()) {
+        let values: Vec<(bool, f64)> = report
+            .phases
+            .iter()
+            .map(|p| {
+                (
+                    p.daemon,
+                    p.metrics.get(&first.metric).copied().unwrap_or(0.0),
+                )
+            })
+            .collect();
+        placer_sim::plot::phases(
+            path,
+            &format!("placer ab {}", report.workload),
+            &first.metric,
+            &values,
+        )
+        .with_context(|| format!("drawing {}", path.display()))?;
+    }
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -261,3 +261,51 @@ fn special_files_under_root_error_out() {
         std::fs::remove_file(&f).unwrap();
     }
 }
+
+/// Issue 16: `placer bench overhead` measures placer and another agent on one load, one
+/// after the other, and says when the other cannot run.
+#[test]
+fn bench_overhead_compares_with_another_agent() {
+    let o = placer()
+        .args([
+            "bench",
+            "overhead",
+            "--vs",
+            "sleep 100",
+            "--procs",
+            "5",
+            "--conns",
+            "2",
+            "--duration",
+            "1s",
+            "--json",
+        ])
+        .output()
+        .expect("run");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    let agents = v["agents"].as_array().expect("agents");
+    assert_eq!(agents.len(), 2);
+    assert_eq!(agents[0]["agent"], "placer");
+    assert!(
+        agents.iter().all(|a| a["cpu_percent_of_one"].is_number()),
+        "{v}"
+    );
+    let o = placer()
+        .args([
+            "bench",
+            "overhead",
+            "--vs",
+            "no-such-agent-xyz",
+            "--procs",
+            "1",
+            "--conns",
+            "1",
+            "--duration",
+            "1s",
+        ])
+        .output()
+        .expect("run");
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).contains("not measured"));
+}

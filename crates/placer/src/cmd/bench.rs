@@ -18,6 +18,8 @@ pub enum BenchCmd {
     Cycle(super::bench_cycle::Args),
     /// Daemon cycle overhead and reaction time of net-affinity.
     Daemon(super::bench_daemon::Args),
+    /// placer's CPU share next to another agent's (irqbalance, numad, a command) on one load.
+    Overhead(super::bench_overhead::Args),
     /// Simulator speed: 10 simulated seconds of 64 tasks on 64 CPUs.
     Sim(super::bench_sim::Args),
     /// ttcp-style TCP benchmark of buffer reuse and NUMA placement (seed 004).
@@ -31,6 +33,7 @@ pub fn run(args: Args) -> Result<()> {
         BenchCmd::Topo(a) => super::bench_topo::run(a),
         BenchCmd::Cycle(a) => super::bench_cycle::run(a),
         BenchCmd::Daemon(a) => super::bench_daemon::run(a),
+        BenchCmd::Overhead(a) => super::bench_overhead::run(a),
         BenchCmd::Qos(a) => super::bench_qos::run(a),
         BenchCmd::Net(a) => super::bench_net::run(a),
         BenchCmd::Sim(a) => super::bench_sim::run(a),

@@ -193,7 +193,7 @@ fn sender(args: &Args) -> Result<()> {
 
 /// Children killed and reaped on drop.
 #[derive(Default)]
-struct Kids(Vec<Child>);
+pub(crate) struct Kids(pub(crate) Vec<Child>);
 
 impl Drop for Kids {
     fn drop(&mut self) {
@@ -207,7 +207,7 @@ impl Drop for Kids {
 }
 
 /// utime + stime of a process, seconds.
-fn cpu_s(pid: u32) -> Result<f64> {
+pub(crate) fn cpu_s(pid: u32) -> Result<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     let st = placer_linux::procfs::parse_pid_stat(&stat).context("parsing /proc/PID/stat")?;
     let ticks = st.utime_ticks + st.stime_ticks;
@@ -228,16 +228,18 @@ fn metric(text: &str, name: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
-fn temp_dir(tag: &str) -> PathBuf {
+pub(crate) fn temp_dir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("placer-bench-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     let _ = std::fs::create_dir_all(&d);
     d
 }
 
-fn overhead(args: &Args, interval: Duration) -> Result<Overhead> {
+/// The load the overhead is measured on: `procs` sleeping processes and `conns` idle
+/// loopback TCP connections, kept while the returned value lives.
+pub(crate) fn idle_load(procs: u32, conns: u32) -> Result<(Kids, Vec<(TcpStream, TcpStream)>)> {
     let mut kids = Kids::default();
-    for _ in 0..args.procs {
+    for _ in 0..procs {
         kids.0.push(
             Command::new("sleep")
                 .arg("3600")
@@ -248,12 +250,17 @@ fn overhead(args: &Args, interval: Duration) -> Result<Overhead> {
     }
     let l = TcpListener::bind("127.0.0.1:0")?;
     let addr = l.local_addr()?;
-    let mut conns = Vec::new();
-    for _ in 0..args.conns {
+    let mut pairs = Vec::new();
+    for _ in 0..conns {
         let c = TcpStream::connect(addr)?;
         let (s, _) = l.accept()?;
-        conns.push((c, s));
+        pairs.push((c, s));
     }
+    Ok((kids, pairs))
+}
+
+fn overhead(args: &Args, interval: Duration) -> Result<Overhead> {
+    let _load = idle_load(args.procs, args.conns)?;
     let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let dir = temp_dir("overhead");
     let cfg = dir.join("placer.toml");

@@ -5,6 +5,7 @@ pub mod bench;
 pub mod bench_cycle;
 pub mod bench_daemon;
 pub mod bench_net;
+pub mod bench_overhead;
 pub mod bench_qos;
 pub mod bench_sim;
 pub mod bench_topo;

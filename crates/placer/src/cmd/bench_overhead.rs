@@ -1,0 +1,199 @@
+//! `placer bench overhead`: placer's own cost next to another agent's, on the same load
+//! (`procs` sleeping processes, `conns` idle loopback connections), one after the other in
+//! one run: the daemon (dry run, so the measurement changes nothing; the given policies),
+//! then the other agent (`irqbalance`, `numad` or any command, all at a 1 s interval where
+//! they have one), each for `--duration` after a warm-up. Reports each one's CPU share of one
+//! CPU (utime + stime of its process tree's main process over the window) and the ratio.
+
+use super::bench_daemon::{cpu_s, idle_load, temp_dir, Kids};
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The other agent: irqbalance, numad, or a shell command (run in the foreground).
+    #[arg(long)]
+    pub vs: Option<String>,
+    /// placer's policies for the measurement (comma-separated; `all` for all five).
+    #[arg(long, default_value = "net-affinity", value_delimiter = ',')]
+    pub policies: Vec<String>,
+    /// Sleeping processes in the load.
+    #[arg(long, default_value_t = 500)]
+    pub procs: u32,
+    /// Idle loopback TCP connections in the load.
+    #[arg(long, default_value_t = 200)]
+    pub conns: u32,
+    /// Measured window per agent (after a 3 s warm-up).
+    #[arg(long, alias = "seconds", default_value = "30s", value_parser = crate::common::duration_arg)]
+    pub duration: Duration,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct AgentCost {
+    pub agent: String,
+    pub command: String,
+    pub window_s: f64,
+    pub cpu_percent_of_one: Option<f64>,
+    /// Why it was not measured (not installed, exited at start).
+    pub missing: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub procs: u32,
+    pub conns: u32,
+    pub policies: Vec<String>,
+    pub agents: Vec<AgentCost>,
+    /// placer's share over the other agent's (None without a measured other agent).
+    pub ratio: Option<f64>,
+}
+
+fn measure(name: &str, mut cmd: Command, window: Duration) -> Result<AgentCost> {
+    let command = format!("{cmd:?}");
+    let child = match cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            return Ok(AgentCost {
+                agent: name.into(),
+                command,
+                window_s: 0.0,
+                cpu_percent_of_one: None,
+                missing: Some(format!("cannot start it ({e}); Debian package {name}?")),
+            })
+        }
+    };
+    let mut kids = Kids(vec![child]);
+    std::thread::sleep(Duration::from_secs(3));
+    if let Ok(Some(st)) = kids.0[0].try_wait() {
+        return Ok(AgentCost {
+            agent: name.into(),
+            command,
+            window_s: 0.0,
+            cpu_percent_of_one: None,
+            missing: Some(format!("exited at start ({st})")),
+        });
+    }
+    let pid = kids.0[0].id();
+    let (c0, t0) = (cpu_s(pid)?, Instant::now());
+    std::thread::sleep(window);
+    let (c1, w) = (cpu_s(pid)?, t0.elapsed().as_secs_f64());
+    drop(kids);
+    Ok(AgentCost {
+        agent: name.into(),
+        command,
+        window_s: w,
+        cpu_percent_of_one: Some((c1 - c0) / w * 100.0),
+        missing: None,
+    })
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let all = [
+        "net-affinity",
+        "smt-energy",
+        "contention",
+        "energy-qos",
+        "numa-local",
+    ];
+    let policies: Vec<String> = if args.policies.iter().any(|p| p == "all") {
+        all.iter().map(|s| s.to_string()).collect()
+    } else {
+        args.policies.clone()
+    };
+    if policies.is_empty() {
+        bail!("--policies: at least one");
+    }
+    let _load = idle_load(args.procs, args.conns)?;
+    let dir = temp_dir("overhead-vs");
+    let cfg = dir.join("placer.toml");
+    let list = policies
+        .iter()
+        .map(|p| format!("{p:?}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    std::fs::write(
+        &cfg,
+        format!(
+            "interval = \"1s\"\npolicies = [{list}]\nstate_dir = {:?}\n[metrics]\nenabled = false\n",
+            dir.join("state").display().to_string()
+        ),
+    )
+    .context("writing the daemon's config")?;
+    let mut placer = Command::new(std::env::current_exe()?);
+    placer.args(["daemon", "--dry-run", "--config"]).arg(&cfg);
+    let mut agents = vec![measure("placer", placer, args.duration)?];
+    if let Some(vs) = &args.vs {
+        let other = match vs.as_str() {
+            "irqbalance" => {
+                let mut c = Command::new("irqbalance");
+                c.args(["--foreground", "--interval=1"]);
+                c
+            }
+            "numad" => {
+                let mut c = Command::new("numad");
+                c.args(["-F", "-i", "1"]);
+                c
+            }
+            cmd => {
+                let mut c = Command::new("sh");
+                c.args(["-c", &format!("exec {cmd}")]);
+                c
+            }
+        };
+        agents.push(measure(vs, other, args.duration)?);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let ratio = match (agents.first(), agents.get(1)) {
+        (Some(a), Some(b)) => match (a.cpu_percent_of_one, b.cpu_percent_of_one) {
+            (Some(x), Some(y)) if y > 0.0 => Some(x / y),
+            _ => None,
+        },
+        _ => None,
+    };
+    let report = Report {
+        procs: args.procs,
+        conns: args.conns,
+        policies,
+        agents,
+        ratio,
+    };
+    if args.json {
+        outln!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    outln!(
+        "load: {} sleeping processes, {} idle connections; placer policies: {}",
+        report.procs,
+        report.conns,
+        report.policies.join(", ")
+    );
+    for a in &report.agents {
+        match (a.cpu_percent_of_one, &a.missing) {
+            (Some(p), _) => outln!(
+                "{:<12} {p:.3}% of one CPU over {:.1} s",
+                a.agent,
+                a.window_s
+            ),
+            (None, Some(why)) => outln!("{:<12} not measured: {why}", a.agent),
+            _ => {}
+        }
+    }
+    match report.ratio {
+        Some(r) => outln!("placer / {}: {r:.1}x", report.agents[1].agent),
+        None if report.agents.len() > 1 => {
+            outln!("no ratio: the other agent used no measurable CPU or was not measured")
+        }
+        None => {}
+    }
+    Ok(())
+}

@@ -351,6 +351,22 @@ impl Policy for NumaLocal {
         }
     }
 
+    /// One node (or one the process may use): nothing to place, so nothing is sampled for
+    /// it (numa_maps of every process was most of placer's cost on such machines).
+    fn disabled_reason(
+        &self,
+        topo: &Topology,
+        _sources: &crate::sample::SourceStatus,
+    ) -> Option<String> {
+        let usable = topo.nodes.iter().filter(|n| n.allowed).count();
+        (usable < 2).then(|| {
+            format!(
+                "{} usable NUMA node: all memory is local, nothing to place",
+                usable.max(1)
+            )
+        })
+    }
+
     fn plan(&self, topo: &Topology, obs: &Observation, state: &mut PolicyState) -> Plan {
         let cfg = &self.cfg;
         let mut plan = Plan::default();
@@ -904,5 +920,22 @@ mod tests {
         .validate()
         .is_err());
         assert!(toml::from_str::<NumaLocalConfig>("bogus = 1").is_err());
+    }
+
+    /// Issue 16: on a machine with one usable node numa-local is disabled, so the engine
+    /// samples no numa_maps for it; with two it runs.
+    #[test]
+    fn disabled_with_one_usable_node() {
+        let pol = NumaLocal::new(NumaLocalConfig::default());
+        let src = crate::sample::SourceStatus::default();
+        let one = crate::machines::machine("pkg:1 node:1 core:4 pu:1").unwrap();
+        assert!(pol.disabled_reason(&one, &src).is_some());
+        let two = crate::machines::machine("opteron-magny-cours-4p").unwrap();
+        assert!(pol.disabled_reason(&two, &src).is_none());
+        let mut only_one_allowed = two.clone();
+        for n in only_one_allowed.nodes.iter_mut().skip(1) {
+            n.allowed = false;
+        }
+        assert!(pol.disabled_reason(&only_one_allowed, &src).is_some());
     }
 }

@@ -12,6 +12,7 @@ pub mod cpuset;
 pub mod engine;
 pub mod host;
 pub mod machines;
+pub mod net_costs;
 pub mod observation;
 mod observe;
 pub mod plan;

@@ -20,6 +20,19 @@ pub struct Observation {
     /// Power per energy domain (`intel-rapl:0` -> W).
     #[serde(default)]
     pub power_by_domain_w: BTreeMap<String, f64>,
+    /// Per network interface: packet and byte rates (empty unless asked for).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nics: Vec<NicObs>,
+}
+
+/// One interface's rates over the interval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct NicObs {
+    pub name: String,
+    pub rx_packets_per_s: f64,
+    pub rx_bytes_per_s: f64,
+    pub tx_packets_per_s: f64,
+    pub tx_bytes_per_s: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -34,6 +47,9 @@ pub struct CpuObs {
     pub net_rx_softirqs_per_s: f64,
     pub net_tx_softirqs_per_s: f64,
     pub irqs_per_s: f64,
+    /// Frequency at the later sample, kHz (None without cpufreq).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cur_khz: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

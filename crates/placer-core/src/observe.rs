@@ -28,6 +28,9 @@
 //!   iowait), so it does not depend on clk_tck; NET_RX/NET_TX softirqs per second; IRQs per
 //!   second counts device interrupts (numbered rows of /proc/interrupts) only — LOC, RES,
 //!   CAL and the other architecture rows are in `irqs` but would drown the device rate.
+//! - **Interfaces**: packet and byte rates by interface name, counters reset (a re-created
+//!   interface) counting 0; an interface only in `cur` is not listed. Each CPU's current
+//!   frequency is the later sample's.
 //! - **IRQs**: per IRQ, per CPU id (matched by the header's CPU ids, so hotplug that
 //!   shifts columns does not mix CPUs up).
 //! - **Power**: RAPL energy domains give watts by difference; the whole-machine figure is
@@ -146,6 +149,7 @@ pub(crate) fn derive(prev: &Sample, cur: &Sample) -> Observation {
         irqs,
         power_w,
         power_by_domain_w,
+        nics: derive_nics(prev, cur, &per_s),
     }
 }
 
@@ -188,7 +192,26 @@ fn derive_cpus(
                 o.net_tx_softirqs_per_s = per_s(delta(p.net_tx, s.net_tx) as f64);
             }
             o.irqs_per_s = irqs_per_cpu.get(&c.cpu).copied().unwrap_or(0.0);
+            o.cur_khz = cur.cpu_freqs.iter().find(|f| f.cpu == c.cpu).map(|f| f.khz);
             o
+        })
+        .collect()
+}
+
+/// Interface rates by name; an interface only in `cur` (just created) has none yet.
+fn derive_nics(prev: &Sample, cur: &Sample, per_s: &dyn Fn(f64) -> f64) -> Vec<NicObs> {
+    cur.nics
+        .iter()
+        .filter_map(|c| {
+            let p = prev.nics.iter().find(|p| p.name == c.name)?;
+            let d = |a: u64, b: u64| per_s(delta(a, b) as f64);
+            Some(NicObs {
+                name: c.name.clone(),
+                rx_packets_per_s: d(p.rx_packets, c.rx_packets),
+                rx_bytes_per_s: d(p.rx_bytes, c.rx_bytes),
+                tx_packets_per_s: d(p.tx_packets, c.tx_packets),
+                tx_bytes_per_s: d(p.tx_bytes, c.tx_bytes),
+            })
         })
         .collect()
 }

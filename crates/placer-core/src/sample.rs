@@ -38,6 +38,31 @@ pub struct Sample {
     pub energy: Vec<EnergyCounter>,
     /// Instantaneous power sensors (hwmon power*_input, board sensors).
     pub power: Vec<PowerReading>,
+    /// Cumulative packet and byte counters per network interface
+    /// (/sys/class/net/*/statistics); empty unless a policy asked for them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nics: Vec<NicCounters>,
+    /// Current frequency per CPU (cpufreq `scaling_cur_freq`); empty without cpufreq or
+    /// unless a policy asked for it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cpu_freqs: Vec<CpuFreq>,
+}
+
+/// One interface's cumulative counters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct NicCounters {
+    pub name: String,
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+}
+
+/// One CPU's current frequency.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct CpuFreq {
+    pub cpu: u32,
+    pub khz: u64,
 }
 
 /// Cumulative CPU time per state, in clock ticks (/proc/stat `cpuN` lines).
@@ -286,6 +311,8 @@ pub struct SampleRequest {
     pub sockets: bool,
     pub counters: bool,
     pub numa_pages: bool,
+    /// Interface packet/byte counters and CPU frequencies (learned network costs).
+    pub nics: bool,
 }
 
 impl SampleRequest {
@@ -295,6 +322,7 @@ impl SampleRequest {
             sockets: self.sockets || o.sockets,
             counters: self.counters || o.counters,
             numa_pages: self.numa_pages || o.numa_pages,
+            nics: self.nics || o.nics,
         }
     }
 }

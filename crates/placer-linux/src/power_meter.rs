@@ -13,8 +13,9 @@
 //! [`calibrate`] steps through states -- idle; then for each domain and frequency, one CPU
 //! busy and all CPUs busy -- and derives per state the watts of a busy CPU and of the
 //! active cluster: `busy = (P_all - P_one) / (K - 1)`, `cluster = P_one - P_idle - busy`,
-//! `base = P_idle`. The result is a [`PowerModel`] (JSON) the energy-qos policy uses in
-//! place of the model.
+//! `base = P_idle`. The result is a [`PowerModel`], written as a table
+//! ([`PowerModel::to_table`]) that the energy-qos policy reads (`power_table`) in place of
+//! the model.
 
 use crate::cpufreq;
 use crate::error::{LinuxError, Result};
@@ -181,18 +182,12 @@ impl Meter for SensorMeter {
     }
 }
 
-/// Power per state: measured table when given, else the machine's model.
-pub fn model_or_table(topo: &Topology, table: Option<&Path>) -> Result<PowerModel> {
-    match table {
-        Some(p) => {
-            let t = std::fs::read_to_string(p).map_err(|e| LinuxError::io(p, e))?;
-            let mut m: PowerModel =
-                serde_json::from_str(&t).map_err(|e| LinuxError::parse(p, e))?;
-            m.source = format!("measured:{}", p.display());
-            Ok(m)
-        }
-        None => Ok(PowerModel::for_topology(topo)),
-    }
+/// Reads a power table ([`PowerModel::to_table`]'s format); a malformed one is an error
+/// naming the line at fault.
+pub fn read_table(path: &Path) -> std::result::Result<PowerModel, String> {
+    let t = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    PowerModel::parse_table(&t, &path.display().to_string())
+        .map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Busy-loops on every CPU of `cpus` (one pinned thread each) until `stop` is set.
@@ -464,15 +459,14 @@ mod tests {
     }
 
     #[test]
-    fn table_or_model() {
+    fn tables_round_trip_and_malformed_ones_name_their_line() {
         let topo = placer_core::machines::machine("odroid-xu4").unwrap();
-        let m = model_or_table(&topo, None).unwrap();
-        assert!(m.source.starts_with("model:"));
+        let m = PowerModel::for_topology(&topo);
         let r = TmpRoot::new("table");
-        r.write("t.json", &serde_json::to_string(&m).unwrap());
-        let t = model_or_table(&topo, Some(&r.0.join("t.json"))).unwrap();
-        assert!(t.source.starts_with("measured:"));
-        // JSON round trip (floats within 1e-12).
+        r.write("t.table", &m.to_table());
+        let t = read_table(&r.0.join("t.table")).unwrap();
+        assert!(t.source.starts_with("measured:"), "{}", t.source);
+        assert_eq!(t.base_w, m.base_w);
         for (a, b) in t.domains.iter().zip(&m.domains) {
             assert_eq!(a.points.len(), b.points.len());
             for (x, y) in a.points.iter().zip(&b.points) {
@@ -481,5 +475,23 @@ mod tests {
                 assert!((x.cluster_active_w - y.cluster_active_w).abs() < 1e-12);
             }
         }
+        for (text, line, what) in [
+            ("base_w 0.5\n0 200000 0.1\n", 2, "found 3 field(s)"),
+            (
+                "base_w 0.5\n0 200000 0.1 0.2\n0 100000 0.1 0.2\n",
+                3,
+                "must ascend",
+            ),
+            ("# c\nbase_w -1\n", 2, "watts >= 0"),
+            ("base_w 0.5\n0 200000 NaN 0.2\n", 2, "busy_cpu_w"),
+            ("0 200000 0.1 0.2\n", 1, "no base_w"),
+            ("base_w 0.5\n", 1, "no rows"),
+        ] {
+            r.write("bad.table", text);
+            let e = read_table(&r.0.join("bad.table")).unwrap_err();
+            assert!(e.contains(&format!("line {line}: ")), "{text:?}: {e}");
+            assert!(e.contains(what), "{text:?}: {e}");
+        }
+        assert!(read_table(&r.0.join("missing.table")).is_err());
     }
 }

@@ -50,6 +50,63 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
+/// Cumulative counters of every interface under `root/sys/class/net`, sorted by name; an
+/// interface whose counters cannot be read (it vanished mid-read) is left out.
+pub fn read_nic_counters(root: &Path) -> Vec<placer_core::sample::NicCounters> {
+    let dir = root.join("sys/class/net");
+    let Ok(entries) = fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .collect();
+    names.sort();
+    let read = |name: &str, file: &str| -> Option<u64> {
+        let p = dir.join(name).join("statistics").join(file);
+        read_u64_file(&p)
+    };
+    names
+        .into_iter()
+        .filter_map(|name| {
+            Some(placer_core::sample::NicCounters {
+                rx_packets: read(&name, "rx_packets")?,
+                rx_bytes: read(&name, "rx_bytes")?,
+                tx_packets: read(&name, "tx_packets")?,
+                tx_bytes: read(&name, "tx_bytes")?,
+                name,
+            })
+        })
+        .collect()
+}
+
+/// A sysfs file holding one decimal number (at most 64 bytes are read: these files are
+/// short, and a root we do not trust must not make us read a huge file).
+fn read_u64_file(p: &Path) -> Option<u64> {
+    use std::io::Read;
+    let mut s = String::new();
+    fs::File::open(p)
+        .ok()?
+        .take(64)
+        .read_to_string(&mut s)
+        .ok()?;
+    s.trim().parse().ok()
+}
+
+/// Current frequency of each CPU that has cpufreq (`scaling_cur_freq`, kHz).
+pub fn read_cpu_freqs(
+    root: &Path,
+    cpus: impl Iterator<Item = u32>,
+) -> Vec<placer_core::sample::CpuFreq> {
+    cpus.filter_map(|cpu| {
+        let p = root.join(format!(
+            "sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_cur_freq"
+        ));
+        let khz = read_u64_file(&p)?;
+        Some(placer_core::sample::CpuFreq { cpu, khz })
+    })
+    .collect()
+}
+
 /// The cached socket inodes of one process.
 #[derive(Debug, Clone)]
 struct FdEntry {
@@ -436,6 +493,14 @@ impl Sampler {
             Some(e) => (e.read_energy(), e.read_power()),
             None => (Vec::new(), Vec::new()),
         };
+        let (nics, cpu_freqs) = if req.nics {
+            (
+                read_nic_counters(&self.root),
+                read_cpu_freqs(&self.root, cpus.iter().map(|c| c.cpu)),
+            )
+        } else {
+            (Vec::new(), Vec::new())
+        };
         self.last_stats = stats;
         Ok(Sample {
             time_ns,
@@ -447,6 +512,8 @@ impl Sampler {
             softirqs,
             energy,
             power,
+            nics,
+            cpu_freqs,
         })
     }
 

@@ -1162,6 +1162,43 @@ impl SimHost {
             max_range_uj: None,
         }];
         energy.truncate(1);
+        let mut nics = Vec::new();
+        let mut cpu_freqs = Vec::new();
+        if req.nics {
+            nics = self
+                .topo
+                .nics
+                .iter()
+                .enumerate()
+                .map(|(n, nic)| {
+                    let mut c = placer_core::sample::NicCounters {
+                        name: nic.name.clone(),
+                        ..Default::default()
+                    };
+                    for f in self.flows.iter().filter(|f| f.nic == n) {
+                        if f.rx {
+                            c.rx_bytes += f.bytes as u64;
+                            c.rx_packets += f.segs as u64;
+                        } else {
+                            c.tx_bytes += f.bytes as u64;
+                            c.tx_packets += f.segs as u64;
+                        }
+                    }
+                    c
+                })
+                .collect();
+            if !self.topo.freq_domains.is_empty() {
+                cpu_freqs = self
+                    .cpu
+                    .iter()
+                    .zip(&self.m.cpus)
+                    .map(|(st, info)| placer_core::sample::CpuFreq {
+                        cpu: info.id,
+                        khz: st.khz,
+                    })
+                    .collect();
+            }
+        }
         Sample {
             time_ns: self.time_ns,
             clk_tck: self.params.sim.clk_tck,
@@ -1172,6 +1209,8 @@ impl SimHost {
             softirqs,
             energy,
             power: Vec::new(),
+            nics,
+            cpu_freqs,
         }
     }
 

@@ -482,6 +482,9 @@ pub fn run_one(
     let mut cycle = |host: &mut SimHost, engine: &mut Option<Engine>| {
         if let Some(e) = engine.as_mut() {
             let rep = e.step(host, false);
+            for n in &rep.plan.notes {
+                tracing::debug!(time_s = host.time_s(), policy = %n.policy, "{}", n.text);
+            }
             actions += rep
                 .reports
                 .iter()

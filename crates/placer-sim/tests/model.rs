@@ -441,6 +441,7 @@ threads = 2
         counters: true,
         numa_pages: true,
         sockets: true,
+        nics: true,
     };
     h.run_until(100_000_000, false);
     let a = h.sample(req).unwrap();

@@ -309,3 +309,49 @@ fn bench_overhead_compares_with_another_agent() {
     assert!(o.status.success());
     assert!(String::from_utf8_lossy(&o.stdout).contains("not measured"));
 }
+
+/// `energy_qos.power_table`: a table is loaded (its source shows in the plan's notes) and a
+/// malformed one stops the daemon with the line at fault.
+#[test]
+fn power_tables_are_loaded_or_refused_with_their_line() {
+    let dir = placer_testkit::TempDir::new("placer-power-table");
+    let table = "# hand-made\nsource test bench\nbase_w 0.7\n4294967295 0 0.9 0.1\n";
+    std::fs::write(dir.path().join("t.table"), table).unwrap();
+    std::fs::write(
+        dir.path().join("cfg.toml"),
+        "policies = [\"energy-qos\"]\n[energy_qos]\npower_table = \"t.table\"\n\
+         [[energy_qos.apps]]\nname = \"me\"\nmatch = { comm = \"sleep\" }\n\
+         target_perf_share = 0.5\n",
+    )
+    .unwrap();
+    // A process for the app to match, killed when the test ends however it ends.
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _sleeper = Kill(Command::new("sleep").arg("30").spawn().unwrap());
+    let run = || {
+        placer()
+            .args(["daemon", "--once", "--dry-run", "--json", "--config"])
+            .arg(dir.path().join("cfg.toml"))
+            .output()
+            .unwrap()
+    };
+    let o = run();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.contains("source measured:"), "{out}");
+    assert!(out.contains("(test bench)"), "{out}");
+    std::fs::write(
+        dir.path().join("t.table"),
+        "base_w 0.7\n0 800000 0.9 0.1\n0 600000 0.9 0.1\n",
+    )
+    .unwrap();
+    let o = run();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("t.table: line 3: "), "{err}");
+}

@@ -78,6 +78,23 @@ pub struct EnergyQosConfig {
     /// Upper bound on evaluated states (assignments x frequencies); beyond it only the
     /// first apps are searched and the rest go to the largest cluster (noted).
     pub max_search_states: u64,
+    /// Learn the three cost constants above from observation (softirq time of the receive
+    /// CPUs against the interface's packet and byte counters; the apps' CPU time against
+    /// their bytes); each falls back to its configured value while its confidence is low.
+    pub learn_costs: bool,
+    /// Intervals the learned costs are fitted over (the most recent ones).
+    pub learn_window_intervals: u32,
+    /// Fewest intervals with traffic before a learned cost is used.
+    pub learn_min_samples: u32,
+    /// Lowest confidence (1 - relative standard error) of a learned cost that is used.
+    pub learn_min_confidence: f64,
+    /// Power table written by `placer power calibrate` (power per cluster and frequency);
+    /// when set, it replaces the built-in model. A malformed table stops the daemon with
+    /// the line at fault.
+    pub power_table: Option<std::path::PathBuf>,
+    /// The table read from `power_table` (by the daemon: the policy does no I/O).
+    #[serde(skip)]
+    pub power_table_model: Option<PowerModel>,
 }
 
 impl Default for EnergyQosConfig {
@@ -92,6 +109,12 @@ impl Default for EnergyQosConfig {
             limit_headroom: 0.05,
             rt_avoid_rx_cpu: true,
             max_search_states: 2_000_000,
+            learn_costs: true,
+            learn_window_intervals: 30,
+            learn_min_samples: 5,
+            learn_min_confidence: 0.8,
+            power_table: None,
+            power_table_model: None,
         }
     }
 }
@@ -147,6 +170,27 @@ impl EnergyQosConfig {
             return Err((
                 "max_util".into(),
                 format!("{} is outside (0, 1]", self.max_util),
+            ));
+        }
+        if !(2..=3600).contains(&self.learn_window_intervals) {
+            return Err((
+                "learn_window_intervals".into(),
+                format!("{} is outside 2..=3600", self.learn_window_intervals),
+            ));
+        }
+        if !(2..=self.learn_window_intervals).contains(&self.learn_min_samples) {
+            return Err((
+                "learn_min_samples".into(),
+                format!(
+                    "{} is outside 2..=learn_window_intervals ({})",
+                    self.learn_min_samples, self.learn_window_intervals
+                ),
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.learn_min_confidence) {
+            return Err((
+                "learn_min_confidence".into(),
+                format!("{} is outside 0..=1", self.learn_min_confidence),
             ));
         }
         if self.max_search_states == 0 || self.max_search_states > 100_000_000 {
@@ -252,6 +296,14 @@ pub struct PowerModel {
     pub domains: Vec<DomainPower>,
     /// `measured:<file>`, `model:exynos5422`, `model:generic`.
     pub source: String,
+}
+
+/// A malformed power table, with its 1-based line.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("line {line}: {message}")]
+pub struct TableError {
+    pub line: usize,
+    pub message: String,
 }
 
 /// Exynos 5422 OPP voltages (CALIBRATION A1, exynos5800.dtsi): (up to MHz, V).
@@ -371,6 +423,127 @@ impl PowerModel {
                 "model:generic V^2 f".into()
             },
         }
+    }
+
+    /// The table as `placer power calibrate` writes it and `power_table` reads it: one
+    /// `base_w W` line, an optional `source TEXT` line, then one row per cluster and
+    /// frequency (`domain khz busy_cpu_w cluster_active_w`); `#` starts a comment.
+    pub fn to_table(&self) -> String {
+        use std::fmt::Write;
+        let mut o = String::from(
+            "# placer power table: watts per cluster (cpufreq policy) and frequency\n",
+        );
+        let _ = writeln!(o, "source {}", self.source);
+        let _ = writeln!(o, "base_w {}", self.base_w);
+        o.push_str("# domain khz busy_cpu_w cluster_active_w\n");
+        for d in &self.domains {
+            for p in &d.points {
+                let _ = writeln!(
+                    o,
+                    "{} {} {} {}",
+                    d.domain, p.khz, p.busy_cpu_w, p.cluster_active_w
+                );
+            }
+        }
+        o
+    }
+
+    /// Parses [`PowerModel::to_table`]'s format. Every error names its 1-based line.
+    /// Watts must be finite and >= 0, frequencies ascending within a domain, and there
+    /// must be a `base_w` line and at least one row.
+    pub fn parse_table(text: &str, origin: &str) -> Result<PowerModel, TableError> {
+        let err = |line: usize, message: String| TableError { line, message };
+        let mut base_w = None;
+        let mut source = None;
+        let mut domains: Vec<DomainPower> = Vec::new();
+        let mut last_line = 0;
+        for (i, raw) in text.lines().enumerate() {
+            let n = i + 1;
+            last_line = n;
+            let line = raw.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let watts = |field: &str, v: &str| -> Result<f64, TableError> {
+                match v.parse::<f64>() {
+                    Ok(w) if w.is_finite() && w >= 0.0 => Ok(w),
+                    _ => Err(err(
+                        n,
+                        format!("{field} {v:?} is not a number of watts >= 0"),
+                    )),
+                }
+            };
+            if let Some(rest) = line.strip_prefix("source") {
+                source = Some(rest.trim().to_string());
+                continue;
+            }
+            if let Some(rest) = line.strip_prefix("base_w") {
+                if base_w.is_some() {
+                    return Err(err(n, "base_w is given twice".into()));
+                }
+                base_w = Some(watts("base_w", rest.trim())?);
+                continue;
+            }
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() != 4 {
+                return Err(err(
+                    n,
+                    format!(
+                        "expected `domain khz busy_cpu_w cluster_active_w`, found {} field(s)",
+                        f.len()
+                    ),
+                ));
+            }
+            let domain: u32 = f[0].parse().map_err(|_| {
+                err(
+                    n,
+                    format!("domain {:?} is not a cpufreq policy number", f[0]),
+                )
+            })?;
+            // 0 kHz is the one state of a machine without cpufreq.
+            let khz: u64 = f[1]
+                .parse()
+                .map_err(|_| err(n, format!("khz {:?} is not a frequency in kHz", f[1])))?;
+            let point = PowerPoint {
+                khz,
+                busy_cpu_w: watts("busy_cpu_w", f[2])?,
+                cluster_active_w: watts("cluster_active_w", f[3])?,
+            };
+            match domains.iter_mut().find(|d| d.domain == domain) {
+                Some(d) => {
+                    let prev = d.points.last().map_or(0, |p| p.khz);
+                    if khz <= prev && !d.points.is_empty() {
+                        return Err(err(
+                            n,
+                            format!(
+                                "domain {domain}: {khz} kHz follows {prev} kHz (frequencies \
+                                 must ascend)"
+                            ),
+                        ));
+                    }
+                    d.points.push(point);
+                }
+                None => domains.push(DomainPower {
+                    domain,
+                    points: vec![point],
+                }),
+            }
+        }
+        let base_w = base_w.ok_or_else(|| err(last_line.max(1), "no base_w line".into()))?;
+        if domains.is_empty() {
+            return Err(err(
+                last_line.max(1),
+                "no rows (domain khz busy_cpu_w cluster_active_w)".into(),
+            ));
+        }
+        Ok(PowerModel {
+            base_w,
+            domains,
+            source: format!(
+                "measured:{origin}{}",
+                source.map(|s| format!(" ({s})")).unwrap_or_default()
+            ),
+        })
     }
 
     pub fn point(&self, domain: u32, khz: u64) -> Option<&PowerPoint> {
@@ -958,6 +1131,8 @@ struct Private {
     retry_wait: u32,
     /// A transient failure waits for its retry.
     pending: bool,
+    /// Learned cost constants (None until the first cycle with `learn_costs`).
+    learner: Option<crate::net_costs::Learner>,
 }
 
 /// The longest back-off between retries of a plan that failed transiently, in cycles.
@@ -988,6 +1163,80 @@ impl EnergyQos {
     pub fn with_power_model(mut self, power: PowerModel) -> Self {
         self.power = Some(power);
         self
+    }
+
+    /// The interface whose receive costs are learned, and its receive CPUs: the first
+    /// receiving network app's `dev` (or the interface of its flows), else the machine's
+    /// first NIC with receive CPUs other than `lo`.
+    fn rx_interface(&self, topo: &Topology, running: &[Running]) -> Option<(String, CpuSet)> {
+        let nic_of = |name: &str| {
+            topo.nics
+                .iter()
+                .find(|n| n.name == name)
+                .map(|n| (n.name.clone(), n.rx_cpus.clone()))
+        };
+        running
+            .iter()
+            .filter(|r| {
+                r.app.target_bytes_per_s.is_some()
+                    && r.app.direction.unwrap_or(Direction::Both) != Direction::Egress
+            })
+            .find_map(|r| match &r.app.dev {
+                Some(d) => nic_of(d),
+                None => r
+                    .procs
+                    .iter()
+                    .flat_map(|p| &p.flows)
+                    .find_map(|f| topo.nic_for_addr(&f.local.ip()))
+                    .and_then(|n| nic_of(&n.name)),
+            })
+            .or_else(|| {
+                topo.nics
+                    .iter()
+                    .find(|n| n.name != "lo" && !n.rx_cpus.is_empty())
+                    .map(|n| (n.name.clone(), n.rx_cpus.clone()))
+            })
+            .filter(|(_, cpus)| !cpus.is_empty())
+    }
+
+    /// Feeds this interval to the learner and returns the constants to use
+    /// ([`crate::net_costs`]).
+    fn learn(
+        &self,
+        topo: &Topology,
+        obs: &Observation,
+        running: &[Running],
+        state: &mut PolicyState,
+    ) -> crate::net_costs::Costs {
+        use crate::net_costs::{app_sample, rx_sample, Fallback, Learner};
+        let rx = self
+            .rx_interface(topo, running)
+            .and_then(|(nic, cpus)| rx_sample(topo, obs, &nic, &cpus));
+        let net_procs: Vec<&crate::observation::ProcObs> = running
+            .iter()
+            .filter(|r| r.app.target_bytes_per_s.is_some())
+            .flat_map(|r| r.procs.iter().copied())
+            .filter(|p| !p.new)
+            .collect();
+        let app = (!net_procs.is_empty()).then(|| app_sample(topo, obs, &net_procs));
+        let priv_state: &mut Private = state.private();
+        let window = self.cfg.learn_window_intervals as usize;
+        let learner = priv_state
+            .learner
+            .get_or_insert_with(|| Learner::new(window));
+        if let Some(s) = rx {
+            learner.push_rx(s);
+        }
+        if let Some(s) = app {
+            learner.push_app(s);
+        }
+        learner.estimate(&Fallback {
+            softirq_ns_per_packet: self.cfg.softirq_ns_per_packet,
+            softirq_ns_per_byte: self.cfg.softirq_ns_per_byte,
+            app_ns_per_byte: self.cfg.app_ns_per_byte,
+            min_samples: self.cfg.learn_min_samples as usize,
+            min_confidence: self.cfg.learn_min_confidence,
+        })
     }
 
     fn demand_of(&self, r: &Running) -> AppDemand {
@@ -1040,6 +1289,7 @@ impl Policy for EnergyQos {
     fn wants(&self) -> crate::sample::SampleRequest {
         crate::sample::SampleRequest {
             sockets: true,
+            nics: self.cfg.learn_costs,
             ..Default::default()
         }
     }
@@ -1066,10 +1316,19 @@ impl Policy for EnergyQos {
         let power = self
             .power
             .clone()
+            .or_else(|| self.cfg.power_table_model.clone())
             .unwrap_or_else(|| PowerModel::for_topology(topo));
         let machine = Machine::for_topology(topo, power);
         let apps: Vec<AppDemand> = running.iter().map(|r| self.demand_of(r)).collect();
-        let Some(sol) = solve(&self.cfg, &machine, &apps) else {
+        let mut cfg = self.cfg.clone();
+        if cfg.learn_costs {
+            let costs = self.learn(topo, obs, &running, state);
+            cfg.softirq_ns_per_packet = costs.softirq_ns_per_packet.ns;
+            cfg.softirq_ns_per_byte = costs.softirq_ns_per_byte.ns;
+            cfg.app_ns_per_byte = costs.app_ns_per_byte.ns;
+            plan.note(NAME, None, describe_costs(&costs));
+        }
+        let Some(sol) = solve(&cfg, &machine, &apps) else {
             plan.note(NAME, None, "no usable CPUs: nothing to plan");
             return plan;
         };
@@ -1241,6 +1500,16 @@ impl Policy for EnergyQos {
         }
         plan
     }
+}
+
+/// "costs at capacity 1024: softirq 2310.0 ns (learned, ...) per packet + ...".
+pub fn describe_costs(c: &crate::net_costs::Costs) -> String {
+    format!(
+        "costs at capacity 1024: receive softirq {} per packet + {} per byte; app {} per byte",
+        c.softirq_ns_per_packet.describe(),
+        c.softirq_ns_per_byte.describe(),
+        c.app_ns_per_byte.describe()
+    )
 }
 
 /// "cluster 0 @ 600 MHz [ftp1], cluster 4 @ 1000 MHz [x264]; predicted 1.23 W".

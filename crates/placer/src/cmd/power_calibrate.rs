@@ -21,7 +21,8 @@ pub struct Args {
     /// Time measured per state (the first 0.3 s of each are settling time).
     #[arg(long, alias = "seconds", default_value = "2s", value_parser = crate::common::duration_arg)]
     pub duration: Duration,
-    /// Write the table (JSON) here; default: standard output.
+    /// Write the table here (the format `energy_qos.power_table` reads); default: standard
+    /// output.
     #[arg(long)]
     pub out: Option<PathBuf>,
 }
@@ -103,7 +104,7 @@ pub fn run(args: Args) -> Result<()> {
         prev: std::mem::take(&mut drv.prev),
     });
     let (model, _steps) = result.context("calibration")?;
-    let text = serde_json::to_string_pretty(&model)?;
+    let text = model.to_table();
     match &args.out {
         Some(p) => {
             std::fs::write(p, text).with_context(|| format!("writing {}", p.display()))?;

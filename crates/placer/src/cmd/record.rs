@@ -50,6 +50,7 @@ pub fn run(args: Args) -> Result<()> {
         sockets: !args.no_sockets,
         counters: true,
         numa_pages: false,
+        nics: true,
     };
     let start = Instant::now();
     let mut n = 0u64;

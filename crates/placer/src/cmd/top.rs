@@ -74,6 +74,7 @@ impl Observer {
                 sockets: true,
                 counters: true,
                 numa_pages,
+                nics: true,
             },
             prev: None,
         }

@@ -62,14 +62,25 @@ pub fn load_config(path: Option<&Path>) -> Result<Config> {
         Some(p) => {
             let text =
                 std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-            let (cfg, notes) = Config::from_toml_with_notes(&text)
+            let (mut cfg, notes) = Config::from_toml_with_notes(&text)
                 .with_context(|| format!("in {}", p.display()))?;
             for n in notes {
                 tracing::warn!("{}: {n}", p.display());
             }
+            if let Some(t) = cfg.energy_qos.power_table.clone() {
+                // Relative to the config file, like every path a config names.
+                let t = p.parent().unwrap_or(Path::new(".")).join(t);
+                cfg.energy_qos.power_table_model = Some(load_power_table(&t)?);
+            }
             Ok(cfg)
         }
     }
+}
+
+/// Reads a power table (`energy_qos.power_table`), naming the line at fault when it is
+/// malformed.
+pub fn load_power_table(path: &Path) -> Result<placer_core::policies::energy_qos::PowerModel> {
+    placer_linux::power_meter::read_table(path).map_err(|e| anyhow::anyhow!("power table {e}"))
 }
 
 /// The exclusive lock of a state directory, held for the daemon's life (released by the

@@ -53,7 +53,11 @@ pub fn softirq(h: &mut SimHost, dt: f64) {
         }
         let rc = rx_cpu_of(h, fi);
         let f = &mut h.flows[fi];
-        let line_bps = h.topo.nics[f.nic].speed_mbps.unwrap_or(1000) as f64 * 1e6 / 8.0;
+        let mut line_mbps = h.topo.nics[f.nic].speed_mbps.unwrap_or(1000) as f64;
+        if net.nic_max_rx_mbps > 0.0 {
+            line_mbps = line_mbps.min(net.nic_max_rx_mbps);
+        }
+        let line_bps = line_mbps * 1e6 / 8.0;
         let mut rate = f.rate_bps.min(line_bps / active[f.nic].max(1) as f64);
         if let Some(l) = f.limit_bps {
             rate = rate.min(l);

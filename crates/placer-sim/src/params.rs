@@ -99,6 +99,11 @@ pub struct PowerParams {
     /// decisions only; the simulated watts come from the fields above).
     pub em_big_coeff: f64,
     pub em_little_coeff: f64,
+    /// Static (leakage) current of a frequency domain while any of its CPUs is busy, A:
+    /// the domain draws `V(f) * this` times its busiest CPU's busy fraction. 0 where the
+    /// source folds static power into the idle and package terms.
+    #[serde(default)]
+    pub cluster_leak_a: f64,
 }
 
 fn one() -> f64 {
@@ -132,6 +137,10 @@ pub struct NetParams {
     pub packets_per_irq: f64,
     /// Socket receive buffer, bytes (bounds the data in flight to a slow reader).
     pub rcvbuf_bytes: f64,
+    /// Most a NIC can receive, Mbit/s, below its link rate when it sits behind a slower
+    /// bus (0 = the link rate).
+    #[serde(default)]
+    pub nic_max_rx_mbps: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -199,6 +208,8 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("power.little_opp", "CAL A1 exynos5800.dtsi A7 OPPs"),
     ("power.em_big_coeff", "CAL A2 dynamic-power-coefficient A15 310"),
     ("power.em_little_coeff", "CAL A2 dynamic-power-coefficient A7 90"),
+    ("power.cluster_leak_a", "odroid CAL A7 (XU3 DVFS project): I = c1 T^2 e^(c2/T) + I_gate = 0.0856 A at 330 K, ~0.11 W per active cluster at 1.3 V; 0 elsewhere (folded into Pn/Ps)"),
+    ("net.nic_max_rx_mbps", "odroid CAL A6: the XU4's GbE sits behind its second USB3 host, DietPi #414 measured ~280 Mbit/s; 0 (link rate) elsewhere"),
     ("net.rx_softirq_cycles_per_packet", "[E] CAL D Foong '1 GHz per 1 Gbps' = 8 cycles/byte in all; half (Cai et al.: copy is the larger part) in softirq: 4 c/B x 1448 B = 5792 cycles/packet"),
     ("net.rx_softirq_cycles_per_byte", "[E] 0: checksum offloaded; per-byte work is the copy"),
     ("net.rx_copy_cycles_per_byte", "[E] the other half of CAL D's 8 cycles/byte"),
@@ -340,6 +351,7 @@ impl Params {
                 little_opp: Vec::new(),
                 em_big_coeff: 310.0,
                 em_little_coeff: 90.0,
+                cluster_leak_a: 0.0,
             },
             net: NetParams {
                 rx_softirq_cycles_per_packet: 5792.0,
@@ -352,6 +364,7 @@ impl Params {
                 tx_cycles_per_packet: 1000.0,
                 packets_per_irq: 8.0,
                 rcvbuf_bytes: 4.0 * 1024.0 * 1024.0,
+                nic_max_rx_mbps: 0.0,
             },
             sched: SchedParams {
                 balance_interval_ms: 4,
@@ -460,6 +473,8 @@ impl Params {
                     (1400.0, 1.275),
                 ]);
                 p.cpu.big_max_khz = 2_000_000;
+                pw.cluster_leak_a = 0.0856;
+                p.net.nic_max_rx_mbps = 280.0;
                 p.contention.node_bw_gbps = 7.0;
                 p.contention.core_bw_gbps = 3.0;
             }

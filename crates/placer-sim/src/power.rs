@@ -1,7 +1,7 @@
 //! Power: governors choosing each DVFS domain's frequency, and whole-node power
 //!
 //! `P = node_idle_w + package_w * sum(active packages) + sum(core power) + smt_sibling_w *
-//! sum(busy second threads)`, where a package is active the fraction of time its busiest
+//! sum(busy second threads) + sum over frequency domains of V(f) * cluster_leak_a * active`, where a package is active the fraction of time its busiest
 //! CPU is busy, a core draws `core_w(type) * V(f)^2 f / (V(fmax)^2 fmax)` (no scaling
 //! without an OPP table) times the busy fraction of its busiest thread, and a second
 //! thread counts the time both threads are busy (the lesser busy fraction). This is seed
@@ -77,5 +77,29 @@ pub fn node_power_w(h: &SimHost) -> f64 {
         p += core_power_w(w, opp, h.cpu[c].khz, info.max_khz) * hi;
         p += pw.smt_sibling_w * second;
     }
-    p + pw.package_w * pkg_active.iter().sum::<f64>()
+    p + pw.package_w * pkg_active.iter().sum::<f64>() + cluster_static_w(h)
+}
+
+/// Static power of the frequency domains now: `V(f) * cluster_leak_a` per domain, times
+/// its busiest CPU's busy fraction (an idle cluster is power-gated).
+pub fn cluster_static_w(h: &SimHost) -> f64 {
+    let pw = &h.params.power;
+    if pw.cluster_leak_a <= 0.0 {
+        return 0.0;
+    }
+    let mut w = 0.0;
+    for (d, dom) in h.topo.freq_domains.iter().enumerate() {
+        let mut active = 0.0f64;
+        let mut little = false;
+        for id in dom.cpus.iter() {
+            if let Some(c) = h.m.idx(id) {
+                active = active.max((h.cpu[c].busy + h.cpu[c].softirq).min(1.0));
+                little |= h.m.cpus[c].little;
+            }
+        }
+        let opp = if little { &pw.little_opp } else { &pw.big_opp };
+        let v = crate::machine::volts_at(opp, h.domains[d].khz as f64 / 1000.0).unwrap_or(1.0);
+        w += pw.cluster_leak_a * v * active;
+    }
+    w
 }

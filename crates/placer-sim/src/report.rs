@@ -3,7 +3,9 @@
 //! the oracle's distance. As a text table or JSON.
 
 use crate::oracle::OracleResult;
-use crate::scenario::{compare, headline, Objective, PolicyResult, Scenario};
+use crate::scenario::{
+    compare, headline, Objective, PolicyResult, Scenario, Sensitivity, SensitivityRow,
+};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write;
 
@@ -34,6 +36,14 @@ pub struct Report {
     pub rows: Vec<PolicyResult>,
     pub paper: Vec<PaperRow>,
     pub oracle: Vec<OracleResult>,
+    /// The scenario's `[sensitivity]` re-runs (empty without one).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sensitivity: Vec<SensitivityRow>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sensitivity_spec: Option<Sensitivity>,
+    /// The scenario's `show_params`: (key, value, source).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shown_params: Vec<(String, String, String)>,
 }
 
 impl Report {
@@ -88,7 +98,24 @@ impl Report {
             rows,
             paper,
             oracle,
+            sensitivity: Vec::new(),
+            sensitivity_spec: sc.sensitivity.clone(),
+            shown_params: sc
+                .topology_and_params(None)
+                .map(|(_, p)| {
+                    p.describe()
+                        .into_iter()
+                        .filter(|(k, _, _)| sc.show_params.contains(k))
+                        .map(|(k, v, src)| (k, v, src.to_string()))
+                        .collect()
+                })
+                .unwrap_or_default(),
         }
+    }
+
+    pub fn with_sensitivity(mut self, rows: Vec<SensitivityRow>) -> Report {
+        self.sensitivity = rows;
+        self
     }
 
     /// The text table.
@@ -182,6 +209,38 @@ impl Report {
                     p.verdict.clone(),
                     p.source.clone(),
                 ]);
+            }
+            s.push_str(&columns(&t));
+        }
+        if !self.shown_params.is_empty() {
+            let _ = writeln!(s, "\nmodel figures behind these metrics:");
+            for (k, v, src) in &self.shown_params {
+                let _ = writeln!(s, "  {k} = {v}  ({src})");
+            }
+        }
+        if let (Some(spec), false) = (&self.sensitivity_spec, self.sensitivity.is_empty()) {
+            let _ = writeln!(
+                s,
+                "\nsensitivity to {} (same seeds; simulated % of policy vs baseline){}:",
+                spec.param,
+                if spec.note.is_empty() {
+                    String::new()
+                } else {
+                    format!("; {}", spec.note)
+                }
+            );
+            let mut t = vec![vec![spec.param.clone()]];
+            if let Some(first) = self.sensitivity.first() {
+                for (m, p, v, _) in &first.comparisons {
+                    t[0].push(format!("{m} {p} vs {v}"));
+                }
+            }
+            for r in &self.sensitivity {
+                let mut row = vec![format!("{}", r.value)];
+                for (_, _, _, pct) in &r.comparisons {
+                    row.push(pct.map_or("-".into(), |x| format!("{x:+.1}")));
+                }
+                t.push(row);
             }
             s.push_str(&columns(&t));
         }

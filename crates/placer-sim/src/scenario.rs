@@ -118,6 +118,109 @@ pub struct Scenario {
     pub paper: Vec<PaperFigure>,
     #[serde(default)]
     pub oracle: Option<OracleSpec>,
+    /// Re-run the paper comparisons with one model parameter at other values (the
+    /// report's sensitivity table).
+    #[serde(default)]
+    pub sensitivity: Option<Sensitivity>,
+    /// Model parameters printed with their values and sources under the results (the
+    /// figures a metric depends on: idle power for QoS met per watt).
+    #[serde(default)]
+    pub show_params: Vec<String>,
+}
+
+/// `[sensitivity]`: the paper comparisons re-run for each value of one parameter.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sensitivity {
+    /// Dotted parameter key (`power.cluster_leak_a`).
+    pub param: String,
+    pub values: Vec<f64>,
+    /// Metrics compared for each (policy, versus) pair of the paper rows.
+    pub metrics: Vec<String>,
+    /// What the values mean (printed with the table).
+    #[serde(default)]
+    pub note: String,
+}
+
+/// One value of a sensitivity parameter: (metric, policy, versus, mean simulated %).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SensitivityRow {
+    pub value: f64,
+    pub comparisons: Vec<(String, String, String, Option<f64>)>,
+}
+
+/// `over` laid over `base`, table by table (keys absent from `base` are added).
+fn overlay(base: &mut toml::Value, over: &toml::Value) {
+    match (base, over) {
+        (toml::Value::Table(b), toml::Value::Table(o)) => {
+            for (k, v) in o {
+                match b.get_mut(k) {
+                    Some(slot) => overlay(slot, v),
+                    None => {
+                        b.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+        }
+        (slot, v) => *slot = v.clone(),
+    }
+}
+
+/// Runs the scenario again for each value of its `[sensitivity]` parameter.
+pub fn sensitivity(sc: &Scenario, factory: PolicyFactory) -> Result<Vec<SensitivityRow>, String> {
+    let Some(spec) = &sc.sensitivity else {
+        return Ok(Vec::new());
+    };
+    let mut pairs: Vec<(String, String)> = sc
+        .paper
+        .iter()
+        .map(|f| (f.policy.clone(), f.versus.clone()))
+        .collect();
+    pairs.dedup();
+    let mut out = Vec::new();
+    for &value in &spec.values {
+        let mut tree = toml::Value::Float(value);
+        for key in spec.param.rsplit('.') {
+            let mut t = toml::map::Map::new();
+            t.insert(key.to_string(), tree);
+            tree = toml::Value::Table(t);
+        }
+        let mut s2 = sc.clone();
+        s2.sensitivity = None;
+        let mut merged = s2
+            .params
+            .take()
+            .unwrap_or(toml::Value::Table(Default::default()));
+        overlay(&mut merged, &tree);
+        s2.params = Some(merged);
+        // An unknown parameter is an error here, not a silently ignored row.
+        s2.topology_and_params(None).map_err(|e| e.to_string())?;
+        let rows = run(&s2, factory);
+        let mut comparisons = Vec::new();
+        for (pol, vs) in &pairs {
+            let find = |name: &str| {
+                rows.iter()
+                    .find(|r| r.policy == name && r.variant.is_none())
+            };
+            for m in &spec.metrics {
+                let vals: Vec<f64> = match (find(pol), find(vs)) {
+                    (Some(p), Some(b)) => p
+                        .runs
+                        .iter()
+                        .filter_map(|pr| {
+                            let br = b.runs.iter().find(|br| br.seed == pr.seed)?;
+                            compare(m, &pr.metrics, &br.metrics)
+                        })
+                        .collect(),
+                    _ => Vec::new(),
+                };
+                let mean = (!vals.is_empty()).then(|| vals.iter().sum::<f64>() / vals.len() as f64);
+                comparisons.push((m.clone(), pol.clone(), vs.clone(), mean));
+            }
+        }
+        out.push(SensitivityRow { value, comparisons });
+    }
+    Ok(out)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]

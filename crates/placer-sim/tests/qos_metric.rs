@@ -112,7 +112,11 @@ fn seed000_paper_rows_use_qos_per_watt_and_keep_raw_perf_per_watt() {
     for name in ["seed-000", "seed-000-mix50", "seed-000-mix75"] {
         let sc = Scenario::load(name).unwrap();
         let metrics: Vec<&str> = sc.paper.iter().map(|p| p.metric.as_str()).collect();
-        assert_eq!(metrics, ["qos_per_watt", "perf_per_watt"], "{name}");
+        assert_eq!(
+            metrics,
+            ["qos_per_watt", "perf_per_watt", "qos_per_dyn_watt"],
+            "{name}"
+        );
         // A short run: the report fills both rows.
         let sc = Scenario {
             duration_s: 4.0,

@@ -36,8 +36,9 @@ fn ftp_apps_limited_at_their_target_for_less_power() {
         // Limited at target x (1 + 5% headroom).
         assert!(*r >= TARGET_BPS && *r <= 1.10 * TARGET_BPS, "rate {r}");
     }
-    // Unlimited, eas gives each app far more than it needs, at more power.
-    assert!(rx_rates(&eas).iter().all(|r| *r > 2.0 * TARGET_BPS));
+    // Unlimited, eas gives each app more than it needs (a quarter of the XU4's ~280 Mbit/s
+    // USB-attached port, 1.75x the target), at more power.
+    assert!(rx_rates(&eas).iter().all(|r| *r > 1.5 * TARGET_BPS));
     assert!(
         eqos.metrics.power_w < eas.metrics.power_w,
         "{} W vs eas {} W",
@@ -63,5 +64,123 @@ fn compute_app_gets_its_75_percent_target_only_with_energy_qos() {
     );
     for r in rx_rates(&eqos) {
         assert!(r >= TARGET_BPS, "rate {r}");
+    }
+}
+
+/// Every state of the policy's model for the scenario's apps (brute force: a cluster per
+/// app, a frequency per cluster), with its evaluation.
+fn feasible_by_brute_force(sc: &Scenario) -> bool {
+    use placer_core::policies::energy_qos::{
+        evaluate, AppDemand, Machine, PowerModel, State, Target,
+    };
+    let topo = placer_core::machines::machine(&sc.machine).unwrap();
+    let m = Machine::for_topology(&topo, PowerModel::for_topology(&topo));
+    let cfg = sc.placer_config().unwrap().energy_qos;
+    let apps: Vec<AppDemand> = cfg
+        .apps
+        .iter()
+        .map(|a| AppDemand {
+            name: a.name.clone(),
+            target: match (a.target_bytes_per_s, a.target_perf_share) {
+                (Some(b), _) => Target::Bandwidth {
+                    bytes_per_s: b as f64,
+                    segment_bytes: cfg.default_segment_bytes,
+                    receive: true,
+                },
+                (None, Some(share)) => Target::PerfShare {
+                    share: (share * (1.0 + cfg.perf_headroom)).min(1.0),
+                    threads: a.threads.unwrap_or(4),
+                },
+                _ => panic!("no real-time apps in seed 000"),
+            },
+        })
+        .collect();
+    let nc = m.clusters.len();
+    let n_assign = nc.pow(apps.len() as u32);
+    let n_freq: usize = m.clusters.iter().map(|c| c.freqs_khz.len()).product();
+    for a in 0..n_assign {
+        let cluster_of_app: Vec<usize> =
+            (0..apps.len()).map(|i| a / nc.pow(i as u32) % nc).collect();
+        for f in 0..n_freq {
+            let mut rest = f;
+            let freq_khz: Vec<u64> = m
+                .clusters
+                .iter()
+                .map(|c| {
+                    let k = c.freqs_khz[rest % c.freqs_khz.len()];
+                    rest /= c.freqs_khz.len();
+                    k
+                })
+                .collect();
+            let st = State {
+                freq_khz,
+                cluster_of_app: cluster_of_app.clone(),
+            };
+            if evaluate(&cfg, &m, &apps, &st).misses.is_empty() {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// With learned costs, every target is met (QoS 1.0) in every run of every seed-000
+/// scenario, each of which has a feasible state on the policy's own model.
+#[test]
+fn qos_is_met_wherever_a_feasible_state_exists() {
+    for name in ["seed-000", "seed-000-mix50", "seed-000-mix75"] {
+        let sc = Scenario::load(name).unwrap();
+        assert!(sc.placer_config().unwrap().energy_qos.learn_costs);
+        assert!(feasible_by_brute_force(&sc), "{name}: no feasible state");
+        for seed in sc.seeds.clone() {
+            let r = scenario::run_one(
+                &sc,
+                None,
+                "eas+energy-qos",
+                seed,
+                &scenario::default_factory,
+            )
+            .unwrap();
+            let q = r.metrics.qos_satisfaction.expect("targets declared");
+            assert!(q >= 0.999, "{name} seed {seed}: QoS met {q}");
+        }
+    }
+}
+
+/// The report gives both readings of QoS met per watt, the figures they rest on, and a
+/// sensitivity row per static-power value.
+#[test]
+fn the_report_shows_both_readings_and_their_sensitivity_to_static_power() {
+    let sc = Scenario::load("seed-000").unwrap();
+    let sc = Scenario {
+        duration_s: 5.0,
+        seeds: vec![1],
+        ..sc
+    };
+    let rows = scenario::run(&sc, &scenario::default_factory);
+    let sens = scenario::sensitivity(&sc, &scenario::default_factory).unwrap();
+    assert_eq!(sens.len(), 3);
+    // More static power makes the above-idle reading smaller (the policy saves dynamic
+    // power; a fixed cost per active cluster dilutes it).
+    let dyn_pct = |i: usize| {
+        sens[i]
+            .comparisons
+            .iter()
+            .find(|c| c.0 == "qos_per_dyn_watt")
+            .and_then(|c| c.3)
+            .unwrap()
+    };
+    assert!(dyn_pct(0) > dyn_pct(2), "{sens:?}");
+    let text = placer_sim::report::Report::new(&sc, rows, Vec::new())
+        .with_sensitivity(sens)
+        .to_text();
+    for want in [
+        "qos_per_watt",
+        "qos_per_dyn_watt",
+        "power.node_idle_w = 3.89",
+        "power.cluster_leak_a = 0.0856",
+        "sensitivity to power.cluster_leak_a",
+    ] {
+        assert!(text.contains(want), "no {want:?} in\n{text}");
     }
 }

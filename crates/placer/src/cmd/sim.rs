@@ -92,7 +92,9 @@ pub fn run(args: Args) -> Result<()> {
             oracles.push(oracle::search(&sc, v, &spec));
         }
     }
-    let report = Report::new(&sc, rows, oracles);
+    let sens = scenario::sensitivity(&sc, &placer_sim::scenario::default_factory)
+        .map_err(|e| anyhow::anyhow!("sensitivity: {e}"))?;
+    let report = Report::new(&sc, rows, oracles).with_sensitivity(sens);
     if let Some(path) = &args.plot {
         placer_sim::plot::draw(&report, path)
             .with_context(|| format!("drawing {}", path.display()))?;

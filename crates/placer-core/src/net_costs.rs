@@ -292,10 +292,13 @@ impl Learner {
                 Estimate::configured(fb.softirq_ns_per_byte, 0.0, n),
             );
         }
+        // Dropped to 0 because the configured per-byte cost alone exceeded what was
+        // measured: that is learned (with the per-packet fit's confidence).
+        let dropped = b_used == 0.0 && b_cfg > 0.0;
         let per_byte = Estimate {
             ns: b_used * 1e9,
-            learned: b_used == 0.0 && b_cfg > 0.0,
-            confidence: 0.0,
+            learned: dropped,
+            confidence: if dropped { c } else { 0.0 },
             samples: n,
         };
         (learned(a, c), per_byte)

@@ -1341,7 +1341,18 @@ impl Policy for EnergyQos {
             cfg.softirq_ns_per_packet = costs.softirq_ns_per_packet.ns;
             cfg.softirq_ns_per_byte = costs.softirq_ns_per_byte.ns;
             cfg.app_ns_per_byte = costs.app_ns_per_byte.ns;
-            plan.note(NAME, None, describe_costs(&costs));
+            let text = describe_costs(&costs);
+            // Also on each network app's processes, so `explain PID` shows what its plan
+            // rests on.
+            for r in running
+                .iter()
+                .filter(|r| r.app.target_bytes_per_s.is_some())
+            {
+                for p in &r.procs {
+                    plan.note(NAME, Some(p.key()), text.clone());
+                }
+            }
+            plan.note(NAME, None, text);
         }
         let Some(mut sol) = solve(&cfg, &machine, &apps) else {
             plan.note(NAME, None, "no usable CPUs: nothing to plan");

@@ -17,6 +17,7 @@ use placer_core::observation::{Observation, ProcObs};
 use placer_core::sample::{SampleRequest, Source, SourceStatus};
 use placer_linux::sampler::Sampler;
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -56,6 +57,18 @@ pub struct TopJson<'a> {
     pub sources: &'a [Source],
     #[serde(flatten)]
     pub observation: &'a Observation,
+    /// Per interface with receive CPUs: the receive costs learned so far
+    /// ([`placer_core::net_costs`]; configured fallbacks until confident).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub net_costs: BTreeMap<String, NetCosts>,
+}
+
+/// One interface's learned costs, as `top` shows them.
+#[derive(Serialize, Clone, Debug)]
+pub struct NetCosts {
+    pub rx_cpus: Vec<u32>,
+    #[serde(flatten)]
+    pub costs: placer_core::net_costs::Costs,
 }
 
 /// Samples twice, `interval` apart, and derives the observation.
@@ -63,6 +76,9 @@ pub struct Observer {
     pub sampler: Sampler,
     pub req: SampleRequest,
     prev: Option<placer_core::Sample>,
+    /// Read once, for the interfaces' receive CPUs (None when unreadable: no costs).
+    topo: Option<placer_core::Topology>,
+    learners: BTreeMap<String, placer_core::net_costs::Learner>,
 }
 
 impl Observer {
@@ -77,7 +93,38 @@ impl Observer {
                 nics: true,
             },
             prev: None,
+            topo: placer_linux::topology::read(root).ok(),
+            learners: BTreeMap::new(),
         }
+    }
+
+    /// The receive costs learned so far, per interface with receive CPUs (the fallbacks
+    /// are energy-qos's configured defaults).
+    pub fn net_costs(&self) -> BTreeMap<String, NetCosts> {
+        let d = placer_core::policies::energy_qos::EnergyQosConfig::default();
+        let fb = placer_core::net_costs::Fallback {
+            softirq_ns_per_packet: d.softirq_ns_per_packet,
+            softirq_ns_per_byte: d.softirq_ns_per_byte,
+            app_ns_per_byte: d.app_ns_per_byte,
+            min_samples: d.learn_min_samples as usize,
+            min_confidence: d.learn_min_confidence,
+        };
+        let Some(topo) = &self.topo else {
+            return BTreeMap::new();
+        };
+        self.learners
+            .iter()
+            .filter_map(|(name, l)| {
+                let nic = topo.nics.iter().find(|n| &n.name == name)?;
+                Some((
+                    name.clone(),
+                    NetCosts {
+                        rx_cpus: nic.rx_cpus.to_vec(),
+                        costs: l.estimate(&fb),
+                    },
+                ))
+            })
+            .collect()
     }
 
     pub fn sources(&mut self) -> SourceStatus {
@@ -89,6 +136,19 @@ impl Observer {
         let cur = self.sampler.sample(self.req).context("sampling")?;
         let obs = self.prev.as_ref().map(|p| Observation::new(p, &cur));
         self.prev = Some(cur);
+        if let (Some(o), Some(topo)) = (&obs, &self.topo) {
+            let window = placer_core::policies::energy_qos::EnergyQosConfig::default()
+                .learn_window_intervals as usize;
+            for nic in topo.nics.iter().filter(|n| !n.rx_cpus.is_empty()) {
+                if let Some(s) = placer_core::net_costs::rx_sample(topo, o, &nic.name, &nic.rx_cpus)
+                {
+                    self.learners
+                        .entry(nic.name.clone())
+                        .or_insert_with(|| placer_core::net_costs::Learner::new(window))
+                        .push_rx(s);
+                }
+            }
+        }
         Ok(obs)
     }
 }
@@ -139,7 +199,12 @@ const PROC_COLUMNS: [&str; 8] = [
     "PID", "COMM", "CPU", "ALLOWED", "LAST", "RX/s", "TX/s", "FLOWS",
 ];
 
-fn table(obs: &Observation, src: &SourceStatus, n: usize) -> String {
+fn table(
+    obs: &Observation,
+    src: &SourceStatus,
+    n: usize,
+    costs: &BTreeMap<String, NetCosts>,
+) -> String {
     use std::fmt::Write;
     let mut o = String::new();
     let _ = writeln!(o, "interval {:.2}s  {}", obs.interval_s, missing_line(src));
@@ -194,6 +259,27 @@ fn table(obs: &Observation, src: &SourceStatus, n: usize) -> String {
             let _ = writeln!(o, "{:>7} {comm:<16} {pages}", p.pid);
         }
     }
+    // Seed 000: receive costs learned per interface (ns at capacity 1024).
+    let with_samples: Vec<_> = costs
+        .iter()
+        .filter(|(_, c)| c.costs.softirq_ns_per_packet.samples > 0)
+        .collect();
+    if !with_samples.is_empty() {
+        let _ = writeln!(
+            o,
+            "\n{:<10} {:<8} RECEIVE COSTS (ns at capacity 1024)",
+            "NIC", "RX CPUS"
+        );
+        for (name, c) in with_samples {
+            let cpus = placer_core::CpuSet::from_iter(c.rx_cpus.iter().copied()).to_list_string();
+            let _ = writeln!(
+                o,
+                "{name:<10} {cpus:<8} softirq {} per packet + {} per byte",
+                c.costs.softirq_ns_per_packet.describe(),
+                c.costs.softirq_ns_per_byte.describe()
+            );
+        }
+    }
     // Seed 003: each process's contention class and the counter rates behind it (default
     // thresholds, this interval only; the daemon smooths over several).
     let classes = placer_core::classify::class_lines(obs, &Default::default(), None);
@@ -227,10 +313,11 @@ pub fn run(mut args: Args) -> Result<()> {
                 version: TOP_JSON_VERSION,
                 sources: &src.sources,
                 observation: &obs,
+                net_costs: ob.net_costs(),
             };
             crate::common::write_stdout(&(serde_json::to_string(&j)? + "\n"));
         } else {
-            crate::common::write_stdout(&table(&obs, &src, args.count));
+            crate::common::write_stdout(&table(&obs, &src, args.count, &ob.net_costs()));
         }
         return Ok(());
     }
@@ -243,6 +330,7 @@ pub fn run(mut args: Args) -> Result<()> {
                 version: TOP_JSON_VERSION,
                 sources: &src.sources,
                 observation: &obs,
+                net_costs: ob.net_costs(),
             };
             crate::common::write_stdout(&(serde_json::to_string(&j)? + "\n"));
         }
@@ -265,7 +353,8 @@ mod live {
             let mut obs: Option<Observation> = None;
             let mut next = Instant::now() + interval;
             loop {
-                term.draw(|f| draw(f, obs.as_ref(), &src, n, interval))?;
+                let costs = cost_line(&ob.net_costs());
+                term.draw(|f| draw(f, obs.as_ref(), &src, n, interval, &costs))?;
                 let wait = next.saturating_duration_since(Instant::now());
                 if event::poll(wait)? {
                     if let Event::Key(k) = event::read()? {
@@ -288,10 +377,39 @@ mod live {
         r
     }
 
-    fn draw(f: &mut Frame, obs: Option<&Observation>, src: &SourceStatus, n: usize, iv: Duration) {
+    /// "receive costs: eth0 2310 ns/packet + 0.0 ns/byte (learned)" for the live view.
+    fn cost_line(costs: &BTreeMap<String, NetCosts>) -> String {
+        let parts: Vec<String> = costs
+            .iter()
+            .filter(|(_, c)| c.costs.softirq_ns_per_packet.samples > 0)
+            .map(|(name, c)| {
+                let (p, b) = (&c.costs.softirq_ns_per_packet, &c.costs.softirq_ns_per_byte);
+                format!(
+                    "{name} {:.0} ns/packet + {:.1} ns/byte ({})",
+                    p.ns,
+                    b.ns,
+                    if p.learned { "learned" } else { "configured" }
+                )
+            })
+            .collect();
+        if parts.is_empty() {
+            String::new()
+        } else {
+            format!("receive costs at capacity 1024: {}", parts.join("; "))
+        }
+    }
+
+    fn draw(
+        f: &mut Frame,
+        obs: Option<&Observation>,
+        src: &SourceStatus,
+        n: usize,
+        iv: Duration,
+        costs: &str,
+    ) {
         let ncpu = obs.map_or(0, |o| o.cpus.len()) as u16;
         let [head, cpus, procs] = Layout::vertical([
-            Constraint::Length(2),
+            Constraint::Length(3),
             Constraint::Length(ncpu + 3),
             Constraint::Min(5),
         ])
@@ -303,7 +421,7 @@ mod live {
             .unwrap_or_default();
         f.render_widget(
             Paragraph::new(format!(
-                "placer top — every {:.1}s (q quits){power}\n{}",
+                "placer top — every {:.1}s (q quits){power}\n{}\n{costs}",
                 iv.as_secs_f64(),
                 missing_line(src)
             )),
@@ -401,7 +519,7 @@ mod tests {
             procs: vec![with, without],
             ..Default::default()
         };
-        let t = table(&obs, &SourceStatus::default(), 10);
+        let t = table(&obs, &SourceStatus::default(), 10, &BTreeMap::new());
         assert!(t.contains("MEMORY PER NODE"), "{t}");
         assert!(t.contains("node 0: 3.0 MiB, node 1: 1.0 MiB"), "{t}");
         let section = t.split("MEMORY PER NODE").nth(1).unwrap_or_default();
@@ -410,6 +528,9 @@ mod tests {
             procs: vec![ProcObs::bare(11, 1, "other", CpuSet::first_n(2))],
             ..obs
         };
-        assert!(!table(&none, &SourceStatus::default(), 10).contains("MEMORY PER NODE"));
+        assert!(
+            !table(&none, &SourceStatus::default(), 10, &BTreeMap::new())
+                .contains("MEMORY PER NODE")
+        );
     }
 }

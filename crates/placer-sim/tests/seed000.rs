@@ -80,6 +80,7 @@ fn feasible_by_brute_force(sc: &Scenario) -> bool {
         .apps
         .iter()
         .map(|a| AppDemand {
+            app_ns_per_byte: None,
             name: a.name.clone(),
             target: match (a.target_bytes_per_s, a.target_perf_share) {
                 (Some(b), _) => Target::Bandwidth {

@@ -687,6 +687,9 @@ pub enum Target {
 pub struct AppDemand {
     pub name: String,
     pub target: Target,
+    /// This app's own CPU cost per byte, ns at capacity 1024, when learned for it
+    /// (`None`: the configured `app_ns_per_byte`).
+    pub app_ns_per_byte: Option<f64>,
 }
 
 /// The solver's inputs besides the apps.
@@ -759,10 +762,16 @@ pub struct Eval {
 }
 
 /// Per-app softirq load (capacity units on the receive CPU) and thread demand.
-fn net_costs(cfg: &EnergyQosConfig, bytes: f64, seg: f64, receive: bool) -> (f64, f64) {
+fn net_costs(
+    cfg: &EnergyQosConfig,
+    app: &AppDemand,
+    bytes: f64,
+    seg: f64,
+    receive: bool,
+) -> (f64, f64) {
     let pkts = bytes / seg.max(1.0);
     let stack_s = (pkts * cfg.softirq_ns_per_packet + bytes * cfg.softirq_ns_per_byte) * 1e-9;
-    let app_s = bytes * cfg.app_ns_per_byte * 1e-9;
+    let app_s = bytes * app.app_ns_per_byte.unwrap_or(cfg.app_ns_per_byte) * 1e-9;
     if receive {
         (stack_s * 1024.0, app_s * 1024.0)
     } else {
@@ -882,7 +891,7 @@ fn eval_cluster(
                 segment_bytes,
                 receive,
             } => {
-                let (_, d) = net_costs(cfg, bytes_per_s, segment_bytes, receive);
+                let (_, d) = net_costs(cfg, &apps[i], bytes_per_s, segment_bytes, receive);
                 bounded += d;
                 threads.push((i, d));
             }
@@ -907,7 +916,7 @@ fn eval_cluster(
                 segment_bytes,
                 receive,
             } => {
-                let (_, d) = net_costs(cfg, bytes_per_s, segment_bytes, receive);
+                let (_, d) = net_costs(cfg, &apps[i], bytes_per_s, segment_bytes, receive);
                 let g = got.get(&i).copied().unwrap_or(0.0);
                 let ratio = if d > 0.0 { (g / d).min(1.0) } else { 1.0 };
                 if ratio < 1.0 - 1e-9 || bounded_over {
@@ -986,7 +995,7 @@ fn softirq_load(cfg: &EnergyQosConfig, apps: &[AppDemand]) -> f64 {
                 bytes_per_s,
                 segment_bytes,
                 receive,
-            } => net_costs(cfg, bytes_per_s, segment_bytes, receive).0,
+            } => net_costs(cfg, a, bytes_per_s, segment_bytes, receive).0,
             _ => 0.0,
         })
         .sum()
@@ -1148,6 +1157,8 @@ struct Private {
     last_state: Option<State>,
     /// Learned cost constants (None until the first cycle with `learn_costs`).
     learner: Option<crate::net_costs::Learner>,
+    /// Each network app's own CPU cost per byte, by app name.
+    app_learners: BTreeMap<String, crate::net_costs::Learner>,
 }
 
 /// The longest back-off between retries of a plan that failed transiently, in cycles.
@@ -1214,26 +1225,40 @@ impl EnergyQos {
             .filter(|(_, cpus)| !cpus.is_empty())
     }
 
-    /// Feeds this interval to the learner and returns the constants to use
-    /// ([`crate::net_costs`]).
+    /// Feeds this interval to the learners and returns the constants to use
+    /// ([`crate::net_costs`]) and, per network app, its own CPU cost per byte when learned
+    /// for it (else the pooled one of all network apps, else the configured one).
     fn learn(
         &self,
         topo: &Topology,
         obs: &Observation,
         running: &[Running],
         state: &mut PolicyState,
-    ) -> crate::net_costs::Costs {
+    ) -> (
+        crate::net_costs::Costs,
+        BTreeMap<String, crate::net_costs::Estimate>,
+    ) {
         use crate::net_costs::{app_sample, rx_sample, Fallback, Learner};
         let rx = self
             .rx_interface(topo, running)
             .and_then(|(nic, cpus)| rx_sample(topo, obs, &nic, &cpus));
-        let net_procs: Vec<&crate::observation::ProcObs> = running
+        // Processes first seen this interval have no CPU time to count yet.
+        let app_samples: Vec<(String, crate::net_costs::AppSample)> = running
             .iter()
             .filter(|r| r.app.target_bytes_per_s.is_some())
-            .flat_map(|r| r.procs.iter().copied())
-            .filter(|p| !p.new)
+            .filter_map(|r| {
+                let procs: Vec<&crate::observation::ProcObs> =
+                    r.procs.iter().copied().filter(|p| !p.new).collect();
+                (!procs.is_empty()).then(|| (r.app.name.clone(), app_sample(topo, obs, &procs)))
+            })
             .collect();
-        let app = (!net_procs.is_empty()).then(|| app_sample(topo, obs, &net_procs));
+        let fb = Fallback {
+            softirq_ns_per_packet: self.cfg.softirq_ns_per_packet,
+            softirq_ns_per_byte: self.cfg.softirq_ns_per_byte,
+            app_ns_per_byte: self.cfg.app_ns_per_byte,
+            min_samples: self.cfg.learn_min_samples as usize,
+            min_confidence: self.cfg.learn_min_confidence,
+        };
         let priv_state: &mut Private = state.private();
         let window = self.cfg.learn_window_intervals as usize;
         let learner = priv_state
@@ -1242,16 +1267,35 @@ impl EnergyQos {
         if let Some(s) = rx {
             learner.push_rx(s);
         }
-        if let Some(s) = app {
-            learner.push_app(s);
+        if !app_samples.is_empty() {
+            let pooled = app_samples.iter().fold(
+                crate::net_costs::AppSample {
+                    cpu_s: 0.0,
+                    bytes: 0.0,
+                },
+                |a, (_, s)| crate::net_costs::AppSample {
+                    cpu_s: a.cpu_s + s.cpu_s,
+                    bytes: a.bytes + s.bytes,
+                },
+            );
+            learner.push_app(pooled);
         }
-        learner.estimate(&Fallback {
-            softirq_ns_per_packet: self.cfg.softirq_ns_per_packet,
-            softirq_ns_per_byte: self.cfg.softirq_ns_per_byte,
-            app_ns_per_byte: self.cfg.app_ns_per_byte,
-            min_samples: self.cfg.learn_min_samples as usize,
-            min_confidence: self.cfg.learn_min_confidence,
-        })
+        let costs = learner.estimate(&fb);
+        let mut per_app = BTreeMap::new();
+        for (name, s) in app_samples {
+            let l = priv_state
+                .app_learners
+                .entry(name.clone())
+                .or_insert_with(|| Learner::new(window));
+            l.push_app(s);
+            let e = l.estimate(&fb).app_ns_per_byte;
+            per_app.insert(name, if e.learned { e } else { costs.app_ns_per_byte });
+        }
+        // Apps that stopped running are forgotten.
+        priv_state
+            .app_learners
+            .retain(|n, _| running.iter().any(|r| &r.app.name == n));
+        (costs, per_app)
     }
 
     fn demand_of(&self, r: &Running) -> AppDemand {
@@ -1290,6 +1334,7 @@ impl EnergyQos {
             }
         };
         AppDemand {
+            app_ns_per_byte: None,
             name: a.name.clone(),
             target,
         }
@@ -1334,14 +1379,20 @@ impl Policy for EnergyQos {
             .or_else(|| self.cfg.power_table_model.clone())
             .unwrap_or_else(|| PowerModel::for_topology(topo));
         let machine = Machine::for_topology(topo, power);
-        let apps: Vec<AppDemand> = running.iter().map(|r| self.demand_of(r)).collect();
+        let mut apps: Vec<AppDemand> = running.iter().map(|r| self.demand_of(r)).collect();
         let mut cfg = self.cfg.clone();
         if cfg.learn_costs {
-            let costs = self.learn(topo, obs, &running, state);
+            let (costs, per_app) = self.learn(topo, obs, &running, state);
             cfg.softirq_ns_per_packet = costs.softirq_ns_per_packet.ns;
             cfg.softirq_ns_per_byte = costs.softirq_ns_per_byte.ns;
             cfg.app_ns_per_byte = costs.app_ns_per_byte.ns;
-            let text = describe_costs(&costs);
+            for a in apps.iter_mut() {
+                a.app_ns_per_byte = per_app.get(&a.name).map(|e| e.ns);
+            }
+            let mut text = describe_costs(&costs);
+            for (name, e) in &per_app {
+                text.push_str(&format!("; app {name}: {} per byte", e.describe()));
+            }
             // Also on each network app's processes, so `explain PID` shows what its plan
             // rests on.
             for r in running
@@ -1599,6 +1650,7 @@ mod tests {
 
     fn net(name: &str, mb: f64, seg: f64) -> AppDemand {
         AppDemand {
+            app_ns_per_byte: None,
             name: name.into(),
             target: Target::Bandwidth {
                 bytes_per_s: mb * 1e6,
@@ -1609,12 +1661,14 @@ mod tests {
     }
     fn cpu(name: &str, share: f64, threads: u32) -> AppDemand {
         AppDemand {
+            app_ns_per_byte: None,
             name: name.into(),
             target: Target::PerfShare { share, threads },
         }
     }
     fn rt(name: &str, period: f64, deadline: f64, work: f64) -> AppDemand {
         AppDemand {
+            app_ns_per_byte: None,
             name: name.into(),
             target: Target::RealTime {
                 period_us: period,
@@ -1746,8 +1800,8 @@ mod tests {
     #[test]
     fn small_segments_cost_more_softirq() {
         let cfg = EnergyQosConfig::default();
-        let (big_seg, _) = net_costs(&cfg, 10e6, 1448.0, true);
-        let (small_seg, _) = net_costs(&cfg, 10e6, 128.0, true);
+        let (big_seg, _) = net_costs(&cfg, &net("a", 10.0, 1448.0), 10e6, 1448.0, true);
+        let (small_seg, _) = net_costs(&cfg, &net("a", 10.0, 128.0), 10e6, 128.0, true);
         assert!(small_seg > 5.0 * big_seg);
         // And the solver needs a higher LITTLE frequency for them.
         let (_, m) = xu4();
@@ -1964,7 +2018,8 @@ mod tests {
             a.direction = Some(Direction::Ingress);
             apps.push(a);
             let mut p = proc_obs(10 + i, &format!("ftp{i}"), 1);
-            p.cpu_share = 0.1;
+            // ftp0 spends twice the CPU per byte of the others (8 vs 4 ns on an A15).
+            p.cpu_share = if i == 0 { 0.2 } else { 0.1 };
             p.rx_bytes_per_s = 25e6;
             p.flows.push(FlowObs {
                 local: format!("10.0.0.2:{}", 40000 + i).parse().unwrap(),
@@ -2043,6 +2098,9 @@ mod tests {
             .and_then(|v| v.parse().ok())
             .unwrap();
         assert!((learned - 1500.0).abs() < 150.0, "{learned}: {notes}");
+        // Each app's own CPU cost per byte is learned for it.
+        assert!(notes.contains("app ftp0: 8.0 ns (learned"), "{notes}");
+        assert!(notes.contains("app ftp1: 4.0 ns (learned"), "{notes}");
         // learn_costs = false: the configured values, and the targets stay infeasible.
         let mut off = pol.cfg.clone();
         off.learn_costs = false;

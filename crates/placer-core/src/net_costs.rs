@@ -15,12 +15,15 @@
 //! 3. **Fit.** Least squares through the origin over the last `window` samples. The receive
 //!    cost has two regressors (packets, bytes); they can be separated only when the segment
 //!    size varies: when the two columns are nearly parallel (cosine^2 above
-//!    [`MAX_COLLINEARITY`]), the per-byte cost keeps its configured value and the per-packet
+//!    [`MAX_COLLINEARITY`]) or the two-regressor fit is not confident, the per-byte cost
+//!    keeps its configured value and the per-packet
 //!    cost is fitted to what is left -- or, when that is not positive, to all of it with a
 //!    per-byte cost of 0. A prediction at the segment sizes seen is right either way.
 //! 4. **Confidence** of an estimate: 0 below `min_samples` samples or when the estimate is
-//!    not positive (negative costs are not costs), else `1 - relative standard error`
-//!    clamped to 0..=1. An estimate below the configured confidence falls back to the
+//!    not positive (negative costs are not costs), else `1 - error` clamped to 0..=1, the
+//!    error being the larger of the estimate's relative standard error and the model's RMS
+//!    residual relative to the mean (how far off one interval's prediction is: a ratio
+//!    between unrelated series can be estimated precisely, but it predicts nothing). An estimate below the configured confidence falls back to the
 //!    configured value, and says so ([`Estimate::learned`] false).
 //!
 //! Background softirq work on the receive CPUs (timers, other devices) counts into the
@@ -65,6 +68,9 @@ pub struct Estimate {
     pub confidence: f64,
     /// Samples it was fitted on.
     pub samples: usize,
+    /// What the fit gave, used or not (None: no fit yet), ns at capacity 1024.
+    #[serde(default)]
+    pub fitted_ns: Option<f64>,
 }
 
 impl Estimate {
@@ -74,7 +80,13 @@ impl Estimate {
             learned: false,
             confidence,
             samples,
+            fitted_ns: None,
         }
+    }
+
+    fn with_fit(mut self, fitted_s: f64) -> Estimate {
+        self.fitted_ns = Some(fitted_s * 1e9);
+        self
     }
 
     /// "2310 ns (learned, confidence 0.93, 12 samples)".
@@ -84,11 +96,14 @@ impl Estimate {
                 "{:.1} ns (learned, confidence {:.2}, {} samples)",
                 self.ns, self.confidence, self.samples
             )
-        } else {
+        } else if let Some(f) = self.fitted_ns {
             format!(
-                "{:.1} ns (configured; learned confidence {:.2} over {} samples)",
+                "{:.1} ns (configured; the fit gives {f:.1} ns at confidence {:.2} over {} \
+                 samples)",
                 self.ns, self.confidence, self.samples
             )
+        } else {
+            format!("{:.1} ns (configured; {} samples)", self.ns, self.samples)
         }
     }
 }
@@ -126,11 +141,15 @@ fn push_bounded<T>(q: &mut VecDeque<T>, x: T, window: usize) {
     }
 }
 
-/// `(estimate, relative standard error)` of `y = a x` through the origin.
+/// `(estimate, error)` of `y = a x` through the origin; the error is the larger of the
+/// estimate's relative standard error and the model's relative RMS residual per sample
+/// (module doc, rule 4).
 fn fit1(xy: impl Iterator<Item = (f64, f64)> + Clone) -> Option<(f64, f64)> {
-    let (n, sxx, sxy) = xy.clone().fold((0usize, 0.0, 0.0), |(n, a, b), (x, y)| {
-        (n + 1, a + x * x, b + x * y)
-    });
+    let (n, sxx, sxy, sy) = xy
+        .clone()
+        .fold((0usize, 0.0, 0.0, 0.0), |(n, a, b, c), (x, y)| {
+            (n + 1, a + x * x, b + x * y, c + y)
+        });
     if n == 0 || sxx <= 0.0 {
         return None;
     }
@@ -141,7 +160,18 @@ fn fit1(xy: impl Iterator<Item = (f64, f64)> + Clone) -> Option<(f64, f64)> {
     } else {
         f64::INFINITY
     };
-    Some((a, rel_err((var / sxx).sqrt(), a)))
+    let err = rel_err((var / sxx).sqrt(), a).max(rel_rms(rss, n, sy));
+    Some((a, err))
+}
+
+/// RMS residual relative to the mean of `y`: how far one interval's prediction is off.
+fn rel_rms(rss: f64, n: usize, sum_y: f64) -> f64 {
+    let mean = sum_y / n.max(1) as f64;
+    if mean > 0.0 {
+        (rss / n.max(1) as f64).sqrt() / mean
+    } else {
+        f64::INFINITY
+    }
 }
 
 fn rel_err(se: f64, value: f64) -> f64 {
@@ -198,9 +228,10 @@ impl Learner {
                         learned: true,
                         confidence: c,
                         samples: n_app,
+                        fitted_ns: Some(a * 1e9),
                     }
                 } else {
-                    Estimate::configured(fb.app_ns_per_byte, c, n_app)
+                    Estimate::configured(fb.app_ns_per_byte, c, n_app).with_fit(a)
                 }
             }
             None => Estimate::configured(fb.app_ns_per_byte, 0.0, n_app),
@@ -241,6 +272,7 @@ impl Learner {
             learned: true,
             confidence: c,
             samples: n,
+            fitted_ns: Some(v * 1e9),
         };
         if cos2 < MAX_COLLINEARITY && det > 0.0 && n >= 3 {
             // Two regressors: (X'X)^-1 = [sbb -spb; -spb spp] / det.
@@ -252,23 +284,28 @@ impl Learner {
                 .map(|s| (s.softirq_s - a * s.packets - b * s.bytes).powi(2))
                 .sum();
             let var = rss / (n - 2) as f64;
-            let ca = confidence(a, rel_err((var * sbb / det).sqrt(), a), n, fb.min_samples);
+            let sum_y: f64 = self.rx.iter().map(|s| s.softirq_s).sum();
+            let fit_err = rel_rms(rss, n, sum_y);
+            let ca = confidence(
+                a,
+                rel_err((var * sbb / det).sqrt(), a).max(fit_err),
+                n,
+                fb.min_samples,
+            );
             // A per-byte cost of ~0 (checksum offloaded) has a large relative error by
             // nature: judge it by its share of the per-packet cost at the mean segment.
             let seg = sbb.sqrt() / spp.sqrt();
             let se_b = (var * spp / det).sqrt();
             let cb = if b >= 0.0 && a > 0.0 && n >= fb.min_samples.max(2) {
-                (1.0 - se_b * seg / a).clamp(0.0, 1.0)
+                (1.0 - (se_b * seg / a).max(fit_err)).clamp(0.0, 1.0)
             } else {
                 0.0
             };
             if ca >= fb.min_confidence && cb >= fb.min_confidence {
                 return (learned(a, ca), learned(b.max(0.0), cb));
             }
-            return (
-                Estimate::configured(fb.softirq_ns_per_packet, ca, n),
-                Estimate::configured(fb.softirq_ns_per_byte, cb, n),
-            );
+            // Not separable with confidence (sizes vary, but not enough): fall through to
+            // the one-regressor fit, which predicts the sizes seen.
         }
         // One regressor: per-byte held at its configured value, or at 0 when what is left
         // for the packets is not positive.
@@ -288,8 +325,8 @@ impl Learner {
         let c = confidence(a, rse, n, fb.min_samples);
         if c < fb.min_confidence {
             return (
-                Estimate::configured(fb.softirq_ns_per_packet, c, n),
-                Estimate::configured(fb.softirq_ns_per_byte, 0.0, n),
+                Estimate::configured(fb.softirq_ns_per_packet, c, n).with_fit(a),
+                Estimate::configured(fb.softirq_ns_per_byte, 0.0, n).with_fit(b_used),
             );
         }
         // Dropped to 0 because the configured per-byte cost alone exceeded what was
@@ -300,6 +337,7 @@ impl Learner {
             learned: dropped,
             confidence: if dropped { c } else { 0.0 },
             samples: n,
+            fitted_ns: Some(b_used * 1e9),
         };
         (learned(a, c), per_byte)
     }

@@ -238,6 +238,90 @@ pub fn schedule(h: &mut SimHost) {
     }
 }
 
+/// What the kernel does besides placing and balancing, every tick:
+/// - **background migrations**: the load balancer moves a running task now and then
+///   (`sched.background_migrations_per_s` per task) to a random CPU of its allowed set,
+///   swapping with the task there when that one may run where this one was; each move
+///   costs the task `sched.migration_cost_us` of CPU time (`cross_llc_migration_cost_us`
+///   across LLCs);
+/// - **automatic NUMA balancing**: a process's pages migrate toward the node its first
+///   thread runs on, at most `numa.balancing_mb_per_s`, each GB costing the process
+///   `numa.migrate_s_per_gb` of CPU time; bound processes are left alone.
+pub fn kernel_background(h: &mut SimHost, dt: f64) {
+    let rate = h.params.sched.background_migrations_per_s;
+    if rate > 0.0 {
+        let mut l = loads(h);
+        for ti in 0..h.tasks.len() {
+            let t = &h.tasks[ti];
+            if !(t.runnable && t.placed) || t.rt || h.rng.unit() >= rate * dt {
+                continue;
+            }
+            let cands: Vec<usize> = allowed_idx(h, ti)
+                .into_iter()
+                .filter(|&c| c != t.cpu)
+                .collect();
+            if cands.is_empty() {
+                continue;
+            }
+            let from = t.cpu;
+            let to = cands[h.rng.below(cands.len())];
+            let from_id = h.m.cpus[from].id;
+            let other = l.on[to]
+                .iter()
+                .copied()
+                .find(|&o| h.tasks[o].allowed.contains(from_id));
+            migrate(h, &mut l, ti, to);
+            if let Some(o) = other {
+                migrate(h, &mut l, o, from);
+            }
+        }
+    }
+    let mb_s = h.params.numa.balancing_mb_per_s;
+    if mb_s > 0.0 && h.m.node_ids.len() > 1 {
+        let budget = mb_s * 1e6 * dt;
+        let cost_s_per_byte = h.params.numa.migrate_s_per_gb / 1e9;
+        for pi in 0..h.procs.len() {
+            let p = &h.procs[pi];
+            if !p.started || p.exited || p.bind.is_some() || !p.mem_placed {
+                continue;
+            }
+            let Some(&t0) = p.threads.iter().find(|&&t| h.tasks[t].placed) else {
+                continue;
+            };
+            let here = h.m.node_pos(h.m.cpus[h.tasks[t0].cpu].node);
+            let total: f64 = p.mem_bytes.iter().sum();
+            let remote = total - p.mem_bytes[here];
+            if remote <= 0.0 {
+                continue;
+            }
+            let mv = remote.min(budget);
+            let p = &mut h.procs[pi];
+            for n in 0..p.mem_bytes.len() {
+                if n != here {
+                    let take = p.mem_bytes[n] / remote * mv;
+                    p.mem_bytes[n] -= take;
+                }
+            }
+            p.mem_bytes[here] += mv;
+            h.tasks[t0].left += mv * cost_s_per_byte;
+        }
+    }
+}
+
+/// A load-balancer move of a running task, with its cache-refill cost.
+fn migrate(h: &mut SimHost, l: &mut Load, ti: usize, to: usize) {
+    let from = h.tasks[ti].cpu;
+    let us = if h.m.cpus[from].llc == h.m.cpus[to].llc {
+        h.params.sched.migration_cost_us
+    } else {
+        h.params.sched.cross_llc_migration_cost_us
+    };
+    if h.tasks[ti].left > 0.0 {
+        h.tasks[ti].left += us * 1e-6;
+    }
+    move_task(h, l, ti, to);
+}
+
 fn movable(h: &SimHost, l: &Load, from: usize, to: usize) -> Vec<usize> {
     let to_id = h.m.cpus[to].id;
     l.on[from]
@@ -331,6 +415,49 @@ fn balance(h: &mut SimHost, l: &mut Load) {
             .copied()
             .filter(|&ti| h.tasks[ti].util_avg.max(0.05) <= half + 1e-9)
             .max_by(|&a, &b| h.tasks[a].util_avg.total_cmp(&h.tasks[b].util_avg));
+        match pick {
+            Some(ti) => {
+                move_task(h, l, ti, lo);
+                moves += 1;
+            }
+            None => break,
+        }
+    }
+    // 4. Runnable load (the kernel balances load_avg, which counts waiting time, not only
+    //    running time): two CPU-bound tasks sharing a CPU while another CPU runs less than
+    //    one CPU's worth of demand is an imbalance even when every CPU is busy.
+    let demand = |h: &SimHost, ti: usize| -> f64 {
+        h.want
+            .get(ti)
+            .copied()
+            .unwrap_or(1.0)
+            .max(h.tasks[ti].util_avg)
+            .clamp(0.05, 1.0)
+    };
+    while moves < max_moves {
+        let load: Vec<f64> = (0..n)
+            .map(|c| l.on[c].iter().map(|&t| demand(h, t)).sum::<f64>())
+            .collect();
+        let mut best: Option<(f64, usize, usize)> = None;
+        for hi in (0..n).filter(|&c| l.nr[c] >= 2) {
+            for lo in 0..n {
+                let gap = load[hi] - load[lo];
+                if lo == hi || gap <= 1.0 {
+                    continue;
+                }
+                if best.is_none_or(|(g, _, _)| gap > g) && !movable(h, l, hi, lo).is_empty() {
+                    best = Some((gap, hi, lo));
+                }
+            }
+        }
+        let Some((gap, hi, lo)) = best else {
+            return;
+        };
+        // The biggest task whose move narrows the gap.
+        let pick = movable(h, l, hi, lo)
+            .into_iter()
+            .filter(|&t| demand(h, t) < gap)
+            .max_by(|&a, &b| demand(h, a).total_cmp(&demand(h, b)));
         match pick {
             Some(ti) => {
                 move_task(h, l, ti, lo);

@@ -173,7 +173,7 @@ pub struct SimHost {
     // Scratch buffers reused every tick (no allocation in the hot loop).
     by_cpu: Vec<Vec<usize>>,
     pub(crate) speed: Vec<f64>,
-    want: Vec<f64>,
+    pub(crate) want: Vec<f64>,
     pub(crate) softirq_cycles: Vec<f64>,
     llc_pressure: Vec<f64>,
     node_bw: Vec<f64>,
@@ -386,7 +386,9 @@ impl SimHost {
                 orig_allowed: None,
                 mem_bytes,
                 mem_placed,
-                bind: None,
+                // A workload placed on a memory node is bound there (numactl --membind):
+                // NUMA balancing leaves it alone.
+                bind: s.mem_node.map(|n| vec![self.m.node_pos(n)]),
                 started: false,
                 exited: false,
                 flow,
@@ -544,6 +546,7 @@ impl SimHost {
         let dt = self.tick_ns as f64 * 1e-9;
         self.lifecycle();
         crate::baselines::schedule(self);
+        crate::baselines::kernel_background(self, dt);
         crate::power::governors(self);
         // Tasks per CPU.
         for v in &mut self.by_cpu {

@@ -76,6 +76,14 @@ pub struct NumaParams {
     /// TOML keys are strings). A memory-bound fraction m of a task whose pages are all
     /// remote at distance d runs m * (ratio(d) - 1) slower.
     pub latency_ratio: BTreeMap<String, f64>,
+    /// Automatic NUMA balancing: pages of a process migrate toward the node its threads
+    /// run on at up to this rate, MB/s (0 = off: memory stays where it was first touched).
+    /// Processes with a bound memory node (`mem_node`, a `BindMemory`) are left alone.
+    #[serde(default)]
+    pub balancing_mb_per_s: f64,
+    /// CPU time a process spends migrating 1 GB of its pages (fault, copy, remap), s.
+    #[serde(default)]
+    pub migrate_s_per_gb: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -159,6 +167,18 @@ pub struct SchedParams {
     pub eas_overutilized: f64,
     /// EAS moves a task only when the energy saved exceeds this fraction.
     pub eas_margin: f64,
+    /// Migrations of a running task per second that the load balancer makes on its own
+    /// (other activity: kernel threads, interrupts, wakeups of other tasks): the task goes
+    /// to a random allowed CPU, swapping with the task there, which spreads completion
+    /// times from run to run. 0 = a deterministic balancer.
+    #[serde(default)]
+    pub background_migrations_per_s: f64,
+    /// CPU time a migrated task loses refilling its caches: within its LLC, and across
+    /// LLCs (microseconds).
+    #[serde(default)]
+    pub migration_cost_us: f64,
+    #[serde(default)]
+    pub cross_llc_migration_cost_us: f64,
 }
 
 /// A workload class: how a task uses the shared resources (CAL C archetypes).
@@ -198,6 +218,8 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("contention.node_bw_gbps", "[E] per machine: CAL C MLC 2S Intel ~80 GB/s local per socket for modern Xeons; older FSB/DDR2-3 machines scaled down (see docs/simulator.md)"),
     ("contention.core_bw_gbps", "[E] CAL C archetype 1: a streaming hog pulls 6-10 GB/s solo -> 10"),
     ("contention.loaded_latency", "CAL C MLC 3.11b loaded-latency curve: 3/43/83/133/159 GB/s -> 82/91/101/128/~310 ns, normalised to 159 GB/s and 82 ns"),
+    ("numa.balancing_mb_per_s", "Linux automatic NUMA balancing (on by default since 3.8; seed 003's 4.2 has it, its Sec. 2.2): numa_balancing_scan_size_mb 256 per scan_period_min_ms 1000 -> at most 256 MB/s of a process's pages scanned and migrated"),
+    ("numa.migrate_s_per_gb", "[E] a NUMA hinting fault + copy + remap per 4 KiB page, ~1 us: 0.25 s per GB"),
     ("numa.latency_ratio", "CAL D: 2S Intel MLC 1.7x (distance 20/21); Opteron 4P 1-hop 1.085 (16), 2-hop 1.30 (22)"),
     ("power.node_idle_w", "seed 001 Pn (dell-c6100 76.11, hp-dk388p 106.41); CAL B SPECpower idle for others; odroid CAL A4 3.89 W"),
     ("power.package_w", "seed 001 Ps (25.19 / 39.74); 0 where the source folds it into idle"),
@@ -226,6 +248,9 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("sched.schedutil_headroom", "CAL E: map_util_perf x1.25"),
     ("sched.eas_overutilized", "CAL E: overutilized above 80% of capacity"),
     ("sched.eas_margin", "Linux find_energy_efficient_cpu: >6% (>>4) saving to move"),
+    ("sched.background_migrations_per_s", "0 (a deterministic balancer) by default; the seed-003 scenarios set 0.02 [E], one migration per task every 50 s: seed 003's Linux 4.2 spread an app's completion over 10-81 s where its scheduler kept 2-11 s (docs/contention.md)"),
+    ("sched.migration_cost_us", "Linux sysctl_sched_migration_cost 500 us (a task is cache-hot for this long)"),
+    ("sched.cross_llc_migration_cost_us", "[E] refilling an 8 MiB LLC at ~4 GB/s (X5570 per-core DRAM bandwidth, CAL D) = 2 ms"),
     ("archetypes.*", "CAL C archetype table (P, S, BW, SMT gain); big/little ratio CAL A5 (1.9 compute, 1.3 memory-bound); counter rates and IPC [E] ordered as seed 003's groups (docs/simulator.md)"),
 ];
 
@@ -340,6 +365,8 @@ impl Params {
                     ("21".to_string(), 1.7),
                     ("22".to_string(), 1.3),
                 ]),
+                balancing_mb_per_s: 256.0,
+                migrate_s_per_gb: 0.25,
             },
             power: PowerParams {
                 node_idle_w: 66.0,
@@ -373,6 +400,9 @@ impl Params {
                 schedutil_headroom: 1.25,
                 eas_overutilized: 0.8,
                 eas_margin: 0.06,
+                background_migrations_per_s: 0.0,
+                migration_cost_us: 500.0,
+                cross_llc_migration_cost_us: 2000.0,
             },
             archetypes: default_archetypes(),
         };

@@ -4,7 +4,7 @@
 
 use crate::oracle::OracleResult;
 use crate::scenario::{
-    compare, headline, Objective, PolicyResult, Scenario, Sensitivity, SensitivityRow,
+    compare_runs, headline, Objective, PolicyResult, Scenario, Sensitivity, SensitivityRow,
 };
 use serde::{Deserialize, Serialize};
 use std::fmt::Write;
@@ -62,7 +62,7 @@ impl Report {
                         .iter()
                         .filter_map(|pr| {
                             let br = b.runs.iter().find(|br| br.seed == pr.seed)?;
-                            compare(&f.metric, &pr.metrics, &br.metrics)
+                            compare_runs(&f.metric, pr, br)
                         })
                         .collect(),
                     _ => Vec::new(),

@@ -209,7 +209,7 @@ pub fn sensitivity(sc: &Scenario, factory: PolicyFactory) -> Result<Vec<Sensitiv
                         .iter()
                         .filter_map(|pr| {
                             let br = b.runs.iter().find(|br| br.seed == pr.seed)?;
-                            compare(m, &pr.metrics, &br.metrics)
+                            compare_runs(m, pr, br)
                         })
                         .collect(),
                     _ => Vec::new(),
@@ -813,6 +813,33 @@ pub fn run(sc: &Scenario, factory: PolicyFactory) -> Vec<PolicyResult> {
         }
     }
     out
+}
+
+/// The simulated value, in percent, of a paper metric of run `p` against run `b` (same
+/// seed): the per-app metrics need the runs, the others their metrics ([`compare`]).
+/// - `mean_app_speedup`: the mean over apps of `T_b / T_p - 1` (first completion, apps
+///   paired by position, the same scenario listing them in the same order);
+/// - `completion_sum_speedup`: `sum T_b / sum T_p - 1` over the apps both finished.
+pub fn compare_runs(metric: &str, p: &RunResult, b: &RunResult) -> Option<f64> {
+    let pairs = || {
+        p.procs
+            .iter()
+            .zip(&b.procs)
+            .filter(|(x, y)| x.name == y.name)
+            .filter_map(|(x, y)| Some((*x.completions_s.first()?, *y.completions_s.first()?)))
+            .filter(|(tp, _)| *tp > 0.0)
+    };
+    match metric {
+        "mean_app_speedup" => {
+            let v: Vec<f64> = pairs().map(|(tp, tb)| tb / tp - 1.0).collect();
+            (!v.is_empty()).then(|| 100.0 * v.iter().sum::<f64>() / v.len() as f64)
+        }
+        "completion_sum_speedup" => {
+            let (sp, sb) = pairs().fold((0.0, 0.0), |(a, b), (tp, tb)| (a + tp, b + tb));
+            (sp > 0.0).then(|| 100.0 * (sb / sp - 1.0))
+        }
+        _ => compare(metric, &p.metrics, &b.metrics),
+    }
 }
 
 /// The simulated value, in percent, of a paper metric of `p` against `b`.

@@ -246,7 +246,8 @@ pub fn schedule(h: &mut SimHost) {
 ///   across LLCs);
 /// - **automatic NUMA balancing**: a process's pages migrate toward the node its first
 ///   thread runs on, at most `numa.balancing_mb_per_s`, each GB costing the process
-///   `numa.migrate_s_per_gb` of CPU time; bound processes are left alone.
+///   `numa.migrate_s_per_gb` of CPU time; workloads bound to a node (`mem_node`) are left
+///   alone.
 pub fn kernel_background(h: &mut SimHost, dt: f64) {
     let rate = h.params.sched.background_migrations_per_s;
     if rate > 0.0 {
@@ -282,7 +283,8 @@ pub fn kernel_background(h: &mut SimHost, dt: f64) {
         let cost_s_per_byte = h.params.numa.migrate_s_per_gb / 1e9;
         for pi in 0..h.procs.len() {
             let p = &h.procs[pi];
-            if !p.started || p.exited || p.bind.is_some() || !p.mem_placed {
+            // A workload placed on a memory node (numactl --membind) stays there.
+            if !p.started || p.exited || !p.mem_placed || h.specs[p.spec].mem_node.is_some() {
                 continue;
             }
             let Some(&t0) = p.threads.iter().find(|&&t| h.tasks[t].placed) else {

@@ -386,9 +386,7 @@ impl SimHost {
                 orig_allowed: None,
                 mem_bytes,
                 mem_placed,
-                // A workload placed on a memory node is bound there (numactl --membind):
-                // NUMA balancing leaves it alone.
-                bind: s.mem_node.map(|n| vec![self.m.node_pos(n)]),
+                bind: None,
                 started: false,
                 exited: false,
                 flow,

@@ -9,6 +9,7 @@
 //! docs/simulator.md describes the model and every parameter's source.
 
 pub mod baselines;
+pub mod harm_fit;
 pub mod host;
 pub mod machine;
 pub mod network;

@@ -78,7 +78,7 @@ pub struct NumaParams {
     pub latency_ratio: BTreeMap<String, f64>,
     /// Automatic NUMA balancing: pages of a process migrate toward the node its threads
     /// run on at up to this rate, MB/s (0 = off: memory stays where it was first touched).
-    /// Processes with a bound memory node (`mem_node`, a `BindMemory`) are left alone.
+    /// Workloads bound to a memory node (`mem_node`) are left alone.
     #[serde(default)]
     pub balancing_mb_per_s: f64,
     /// CPU time a process spends migrating 1 GB of its pages (fault, copy, remap), s.

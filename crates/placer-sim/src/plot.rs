@@ -368,6 +368,47 @@ pub fn phases(
     unit: &str,
     values: &[(bool, f64)],
 ) -> Result<(), PlotError> {
+    struct Bars<'a>(&'a str, &'a str, &'a [(bool, f64)]);
+    impl Draw for Bars<'_> {
+        fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), PlotError>
+        where
+            DB::ErrorType: 'static,
+        {
+            phase_bars(root, self.0, self.1, self.2)
+        }
+    }
+    with_backend(path, (900, 450), &Bars(title, unit, values))
+}
+
+/// `placer bench contention --plot`: one line with points per series (x, y).
+pub fn curves(
+    path: &Path,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[(String, Vec<(f64, f64)>)],
+) -> Result<(), PlotError> {
+    struct Lines<'a>(&'a str, &'a str, &'a str, &'a [(String, Vec<(f64, f64)>)]);
+    impl Draw for Lines<'_> {
+        fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), PlotError>
+        where
+            DB::ErrorType: 'static,
+        {
+            curve_lines(root, self.0, self.1, self.2, self.3)
+        }
+    }
+    with_backend(path, (900, 500), &Lines(title, x_label, y_label, series))
+}
+
+/// Something drawn on any backend.
+trait Draw {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), PlotError>
+    where
+        DB::ErrorType: 'static;
+}
+
+/// Draws with an SVG or PNG backend chosen by the file's extension.
+fn with_backend(path: &Path, size: (u32, u32), what: &impl Draw) -> Result<(), PlotError> {
     let ext = path
         .extension()
         .and_then(|e| e.to_str())
@@ -375,11 +416,10 @@ pub fn phases(
         .to_ascii_lowercase();
     plotters::style::register_font("sans-serif", FontStyle::Normal, FONT)
         .map_err(|_| PlotError("bundled font does not load".into()))?;
-    let size = (900u32, 450u32);
     match ext.as_str() {
         "svg" => {
             let root = SVGBackend::new(path, size).into_drawing_area();
-            phase_bars(&root, title, unit, values)?;
+            what.draw(&root)?;
             root.present().map_err(err)
         }
         "png" => {
@@ -390,13 +430,75 @@ pub fn phases(
                 font,
             }
             .into_drawing_area();
-            phase_bars(&root, title, unit, values)?;
+            what.draw(&root)?;
             root.present().map_err(err)
         }
         other => Err(PlotError(format!(
             "unknown plot format {other:?}: use a .svg or .png file name"
         ))),
     }
+}
+
+fn curve_lines<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[(String, Vec<(f64, f64)>)],
+) -> Result<(), PlotError>
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE).map_err(err)?;
+    let pts = || {
+        series
+            .iter()
+            .flat_map(|s| s.1.iter())
+            .filter(|p| p.0.is_finite() && p.1.is_finite())
+    };
+    let xmax = pts().map(|p| p.0).fold(0.0f64, f64::max).max(1.0) * 1.05;
+    let ymin = pts().map(|p| p.1).fold(0.0f64, f64::min);
+    let ymax = pts().map(|p| p.1).fold(0.0f64, f64::max).max(1e-9) * 1.2;
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, ("sans-serif", 16))
+        .margin(12)
+        .x_label_area_size(35)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..xmax, ymin..ymax)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc(x_label)
+        .y_desc(y_label)
+        .y_label_formatter(&|v: &f64| fmt_tick(*v))
+        .label_style(("sans-serif", LABEL_FONT_PX))
+        .draw()
+        .map_err(err)?;
+    for (i, (name, v)) in series.iter().enumerate() {
+        let colour = PALETTE[i % PALETTE.len()];
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                v.clone(),
+                colour.stroke_width(2),
+            )))
+            .map_err(err)?
+            .label(name.as_str())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 14, y)], colour.stroke_width(2))
+            });
+        chart
+            .draw_series(v.iter().map(|&p| Circle::new(p, 4, colour.filled())))
+            .map_err(err)?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .label_font(("sans-serif", LABEL_FONT_PX))
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)?;
+    Ok(())
 }
 
 fn phase_bars<DB: DrawingBackend>(

@@ -355,3 +355,38 @@ fn power_tables_are_loaded_or_refused_with_their_line() {
     assert!(!o.status.success());
     assert!(err.contains("t.table: line 3: "), "{err}");
 }
+
+/// `placer bench contention` runs on this machine: a point alone and beside co-runners,
+/// each with its time per access and slowdown, and the three fitted shapes.
+#[test]
+fn bench_contention_measures_and_fits() {
+    let o = placer()
+        .args([
+            "bench",
+            "contention",
+            "--points",
+            "0,1,2",
+            "--duration",
+            "500ms",
+            "--stream-bytes",
+            "33554432",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let pts = j["points"].as_array().unwrap();
+    let local: Vec<&serde_json::Value> = pts.iter().filter(|p| p["sweep"] == "local").collect();
+    assert_eq!(local.len(), 3, "{j}");
+    assert_eq!(local[0]["slowdown"].as_f64(), Some(0.0));
+    for p in &local {
+        assert!(p["ns_per_access"].as_f64().unwrap() > 0.0, "{p}");
+    }
+    assert!(local[2]["co_runner_gbps"].as_f64().unwrap() > 0.0, "{j}");
+    assert_eq!(j["fit_by_count"]["fits"].as_array().unwrap().len(), 3);
+    // The shipped data sets' fits print.
+    let o = placer().args(["bench", "contention", "--fit"]).output().unwrap();
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).contains("x86-16core-llc"));
+}

@@ -167,7 +167,7 @@ impl Drop for RpsGuard {
 }
 
 /// A child process stopped (SIGTERM, then SIGKILL after 10 s) and reaped on drop.
-struct Kid(Child);
+pub(crate) struct Kid(pub(crate) Child);
 
 impl Drop for Kid {
     fn drop(&mut self) {
@@ -185,7 +185,7 @@ impl Drop for Kid {
 }
 
 /// Starts this binary with `args`; stdout piped, stderr to `log` (or inherited).
-fn spawn_self(args: &[&str], log: Option<&std::path::Path>) -> Result<Child> {
+pub(crate) fn spawn_self(args: &[&str], log: Option<&std::path::Path>) -> Result<Child> {
     // This binary by its path (so the helpers are named placer); by /proc/self/exe when
     // the file was replaced meanwhile (a rebuild, a package upgrade).
     let exe = std::env::current_exe()

@@ -26,6 +26,9 @@ pub enum BenchCmd {
     Net(super::bench_net::Args),
     /// Deadline misses of a periodic task under a network stream, with and without the limiter.
     Qos(super::bench_qos::Args),
+    /// Slowdown of a pointer chase beside streaming co-runners on its LLC domain, with fits
+    /// of the harm model (seed 003).
+    Contention(super::bench_contention::Args),
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -35,6 +38,7 @@ pub fn run(args: Args) -> Result<()> {
         BenchCmd::Daemon(a) => super::bench_daemon::run(a),
         BenchCmd::Overhead(a) => super::bench_overhead::run(a),
         BenchCmd::Qos(a) => super::bench_qos::run(a),
+        BenchCmd::Contention(a) => super::bench_contention::run(a),
         BenchCmd::Net(a) => super::bench_net::run(a),
         BenchCmd::Sim(a) => super::bench_sim::run(a),
     }

@@ -2,6 +2,7 @@
 
 pub mod ab;
 pub mod bench;
+pub mod bench_contention;
 pub mod bench_cycle;
 pub mod bench_daemon;
 pub mod bench_net;

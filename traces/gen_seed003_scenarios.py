@@ -105,6 +105,11 @@ description = "Group 2 presses less (P 0.1): 'little pressure' taken literally"
 params = { archetypes = { sphinx = { pressure = 0.1 }, omnetpp = { pressure = 0.1 }, streamcluster = { pressure = 0.1 } } }
 
 [[variants]]
+name = "fitted-additive"
+description = "LLC harm additive in the co-runners' pressure, 0.031 per unit (the 16-core measurement's shape and slope, calibration/contention.toml)"
+params = { contention = { llc_shape = "additive", llc_additive_per_pressure = 0.031 } }
+
+[[variants]]
 name = "g1-insensitive"
 description = "as g2-light, and Group 1 barely hurt by each other (S 0.2)"
 params = { archetypes = { sphinx = { pressure = 0.1 }, omnetpp = { pressure = 0.1 }, streamcluster = { pressure = 0.1 }, lbm = { sensitivity = 0.2 }, libquantum = { sensitivity = 0.2 }, lu_B = { sensitivity = 0.2 } } }

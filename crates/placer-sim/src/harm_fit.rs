@@ -317,10 +317,18 @@ mod tests {
                 let rec = rec.as_ref().expect("a recorded fit");
                 let best = f.best();
                 assert_eq!(rec.shape, best.shape, "{}", c.name);
-                assert!((rec.a - best.a).abs() <= 1e-3 * best.a.abs().max(1e-9), "{}", c.name);
+                assert!(
+                    (rec.a - best.a).abs() <= 1e-3 * best.a.abs().max(1e-9),
+                    "{}",
+                    c.name
+                );
                 assert!((rec.b - best.b).abs() <= 1e-2 * best.b.abs(), "{}", c.name);
                 let worst = best.residuals.iter().fold(0.0f64, |m, r| m.max(r.abs()));
-                assert!((rec.max_residual - worst).abs() < 1e-3, "{}: {worst}", c.name);
+                assert!(
+                    (rec.max_residual - worst).abs() < 1e-3,
+                    "{}: {worst}",
+                    c.name
+                );
             }
         }
     }

@@ -182,7 +182,13 @@ pub fn smt_factor(sib_busy: f64, gain: f64) -> f64 {
 
 /// Time multiplier from LLC co-runners with busy-weighted pressure sum `sum_p`.
 pub fn llc_slowdown(p: &Params, a: &Archetype, sum_p: f64) -> f64 {
-    (1.0 + p.contention.llc_scale * a.sensitivity * (1.0 - (-sum_p.max(0.0)).exp())).max(0.5)
+    let c = &p.contention;
+    let harm = if c.llc_shape == crate::params::LlcShape::Additive {
+        c.llc_additive_per_pressure * sum_p.max(0.0)
+    } else {
+        c.llc_scale * (1.0 - (-sum_p.max(0.0)).exp())
+    };
+    (1.0 + a.sensitivity * harm).max(0.5)
 }
 
 /// Loaded-latency multiplier at node bandwidth utilisation `u` (linear interpolation;

@@ -59,6 +59,14 @@ pub struct SmtParams {
 pub struct ContentionParams {
     /// Slowdown of a task from its LLC co-runners: 1 + llc_scale * S * (1 - exp(-sum P)).
     pub llc_scale: f64,
+    /// Shape of the LLC term: `saturating` (above) or `additive`
+    /// (1 + llc_additive_per_pressure * S * sum P, the shape measured curves show:
+    /// calibration/contention.toml).
+    #[serde(default)]
+    pub llc_shape: LlcShape,
+    /// Slowdown per unit of co-runner pressure for a fully sensitive task (additive shape).
+    #[serde(default)]
+    pub llc_additive_per_pressure: f64,
     /// Peak DRAM bandwidth of one memory node, GB/s.
     pub node_bw_gbps: f64,
     /// DRAM bandwidth one core can pull alone, GB/s (a task's memory-bound fraction is its
@@ -116,6 +124,15 @@ pub struct PowerParams {
 
 fn one() -> f64 {
     1.0
+}
+
+/// Shape of the simulator's LLC harm term.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum LlcShape {
+    #[default]
+    Saturating,
+    Additive,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -214,6 +231,8 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("cpu.big_dmips_per_mhz", "CAL A2/A5: capacity-dmips-mhz A15 1024"),
     ("cpu.little_dmips_per_mhz", "CAL A2/A5: capacity-dmips-mhz A7 539"),
     ("smt.gain_scale", "[E] 1.0 = archetype gains of CAL C/B taken as given"),
+    ("contention.llc_shape", "saturating [E] (CAL C archetypes); `additive` is the shape the 16-core measurement shows (calibration/contention.toml, docs/contention.md 'Harm model')"),
+    ("contention.llc_additive_per_pressure", "fitted: 0.028 slowdown per streaming co-runner (calibration/contention.toml, x86-16core-llc) / P 0.9 of a streaming app = 0.031 per unit pressure"),
     ("contention.llc_scale", "[E] CAL C: 'scale so worst pairs reach +100-200%': 2.0 gives antagonist(P=1)+sensitive(S=0.9) = +114%, lbm+omnetpp = +107%"),
     ("contention.node_bw_gbps", "[E] per machine: CAL C MLC 2S Intel ~80 GB/s local per socket for modern Xeons; older FSB/DDR2-3 machines scaled down (see docs/simulator.md)"),
     ("contention.core_bw_gbps", "[E] CAL C archetype 1: a streaming hog pulls 6-10 GB/s solo -> 10"),
@@ -347,6 +366,8 @@ impl Params {
             smt: SmtParams { gain_scale: 1.0 },
             contention: ContentionParams {
                 llc_scale: 2.0,
+                llc_shape: LlcShape::Saturating,
+                llc_additive_per_pressure: 0.031,
                 node_bw_gbps: 40.0,
                 core_bw_gbps: 10.0,
                 loaded_latency: vec![

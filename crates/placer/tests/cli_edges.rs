@@ -386,7 +386,10 @@ fn bench_contention_measures_and_fits() {
     assert!(local[2]["co_runner_gbps"].as_f64().unwrap() > 0.0, "{j}");
     assert_eq!(j["fit_by_count"]["fits"].as_array().unwrap().len(), 3);
     // The shipped data sets' fits print.
-    let o = placer().args(["bench", "contention", "--fit"]).output().unwrap();
+    let o = placer()
+        .args(["bench", "contention", "--fit"])
+        .output()
+        .unwrap();
     assert!(o.status.success());
     assert!(String::from_utf8_lossy(&o.stdout).contains("x86-16core-llc"));
 }

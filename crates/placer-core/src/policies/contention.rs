@@ -510,6 +510,9 @@ pub struct Contention {
     /// actions; filtering here keeps them out of the counts too).
     pub scope: Scope,
     pub self_pid: u32,
+    /// Some process's memory is being followed: only then are pages per node sampled
+    /// (reading every process's numa_maps is most of a cycle's cost).
+    following: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Contention {
@@ -582,8 +585,10 @@ impl Policy for Contention {
     fn wants(&self) -> SampleRequest {
         SampleRequest {
             counters: true,
-            // Where each moved process's pages are, to migrate them until they are home.
-            numa_pages: self.cfg.memory_follows,
+            // Where each moved process's pages are, to migrate them until they are home;
+            // only while some are followed.
+            numa_pages: self.cfg.memory_follows
+                && self.following.load(std::sync::atomic::Ordering::Relaxed),
             ..Default::default()
         }
     }
@@ -645,6 +650,10 @@ impl Policy for Contention {
             follow_actions.push((*key, p.comm.clone(), *node, off_pages));
             true
         });
+        self.following.store(
+            !st.following.is_empty(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         for (key, comm, node, off_pages) in follow_actions {
             // The budget is a rate: the first in line takes what is left of it, the others
             // wait for the next interval.
@@ -809,6 +818,9 @@ impl Policy for Contention {
                 }
             }
         }
+        let following = !state.private::<ContentionState>().following.is_empty();
+        self.following
+            .store(following, std::sync::atomic::Ordering::Relaxed);
         plan
     }
 }
@@ -1230,8 +1242,13 @@ mod tests {
             let node = topo.node_of(p.last_cpu.unwrap()).unwrap();
             p.numa_pages = [(node, 1000)].into();
         }
+        assert!(
+            pol.wants().numa_pages,
+            "pages are sampled while memory follows"
+        );
         assert!(pol.plan(&topo, &obs2, &mut st).actions.is_empty());
         assert!(st.private::<ContentionState>().following.is_empty());
+        assert!(!pol.wants().numa_pages, "and not once it is home");
     }
 
     /// Sufficient contention: a single aggressive app beside a sensitive one in a domain

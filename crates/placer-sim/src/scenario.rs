@@ -427,6 +427,25 @@ impl Scenario {
             w.validate()
                 .map_err(|e| ScenarioError::Invalid(self.name.clone(), e))?;
         }
+        if !self.show_params.is_empty() || self.sensitivity.is_some() {
+            let known: Vec<String> = Params::for_machine(&self.machine, None)
+                .describe()
+                .into_iter()
+                .map(|(k, _, _)| k)
+                .collect();
+            let named = self
+                .show_params
+                .iter()
+                .chain(self.sensitivity.as_ref().map(|s| &s.param));
+            for k in named {
+                if !known.contains(k) {
+                    return bad(format!(
+                        "unknown parameter {k:?} (placer sim --params {} lists them)",
+                        self.machine
+                    ));
+                }
+            }
+        }
         for p in &self.policies {
             let (_, placer) = split_policy(p);
             for q in &placer {

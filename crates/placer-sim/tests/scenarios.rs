@@ -35,6 +35,22 @@ fn scenario_files_reject_unknown_keys_and_bad_values() {
     assert!(Scenario::from_toml("t", &bad_class).is_err());
     let bad_machine = ok.replace("dell-c6100", "no-such-machine");
     assert!(Scenario::from_toml("t", &bad_machine).is_err());
+    // Parameters a report shows or sweeps must exist.
+    let show = |k: &str| {
+        ok.replace(
+            "duration_s = 1.0",
+            &format!("duration_s = 1.0\nshow_params = [\"{k}\"]"),
+        )
+    };
+    assert!(Scenario::from_toml("t", &show("power.node_idle_w")).is_ok());
+    let e = Scenario::from_toml("t", &show("power.idle"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("power.idle"), "{e}");
+    let sweep = format!(
+        "{ok}[sensitivity]\nparam = \"power.nope\"\nvalues = [1.0]\nmetrics = [\"energy_saving\"]\n"
+    );
+    assert!(Scenario::from_toml("t", &sweep).is_err());
 }
 
 #[test]

@@ -1,0 +1,392 @@
+//! Kubernetes facts a node agent needs, parsed without I/O (issue 19's pure half; the NRI
+//! plugin that feeds them is not built yet): which policy a pod or container asks for in
+//! its annotations, what the kubelet's CPU manager pinned, which pod and container a cgroup
+//! path belongs to, and how placer's choice of CPUs meets the kubelet's.
+//!
+//! Rules (each tested):
+//! - **Annotations.** `policy.placer.io/container.NAME` beats `policy.placer.io/pod`; an
+//!   opt-out `preserve.placer.io/container.NAME` or `preserve.placer.io/pod` set to `true`
+//!   beats both (placer leaves the container alone). A policy name placer does not know is
+//!   an error naming the annotation, not a silent no-op.
+//! - **Kubelet CPU manager state** (`/var/lib/kubelet/cpu_manager_state`): with policy
+//!   `none` nothing is pinned; with `static`, `entries` are the containers pinned
+//!   exclusively and `defaultCpuSet` the shared pool.
+//! - **Cgroup paths**: cgroupfs (`/kubepods/burstable/pod<uid>/<id>`), systemd
+//!   (`.../kubepods-burstable-pod<uid_with_underscores>.slice/cri-containerd-<id>.scope`,
+//!   also `crio-` and `docker-`), and the runtime's `slice:prefix:id` form
+//!   (`kubepods-burstable-pod<uid>.slice:cri-containerd:<id>`) give the QoS class, the pod
+//!   UID (with dashes) and the container ID.
+//! - **No fight with the kubelet**: a container the static policy pinned exclusively is
+//!   never touched; any other gets placer's CPUs intersected with the shared pool (static)
+//!   or with the cpuset the kubelet asks for; an empty intersection is refused with the
+//!   reason, never widened.
+
+use crate::cpuset::CpuSet;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+pub const POD_POLICY: &str = "policy.placer.io/pod";
+pub const CONTAINER_POLICY_PREFIX: &str = "policy.placer.io/container.";
+pub const POD_PRESERVE: &str = "preserve.placer.io/pod";
+pub const CONTAINER_PRESERVE_PREFIX: &str = "preserve.placer.io/container.";
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum K8sError {
+    #[error("annotation {annotation}: unknown policy {policy:?} (known: {known})")]
+    UnknownPolicy {
+        annotation: String,
+        policy: String,
+        known: String,
+    },
+    #[error("kubelet CPU manager state: {0}")]
+    KubeletState(String),
+}
+
+/// What a container's annotations ask of placer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Selection {
+    /// Place it with this policy; `from` names the annotation that said so.
+    Policy { policy: String, from: String },
+    /// Leave it alone (`preserve.placer.io/...`).
+    Preserved { from: String },
+    /// Nothing said: the TOML scope decides.
+    Unspecified,
+}
+
+fn truthy(v: &str) -> bool {
+    matches!(v.trim().to_ascii_lowercase().as_str(), "true" | "yes" | "1")
+}
+
+/// The selection for container `container` of a pod with `annotations`.
+pub fn selection(
+    annotations: &BTreeMap<String, String>,
+    container: &str,
+) -> Result<Selection, K8sError> {
+    let c_preserve = format!("{CONTAINER_PRESERVE_PREFIX}{container}");
+    for key in [c_preserve.as_str(), POD_PRESERVE] {
+        if annotations.get(key).is_some_and(|v| truthy(v)) {
+            return Ok(Selection::Preserved { from: key.into() });
+        }
+    }
+    let c_policy = format!("{CONTAINER_POLICY_PREFIX}{container}");
+    for key in [c_policy.as_str(), POD_POLICY] {
+        if let Some(p) = annotations.get(key) {
+            let p = p.trim();
+            if !crate::config::POLICY_NAMES.contains(&p) {
+                return Err(K8sError::UnknownPolicy {
+                    annotation: key.into(),
+                    policy: p.into(),
+                    known: crate::config::POLICY_NAMES.join(", "),
+                });
+            }
+            return Ok(Selection::Policy {
+                policy: p.into(),
+                from: key.into(),
+            });
+        }
+    }
+    Ok(Selection::Unspecified)
+}
+
+/// The kubelet's CPU manager policy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CpuManager {
+    None,
+    Static {
+        /// The shared pool (`defaultCpuSet`).
+        shared: CpuSet,
+        /// (pod UID, container name) -> CPUs pinned exclusively.
+        exclusive: BTreeMap<(String, String), CpuSet>,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawState {
+    policy_name: String,
+    #[serde(default)]
+    default_cpu_set: String,
+    #[serde(default)]
+    entries: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+/// Parses `cpu_manager_state`.
+pub fn parse_cpu_manager_state(text: &str) -> Result<CpuManager, K8sError> {
+    let raw: RawState =
+        serde_json::from_str(text).map_err(|e| K8sError::KubeletState(e.to_string()))?;
+    let cpus = |s: &str, what: &str| {
+        CpuSet::parse_list(s.trim())
+            .map_err(|e| K8sError::KubeletState(format!("{what} {s:?}: {e}")))
+    };
+    match raw.policy_name.as_str() {
+        "none" => Ok(CpuManager::None),
+        "static" => {
+            let mut exclusive = BTreeMap::new();
+            for (pod, containers) in &raw.entries {
+                for (c, set) in containers {
+                    exclusive.insert((pod.clone(), c.clone()), cpus(set, "entry")?);
+                }
+            }
+            Ok(CpuManager::Static {
+                shared: cpus(&raw.default_cpu_set, "defaultCpuSet")?,
+                exclusive,
+            })
+        }
+        other => Err(K8sError::KubeletState(format!(
+            "unknown policyName {other:?} (none, static)"
+        ))),
+    }
+}
+
+/// A pod's QoS class, as its cgroup path shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QosClass {
+    Guaranteed,
+    Burstable,
+    BestEffort,
+}
+
+/// What a container's cgroup path says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodCgroup {
+    pub qos: QosClass,
+    /// With dashes, as the API shows it.
+    pub pod_uid: String,
+    pub container_id: String,
+}
+
+/// Parses a container's cgroup path (module doc); None when it is not a pod's container.
+pub fn parse_cgroup_path(path: &str) -> Option<PodCgroup> {
+    // The runtime's systemd form: "kubepods-burstable-pod<uid>.slice:cri-containerd:<id>".
+    if let [slice, _prefix, id] = path.split(':').collect::<Vec<_>>().as_slice() {
+        let (qos, uid) = pod_of_slice(slice.trim_start_matches('/').rsplit('/').next()?)?;
+        return Some(PodCgroup {
+            qos,
+            pod_uid: uid,
+            container_id: id.to_string(),
+        });
+    }
+    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+    let last = *parts.last()?;
+    if let Some(scope) = last.strip_suffix(".scope") {
+        // systemd: the container's scope under its pod's slice.
+        let id = ["cri-containerd-", "crio-", "docker-", "containerd-"]
+            .iter()
+            .find_map(|p| scope.strip_prefix(p))?;
+        let (qos, uid) = pod_of_slice(parts.get(parts.len().checked_sub(2)?)?)?;
+        return Some(PodCgroup {
+            qos,
+            pod_uid: uid,
+            container_id: id.to_string(),
+        });
+    }
+    // cgroupfs: /kubepods[/burstable|/besteffort]/pod<uid>/<id>
+    let k = parts.iter().position(|p| *p == "kubepods")?;
+    let rest = &parts[k + 1..];
+    let (qos, rest) = match rest.first() {
+        Some(&"burstable") => (QosClass::Burstable, &rest[1..]),
+        Some(&"besteffort") => (QosClass::BestEffort, &rest[1..]),
+        _ => (QosClass::Guaranteed, rest),
+    };
+    match rest {
+        [pod, id] => Some(PodCgroup {
+            qos,
+            pod_uid: pod.strip_prefix("pod")?.to_string(),
+            container_id: id.to_string(),
+        }),
+        _ => None,
+    }
+}
+
+/// `kubepods-burstable-pod<uid_>.slice` -> (Burstable, uid with dashes).
+fn pod_of_slice(slice: &str) -> Option<(QosClass, String)> {
+    let name = slice.strip_suffix(".slice")?;
+    let name = name.strip_prefix("kubepods-")?;
+    let (qos, pod) = if let Some(r) = name.strip_prefix("burstable-") {
+        (QosClass::Burstable, r)
+    } else if let Some(r) = name.strip_prefix("besteffort-") {
+        (QosClass::BestEffort, r)
+    } else {
+        (QosClass::Guaranteed, name)
+    };
+    let uid = pod.strip_prefix("pod")?;
+    (!uid.is_empty()).then(|| (qos, uid.replace('_', "-")))
+}
+
+/// The CPUs placer may give a container, or why none.
+pub fn allowed_cpus(
+    want: &CpuSet,
+    kubelet: &CpuManager,
+    pod_uid: &str,
+    container: &str,
+    requested: Option<&CpuSet>,
+) -> Result<CpuSet, String> {
+    let mut bound = match kubelet {
+        CpuManager::Static { shared, exclusive } => {
+            if let Some(set) = exclusive.get(&(pod_uid.to_string(), container.to_string())) {
+                return Err(format!(
+                    "the kubelet's static CPU manager pinned {container} to CPUs {set} \
+                     exclusively: placer leaves it alone"
+                ));
+            }
+            shared.clone()
+        }
+        CpuManager::None => want.clone(),
+    };
+    if let Some(r) = requested.filter(|r| !r.is_empty()) {
+        bound = bound.intersection(r);
+    }
+    let got = want.intersection(&bound);
+    if got.is_empty() {
+        return Err(format!(
+            "placer's CPUs {want} do not meet the CPUs the kubelet allows ({bound}): not moved"
+        ));
+    }
+    Ok(got)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ann(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn annotations_select_by_container_then_pod_and_preserve_wins() {
+        let a = ann(&[
+            ("policy.placer.io/pod", "contention"),
+            ("policy.placer.io/container.web", "net-affinity"),
+        ]);
+        assert_eq!(
+            selection(&a, "web").unwrap(),
+            Selection::Policy {
+                policy: "net-affinity".into(),
+                from: "policy.placer.io/container.web".into()
+            }
+        );
+        assert_eq!(
+            selection(&a, "sidecar").unwrap(),
+            Selection::Policy {
+                policy: "contention".into(),
+                from: POD_POLICY.into()
+            }
+        );
+        let mut p = a.clone();
+        p.insert("preserve.placer.io/container.web".into(), "true".into());
+        assert!(matches!(
+            selection(&p, "web").unwrap(),
+            Selection::Preserved { .. }
+        ));
+        assert!(matches!(
+            selection(&p, "sidecar").unwrap(),
+            Selection::Policy { .. }
+        ));
+        p.insert(POD_PRESERVE.into(), "yes".into());
+        assert!(matches!(
+            selection(&p, "sidecar").unwrap(),
+            Selection::Preserved { .. }
+        ));
+        // "false" is no opt-out.
+        let f = ann(&[(POD_PRESERVE, "false"), (POD_POLICY, "numa-local")]);
+        assert!(matches!(
+            selection(&f, "x").unwrap(),
+            Selection::Policy { .. }
+        ));
+        assert_eq!(selection(&ann(&[]), "x").unwrap(), Selection::Unspecified);
+        let e = selection(&ann(&[(POD_POLICY, "fastest")]), "x").unwrap_err();
+        assert!(e.to_string().contains("policy.placer.io/pod"), "{e}");
+    }
+
+    #[test]
+    fn kubelet_state_static_and_none() {
+        let s = r#"{"policyName":"static","defaultCpuSet":"0-1,6-7",
+            "entries":{"3f1c-aa":{"db":"2-5"}},"checksum":1234}"#;
+        let CpuManager::Static { shared, exclusive } = parse_cpu_manager_state(s).unwrap() else {
+            panic!("static")
+        };
+        assert_eq!(shared.to_list_string(), "0-1,6-7");
+        assert_eq!(
+            exclusive[&("3f1c-aa".to_string(), "db".to_string())].to_list_string(),
+            "2-5"
+        );
+        let n = r#"{"policyName":"none","defaultCpuSet":"","checksum":1}"#;
+        assert_eq!(parse_cpu_manager_state(n).unwrap(), CpuManager::None);
+        assert!(parse_cpu_manager_state(r#"{"policyName":"magic"}"#).is_err());
+        assert!(parse_cpu_manager_state("{").is_err());
+        assert!(parse_cpu_manager_state(
+            r#"{"policyName":"static","defaultCpuSet":"x","entries":{}}"#
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn cgroup_paths_of_both_drivers_and_the_runtime_form() {
+        let uid = "6b8f0d2e-1c3a-4b5d-9e7f-0a1b2c3d4e5f";
+        let us = uid.replace('-', "_");
+        for (path, qos) in [
+            (format!("/kubepods/burstable/pod{uid}/abc123"), QosClass::Burstable),
+            (format!("/kubepods/pod{uid}/abc123"), QosClass::Guaranteed),
+            (format!("/kubepods/besteffort/pod{uid}/abc123"), QosClass::BestEffort),
+            (
+                format!(
+                    "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{us}.slice/cri-containerd-abc123.scope"
+                ),
+                QosClass::Burstable,
+            ),
+            (
+                format!("/kubepods.slice/kubepods-pod{us}.slice/crio-abc123.scope"),
+                QosClass::Guaranteed,
+            ),
+            (
+                format!("kubepods-besteffort-pod{us}.slice:cri-containerd:abc123"),
+                QosClass::BestEffort,
+            ),
+        ] {
+            let c = parse_cgroup_path(&path).unwrap_or_else(|| panic!("{path}"));
+            assert_eq!(c.qos, qos, "{path}");
+            assert_eq!(c.pod_uid, uid, "{path}");
+            assert_eq!(c.container_id, "abc123", "{path}");
+        }
+        for not_pod in [
+            "/system.slice/sshd.service",
+            "/user.slice",
+            "/",
+            "/kubepods",
+        ] {
+            assert_eq!(parse_cgroup_path(not_pod), None, "{not_pod}");
+        }
+    }
+
+    #[test]
+    fn placer_never_widens_what_the_kubelet_allows() {
+        let set = |s: &str| CpuSet::parse_list(s).unwrap();
+        let st = CpuManager::Static {
+            shared: set("0-1,6-7"),
+            exclusive: [(("pod1".to_string(), "db".to_string()), set("2-5"))].into(),
+        };
+        // Exclusively pinned: refused, whatever placer wants.
+        let e = allowed_cpus(&set("2-3"), &st, "pod1", "db", None).unwrap_err();
+        assert!(e.contains("exclusively"), "{e}");
+        // Shared pool: intersected.
+        assert_eq!(
+            allowed_cpus(&set("1-2"), &st, "pod2", "web", None).unwrap(),
+            set("1")
+        );
+        // Outside the pool entirely: refused, not widened.
+        assert!(allowed_cpus(&set("3-4"), &st, "pod2", "web", None).is_err());
+        // With the kubelet's requested cpuset (UpdateContainer) as well.
+        assert_eq!(
+            allowed_cpus(&set("0-7"), &CpuManager::None, "p", "c", Some(&set("4-5"))).unwrap(),
+            set("4-5")
+        );
+        assert_eq!(
+            allowed_cpus(&set("0-1,6-7"), &st, "p", "c", Some(&set("1,6"))).unwrap(),
+            set("1,6")
+        );
+    }
+}

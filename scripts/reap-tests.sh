@@ -4,6 +4,8 @@
 # them, and any process still inside is killed), and temporary dirs of dead test processes.
 # Safe beside a running suite: it never touches what a live process owns.
 set -uo pipefail
+# The one harness (placer-linux/src/testnet.rs) names them placer-a-PID-N, placer-b-PID-N and
+# placer-bn-PID-N; the older prefixes are kept for leftovers of earlier builds.
 prefixes='placer-a|placer-b|placer-bn|plobs-rx|plobs-tx|plr-rx|plr-tx|plrb-rx|plrb-tx'
 reaped=0
 if [ "$(id -u)" = 0 ] && command -v ip >/dev/null 2>&1; then

@@ -13,6 +13,7 @@ pub mod pmu_events;
 pub mod power_meter;
 pub mod sampler;
 pub mod tc;
+pub mod testnet;
 pub mod topology;
 
 pub use error::{LinuxError, Result};

@@ -172,53 +172,31 @@ impl Drop for Kid {
 struct Net {
     rx_ns: String,
     tx_ns: String,
+    /// The receiver's address (in `rx_ns`).
+    rx_addr: String,
     dir: PathBuf,
+    /// The shared harness (placer_linux::testnet): sender in A, receiver in B; dropped
+    /// last, after the fields above.
+    _pair: placer_linux::testnet::VethPair,
 }
 
-const RX_ADDR: &str = "10.77.0.1";
 const PORT: &str = "5001";
 
 impl Net {
     fn new() -> Net {
         let u = uniq();
+        let pair = placer_linux::testnet::VethPair::new().expect("veth pair");
+        // Receive processing on CPU 1, as a NIC's interrupt would steer it.
+        placer_linux::testnet::set_rps(&pair.ns_b, &pair.dev_b, 1).expect("RPS on CPU 1");
         let net = Net {
-            rx_ns: format!("plr-rx-{u}"),
-            tx_ns: format!("plr-tx-{u}"),
+            rx_ns: pair.ns_b.clone(),
+            tx_ns: pair.ns_a.clone(),
+            rx_addr: pair.addr_b.to_string(),
             dir: std::env::temp_dir().join(format!("placer-e2e-{u}")),
+            _pair: pair,
         };
         let _ = std::fs::remove_dir_all(&net.dir);
         std::fs::create_dir_all(&net.dir).expect("tmp dir");
-        let (vr, vt) = (format!("vr{u}"), format!("vt{u}"));
-        let sh = |ns: &str, script: &str| {
-            let o = run(Command::new("ip").args(["netns", "exec", ns, "sh", "-ec", script]))
-                .expect("ip netns exec");
-            assert!(
-                o.status.success(),
-                "{script}: {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-        };
-        for ns in [&net.rx_ns, &net.tx_ns] {
-            assert!(
-                ok(Command::new("ip").args(["netns", "add", ns])),
-                "netns add {ns}"
-            );
-        }
-        assert!(ok(Command::new("ip").args([
-            "link", "add", &vr, "netns", &net.rx_ns, "type", "veth", "peer", "name", &vt, "netns",
-            &net.tx_ns
-        ])));
-        sh(
-            &net.rx_ns,
-            &format!(
-                "ip link set lo up; ip addr add {RX_ADDR}/24 dev {vr}; ip link set {vr} up; \
-                 echo 2 > /sys/class/net/{vr}/queues/rx-0/rps_cpus"
-            ),
-        );
-        sh(
-            &net.tx_ns,
-            &format!("ip link set lo up; ip addr add 10.77.0.2/24 dev {vt}; ip link set {vt} up"),
-        );
         net
     }
 
@@ -242,10 +220,14 @@ impl Net {
             \x20c,_=s.accept()\n\
             \x20while c.recv(1<<16): pass\n\
             \x20c.close()\n";
-        let k = Kid::spawn(
-            self.in_ns(&self.rx_ns)
-                .args(["python3", "-c", code, comm, RX_ADDR, PORT]),
-        );
+        let k = Kid::spawn(self.in_ns(&self.rx_ns).args([
+            "python3",
+            "-c",
+            code,
+            comm,
+            &self.rx_addr,
+            PORT,
+        ]));
         k.expect_line("listening", Duration::from_secs(10));
         k
     }
@@ -270,7 +252,7 @@ impl Net {
             "python3",
             "-c",
             code,
-            RX_ADDR,
+            &self.rx_addr,
             PORT,
             &idle_s.to_string(),
             &stream_s.to_string(),
@@ -335,9 +317,7 @@ impl Net {
 
 impl Drop for Net {
     fn drop(&mut self) {
-        for ns in [&self.rx_ns, &self.tx_ns] {
-            let _ = run(Command::new("ip").args(["netns", "del", ns]));
-        }
+        // The namespaces go with `_pair`.
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

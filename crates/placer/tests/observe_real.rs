@@ -60,7 +60,6 @@ fn run(args: &[&str]) {
 #[derive(Default)]
 struct Guard {
     children: Vec<Child>,
-    netns: Vec<String>,
 }
 
 impl Drop for Guard {
@@ -68,9 +67,6 @@ impl Drop for Guard {
         for c in &mut self.children {
             let _ = c.kill();
             let _ = c.wait();
-        }
-        for ns in &self.netns {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
         }
     }
 }
@@ -157,37 +153,20 @@ fn receiver_rate_and_flow_in_a_namespace() {
         placer_testkit::skip(&r);
         return;
     }
-    let pid = std::process::id();
-    let (rx, tx) = (format!("plobs-rx-{pid}"), format!("plobs-tx-{pid}"));
-    let (va, vb) = (format!("pova{pid}"), format!("povb{pid}"));
+    // The shared harness: sender in A, receiver in B; removed when `pair` drops, after the
+    // guard has killed the processes inside.
+    let pair = placer_linux::testnet::VethPair::new().expect("veth pair");
+    let (tx, rx, va) = (pair.ns_a.clone(), pair.ns_b.clone(), pair.dev_a.clone());
+    let (tx_addr, rx_addr) = (pair.addr_a.to_string(), pair.addr_b.to_string());
     let mut g = Guard::default();
-    for ns in [&rx, &tx] {
-        run(&["ip", "netns", "add", ns]);
-        g.netns.push(ns.clone());
-    }
-    run(&[
-        "ip", "link", "add", &va, "netns", &tx, "type", "veth", "peer", "name", &vb, "netns", &rx,
-    ]);
-    run(&["ip", "-n", &tx, "addr", "add", "10.77.0.1/24", "dev", &va]);
-    run(&["ip", "-n", &rx, "addr", "add", "10.77.0.2/24", "dev", &vb]);
-    for (ns, dev) in [(&tx, &va), (&rx, &vb)] {
-        run(&["ip", "-n", ns, "link", "set", dev, "up"]);
-        run(&["ip", "-n", ns, "link", "set", "lo", "up"]);
-    }
     run(&[
         "ip", "netns", "exec", &tx, "tc", "qdisc", "add", "dev", &va, "root", "tbf", "rate",
         "200mbit", "burst", "256kb", "latency", "50ms",
     ]);
 
-    let mut recv = placer_testkit::proc::die_with_parent(Command::new("ip").args([
-        "netns",
-        "exec",
-        &rx,
-        "python3",
-        "-c",
-        RECEIVER,
-        "10.77.0.2",
-    ]))
+    let mut recv = placer_testkit::proc::die_with_parent(
+        Command::new("ip").args(["netns", "exec", &rx, "python3", "-c", RECEIVER, &rx_addr]),
+    )
     .stdout(Stdio::piped())
     .spawn()
     .unwrap();
@@ -209,15 +188,9 @@ fn receiver_rate_and_flow_in_a_namespace() {
             }
         }
     });
-    let send = placer_testkit::proc::die_with_parent(Command::new("ip").args([
-        "netns",
-        "exec",
-        &tx,
-        "python3",
-        "-c",
-        SENDER,
-        "10.77.0.2",
-    ]))
+    let send = placer_testkit::proc::die_with_parent(
+        Command::new("ip").args(["netns", "exec", &tx, "python3", "-c", SENDER, &rx_addr]),
+    )
     .spawn()
     .unwrap();
     g.children.push(send);
@@ -252,9 +225,12 @@ fn receiver_rate_and_flow_in_a_namespace() {
     let flows = p["flows"].as_array().unwrap();
     let f = flows
         .iter()
-        .find(|f| f["local"] == "10.77.0.2:5001")
+        .find(|f| f["local"] == format!("{rx_addr}:5001"))
         .expect("the receiver's flow");
-    assert!(f["remote"].as_str().unwrap().starts_with("10.77.0.1:"));
+    assert!(f["remote"]
+        .as_str()
+        .unwrap()
+        .starts_with(&format!("{tx_addr}:")));
     assert_eq!(f["state"], 1);
     let seg = f["avg_rx_seg_bytes"].as_f64().unwrap();
     assert!(seg > 500.0 && seg <= 65536.0, "avg segment {seg}");

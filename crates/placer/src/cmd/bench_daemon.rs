@@ -20,7 +20,7 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -328,66 +328,6 @@ fn reaction_missing() -> Option<String> {
     }
 }
 
-/// Two namespaces joined by veth, RPS of the receiver's end on CPU 1; deleted on drop.
-struct Netns {
-    rx: String,
-    tx: String,
-}
-
-impl Netns {
-    fn new() -> Result<Netns> {
-        let u = std::process::id();
-        let n = Netns {
-            rx: format!("plrb-rx-{u}"),
-            tx: format!("plrb-tx-{u}"),
-        };
-        let (vr, vt) = (format!("vbr{u}"), format!("vbt{u}"));
-        let sh = |args: &[&str]| -> Result<()> {
-            let o = Command::new("ip")
-                .args(args)
-                .stdin(Stdio::null())
-                .output()?;
-            if !o.status.success() {
-                bail!(
-                    "ip {}: {}",
-                    args.join(" "),
-                    String::from_utf8_lossy(&o.stderr)
-                );
-            }
-            Ok(())
-        };
-        sh(&["netns", "add", &n.rx])?;
-        sh(&["netns", "add", &n.tx])?;
-        sh(&[
-            "link", "add", &vr, "netns", &n.rx, "type", "veth", "peer", "name", &vt, "netns", &n.tx,
-        ])?;
-        let rx_setup = format!(
-            "ip link set lo up; ip addr add 10.78.0.1/24 dev {vr}; ip link set {vr} up; \
-             echo 2 > /sys/class/net/{vr}/queues/rx-0/rps_cpus"
-        );
-        sh(&["netns", "exec", &n.rx, "sh", "-ec", &rx_setup])?;
-        let tx_setup =
-            format!("ip link set lo up; ip addr add 10.78.0.2/24 dev {vt}; ip link set {vt} up");
-        sh(&["netns", "exec", &n.tx, "sh", "-ec", &tx_setup])?;
-        Ok(n)
-    }
-
-    fn exec(&self, ns: &str, exe: &Path) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", ns]).arg(exe);
-        c.stdin(Stdio::null());
-        c
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        for ns in [&self.rx, &self.tx] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).output();
-        }
-    }
-}
-
 /// Reads lines of a child's stdout until one starts with `prefix` (bounded by `limit`).
 fn wait_line(child: &mut Child, prefix: &str, limit: Duration) -> Result<String> {
     let out = child.stdout.take().context("stdout")?;
@@ -418,8 +358,16 @@ fn affinity(pid: u32) -> String {
 }
 
 fn reaction(args: &Args, interval: Duration) -> Result<Reaction> {
-    let net = Netns::new()?;
+    // Receiver in B (RPS on CPU 1, as a NIC's interrupt would steer it), sender in A;
+    // removed on drop, after the processes below.
+    let net = placer_linux::testnet::VethPair::new().context("creating the namespaces")?;
+    placer_linux::testnet::set_rps(&net.ns_b, &net.dev_b, 1).context("RPS on CPU 1")?;
     let exe = std::env::current_exe()?;
+    let exec = |ns: &str| {
+        let mut c = placer_linux::testnet::VethPair::exec(ns);
+        c.arg(&exe);
+        c
+    };
     let dir = temp_dir("reaction");
     let cfg = dir.join("placer.toml");
     std::fs::write(
@@ -433,7 +381,7 @@ fn reaction(args: &Args, interval: Duration) -> Result<Reaction> {
     )?;
     let mut daemon = Kids::default();
     daemon.0.push(
-        net.exec(&net.rx, &exe)
+        exec(&net.ns_b)
             .args(["daemon", "--config"])
             .arg(&cfg)
             .stdout(Stdio::null())
@@ -444,10 +392,9 @@ fn reaction(args: &Args, interval: Duration) -> Result<Reaction> {
     let mut runs_ms = Vec::new();
     let mut missed = 0;
     for run in 0..args.runs {
-        let addr = format!("10.78.0.1:{}", 6000 + run);
+        let addr = format!("{}:{}", net.addr_b, 6000 + run);
         let mut kids = Kids::default();
-        let mut rx = net
-            .exec(&net.rx, &exe)
+        let mut rx = exec(&net.ns_b)
             .args(["bench", "daemon", "--role", "receiver", "--addr", &addr])
             .args(["--comm", &format!("plrbrx{run}")])
             .stdout(Stdio::piped())
@@ -461,8 +408,7 @@ fn reaction(args: &Args, interval: Duration) -> Result<Reaction> {
         let phase_ns =
             monotonic_ns().wrapping_mul(0x9E37_79B9_7F4A_7C15) % interval.as_nanos().max(1) as u64;
         std::thread::sleep(Duration::from_nanos(phase_ns));
-        let mut tx = net
-            .exec(&net.tx, &exe)
+        let mut tx = exec(&net.ns_a)
             .args(["bench", "daemon", "--role", "sender", "--addr", &addr])
             .args(["--idle-ms", &(interval.as_millis() * 2).to_string()])
             .args(["--stream-ms", &(interval.as_millis() * 6).to_string()])

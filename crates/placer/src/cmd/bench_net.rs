@@ -32,7 +32,6 @@ use serde::Serialize;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// Seed 004's averages (Gbit/s), for the report.
@@ -199,81 +198,7 @@ fn softirq_s(root: &Path) -> Option<f64> {
     Some(ticks as f64 / placer_linux::sys::clock_ticks_per_s() as f64)
 }
 
-/// A veth pair from the root namespace into a namespace of our own; removed on drop.
-struct Veth {
-    netns: String,
-    host_if: String,
-    host_addr: std::net::Ipv4Addr,
-    peer_addr: std::net::Ipv4Addr,
-}
-
-fn ip(args: &[&str]) -> Result<()> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .context("running ip (iproute2)")?;
-    if !out.status.success() {
-        bail!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
-}
-
-impl Veth {
-    fn create() -> Result<Veth> {
-        let pid = std::process::id();
-        let (a, b) = ((pid % 250) as u8, ((pid / 250) % 64 * 4) as u8);
-        let v = Veth {
-            netns: format!("placer-bn-{pid}"),
-            host_if: format!("pbn{pid}a"),
-            host_addr: std::net::Ipv4Addr::new(10, 213, a, b + 1),
-            peer_addr: std::net::Ipv4Addr::new(10, 213, a, b + 2),
-        };
-        let peer_if = format!("pbn{pid}b");
-        ip(&["netns", "add", &v.netns])?;
-        // From here on, drop cleans up whatever was made.
-        ip(&[
-            "link", "add", &v.host_if, "type", "veth", "peer", "name", &peer_if, "netns", &v.netns,
-        ])?;
-        ip(&[
-            "addr",
-            "add",
-            &format!("{}/30", v.host_addr),
-            "dev",
-            &v.host_if,
-        ])?;
-        ip(&["link", "set", &v.host_if, "up"])?;
-        ip(&[
-            "-n",
-            &v.netns,
-            "addr",
-            "add",
-            &format!("{}/30", v.peer_addr),
-            "dev",
-            &peer_if,
-        ])?;
-        ip(&["-n", &v.netns, "link", "set", &peer_if, "up"])?;
-        ip(&["-n", &v.netns, "link", "set", "lo", "up"])?;
-        Ok(v)
-    }
-
-    /// Moves the calling thread into the namespace (its later sockets live there).
-    fn enter(&self) -> Result<()> {
-        let path = format!("/run/netns/{}", self.netns);
-        let f = std::fs::File::open(&path).with_context(|| format!("opening {path}"))?;
-        placer_linux::sys::setns_net(&f).with_context(|| format!("setns {path}"))
-    }
-}
-
-impl Drop for Veth {
-    fn drop(&mut self) {
-        let _ = ip(&["link", "del", &self.host_if]);
-        let _ = ip(&["netns", "del", &self.netns]);
-    }
-}
+use placer_linux::testnet::HostVeth as Veth;
 
 /// An RPS mask set for the run; the previous value is put back on drop.
 struct Rps {
@@ -517,7 +442,7 @@ fn sender(
     duration: Duration,
 ) -> Result<SideResult> {
     if let Some(v) = veth {
-        v.enter()?;
+        v.enter().context("entering the namespace")?;
     }
     if let Some(c) = cpu {
         pin_thread(c)?;
@@ -715,7 +640,7 @@ pub fn run(mut args: Args) -> Result<()> {
     };
     let veth = match args.path {
         PathKind::Veth => Some(
-            Veth::create()
+            Veth::new()
                 .context("creating the veth pair and namespace (needs root and iproute2)")?,
         ),
         PathKind::Loopback => None,
@@ -858,7 +783,7 @@ mod tests {
     /// iproute2); the namespace and the veth are gone afterwards.
     #[test]
     fn veth_trial_runs_and_cleans_up() {
-        let veth = match Veth::create() {
+        let veth = match Veth::new() {
             Ok(v) => v,
             Err(e) => {
                 eprintln!("skipping: cannot create a veth pair here: {e:#}");
@@ -876,7 +801,10 @@ mod tests {
         let t = trial(&setup, 0, BufMode::Fresh).unwrap();
         assert!(t.bytes > 0);
         drop(setup);
-        let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
+        let out = std::process::Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+            .unwrap();
         assert!(
             !String::from_utf8_lossy(&out.stdout).contains(&ns),
             "{ns} left behind"

@@ -20,7 +20,8 @@
 
 use anyhow::{bail, Context, Result};
 use placer_core::plan::{Direction, FlowMatch};
-use placer_linux::tc::{testnet, LimitSpec, Limiter, TcCtx};
+use placer_linux::tc::{LimitSpec, Limiter, TcCtx};
+use placer_linux::testnet;
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};

@@ -36,14 +36,23 @@ pub struct RecordHeader {
 }
 
 impl RecordHeader {
-    pub fn new(interval_ms: u64, sources: SourceStatus) -> Self {
+    /// The header of a recording of the machine under `root` (its hostname is read there,
+    /// so a recording of a fixture tree names the fixture's host, not this one).
+    pub fn new(root: &std::path::Path, interval_ms: u64, sources: SourceStatus) -> Self {
         let started_unix_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0);
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|s| s.trim().to_string())
-            .unwrap_or_default();
+        let host = {
+            use std::io::Read;
+            // A hostname is at most 64 bytes; a root we do not trust must not make us read
+            // more.
+            let mut s = String::new();
+            std::fs::File::open(root.join("proc/sys/kernel/hostname"))
+                .and_then(|f| f.take(256).read_to_string(&mut s))
+                .map(|_| s.trim().to_string())
+                .unwrap_or_default()
+        };
         RecordHeader {
             format: RECORD_FORMAT.into(),
             version: RECORD_VERSION,
@@ -188,6 +197,7 @@ mod tests {
 
     fn header() -> RecordHeader {
         RecordHeader::new(
+            std::path::Path::new("/"),
             1000,
             SourceStatus {
                 sources: vec![Source {
@@ -197,6 +207,18 @@ mod tests {
                 }],
             },
         )
+    }
+
+    #[test]
+    fn the_hostname_is_the_roots() {
+        let dir = std::env::temp_dir().join(format!("placer-record-host-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("proc/sys/kernel")).unwrap();
+        std::fs::write(dir.join("proc/sys/kernel/hostname"), "fixture-host\n").unwrap();
+        let h = RecordHeader::new(&dir, 1000, SourceStatus::default());
+        let empty = RecordHeader::new(&dir.join("nowhere"), 1000, SourceStatus::default());
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(h.host, "fixture-host");
+        assert_eq!(empty.host, "");
     }
 
     #[test]

@@ -41,7 +41,11 @@ pub fn run(args: Args) -> Result<()> {
         return replay(&args.file);
     }
     let mut sampler = Sampler::new(&args.root);
-    let header = RecordHeader::new(args.interval.as_millis() as u64, sampler.sources());
+    let header = RecordHeader::new(
+        &args.root,
+        args.interval.as_millis() as u64,
+        sampler.sources(),
+    );
     let f = std::fs::File::create(&args.file)
         .with_context(|| format!("creating {}", args.file.display()))?;
     let mut w = RecordWriter::new(std::io::BufWriter::new(f), &header)?;

@@ -39,8 +39,7 @@ use std::collections::{BTreeMap, BTreeSet};
 /// Builds the policies the config names, in its order. Unknown names were rejected by
 /// `Config::validate`; names with no implementation yet are skipped here and reported by
 /// [`unimplemented_policies`].
-pub fn policies_from_config(config: &Config) -> Vec<Box<dyn Policy>> {
-    let self_pid = std::process::id();
+pub fn policies_from_config(config: &Config, self_pid: u32) -> Vec<Box<dyn Policy>> {
     let mut v: Vec<Box<dyn Policy>> = Vec::new();
     for name in &config.policies {
         // Other policies add their arm here.
@@ -73,7 +72,7 @@ pub fn policies_from_config(config: &Config) -> Vec<Box<dyn Policy>> {
 
 /// Configured policy names that [`policies_from_config`] could not build.
 pub fn unimplemented_policies(config: &Config) -> Vec<String> {
-    let built: Vec<&'static str> = policies_from_config(config)
+    let built: Vec<&'static str> = policies_from_config(config, 0)
         .iter()
         .map(|p| p.name())
         .collect();
@@ -178,7 +177,14 @@ impl CycleReport {
 }
 
 impl Engine {
-    pub fn new(policies: Vec<Box<dyn Policy>>, config: Config) -> Engine {
+    /// The engine of the policies `config` names; `self_pid` is placer's own pid (never
+    /// placed), passed in so that the engine stays a pure function of its inputs.
+    pub fn from_config(config: Config, self_pid: u32) -> Engine {
+        Engine::new(policies_from_config(&config, self_pid), config, self_pid)
+    }
+
+    /// An engine of the given policies (tests, the simulator's factories).
+    pub fn new(policies: Vec<Box<dyn Policy>>, config: Config, self_pid: u32) -> Engine {
         Engine {
             slots: policies
                 .into_iter()
@@ -192,7 +198,7 @@ impl Engine {
             history: BTreeMap::new(),
             pending: Vec::new(),
             backoff: BTreeMap::new(),
-            self_pid: std::process::id(),
+            self_pid,
             topo: None,
             topo_read_ns: 0,
             prev: None,
@@ -202,11 +208,6 @@ impl Engine {
     }
 
     /// The pid never to touch (placer's own; in the simulator, whatever it likes).
-    pub fn with_self_pid(mut self, pid: u32) -> Engine {
-        self.self_pid = pid;
-        self
-    }
-
     pub fn config(&self) -> &Config {
         &self.config
     }
@@ -794,7 +795,7 @@ mod tests {
     #[test]
     fn first_step_warms_up_then_plans_and_holds() {
         let (p, _) = pin_all("a", 2);
-        let mut e = Engine::new(vec![p], Config::default()).with_self_pid(1);
+        let mut e = Engine::new(vec![p], Config::default(), 1);
         let mut h = FakeHost::new(vec![proc_sample(10, "x")]);
         let r0 = e.step(&mut h, false);
         assert!(r0.warming_up);
@@ -820,7 +821,7 @@ mod tests {
     #[test]
     fn lease_broken_when_someone_else_changes_affinity() {
         let (p, _) = pin_all("a", 2);
-        let mut e = Engine::new(vec![p], Config::default()).with_self_pid(1);
+        let mut e = Engine::new(vec![p], Config::default(), 1);
         let mut h = FakeHost::new(vec![proc_sample(10, "x")]);
         e.step(&mut h, false);
         e.step(&mut h, false);
@@ -844,7 +845,7 @@ mod tests {
     fn later_policy_does_not_touch_what_earlier_holds() {
         let (a, _) = pin_all("a", 1);
         let (b, seen_b) = pin_all("b", 3);
-        let mut e = Engine::new(vec![a, b], Config::default()).with_self_pid(1);
+        let mut e = Engine::new(vec![a, b], Config::default(), 1);
         let mut h = FakeHost::new(vec![proc_sample(10, "x")]);
         e.step(&mut h, false);
         let r = e.step(&mut h, false);
@@ -885,7 +886,7 @@ mod tests {
     fn memory_actions_pass_an_earlier_cpu_hold() {
         let (a, _) = pin_all("a", 1);
         let (b, _) = pin_all("b", 3);
-        let mut e = Engine::new(vec![a, Box::new(MemAll), b], Config::default()).with_self_pid(1);
+        let mut e = Engine::new(vec![a, Box::new(MemAll), b], Config::default(), 1);
         let mut h = FakeHost::new(vec![proc_sample(10, "x")]);
         e.step(&mut h, false);
         let r = e.step(&mut h, false);
@@ -907,7 +908,7 @@ mod tests {
             disabled: Some("no counters".into()),
             seen_taken: seen.clone(),
         });
-        let mut e = Engine::new(vec![p], Config::default()).with_self_pid(1);
+        let mut e = Engine::new(vec![p], Config::default(), 1);
         let mut h = FakeHost::new(vec![proc_sample(10, "x")]);
         let r0 = e.step(&mut h, false);
         assert_eq!(r0.disabled, vec![("off".into(), "no counters".into())]);
@@ -922,7 +923,7 @@ mod tests {
         let (p, _) = pin_all("a", 2);
         let mut cfg = Config::default();
         cfg.scope.exclude_comm = vec!["sshd".into()];
-        let mut e = Engine::new(vec![p], cfg).with_self_pid(11);
+        let mut e = Engine::new(vec![p], cfg, 11);
         let mut kt = proc_sample(12, "kworker/0:1");
         kt.kernel_thread = true;
         let mut h = FakeHost::new(vec![
@@ -946,7 +947,7 @@ mod tests {
     #[test]
     fn dry_run_holds_nothing() {
         let (p, _) = pin_all("a", 2);
-        let mut e = Engine::new(vec![p], Config::default()).with_self_pid(1);
+        let mut e = Engine::new(vec![p], Config::default(), 1);
         let mut h = FakeHost::new(vec![proc_sample(10, "x")]);
         e.step(&mut h, true);
         let r1 = e.step(&mut h, true);
@@ -961,7 +962,7 @@ mod tests {
     #[test]
     fn permanent_failure_releases_transient_retries() {
         let (p, _) = pin_all("a", 2);
-        let mut e = Engine::new(vec![p], Config::default()).with_self_pid(1);
+        let mut e = Engine::new(vec![p], Config::default(), 1);
         let mut h = FakeHost::new(vec![proc_sample(10, "x")]);
         h.fail_pins = Some(Outcome::Transient("EBUSY".into()));
         e.step(&mut h, false);
@@ -980,7 +981,7 @@ mod tests {
     #[test]
     fn exited_process_is_forgotten() {
         let (p, _) = pin_all("a", 2);
-        let mut e = Engine::new(vec![p], Config::default()).with_self_pid(1);
+        let mut e = Engine::new(vec![p], Config::default(), 1);
         let mut h = FakeHost::new(vec![proc_sample(10, "x")]);
         e.step(&mut h, false);
         e.step(&mut h, false);
@@ -994,7 +995,7 @@ mod tests {
     #[test]
     fn registry_builds_configured_policies() {
         let cfg = Config::default();
-        let ps = policies_from_config(&cfg);
+        let ps = policies_from_config(&cfg, 1);
         assert_eq!(
             ps.iter().map(|p| p.name()).collect::<Vec<_>>(),
             vec!["net-affinity"]
@@ -1046,7 +1047,7 @@ mod tests {
         // The fake clock starts at 2 s and steps 1 s: the first observation is at 3 s.
         let from_s = 3.0 + before.len() as f64 - 1.0;
         let p: Box<dyn Policy> = Box::new(PinLater { cpu: 2, from_s });
-        let mut e = Engine::new(vec![p], cfg).with_self_pid(1);
+        let mut e = Engine::new(vec![p], cfg, 1);
         let mut h = FakeHost::new(vec![proc_sample(10, "x")]);
         let mut out = vec![e.step(&mut h, false)];
         for ticks in before.iter().chain(after) {
@@ -1123,7 +1124,7 @@ mod tests {
             cpu: 2,
             from_s: 4.0,
         });
-        let mut e = Engine::new(vec![p], cfg).with_self_pid(1);
+        let mut e = Engine::new(vec![p], cfg, 1);
         let mut h = FakeHost::new(vec![proc_sample(10, "x")]);
         for i in 0..12u64 {
             h.procs[0].utime_ticks += if i < 3 { 90 } else { 10 };

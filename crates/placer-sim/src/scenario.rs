@@ -366,7 +366,7 @@ pub fn default_factory(cfg: &Config) -> Result<Vec<Box<dyn Policy>>, String> {
             missing.join(", ")
         ));
     }
-    Ok(placer_core::engine::policies_from_config(cfg))
+    Ok(placer_core::engine::policies_from_config(cfg, 0))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -598,7 +598,7 @@ pub fn run_one(
     let mut engine = if cfg.policies.is_empty() {
         None
     } else {
-        Some(Engine::new(factory(&cfg)?, cfg).with_self_pid(0))
+        Some(Engine::new(factory(&cfg)?, cfg, 0))
     };
     let mut actions = 0u64;
     let mut cycle = |host: &mut SimHost, engine: &mut Option<Engine>| {

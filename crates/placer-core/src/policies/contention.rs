@@ -1365,12 +1365,12 @@ mod tests {
             policies: vec!["contention".into(), "net-affinity".into()],
             ..Default::default()
         };
-        let pols = policies_from_config(&cfg);
+        let pols = policies_from_config(&cfg, 1);
         assert_eq!(
             pols.iter().map(|p| p.name()).collect::<Vec<_>>(),
             vec!["contention", "net-affinity"]
         );
-        let mut e = Engine::new(pols, cfg);
+        let mut e = Engine::new(pols, cfg, 1);
         let mut h = NoPmu { t: 0 };
         let r0 = e.step(&mut h, true);
         assert_eq!(r0.disabled.len(), 1, "{:?}", r0.disabled);

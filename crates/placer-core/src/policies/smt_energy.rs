@@ -622,7 +622,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(cfg.smt_energy.order, AllocPolicy::Speedup);
-        let ps = crate::engine::policies_from_config(&cfg);
+        let ps = crate::engine::policies_from_config(&cfg, 1);
         assert_eq!(ps.iter().map(|p| p.name()).collect::<Vec<_>>(), vec![NAME]);
         let bad = crate::config::Config::from_toml("[smt_energy]\nsigma = 2.0\n");
         assert!(bad.unwrap_err().to_string().contains("smt_energy.sigma"));

@@ -19,7 +19,7 @@ pub mod state;
 
 use anyhow::{Context, Result};
 use placer_core::config::Config;
-use placer_core::engine::{policies_from_config, unimplemented_policies, CycleReport, Engine};
+use placer_core::engine::{unimplemented_policies, CycleReport, Engine};
 use placer_core::plan::Outcome;
 use placer_linux::LinuxHost;
 use serde::Serialize;
@@ -254,9 +254,8 @@ pub fn run(args: Args) -> Result<()> {
     for p in unimplemented_policies(&cfg) {
         warn!("policy {p} is configured but not built into this placer: skipped");
     }
-    let policies = policies_from_config(&cfg);
-    let names: Vec<(&str, bool)> = policies.iter().map(|p| (p.name(), true)).collect();
-    let mut engine = Engine::new(policies, cfg.clone());
+    let mut engine = Engine::from_config(cfg.clone(), std::process::id());
+    let names: Vec<(&str, bool)> = engine.policies().iter().map(|p| (p.0, true)).collect();
     signals::install().context("installing signal handlers")?;
 
     let metrics = metrics::Metrics::new(&names, dry_run);

@@ -6,7 +6,7 @@
 
 use crate::cmd::daemon::state::{self, Decisions, ProcDecision};
 use anyhow::{bail, Context, Result};
-use placer_core::engine::{policies_from_config, Engine};
+use placer_core::engine::Engine;
 use placer_linux::journal::{Entry, Journal, Knob};
 use placer_linux::LinuxHost;
 use serde::Serialize;
@@ -71,7 +71,7 @@ fn one_shot(
         None => std::time::Duration::from_millis(cfg.interval_ms),
     };
     let mut host = LinuxHost::new(&args.state.root, dir);
-    let mut engine = Engine::new(policies_from_config(cfg), cfg.clone());
+    let mut engine = Engine::from_config(cfg.clone(), std::process::id());
     let first = engine.step(&mut host, true);
     if let Some(e) = first.error {
         bail!("observing: {e}");

@@ -26,12 +26,13 @@
 //!   policy may not move that process again before its back-off (doubling per failure)
 //!   ends; nothing is judged in a dry run.
 
-use crate::config::{Config, Scope};
+use crate::config::Config;
 use crate::host::Host;
 use crate::observation::Observation;
 use crate::plan::{Action, ActionReport, Outcome, Plan};
 use crate::policy::{Held, Policy, PolicyState};
 use crate::sample::{ProcKey, Sample, SampleRequest, SourceStatus};
+use crate::scope::Scope;
 use crate::topology::Topology;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};

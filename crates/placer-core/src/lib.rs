@@ -21,6 +21,7 @@ pub mod policies;
 pub mod policy;
 pub mod power_model;
 pub mod sample;
+pub mod scope;
 pub mod stats;
 pub mod topology;
 pub mod units;

@@ -54,12 +54,12 @@
 //! Memory is left to the kernel's local-first policy, as in the paper.
 
 use crate::classify::{self, Classified, Classifier, ClassifyConfig, Group};
-use crate::config::Scope;
 use crate::cpuset::CpuSet;
 use crate::observation::Observation;
 use crate::plan::{Action, Plan};
 use crate::policy::{Policy, PolicyState};
 use crate::sample::{ProcKey, SampleRequest, SourceStatus};
+use crate::scope::Scope;
 use crate::topology::Topology;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

@@ -50,12 +50,12 @@
 //! - a pin is restored only after every connection has been idle for the timeout;
 //! - at most one action per process per interval.
 
-use crate::config::Scope;
 use crate::cpuset::CpuSet;
 use crate::observation::{Observation, ProcObs};
 use crate::plan::{Action, Plan};
 use crate::policy::{Policy, PolicyState};
 use crate::sample::{ProcKey, SampleRequest};
+use crate::scope::Scope;
 use crate::topology::Topology;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

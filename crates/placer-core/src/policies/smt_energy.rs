@@ -30,12 +30,12 @@
 //! CPUs given never exceeds `max_units`, `num_threads` or the Amdahl cap.
 
 use crate::alloc::{self, AllocOptions, AllocPolicy};
-use crate::config::AppMatch;
 use crate::cpuset::CpuSet;
 use crate::observation::{Observation, ProcObs};
 use crate::plan::{Action, Plan};
 use crate::policy::{Policy, PolicyState};
 use crate::sample::ProcKey;
+use crate::scope::AppMatch;
 use crate::topology::Topology;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

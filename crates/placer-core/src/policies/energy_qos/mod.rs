@@ -40,11 +40,11 @@
 //! - the plan is the same for the same inputs; actions are emitted when the chosen state
 //!   changes (new state, new process), notes every cycle.
 
-use crate::config::AppMatch;
 use crate::cpuset::CpuSet;
 use crate::observation::Observation;
 use crate::plan::{Action, Direction, FlowMatch, Outcome, Plan};
 use crate::policy::{Policy, PolicyState};
+use crate::scope::AppMatch;
 use crate::topology::Topology;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -295,7 +295,7 @@ pub struct EnergyQos {
     /// Measured power table; None = the topology's model.
     pub power: Option<PowerModel>,
     /// Which processes placer may touch at all, and placer's own pid.
-    pub scope: crate::config::Scope,
+    pub scope: crate::scope::Scope,
     pub self_pid: u32,
 }
 
@@ -336,7 +336,7 @@ impl EnergyQos {
         }
     }
 
-    pub fn with_scope(mut self, scope: crate::config::Scope, self_pid: u32) -> Self {
+    pub fn with_scope(mut self, scope: crate::scope::Scope, self_pid: u32) -> Self {
         self.scope = scope;
         self.self_pid = self_pid;
         self

@@ -20,6 +20,10 @@ pub struct Observation {
     /// Power per energy domain (`intel-rapl:0` -> W).
     #[serde(default)]
     pub power_by_domain_w: BTreeMap<String, f64>,
+    /// Size of the pages `numa_pages` counts on the observed machine, bytes (0 = unknown:
+    /// see [`Observation::page_bytes_or`]).
+    #[serde(default)]
+    pub page_bytes: u64,
     /// Per network interface: packet and byte rates (empty unless asked for).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nics: Vec<NicObs>,
@@ -172,6 +176,15 @@ pub struct IrqObs {
 impl Observation {
     pub fn proc(&self, pid: u32) -> Option<&ProcObs> {
         self.procs.iter().find(|p| p.pid == pid)
+    }
+
+    /// The observed machine's page size, or `fallback` when the sample did not carry it.
+    pub fn page_bytes_or(&self, fallback: u64) -> u64 {
+        if self.page_bytes > 0 {
+            self.page_bytes
+        } else {
+            fallback
+        }
     }
 
     pub fn cpu(&self, cpu: u32) -> Option<&CpuObs> {

@@ -150,6 +150,7 @@ pub(crate) fn derive(prev: &Sample, cur: &Sample) -> Observation {
         power_w,
         power_by_domain_w,
         nics: derive_nics(prev, cur, &per_s),
+        page_bytes: cur.page_bytes,
     }
 }
 
@@ -423,6 +424,47 @@ mod tests {
             data_segs_in: data_in,
             data_segs_out: 0,
         }
+    }
+
+    #[test]
+    fn interfaces_and_page_size_come_from_the_samples() {
+        let nic = |p: u64, b: u64| NicCounters {
+            name: "eth0".into(),
+            rx_packets: p,
+            rx_bytes: b,
+            ..Default::default()
+        };
+        let a = Sample {
+            time_ns: 1_000_000_000,
+            nics: vec![nic(100, 100_000)],
+            ..Default::default()
+        };
+        let b = Sample {
+            time_ns: 3_000_000_000,
+            nics: vec![
+                nic(300, 400_000),
+                NicCounters {
+                    name: "new0".into(),
+                    ..Default::default()
+                },
+            ],
+            page_bytes: 65536,
+            ..Default::default()
+        };
+        let o = derive(&a, &b);
+        assert_eq!(
+            o.nics.len(),
+            1,
+            "an interface only in the later sample is not listed"
+        );
+        assert_eq!(o.nics[0].rx_packets_per_s, 100.0);
+        assert_eq!(o.nics[0].rx_bytes_per_s, 150_000.0);
+        assert_eq!(o.page_bytes_or(4096), 65536);
+        // Counters that went backwards count 0; a sample without a page size leaves the
+        // fallback.
+        let o = derive(&b, &a);
+        assert_eq!(o.nics[0].rx_packets_per_s, 0.0);
+        assert_eq!(o.page_bytes_or(4096), 4096);
     }
 
     #[test]

@@ -46,6 +46,10 @@ pub struct Sample {
     /// unless a policy asked for it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cpu_freqs: Vec<CpuFreq>,
+    /// Size of the pages `numa_pages` counts on the sampled machine, bytes (0 = unknown:
+    /// recordings made before it was recorded; readers then assume 4096).
+    #[serde(default)]
+    pub page_bytes: u64,
 }
 
 /// One interface's cumulative counters.

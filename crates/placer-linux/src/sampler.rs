@@ -514,6 +514,7 @@ impl Sampler {
             power,
             nics,
             cpu_freqs,
+            page_bytes: placer_bufpool::numa::page_bytes() as u64,
         })
     }
 

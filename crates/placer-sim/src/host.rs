@@ -149,6 +149,9 @@ pub struct Window {
     pub energy_j: f64,
 }
 
+/// The simulated machines' base page size: `numa_pages` counts memory in these.
+pub const SIM_PAGE_BYTES: u64 = 4096;
+
 pub struct SimHost {
     pub topo: Topology,
     pub params: Params,
@@ -1054,7 +1057,7 @@ impl SimHost {
                 p.mem_bytes
                     .iter()
                     .enumerate()
-                    .map(|(n, b)| (self.m.node_ids[n], (b / 4096.0) as u64))
+                    .map(|(n, b)| (self.m.node_ids[n], (b / SIM_PAGE_BYTES as f64) as u64))
                     .collect()
             } else {
                 BTreeMap::new()
@@ -1212,6 +1215,7 @@ impl SimHost {
             power: Vec::new(),
             nics,
             cpu_freqs,
+            page_bytes: SIM_PAGE_BYTES,
         }
     }
 

@@ -63,7 +63,8 @@ pub struct NumaLocalConfig {
     pub migrate_max_bytes_per_s: u64,
     /// Migrate only while less than this fraction of resident pages is on the target.
     pub min_local_fraction: f64,
-    /// Size of the pages counted in `numa_pages` (numa_maps' base pages; 4096 on x86-64).
+    /// Deprecated: the sample carries the observed machine's page size. Used only for
+    /// observations that do not (recordings made before it was recorded).
     pub page_bytes: u64,
     /// Seconds below the threshold before a pinned process gets its CPUs back.
     pub quiet_s: f64,
@@ -369,6 +370,7 @@ impl Policy for NumaLocal {
 
     fn plan(&self, topo: &Topology, obs: &Observation, state: &mut PolicyState) -> Plan {
         let cfg = &self.cfg;
+        let page = obs.page_bytes_or(cfg.page_bytes);
         let mut plan = Plan::default();
         if topo.nodes.len() < 2 {
             plan.note(
@@ -404,7 +406,7 @@ impl Policy for NumaLocal {
                     format!(
                         "net {:.1} MB/s but no evidence for a node (no confining CPUs, NIC node or page counts); {}",
                         rate / 1e6,
-                        format_pages(&p.numa_pages, cfg.page_bytes)
+                        format_pages(&p.numa_pages, page)
                     ),
                 );
                 continue;
@@ -450,7 +452,7 @@ impl Policy for NumaLocal {
             }
             let total: u64 = p.numa_pages.values().sum();
             let local = p.numa_pages.get(&t.node).copied().unwrap_or(0);
-            let pages_txt = format_pages(&p.numa_pages, cfg.page_bytes);
+            let pages_txt = format_pages(&p.numa_pages, page);
             if total == 0 {
                 plan.note(NAME, Some(key), format!("{head}; {pages_txt}"));
                 continue;
@@ -478,7 +480,7 @@ impl Policy for NumaLocal {
                 );
                 continue;
             }
-            let off_bytes = (total - local) * cfg.page_bytes;
+            let off_bytes = (total - local) * page;
             wants_memory.push((
                 off_bytes,
                 key,
@@ -500,7 +502,7 @@ impl Policy for NumaLocal {
         let private = state.private::<Private>();
         for (off_bytes, key, node, why) in wants_memory {
             let grant = off_bytes.min(budget);
-            if grant < cfg.page_bytes {
+            if grant < page {
                 plan.note(
                     NAME,
                     Some(key),

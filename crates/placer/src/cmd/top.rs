@@ -254,7 +254,7 @@ fn table(
             let comm: String = p.comm.chars().take(16).collect();
             let pages = placer_core::policies::numa_local::format_pages(
                 &p.numa_pages,
-                placer_bufpool::numa::page_bytes() as u64,
+                obs.page_bytes_or(placer_bufpool::numa::page_bytes() as u64),
             );
             let _ = writeln!(o, "{:>7} {comm:<16} {pages}", p.pid);
         }

@@ -70,3 +70,13 @@ mod death_tests {
         }
     }
 }
+
+/// A child process killed and reaped when the guard drops, however the test ends.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

@@ -325,14 +325,8 @@ fn power_tables_are_loaded_or_refused_with_their_line() {
     )
     .unwrap();
     // A process for the app to match, killed when the test ends however it ends.
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let _sleeper = Kill(Command::new("sleep").arg("30").spawn().unwrap());
+    let _sleeper =
+        placer_testkit::proc::KillOnDrop(Command::new("sleep").arg("30").spawn().unwrap());
     let run = || {
         placer()
             .args(["daemon", "--once", "--dry-run", "--json", "--config"])

@@ -4,21 +4,14 @@
 //! time (/proc/stat) and lo's packet counter (the fitted value; its confidence is printed). Needs root (RPS); lo's RPS mask is put back
 //! however the test ends.
 
+use placer_testkit::proc::KillOnDrop;
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 const PLACER: &str = env!("CARGO_BIN_EXE_placer");
 const RPS: &str = "/sys/class/net/lo/queues/rx-0/rps_cpus";
-
-struct Kill(Child);
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 struct RestoreRps(String);
 impl Drop for RestoreRps {
@@ -27,11 +20,11 @@ impl Drop for RestoreRps {
     }
 }
 
-fn spawn(args: &[&str]) -> Kill {
+fn spawn(args: &[&str]) -> KillOnDrop {
     let mut c = Command::new(PLACER);
     c.args(args).stdout(Stdio::piped()).stderr(Stdio::null());
     placer_testkit::proc::die_with_parent(&mut c);
-    Kill(c.spawn().expect("spawn placer"))
+    KillOnDrop(c.spawn().expect("spawn placer"))
 }
 
 /// (CPU 1's softirq seconds, lo's received packets, lo's received bytes) now.

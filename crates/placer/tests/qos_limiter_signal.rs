@@ -6,16 +6,10 @@
 use placer_linux::tc::{has_ingress, root_is_default, root_is_placers, show_qdiscs, TcCtx};
 use placer_linux::testnet;
 use std::io::BufRead;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-struct KillOnDrop(Child);
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use placer_testkit::proc::KillOnDrop;
 
 fn links(ns: &str) -> String {
     TcCtx::netns(ns)

@@ -4,7 +4,7 @@
 
 use crate::oracle::OracleResult;
 use crate::scenario::{
-    compare_runs, headline, Objective, PolicyResult, Scenario, Sensitivity, SensitivityRow,
+    headline, paired_pct, Objective, PolicyResult, Scenario, Sensitivity, SensitivityRow,
 };
 use serde::{Deserialize, Serialize};
 use std::fmt::Write;
@@ -52,21 +52,7 @@ impl Report {
             .paper
             .iter()
             .map(|f| {
-                let find = |pol: &str| {
-                    rows.iter()
-                        .find(|r| r.policy == pol && r.variant == f.variant)
-                };
-                let vals: Vec<f64> = match (find(&f.policy), find(&f.versus)) {
-                    (Some(p), Some(b)) => p
-                        .runs
-                        .iter()
-                        .filter_map(|pr| {
-                            let br = b.runs.iter().find(|br| br.seed == pr.seed)?;
-                            compare_runs(&f.metric, pr, br)
-                        })
-                        .collect(),
-                    _ => Vec::new(),
-                };
+                let vals = paired_pct(&rows, f.variant.as_deref(), &f.policy, &f.versus, &f.metric);
                 let mean = (!vals.is_empty()).then(|| vals.iter().sum::<f64>() / vals.len() as f64);
                 let verdict = match mean {
                     None => "n/a",

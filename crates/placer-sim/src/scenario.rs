@@ -171,12 +171,13 @@ pub fn sensitivity(sc: &Scenario, factory: PolicyFactory) -> Result<Vec<Sensitiv
     let Some(spec) = &sc.sensitivity else {
         return Ok(Vec::new());
     };
-    let mut pairs: Vec<(String, String)> = sc
-        .paper
-        .iter()
-        .map(|f| (f.policy.clone(), f.versus.clone()))
-        .collect();
-    pairs.dedup();
+    let mut pairs: Vec<(String, String)> = Vec::new();
+    for f in &sc.paper {
+        let pair = (f.policy.clone(), f.versus.clone());
+        if !pairs.contains(&pair) {
+            pairs.push(pair);
+        }
+    }
     let mut out = Vec::new();
     for &value in &spec.values {
         let mut tree = toml::Value::Float(value);
@@ -198,22 +199,8 @@ pub fn sensitivity(sc: &Scenario, factory: PolicyFactory) -> Result<Vec<Sensitiv
         let rows = run(&s2, factory);
         let mut comparisons = Vec::new();
         for (pol, vs) in &pairs {
-            let find = |name: &str| {
-                rows.iter()
-                    .find(|r| r.policy == name && r.variant.is_none())
-            };
             for m in &spec.metrics {
-                let vals: Vec<f64> = match (find(pol), find(vs)) {
-                    (Some(p), Some(b)) => p
-                        .runs
-                        .iter()
-                        .filter_map(|pr| {
-                            let br = b.runs.iter().find(|br| br.seed == pr.seed)?;
-                            compare_runs(m, pr, br)
-                        })
-                        .collect(),
-                    _ => Vec::new(),
-                };
+                let vals = paired_pct(&rows, None, pol, vs, m);
                 let mean = (!vals.is_empty()).then(|| vals.iter().sum::<f64>() / vals.len() as f64);
                 comparisons.push((m.clone(), pol.clone(), vs.clone(), mean));
             }
@@ -832,6 +819,32 @@ pub fn run(sc: &Scenario, factory: PolicyFactory) -> Vec<PolicyResult> {
         }
     }
     out
+}
+
+/// `metric` of `policy` against `versus` in `variant`, in percent, one value per seed both
+/// ran ([`compare_runs`] of the runs with the same seed); empty when either is missing.
+pub fn paired_pct(
+    rows: &[PolicyResult],
+    variant: Option<&str>,
+    policy: &str,
+    versus: &str,
+    metric: &str,
+) -> Vec<f64> {
+    let find = |name: &str| {
+        rows.iter()
+            .find(|r| r.policy == name && r.variant.as_deref() == variant)
+    };
+    match (find(policy), find(versus)) {
+        (Some(p), Some(b)) => p
+            .runs
+            .iter()
+            .filter_map(|pr| {
+                let br = b.runs.iter().find(|br| br.seed == pr.seed)?;
+                compare_runs(metric, pr, br)
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
 }
 
 /// The simulated value, in percent, of a paper metric of run `p` against run `b` (same

@@ -101,14 +101,7 @@ impl Observer {
     /// The receive costs learned so far, per interface with receive CPUs (the fallbacks
     /// are energy-qos's configured defaults).
     pub fn net_costs(&self) -> BTreeMap<String, NetCosts> {
-        let d = placer_core::policies::energy_qos::EnergyQosConfig::default();
-        let fb = placer_core::net_costs::Fallback {
-            softirq_ns_per_packet: d.softirq_ns_per_packet,
-            softirq_ns_per_byte: d.softirq_ns_per_byte,
-            app_ns_per_byte: d.app_ns_per_byte,
-            min_samples: d.learn_min_samples as usize,
-            min_confidence: d.learn_min_confidence,
-        };
+        let fb = placer_core::policies::energy_qos::EnergyQosConfig::default().cost_fallback();
         let Some(topo) = &self.topo else {
             return BTreeMap::new();
         };

@@ -163,6 +163,17 @@ pub struct QosApp {
 }
 
 impl EnergyQosConfig {
+    /// The configured costs and learning thresholds, as the cost learner takes them.
+    pub fn cost_fallback(&self) -> crate::net_costs::Fallback {
+        crate::net_costs::Fallback {
+            softirq_ns_per_packet: self.softirq_ns_per_packet,
+            softirq_ns_per_byte: self.softirq_ns_per_byte,
+            app_ns_per_byte: self.app_ns_per_byte,
+            min_samples: self.learn_min_samples as usize,
+            min_confidence: self.learn_min_confidence,
+        }
+    }
+
     /// Checks values; Err((field, message)).
     pub fn validate(&self) -> Result<(), (String, String)> {
         let pos = |f: &str, v: f64| -> Result<(), (String, String)> {
@@ -394,7 +405,7 @@ impl EnergyQos {
         crate::net_costs::Costs,
         BTreeMap<String, crate::net_costs::Estimate>,
     ) {
-        use crate::net_costs::{app_sample, rx_sample, Fallback, Learner};
+        use crate::net_costs::{app_sample, rx_sample, Learner};
         let rx = self
             .rx_interface(topo, running)
             .and_then(|(nic, cpus)| rx_sample(topo, obs, &nic, &cpus));
@@ -408,13 +419,7 @@ impl EnergyQos {
                 (!procs.is_empty()).then(|| (r.app.name.clone(), app_sample(topo, obs, &procs)))
             })
             .collect();
-        let fb = Fallback {
-            softirq_ns_per_packet: self.cfg.softirq_ns_per_packet,
-            softirq_ns_per_byte: self.cfg.softirq_ns_per_byte,
-            app_ns_per_byte: self.cfg.app_ns_per_byte,
-            min_samples: self.cfg.learn_min_samples as usize,
-            min_confidence: self.cfg.learn_min_confidence,
-        };
+        let fb = self.cfg.cost_fallback();
         let priv_state: &mut Private = state.private();
         let window = self.cfg.learn_window_intervals as usize;
         let learner = priv_state

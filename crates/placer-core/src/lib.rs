@@ -20,6 +20,7 @@ pub mod plan;
 pub mod policies;
 pub mod policy;
 pub mod power_model;
+pub mod rng;
 pub mod sample;
 pub mod scope;
 pub mod stats;

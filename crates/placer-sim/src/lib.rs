@@ -15,7 +15,7 @@ pub mod machine;
 pub mod network;
 pub mod params;
 pub mod power;
-pub mod rng;
+pub use placer_core::rng;
 pub mod workload;
 
 pub use baselines::Baseline;

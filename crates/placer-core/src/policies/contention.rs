@@ -910,25 +910,13 @@ mod tests {
         }
     }
 
-    /// Small deterministic PRNG (no dependency).
-    struct Lcg(u64);
-    impl Lcg {
-        fn next(&mut self, n: usize) -> usize {
-            self.0 = self
-                .0
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((self.0 >> 33) % n as u64) as usize
-        }
-    }
-
-    fn random_items(r: &mut Lcg, n: usize, caps: &[usize]) -> Vec<Item> {
+    fn random_items(r: &mut crate::rng::Rng, n: usize, caps: &[usize]) -> Vec<Item> {
         let mut load = vec![0; caps.len()];
         (0..n)
             .map(|_| {
-                let group = g(1 + r.next(3) as u8);
+                let group = g(1 + r.below(3) as u8);
                 // Linux-like: somewhere with a free core, else anywhere.
-                let mut c = r.next(caps.len());
+                let mut c = r.below(caps.len());
                 for _ in 0..caps.len() {
                     if load[c] < caps[c] {
                         break;
@@ -990,7 +978,7 @@ mod tests {
     /// brute force, then larger `n` checked for I1-I3 only.
     fn run_invariants(name: &str, seed: u64, brute: &[(usize, usize)], big: &[usize]) {
         let caps = caps_of(name);
-        let mut r = Lcg(seed);
+        let mut r = crate::rng::Rng::new(seed);
         for &(n, cases) in brute {
             for _ in 0..cases {
                 check_invariants(&caps, &random_items(&mut r, n, &caps), true);

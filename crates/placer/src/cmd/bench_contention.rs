@@ -81,14 +81,11 @@ pub struct Report {
 }
 
 /// A pseudo-random cyclic permutation (Sattolo's algorithm): one cycle through every slot.
-fn cycle(n: usize, mut seed: u64) -> Vec<usize> {
+fn cycle(n: usize, seed: u64) -> Vec<usize> {
+    let mut rng = placer_core::rng::Rng::new(seed);
     let mut next: Vec<usize> = (0..n).collect();
     for i in (1..n).rev() {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        let j = (seed % i as u64) as usize;
-        next.swap(i, j);
+        next.swap(i, rng.below(i));
     }
     next
 }

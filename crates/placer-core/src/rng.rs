@@ -1,5 +1,6 @@
-//! A small deterministic PRNG (SplitMix64), owned by each simulation: no global state, so
-//! the same seed gives the same run.
+//! A small deterministic PRNG (SplitMix64), the project's one: owned by each simulation
+//! (no global state, so the same seed gives the same run), and used by tests and
+//! benchmarks that need reproducible randomness.
 
 #[derive(Debug, Clone)]
 pub struct Rng(u64);

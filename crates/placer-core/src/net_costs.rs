@@ -16,7 +16,8 @@
 //!    cost has two regressors (packets, bytes); they can be separated only when the segment
 //!    size varies: when the two columns are nearly parallel (cosine^2 above
 //!    [`MAX_COLLINEARITY`]) or the two-regressor fit is not confident, the per-byte cost
-//!    keeps its configured value and the per-packet
+//!    keeps its configured value (a negative per-byte estimate is constrained to 0 first:
+//!    no cost is negative) and the per-packet
 //!    cost is fitted to what is left -- or, when that is not positive, to all of it with a
 //!    per-byte cost of 0. A prediction at the segment sizes seen is right either way.
 //! 4. **Confidence** of an estimate: 0 below `min_samples` samples or when the estimate is
@@ -304,6 +305,17 @@ impl Learner {
             if ca >= fb.min_confidence && cb >= fb.min_confidence {
                 return (learned(a, ca), learned(b.max(0.0), cb));
             }
+            if b < 0.0 {
+                // No cost is negative: the constrained optimum has a per-byte cost of 0
+                // and the packets carry it all (a true 0, checksums offloaded, comes out
+                // slightly negative half the time).
+                if let Some((a0, err)) = fit1(self.rx.iter().map(|s| (s.packets, s.softirq_s))) {
+                    let c = confidence(a0, err, n, fb.min_samples);
+                    if c >= fb.min_confidence {
+                        return (learned(a0, c), learned(0.0, c));
+                    }
+                }
+            }
             // Not separable with confidence (sizes vary, but not enough): fall through to
             // the one-regressor fit, which predicts the sizes seen.
         }
@@ -395,14 +407,6 @@ pub fn app_sample(topo: &Topology, obs: &Observation, procs: &[&ProcObs]) -> App
 mod tests {
     use super::*;
 
-    /// Deterministic pseudo-random numbers in [0, 1).
-    fn lcg(seed: &mut u64) -> f64 {
-        *seed = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (*seed >> 11) as f64 / (1u64 << 53) as f64
-    }
-
     fn fb() -> Fallback {
         Fallback {
             softirq_ns_per_packet: 5000.0,
@@ -416,16 +420,16 @@ mod tests {
     /// A synthetic counter stream: packets and segment sizes varying, 3% noise.
     fn stream(per_packet_ns: f64, per_byte_ns: f64, n: usize, vary_seg: bool) -> Learner {
         let mut l = Learner::new(60);
-        let mut seed = 7;
+        let mut seed = crate::rng::Rng::new(7);
         for _ in 0..n {
-            let packets = 2000.0 + 20000.0 * lcg(&mut seed);
+            let packets = 2000.0 + 20000.0 * seed.unit();
             let seg = if vary_seg {
-                200.0 + 1300.0 * lcg(&mut seed)
+                200.0 + 1300.0 * seed.unit()
             } else {
                 1448.0
             };
             let bytes = packets * seg;
-            let noise = 1.0 + 0.06 * (lcg(&mut seed) - 0.5);
+            let noise = 1.0 + 0.06 * (seed.unit() - 0.5);
             let y = (packets * per_packet_ns + bytes * per_byte_ns) * 1e-9 * noise;
             l.push_rx(RxSample {
                 softirq_s: y,
@@ -478,12 +482,12 @@ mod tests {
         assert_eq!(c.app_ns_per_byte.ns, 2.0);
         // Pure noise: the softirq time has nothing to do with the packets.
         let mut l = Learner::new(60);
-        let mut seed = 3;
+        let mut seed = crate::rng::Rng::new(3);
         for _ in 0..30 {
             l.push_rx(RxSample {
-                softirq_s: 0.05 * lcg(&mut seed),
-                packets: 1000.0 + 20000.0 * lcg(&mut seed),
-                bytes: 1.5e6 * lcg(&mut seed),
+                softirq_s: 0.05 * seed.unit(),
+                packets: 1000.0 + 20000.0 * seed.unit(),
+                bytes: 1.5e6 * seed.unit(),
             });
         }
         let c = l.estimate(&fb());
@@ -503,10 +507,10 @@ mod tests {
     #[test]
     fn app_cost_is_learned_through_the_origin() {
         let mut l = Learner::new(10);
-        let mut seed = 11;
+        let mut seed = crate::rng::Rng::new(11);
         for _ in 0..20 {
-            let bytes = 1e6 + 5e6 * lcg(&mut seed);
-            let noise = 1.0 + 0.04 * (lcg(&mut seed) - 0.5);
+            let bytes = 1e6 + 5e6 * seed.unit();
+            let noise = 1.0 + 0.04 * (seed.unit() - 0.5);
             l.push_app(AppSample {
                 cpu_s: bytes * 3.2e-9 * noise,
                 bytes,

@@ -306,14 +306,7 @@ where
         }))
         .map_err(err)?;
     if with_legend {
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .label_font(("sans-serif", LABEL_FONT_PX))
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK)
-            .draw()
-            .map_err(err)?;
+        legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     }
     // The labels, under their bar (no variants) or group centre.
     let one_group = n_groups <= 1 && labels.len() == policies.len() && labels.len() > 1;
@@ -407,6 +400,24 @@ trait Draw {
         DB::ErrorType: 'static;
 }
 
+/// The series' legend in the house style, at `pos`.
+fn legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    pos: SeriesLabelPosition,
+) -> Result<(), PlotError>
+where
+    DB::ErrorType: 'static,
+{
+    chart
+        .configure_series_labels()
+        .position(pos)
+        .label_font(("sans-serif", LABEL_FONT_PX))
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)
+}
+
 /// Draws with an SVG or PNG backend chosen by the file's extension.
 fn with_backend(path: &Path, size: (u32, u32), what: &impl Draw) -> Result<(), PlotError> {
     let ext = path
@@ -490,14 +501,7 @@ where
             .draw_series(v.iter().map(|&p| Circle::new(p, 4, colour.filled())))
             .map_err(err)?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .label_font(("sans-serif", LABEL_FONT_PX))
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
+    legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
     Ok(())
 }
 
@@ -563,14 +567,7 @@ where
             .label(name)
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], colour.filled()));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .label_font(("sans-serif", LABEL_FONT_PX))
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
+    legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     Ok(())
 }
 

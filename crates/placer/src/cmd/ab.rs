@@ -238,6 +238,23 @@ fn worker(spec: &str) -> Result<()> {
     }
 }
 
+/// The latest number a helper printed (one per line: cumulative bytes), kept up to date by
+/// a thread reading `lines` until the helper exits.
+pub(crate) fn latest_count<R: BufRead + Send + 'static>(
+    lines: std::io::Lines<R>,
+) -> std::sync::Arc<std::sync::atomic::AtomicU64> {
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let c2 = count.clone();
+    std::thread::spawn(move || {
+        for l in lines.map_while(Result::ok) {
+            if let Ok(v) = l.trim().parse::<u64>() {
+                c2.store(v, Ordering::Relaxed);
+            }
+        }
+    });
+    count
+}
+
 /// Running streams: receivers report cumulative bytes on their stdout.
 struct Streams {
     kids: Vec<Kid>,
@@ -253,15 +270,7 @@ impl Streams {
             let out = rx.0.stdout.take().context("the receiver's stdout")?;
             let mut lines = std::io::BufReader::new(out).lines();
             let addr = lines.next().context("the receiver's address")??;
-            let count = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-            let c2 = count.clone();
-            std::thread::spawn(move || {
-                for l in lines.map_while(Result::ok) {
-                    if let Ok(v) = l.trim().parse::<u64>() {
-                        c2.store(v, Ordering::Relaxed);
-                    }
-                }
-            });
+            let count = latest_count(lines);
             kids.push(rx);
             kids.push(Kid(spawn_self(
                 &["ab", "--worker", &format!("tx:{addr}")],

@@ -14,7 +14,7 @@
 //! `--json` gives the points and fits; `--plot FILE` draws slowdown against co-runners.
 //! `--fit` prints the fits of the data sets shipped in calibration/contention.toml and exits.
 
-use super::ab::{spawn_self, Kid};
+use super::ab::{latest_count, spawn_self, Kid};
 use anyhow::{bail, Context, Result};
 use placer_core::CpuSet;
 use placer_sim::harm_fit::{self, HarmFit, HarmPoint};
@@ -149,18 +149,9 @@ fn start_co_runner(cpu: u32, bytes: u64) -> Result<CoRunner> {
     placer_linux::sys::set_affinity(child.id(), &CpuSet::from_iter([cpu]))
         .with_context(|| format!("pinning a co-runner to CPU {cpu}"))?;
     let out = child.stdout.take().context("co-runner stdout")?;
-    let counter = Arc::new(AtomicU64::new(0));
-    let c2 = counter.clone();
-    std::thread::spawn(move || {
-        for l in BufReader::new(out).lines().map_while(Result::ok) {
-            if let Ok(v) = l.trim().parse::<u64>() {
-                c2.store(v, Ordering::Relaxed);
-            }
-        }
-    });
     Ok(CoRunner {
         _kid: Kid(child),
-        bytes: counter,
+        bytes: latest_count(BufReader::new(out).lines()),
     })
 }
 

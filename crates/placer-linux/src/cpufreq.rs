@@ -66,14 +66,8 @@ pub fn unavailable_reason(root: &Path) -> Option<String> {
     }
 }
 
-fn read_opt(path: &Path) -> Option<String> {
-    std::fs::read_to_string(path)
-        .ok()
-        .map(|s| s.trim().to_string())
-}
-
 fn read_khz(path: &Path) -> Result<Option<u64>> {
-    match read_opt(path) {
+    match crate::attr::read(path) {
         None => Ok(None),
         Some(s) if s.is_empty() || s.starts_with('<') => Ok(None),
         Some(s) => s
@@ -107,14 +101,14 @@ pub fn read_state(root: &Path, domain: u32) -> Result<CpufreqState> {
     })?;
     Ok(CpufreqState {
         domain,
-        available_khz: read_opt(&dir.join("scaling_available_frequencies"))
+        available_khz: crate::attr::read(&dir.join("scaling_available_frequencies"))
             .map(|s| parse_khz_list(&s))
             .unwrap_or_default(),
         min_khz: read_khz(&dir.join("cpuinfo_min_freq"))?,
         max_khz: read_khz(&dir.join("cpuinfo_max_freq"))?,
         scaling_max_khz: read_khz(&dir.join("scaling_max_freq"))?,
-        governor: read_opt(&dir.join("scaling_governor")),
-        available_governors: read_opt(&dir.join("scaling_available_governors"))
+        governor: crate::attr::read(&dir.join("scaling_governor")),
+        available_governors: crate::attr::read(&dir.join("scaling_available_governors"))
             .map(|s| s.split_whitespace().map(str::to_string).collect())
             .unwrap_or_default(),
         dir,

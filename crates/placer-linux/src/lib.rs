@@ -3,6 +3,7 @@
 //! from real machines and on writable temporary trees as well as on `/`.
 
 pub mod actuator;
+pub mod attr;
 pub mod cpufreq;
 pub mod error;
 pub mod host;

@@ -43,12 +43,6 @@ pub struct Sensor {
     pub kind: SensorKind,
 }
 
-fn read_trim(p: &Path) -> Option<String> {
-    std::fs::read_to_string(p)
-        .ok()
-        .map(|s| s.trim().to_string())
-}
-
 fn sorted_dir(p: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(p)
         .map(|rd| rd.flatten().map(|e| e.path()).collect())
@@ -70,18 +64,19 @@ pub fn discover(root: &Path) -> Vec<Sensor> {
             v.push(Sensor {
                 name: format!(
                     "rapl:{}",
-                    read_trim(&z.join("name")).unwrap_or_else(|| name.clone().unwrap_or_default())
+                    crate::attr::read(&z.join("name"))
+                        .unwrap_or_else(|| name.clone().unwrap_or_default())
                 ),
                 path: z.join("energy_uj"),
                 kind: SensorKind::EnergyUj {
-                    max_range_uj: read_trim(&z.join("max_energy_range_uj"))
+                    max_range_uj: crate::attr::read(&z.join("max_energy_range_uj"))
                         .and_then(|s| s.parse().ok()),
                 },
             });
         }
     }
     for h in sorted_dir(&root.join("sys/class/hwmon")) {
-        let chip = read_trim(&h.join("name")).unwrap_or_default();
+        let chip = crate::attr::read(&h.join("name")).unwrap_or_default();
         for f in sorted_dir(&h) {
             let fname = f
                 .file_name()
@@ -125,8 +120,8 @@ pub fn unavailable_reason(root: &Path) -> Option<String> {
 }
 
 fn read_num(p: &Path) -> Result<f64> {
-    let t =
-        read_trim(p).ok_or_else(|| LinuxError::Other(format!("{}: unreadable", p.display())))?;
+    let t = crate::attr::read(p)
+        .ok_or_else(|| LinuxError::Other(format!("{}: unreadable", p.display())))?;
     t.parse()
         .map_err(|e| LinuxError::parse(p, format!("{t:?}: {e}")))
 }

@@ -63,7 +63,7 @@ pub fn read_nic_counters(root: &Path) -> Vec<placer_core::sample::NicCounters> {
     names.sort();
     let read = |name: &str, file: &str| -> Option<u64> {
         let p = dir.join(name).join("statistics").join(file);
-        read_u64_file(&p)
+        crate::attr::read_u64(&p)
     };
     names
         .into_iter()
@@ -79,19 +79,6 @@ pub fn read_nic_counters(root: &Path) -> Vec<placer_core::sample::NicCounters> {
         .collect()
 }
 
-/// A sysfs file holding one decimal number (at most 64 bytes are read: these files are
-/// short, and a root we do not trust must not make us read a huge file).
-fn read_u64_file(p: &Path) -> Option<u64> {
-    use std::io::Read;
-    let mut s = String::new();
-    fs::File::open(p)
-        .ok()?
-        .take(64)
-        .read_to_string(&mut s)
-        .ok()?;
-    s.trim().parse().ok()
-}
-
 /// Current frequency of each CPU that has cpufreq (`scaling_cur_freq`, kHz).
 pub fn read_cpu_freqs(
     root: &Path,
@@ -101,7 +88,7 @@ pub fn read_cpu_freqs(
         let p = root.join(format!(
             "sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_cur_freq"
         ));
-        let khz = read_u64_file(&p)?;
+        let khz = crate::attr::read_u64(&p)?;
         Some(placer_core::sample::CpuFreq { cpu, khz })
     })
     .collect()

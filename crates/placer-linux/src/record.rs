@@ -43,16 +43,7 @@ impl RecordHeader {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0);
-        let host = {
-            use std::io::Read;
-            // A hostname is at most 64 bytes; a root we do not trust must not make us read
-            // more.
-            let mut s = String::new();
-            std::fs::File::open(root.join("proc/sys/kernel/hostname"))
-                .and_then(|f| f.take(256).read_to_string(&mut s))
-                .map(|_| s.trim().to_string())
-                .unwrap_or_default()
-        };
+        let host = crate::attr::read(&root.join("proc/sys/kernel/hostname")).unwrap_or_default();
         RecordHeader {
             format: RECORD_FORMAT.into(),
             version: RECORD_VERSION,

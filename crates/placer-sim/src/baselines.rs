@@ -236,6 +236,8 @@ pub fn schedule(h: &mut SimHost) {
             balance(h, &mut l);
         }
     }
+    let dt = h.tick_ns as f64 * 1e-9;
+    kernel_background(h, &mut l, dt);
 }
 
 /// What the kernel does besides placing and balancing, every tick:
@@ -248,10 +250,9 @@ pub fn schedule(h: &mut SimHost) {
 ///   thread runs on, at most `numa.balancing_mb_per_s`, each GB costing the process
 ///   `numa.migrate_s_per_gb` of CPU time; workloads bound to a node (`mem_node`) are left
 ///   alone.
-pub fn kernel_background(h: &mut SimHost, dt: f64) {
+fn kernel_background(h: &mut SimHost, l: &mut Load, dt: f64) {
     let rate = h.params.sched.background_migrations_per_s;
     if rate > 0.0 {
-        let mut l = loads(h);
         for ti in 0..h.tasks.len() {
             let t = &h.tasks[ti];
             if !(t.runnable && t.placed) || t.rt || h.rng.unit() >= rate * dt {
@@ -271,9 +272,9 @@ pub fn kernel_background(h: &mut SimHost, dt: f64) {
                 .iter()
                 .copied()
                 .find(|&o| h.tasks[o].allowed.contains(from_id));
-            migrate(h, &mut l, ti, to);
+            migrate(h, l, ti, to);
             if let Some(o) = other {
-                migrate(h, &mut l, o, from);
+                migrate(h, l, o, from);
             }
         }
     }

@@ -547,7 +547,6 @@ impl SimHost {
         let dt = self.tick_ns as f64 * 1e-9;
         self.lifecycle();
         crate::baselines::schedule(self);
-        crate::baselines::kernel_background(self, dt);
         crate::power::governors(self);
         // Tasks per CPU.
         for v in &mut self.by_cpu {

@@ -27,6 +27,11 @@ pub struct Config {
     /// milliseconds; 0 = only at start.
     #[serde(default = "default_topology_refresh_ms")]
     pub topology_refresh_ms: u64,
+    /// Learn what ran and which processes came and went from the kernel (an eBPF CPU
+    /// collector on sched_switch, the process-events connector) instead of reading every
+    /// process each interval; each falls back to /proc, said once, where it cannot load.
+    #[serde(default = "default_kernel_events")]
+    pub kernel_events: bool,
     /// Verdicts on moves: does a pin pay? (crate::verdict)
     pub verify: Verify,
 }
@@ -136,6 +141,10 @@ impl Verify {
     }
 }
 
+fn default_kernel_events() -> bool {
+    true
+}
+
 fn default_topology_refresh_ms() -> u64 {
     10_000
 }
@@ -154,6 +163,7 @@ impl Default for Config {
             energy_qos: Default::default(),
             numa_local: Default::default(),
             topology_refresh_ms: default_topology_refresh_ms(),
+            kernel_events: default_kernel_events(),
             verify: Verify::default(),
         }
     }

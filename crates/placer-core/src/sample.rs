@@ -50,6 +50,22 @@ pub struct Sample {
     /// recordings made before it was recorded; readers then assume 4096).
     #[serde(default)]
     pub page_bytes: u64,
+    /// Processes that ran since the previous sample and were gone at this one (seen by the
+    /// kernel's event sources; empty on the /proc path, which cannot see them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exited: Vec<ExitedProc>,
+}
+
+/// A process that ran in the interval and exited before the sample.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct ExitedProc {
+    pub pid: u32,
+    /// Its comm when it first ran in the interval; empty when only its exit was seen.
+    pub comm: String,
+    /// CPU time it used in the interval, ns (`None`: only the connector saw it).
+    pub cpu_ns: Option<u64>,
+    /// It was never in a sample: it started after the previous one.
+    pub unsampled: bool,
 }
 
 /// One interface's cumulative counters.

@@ -2,8 +2,10 @@
 //! through a root path passed in as a value, so the readers run on fixture trees captured
 //! from real machines and on writable temporary trees as well as on `/`.
 
+pub mod activity;
 pub mod actuator;
 pub mod attr;
+pub mod bpf;
 pub mod cpufreq;
 pub mod error;
 pub mod host;
@@ -22,6 +24,7 @@ pub use host::LinuxHost;
 pub mod energy;
 pub mod interrupts;
 pub mod perf;
+pub mod proc_events;
 pub mod procfs;
 pub mod record;
 pub mod sockdiag;

@@ -36,13 +36,17 @@
 //! sock_diag talks to the kernel, not to the root path, so it is only used when the root
 //! is `/` (override with [`Sampler::set_sock_diag`]).
 
+pub use crate::activity::{Activity, ActivitySource};
 use crate::energy::EnergySource;
 use crate::error::{LinuxError, Result};
 use crate::interrupts::{parse_interrupts, parse_softirqs};
 use crate::perf::{CounterSource, PerfCounters};
+use crate::proc_events::ProcEvent;
 use crate::procfs::{parse_cgroup, parse_pid_stat, parse_proc_stat, parse_status, socket_inode};
 use crate::sockdiag::SockDiag;
-use placer_core::sample::{ProcSample, SampleRequest, Source, SourceStatus, ThreadSample};
+use placer_core::sample::{
+    ExitedProc, ProcSample, SampleRequest, Source, SourceStatus, ThreadSample,
+};
 use placer_core::{CpuSet, Sample};
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
@@ -102,18 +106,28 @@ struct FdEntry {
     inodes: Vec<u64>,
 }
 
-/// What a process's slow files said last time (status, cgroup, threads).
+/// What a process's files said last time: its whole sample (without sockets, counters and
+/// pages), so that a process the kernel's events say did not run is not read at all.
 #[derive(Debug, Clone)]
 struct ProcCache {
-    start_time_ticks: u64,
-    cpu_ticks: u64,
-    num_threads: u32,
-    uid: Option<u32>,
-    allowed: CpuSet,
-    cgroup: String,
-    /// `None` when threads were not read last time.
-    threads: Option<Vec<ThreadSample>>,
+    sample: ProcSample,
+    /// Whether `sample.threads` were read (a policy asked for threads then).
+    threads_read: bool,
 }
+
+impl ProcCache {
+    fn cpu_ticks(&self) -> u64 {
+        self.sample.utime_ticks + self.sample.stime_ticks
+    }
+}
+
+/// With the eBPF collector: at most this many idle processes are re-read in full per
+/// sample (a rotating window), so that the cost of a sample does not grow with the number
+/// of processes that exist; see [`Sampler::set_refresh_every`].
+pub const IDLE_REFRESH_BUDGET: usize = 32;
+/// With the process-events connector: /proc is still listed this often (samples), as a
+/// safety net for anything the events could not say.
+pub const LIST_EVERY: u64 = 64;
 
 /// Default of [`Sampler::set_refresh_every`].
 pub const DEFAULT_REFRESH_EVERY: u64 = 8;
@@ -127,6 +141,12 @@ pub struct SampleStats {
     pub procs_reread: usize,
     pub fd_dirs_scanned: usize,
     pub full_rescan: bool,
+    /// Processes not read at all: the eBPF collector said they did not run.
+    pub procs_skipped: usize,
+    /// /proc was listed (else the process set came from the connector's events).
+    pub listed: bool,
+    /// Processes that ran since the previous sample and were gone at this one.
+    pub exited: usize,
 }
 
 pub struct Sampler {
@@ -147,6 +167,16 @@ pub struct Sampler {
     /// The open `proc` directory (opened at the first sample).
     proc: Option<Dir>,
     pub last_stats: SampleStats,
+    /// The kernel's event sources (eBPF CPU collector, process-events connector), opened at
+    /// the first sample when `kernel_events` is on.
+    activity: Option<Box<dyn ActivitySource>>,
+    kernel_events: bool,
+    /// Where the idle-refresh window stopped last time (a pid).
+    refresh_cursor: u32,
+    /// Pages per node of processes not re-read (with the eBPF collector).
+    numa_cache: HashMap<u32, std::collections::BTreeMap<u32, u64>>,
+    /// The pids of the previous sample.
+    last_alive: HashSet<u32>,
 }
 
 /// An open directory; files under it are opened relative to it (`openat`), which spares
@@ -290,7 +320,28 @@ impl Sampler {
             buf: String::with_capacity(4096),
             proc: None,
             last_stats: SampleStats::default(),
+            activity: None,
+            kernel_events: root == Path::new("/"),
+            refresh_cursor: 0,
+            numa_cache: HashMap::new(),
+            last_alive: HashSet::new(),
         }
+    }
+
+    /// Use the kernel's event sources (eBPF CPU collector, process-events connector) when
+    /// they can be opened (root, the real `/`), or never (`false`: the /proc path only).
+    /// On by default for root `/`.
+    pub fn set_kernel_events(&mut self, on: bool) {
+        self.kernel_events = on;
+        self.activity = None;
+        self.status = None;
+    }
+
+    /// Replace the event sources (a scripted one in benchmarks on generated trees).
+    pub fn set_activity_source(&mut self, src: Box<dyn ActivitySource>) {
+        self.activity = Some(src);
+        self.kernel_events = true;
+        self.status = None;
     }
 
     /// Use sock_diag (the current network namespace) even for a non-`/` root, or not at all.
@@ -390,6 +441,28 @@ impl Sampler {
         let (energy, es) = EnergySource::probe(&self.root);
         self.energy = Some(energy);
         sources.extend(es);
+        if self.kernel_events && self.activity.is_none() && self.root == Path::new("/") {
+            let k = crate::activity::KernelActivity::open();
+            sources.extend(k.sources());
+            if k.any() {
+                self.activity = Some(Box::new(k));
+            }
+        } else if let Some(a) = &self.activity {
+            sources.extend(a.sources());
+        } else {
+            let why = if self.kernel_events {
+                format!("not for root {}", self.root.display())
+            } else {
+                "off (kernel_events = false)".to_string()
+            };
+            for name in ["ebpf", "proc_events"] {
+                sources.push(Source {
+                    name: name.into(),
+                    available: false,
+                    detail: why.clone(),
+                });
+            }
+        }
         self.status = Some(SourceStatus { sources });
     }
 
@@ -425,21 +498,125 @@ impl Sampler {
             Err(_) => Vec::new(),
         };
 
-        let pids =
-            numeric_entries(&self.proc_dir).map_err(|e| LinuxError::io(&self.proc_dir, e))?;
-        let mut procs = Vec::with_capacity(pids.len());
+        // The kernel's events: which processes ran (eBPF) and which came and went (the
+        // connector); each part unknown falls back to reading /proc for it.
+        let act = match self.activity.as_mut() {
+            Some(a) => a.drain(),
+            None => Activity::default(),
+        };
         self.sample_no += 1;
+        let mut execd: HashSet<u32> = HashSet::new();
+        let mut born: HashSet<u32> = HashSet::new();
+        let listing_due = self.proc_cache.is_empty() || self.sample_no.is_multiple_of(LIST_EVERY);
+        let pids: Vec<u32> = match &act.events {
+            Some(events) if !listing_due => {
+                let mut set: std::collections::BTreeSet<u32> =
+                    self.proc_cache.keys().copied().collect();
+                for e in events {
+                    match *e {
+                        ProcEvent::Fork { pid, .. } => {
+                            set.insert(pid);
+                            born.insert(pid);
+                        }
+                        ProcEvent::Exec { pid } => {
+                            set.insert(pid);
+                            execd.insert(pid);
+                        }
+                        ProcEvent::Exit { pid } => {
+                            set.remove(&pid);
+                        }
+                        ProcEvent::Other => {}
+                    }
+                }
+                set.into_iter().collect()
+            }
+            _ => {
+                stats.listed = true;
+                if let Some(events) = &act.events {
+                    for e in events {
+                        match *e {
+                            ProcEvent::Fork { pid, .. } => {
+                                born.insert(pid);
+                            }
+                            ProcEvent::Exec { pid } => {
+                                execd.insert(pid);
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                numeric_entries(&self.proc_dir).map_err(|e| LinuxError::io(&self.proc_dir, e))?
+            }
+        };
+        // With the collector, idle processes are re-read in a bounded rotating window
+        // instead of every `refresh_every` samples each.
+        let refresh: HashSet<u32> = match &act.ran {
+            Some(_) => self.refresh_window(&pids),
+            None => HashSet::new(),
+        };
+        let mut procs = Vec::with_capacity(pids.len());
+        let mut reread: HashSet<u32> = HashSet::new();
         for pid in pids {
-            match self.read_proc(pid, req, &mut stats) {
-                Some(p) => procs.push(p),
+            if let Some(ran) = &act.ran {
+                let skip =
+                    !ran.contains_key(&pid) && !refresh.contains(&pid) && !execd.contains(&pid);
+                if skip {
+                    if let Some(p) = self.cached_sample(pid, req) {
+                        procs.push(p);
+                        stats.procs_skipped += 1;
+                        continue;
+                    }
+                }
+            }
+            let due = act
+                .ran
+                .as_ref()
+                .map(|_| refresh.contains(&pid) || execd.contains(&pid));
+            match self.read_proc(pid, req, due, &mut stats) {
+                Some(p) => {
+                    reread.insert(pid);
+                    procs.push(p)
+                }
                 None => stats.dropped_procs += 1,
             }
         }
         stats.procs = procs.len();
+        let alive: HashSet<u32> = procs.iter().map(|p| p.pid).collect();
         if stats.dropped_procs > 0 || self.proc_cache.len() > procs.len() {
-            let alive: HashSet<u32> = procs.iter().map(|p| p.pid).collect();
             self.proc_cache.retain(|pid, _| alive.contains(pid));
+            self.numa_cache.retain(|pid, _| alive.contains(pid));
         }
+        // Who ran and is gone: the collector's time for them, else the connector's word.
+        let mut exited: Vec<ExitedProc> = Vec::new();
+        if let Some(ran) = &act.ran {
+            for (&pid, c) in ran {
+                if !alive.contains(&pid) {
+                    exited.push(ExitedProc {
+                        pid,
+                        comm: c.comm.clone(),
+                        cpu_ns: Some(c.cpu_ns),
+                        unsampled: born.contains(&pid) || !self.was_sampled(pid),
+                    });
+                }
+            }
+        }
+        if let Some(events) = &act.events {
+            for e in events {
+                if let ProcEvent::Exit { pid } = *e {
+                    if born.contains(&pid) && !exited.iter().any(|x| x.pid == pid) {
+                        exited.push(ExitedProc {
+                            pid,
+                            comm: String::new(),
+                            cpu_ns: None,
+                            unsampled: true,
+                        });
+                    }
+                }
+            }
+        }
+        exited.sort_by_key(|x| x.pid);
+        stats.exited = exited.len();
+        self.last_alive = alive;
 
         let mut sockets = Vec::new();
         // Without sock_diag there are no sockets, hence nothing to map to processes.
@@ -448,7 +625,10 @@ impl Sampler {
                 Ok(s) => sockets = s,
                 Err(e) => tracing::debug!("sock_diag: {e}"),
             }
-            self.map_sockets(&mut procs, &sockets, &mut stats);
+            // With the collector, a process that did not run cannot have opened or closed
+            // an fd: only the re-read ones get their fd count checked.
+            let ran = act.ran.as_ref().map(|_| &reread);
+            self.map_sockets(&mut procs, &sockets, ran, &mut stats);
         }
 
         let time_ns = t_start + (crate::sys::monotonic_ns() - t_start) / 2;
@@ -471,9 +651,24 @@ impl Sampler {
         }
 
         if req.numa_pages {
-            // numa_maps walks each process's page tables: read only when a policy asks.
+            // numa_maps walks each process's page tables: read only when a policy asks,
+            // and with the collector only for processes that ran (an idle process's pages
+            // do not move, but for the kernel's NUMA balancing, which needs it to run).
             let page = placer_bufpool::numa::page_bytes() as u64;
-            crate::numa_maps::fill_samples(&self.root, &mut procs, page);
+            if act.ran.is_some() {
+                for p in procs.iter_mut().filter(|p| !p.kernel_thread) {
+                    if reread.contains(&p.pid) || !self.numa_cache.contains_key(&p.pid) {
+                        if let Ok(Some(m)) = crate::numa_maps::read(&self.root, p.pid, page) {
+                            self.numa_cache.insert(p.pid, m);
+                        }
+                    }
+                    if let Some(m) = self.numa_cache.get(&p.pid) {
+                        p.numa_pages = m.clone();
+                    }
+                }
+            } else {
+                crate::numa_maps::fill_samples(&self.root, &mut procs, page);
+            }
         }
 
         let (energy, power) = match &self.energy {
@@ -502,7 +697,45 @@ impl Sampler {
             nics,
             cpu_freqs,
             page_bytes: placer_bufpool::numa::page_bytes() as u64,
+            exited,
         })
+    }
+
+    /// The next window of at most [`IDLE_REFRESH_BUDGET`] pids (about `1/refresh_every` of
+    /// them) after the cursor, wrapping: every process is re-read in turn.
+    fn refresh_window(&mut self, pids: &[u32]) -> HashSet<u32> {
+        if pids.is_empty() {
+            return HashSet::new();
+        }
+        let n = pids
+            .len()
+            .div_ceil(self.refresh_every as usize)
+            .clamp(1, IDLE_REFRESH_BUDGET);
+        let start = pids.partition_point(|&p| p <= self.refresh_cursor);
+        let window: HashSet<u32> = (0..n.min(pids.len()))
+            .map(|i| pids[(start + i) % pids.len()])
+            .collect();
+        self.refresh_cursor = pids[(start + n - 1) % pids.len()];
+        window
+    }
+
+    /// Whether `pid` was in the previous sample.
+    fn was_sampled(&self, pid: u32) -> bool {
+        self.last_alive.contains(&pid)
+    }
+
+    /// The cached sample of a process that did not run (`None` when not cached, or when
+    /// threads are asked for and were not read last time).
+    fn cached_sample(&self, pid: u32, req: SampleRequest) -> Option<ProcSample> {
+        let c = self.proc_cache.get(&pid)?;
+        if req.threads && !c.threads_read && !c.sample.kernel_thread {
+            return None;
+        }
+        let mut p = c.sample.clone();
+        if !req.threads {
+            p.threads.clear();
+        }
+        Some(p)
     }
 
     /// Reads one process; `None` when it exited mid-read or its stat is malformed.
@@ -510,6 +743,7 @@ impl Sampler {
         &mut self,
         pid: u32,
         req: SampleRequest,
+        due: Option<bool>,
         stats: &mut SampleStats,
     ) -> Option<ProcSample> {
         // Paths relative to the open proc dir: no per-process directory fd to open/close.
@@ -521,36 +755,26 @@ impl Sampler {
         let st = parse_pid_stat(&self.buf)?;
         let kernel_thread = st.is_kernel_thread();
         let cpu_ticks = st.utime_ticks + st.stime_ticks;
-        let due = (self.sample_no + pid as u64).is_multiple_of(self.refresh_every);
-        if let Some(c) = self.proc_cache.get(&pid) {
-            let idle = c.start_time_ticks == st.start_time_ticks
-                && c.cpu_ticks == cpu_ticks
-                && c.num_threads == st.num_threads
-                && (!req.threads || c.threads.is_some());
+        // Given by the caller with the collector (the rotating window), else staggered.
+        let due =
+            due.unwrap_or_else(|| (self.sample_no + pid as u64).is_multiple_of(self.refresh_every));
+        if let Some(c) = self.proc_cache.get_mut(&pid) {
+            let idle = c.sample.start_time_ticks == st.start_time_ticks
+                && c.cpu_ticks() == cpu_ticks
+                && c.sample.num_threads == st.num_threads
+                && (!req.threads || c.threads_read);
             if idle && !due {
-                return Some(ProcSample {
-                    pid,
-                    start_time_ticks: st.start_time_ticks,
-                    comm: st.comm,
-                    state: st.state,
-                    ppid: st.ppid,
-                    uid: c.uid,
-                    utime_ticks: st.utime_ticks,
-                    stime_ticks: st.stime_ticks,
-                    last_cpu: st.last_cpu,
-                    allowed: c.allowed.clone(),
-                    cgroup: c.cgroup.clone(),
-                    num_threads: st.num_threads,
-                    kernel_thread,
-                    threads: if req.threads {
-                        c.threads.clone().unwrap_or_default()
-                    } else {
-                        Vec::new()
-                    },
-                    socket_inodes: Vec::new(),
-                    counters: Vec::new(),
-                    numa_pages: Default::default(),
-                });
+                let p = &mut c.sample;
+                p.comm = st.comm;
+                p.state = st.state;
+                p.ppid = st.ppid;
+                p.last_cpu = st.last_cpu;
+                p.kernel_thread = kernel_thread;
+                let mut out = p.clone();
+                if !req.threads {
+                    out.threads.clear();
+                }
+                return Some(out);
             }
         }
         stats.procs_reread += 1;
@@ -575,10 +799,10 @@ impl Sampler {
             // A thread's affinity does not change by running: its status is re-read when
             // the thread is new or the process is due for a refresh, else kept.
             let known: HashMap<u32, CpuSet> = match self.proc_cache.get(&pid) {
-                Some(c) if !due && c.start_time_ticks == st.start_time_ticks => c
+                Some(c) if !due && c.sample.start_time_ticks == st.start_time_ticks => c
+                    .sample
                     .threads
                     .iter()
-                    .flatten()
                     .map(|t| (t.tid, t.allowed.clone()))
                     .collect(),
                 _ => HashMap::new(),
@@ -616,19 +840,7 @@ impl Sampler {
                 });
             }
         }
-        self.proc_cache.insert(
-            pid,
-            ProcCache {
-                start_time_ticks: st.start_time_ticks,
-                cpu_ticks,
-                num_threads: st.num_threads,
-                uid,
-                allowed: allowed.clone(),
-                cgroup: cgroup.clone(),
-                threads: (req.threads || kernel_thread).then(|| threads.clone()),
-            },
-        );
-        Some(ProcSample {
+        let sample = ProcSample {
             pid,
             start_time_ticks: st.start_time_ticks,
             comm: st.comm,
@@ -646,7 +858,15 @@ impl Sampler {
             socket_inodes: Vec::new(),
             counters: Vec::new(),
             numa_pages: Default::default(),
-        })
+        };
+        self.proc_cache.insert(
+            pid,
+            ProcCache {
+                sample: sample.clone(),
+                threads_read: req.threads || kernel_thread,
+            },
+        );
+        Some(sample)
     }
 
     /// The socket inodes among a process's open fds, and the fd count (`None`: exited).
@@ -676,12 +896,21 @@ impl Sampler {
         &mut self,
         procs: &mut [ProcSample],
         sockets: &[placer_core::sample::SocketSample],
+        ran: Option<&HashSet<u32>>,
         stats: &mut SampleStats,
     ) {
         let alive: HashSet<u32> = procs.iter().map(|p| p.pid).collect();
         self.fd_cache.retain(|pid, _| alive.contains(pid));
         let mut scanned: HashSet<u32> = HashSet::new();
         for p in procs.iter().filter(|p| !p.kernel_thread) {
+            if ran.is_some_and(|r| !r.contains(&p.pid))
+                && self
+                    .fd_cache
+                    .get(&p.pid)
+                    .is_some_and(|e| e.start_time_ticks == p.start_time_ticks)
+            {
+                continue;
+            }
             let count = self.fd_count(p.pid);
             let fresh = match self.fd_cache.get(&p.pid) {
                 Some(e) => e.start_time_ticks == p.start_time_ticks && e.fd_count == count,
@@ -911,5 +1140,94 @@ mod tests {
             s.last_stats.fd_dirs_scanned
         );
         assert!(!s.last_stats.full_rescan);
+    }
+
+    use placer_testkit::proc::{short_lived_spinner, spinner};
+
+    fn event_sampler() -> Option<Sampler> {
+        let mut s = Sampler::new(Path::new("/"));
+        let src = s.sources();
+        if !src.has("ebpf") || !src.has("proc_events") {
+            placer_testkit::skip(&format!(
+                "kernel event sources: {:?} / {:?}",
+                src.why_missing("ebpf"),
+                src.why_missing("proc_events")
+            ));
+            return None;
+        }
+        Some(s)
+    }
+
+    #[test]
+    #[cfg_attr(not(placer_root), ignore = "needs root")]
+    fn real_process_that_lives_between_two_samples_is_seen_and_accounted() {
+        placer_testkit::require_root();
+        let Some(mut s) = event_sampler() else {
+            return;
+        };
+        let req = SampleRequest::default();
+        s.sample(req).unwrap();
+        s.sample(req).unwrap();
+        let pid = short_lived_spinner(200);
+        let sample = s.sample(req).unwrap();
+        assert!(!sample.procs.iter().any(|p| p.pid == pid));
+        let x = sample
+            .exited
+            .iter()
+            .find(|x| x.pid == pid)
+            .unwrap_or_else(|| panic!("{pid} not in {:?}", sample.exited));
+        assert!(x.unsampled);
+        let ns = x.cpu_ns.expect("the collector's time");
+        // It spun for 200 ms of wall time: most of it on a CPU.
+        assert!(ns > 100_000_000 && ns < 400_000_000, "{ns} ns");
+        assert!(s.last_stats.procs_skipped > 0, "{:?}", s.last_stats);
+    }
+
+    #[test]
+    #[cfg_attr(not(placer_root), ignore = "needs root")]
+    fn real_event_path_observes_what_the_proc_path_does() {
+        placer_testkit::require_root();
+        let Some(mut ev) = event_sampler() else {
+            return;
+        };
+        let mut scan = Sampler::new(Path::new("/"));
+        scan.set_kernel_events(false);
+        assert!(!scan.sources().has("ebpf"));
+        let req = SampleRequest {
+            threads: true,
+            ..Default::default()
+        };
+        // A steady load: a spinner for the whole window.
+        let spin = spinner();
+        let spin_pid = spin.0.id();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let (e0, s0) = (ev.sample(req).unwrap(), scan.sample(req).unwrap());
+        let (e1, s1) = (ev.sample(req).unwrap(), scan.sample(req).unwrap());
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        let (e2, s2) = (ev.sample(req).unwrap(), scan.sample(req).unwrap());
+        let _ = (e0, s0);
+        assert!(ev.last_stats.procs_skipped > 0, "{:?}", ev.last_stats);
+        let (oe, os) = (
+            placer_core::Observation::new(&e1, &e2),
+            placer_core::Observation::new(&s1, &s2),
+        );
+        let share = |o: &placer_core::Observation, pid: u32| {
+            o.procs.iter().find(|p| p.pid == pid).map(|p| p.cpu_share)
+        };
+        let (a, b) = (share(&oe, spin_pid).unwrap(), share(&os, spin_pid).unwrap());
+        assert!(a > 0.3 && (a - b).abs() <= 0.05 * b, "spinner {a} vs {b}");
+        let total = |o: &placer_core::Observation| o.procs.iter().map(|p| p.cpu_share).sum::<f64>();
+        let (ta, tb) = (total(&oe), total(&os));
+        assert!((ta - tb).abs() <= 0.05 * tb, "all processes {ta} vs {tb}");
+        // The same processes, but for those born or gone between the two samplers' reads.
+        let pids = |x: &Sample| x.procs.iter().map(|p| p.pid).collect::<HashSet<u32>>();
+        let (pa, pb) = (pids(&e2), pids(&s2));
+        let differ = pa.symmetric_difference(&pb).count();
+        assert!(
+            differ <= 3 + pa.len() / 50,
+            "{differ} of {} differ",
+            pa.len()
+        );
+        drop(spin);
     }
 }

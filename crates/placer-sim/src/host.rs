@@ -1215,6 +1215,8 @@ impl SimHost {
             nics,
             cpu_freqs,
             page_bytes: SIM_PAGE_BYTES,
+            // The simulator's processes are all known: none exits unseen.
+            exited: Vec::new(),
         }
     }
 

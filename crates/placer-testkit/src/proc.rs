@@ -80,3 +80,22 @@ impl Drop for KillOnDrop {
         let _ = self.0.wait();
     }
 }
+
+/// A child shell spinning on a CPU (a builtin loop: all its time is its own) until the
+/// guard drops.
+pub fn spinner() -> KillOnDrop {
+    KillOnDrop(
+        std::process::Command::new("sh")
+            .arg("-c")
+            .arg("while :; do :; done")
+            .spawn()
+            .expect("sh"),
+    )
+}
+
+/// Spins for `ms` of wall time in a child that then exits and is reaped; its pid.
+pub fn short_lived_spinner(ms: u64) -> u32 {
+    let s = spinner();
+    std::thread::sleep(std::time::Duration::from_millis(ms));
+    s.0.id()
+}

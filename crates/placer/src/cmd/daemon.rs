@@ -236,6 +236,7 @@ pub fn run(args: Args) -> Result<()> {
         Some(state::StateLock::acquire(&state_dir)?)
     };
     let mut host = LinuxHost::new(&args.state.root, &state_dir);
+    host.sampler.set_kernel_events(cfg.kernel_events);
     if !dry_run {
         let journal = host
             .actuator

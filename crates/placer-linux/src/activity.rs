@@ -1,0 +1,141 @@
+//! What ran, and which processes came and went, since the previous sample, told by the
+//! kernel instead of found by reading all of /proc: the sampler's event sources.
+//!
+//! [`KernelActivity`] combines the eBPF CPU collector ([`crate::bpf`]: which processes ran
+//! and for how long, including those that already exited) and the process-events connector
+//! ([`crate::proc_events`]: forks, execs, exits). Either may be missing (no root, no BTF or
+//! raw tracepoints, another network namespace); the sampler then falls back to the /proc
+//! path for that part, and `placer top` / the daemon say so once through the sources.
+
+use crate::bpf::{CpuCollector, ProcCpu};
+use crate::proc_events::{ProcEvent, ProcEvents};
+use placer_core::sample::Source;
+use std::collections::HashMap;
+
+/// One drain of the event sources.
+#[derive(Debug, Default, Clone)]
+pub struct Activity {
+    /// Processes that ran since the previous drain (CPU ns, comm); `None` = unknown (no
+    /// collector, or it failed this time): every process's `stat` must be read.
+    pub ran: Option<HashMap<u32, ProcCpu>>,
+    /// Process births, execs and exits in order; `None` = unknown (no connector, or events
+    /// were lost): /proc must be listed.
+    pub events: Option<Vec<ProcEvent>>,
+}
+
+/// A source of [`Activity`]: the kernel's ([`KernelActivity`]) or a script (benchmarks on
+/// generated /proc trees, where the generator knows what it made run).
+pub trait ActivitySource: Send {
+    fn drain(&mut self) -> Activity;
+    /// `ebpf` and `proc_events` entries for [`placer_core::sample::SourceStatus`].
+    fn sources(&self) -> Vec<Source>;
+}
+
+/// The real kernel's event sources, each opened once (or its error kept to say why not).
+pub struct KernelActivity {
+    cpu: Result<CpuCollector, String>,
+    events: Result<ProcEvents, String>,
+}
+
+impl KernelActivity {
+    pub fn open() -> KernelActivity {
+        KernelActivity {
+            cpu: CpuCollector::open().map_err(|e| e.to_string()),
+            events: ProcEvents::open().map_err(|e| e.to_string()),
+        }
+    }
+
+    /// Whether at least one source works.
+    pub fn any(&self) -> bool {
+        self.cpu.is_ok() || self.events.is_ok()
+    }
+}
+
+impl ActivitySource for KernelActivity {
+    fn drain(&mut self) -> Activity {
+        let ran = match &mut self.cpu {
+            Ok(c) => match c.drain() {
+                Ok(d) if !d.lost_full => Some(d.procs),
+                Ok(_) => None, // the map filled up: some processes went unaccounted
+                Err(e) => {
+                    tracing::debug!("eBPF drain: {e}");
+                    None
+                }
+            },
+            Err(_) => None,
+        };
+        let events = match &mut self.events {
+            Ok(ev) => {
+                let d = ev.drain();
+                (!d.lost).then_some(d.events)
+            }
+            Err(_) => None,
+        };
+        Activity { ran, events }
+    }
+
+    fn sources(&self) -> Vec<Source> {
+        vec![
+            Source {
+                name: "ebpf".into(),
+                available: self.cpu.is_ok(),
+                detail: match &self.cpu {
+                    Ok(_) => format!(
+                        "CPU time per process from sched_switch ({}); idle processes are not read",
+                        crate::bpf::PROG_NAME
+                    ),
+                    Err(e) => format!("eBPF CPU collector: {e}; reading every /proc/PID/stat"),
+                },
+            },
+            Source {
+                name: "proc_events".into(),
+                available: self.events.is_ok(),
+                detail: match &self.events {
+                    Ok(_) => "process-events connector (fork, exec, exit)".into(),
+                    Err(e) => format!("process-events connector: {e}; listing /proc"),
+                },
+            },
+        ]
+    }
+}
+
+/// A scripted source: what the next drains return, in order (then "nothing ran, nothing
+/// happened"). For benchmarks and tests on generated /proc trees.
+/// Clones share the script, so the caller keeps feeding the one the sampler drains.
+#[derive(Debug, Default, Clone)]
+pub struct ScriptedActivity {
+    pub script: std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<Activity>>>,
+}
+
+impl ScriptedActivity {
+    pub fn push(&self, a: Activity) {
+        self.script
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_back(a);
+    }
+}
+
+impl ActivitySource for ScriptedActivity {
+    fn drain(&mut self) -> Activity {
+        let next = self
+            .script
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop_front();
+        next.unwrap_or(Activity {
+            ran: Some(HashMap::new()),
+            events: Some(Vec::new()),
+        })
+    }
+    fn sources(&self) -> Vec<Source> {
+        ["ebpf", "proc_events"]
+            .into_iter()
+            .map(|n| Source {
+                name: n.into(),
+                available: true,
+                detail: "scripted".into(),
+            })
+            .collect()
+    }
+}

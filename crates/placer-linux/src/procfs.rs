@@ -161,6 +161,25 @@ pub fn parse_proc_stat(text: &str) -> Vec<CpuTimes> {
 }
 
 /// The socket inode of an fd link target `socket:[12345]`, else `None`.
+/// Time on CPU, ns, from a `proc/PID/task/TID/schedstat` line (`run_ns wait_ns slices`):
+/// nanosecond resolution where `stat`'s ticks have 10 ms (for measuring small shares).
+pub fn parse_schedstat_run_ns(text: &str) -> Option<u64> {
+    text.split_whitespace().next()?.parse().ok()
+}
+
+/// TCP segments received and sent (`InSegs`, `OutSegs`) from `/proc/net/snmp`, whose
+/// `Tcp:` lines are a header of names and a row of values.
+pub fn parse_tcp_segments(text: &str) -> Option<(u64, u64)> {
+    let mut rows = text.lines().filter_map(|l| l.strip_prefix("Tcp:"));
+    let names: Vec<&str> = rows.next()?.split_whitespace().collect();
+    let values: Vec<&str> = rows.next()?.split_whitespace().collect();
+    let get = |n: &str| -> Option<u64> {
+        let i = names.iter().position(|x| *x == n)?;
+        values.get(i)?.parse().ok()
+    };
+    Some((get("InSegs")?, get("OutSegs")?))
+}
+
 pub fn socket_inode(link: &[u8]) -> Option<u64> {
     let s = link.strip_prefix(b"socket:[")?.strip_suffix(b"]")?;
     std::str::from_utf8(s).ok()?.parse().ok()
@@ -272,5 +291,26 @@ mod tests {
         assert_eq!(socket_inode(b"pipe:[12345]"), None);
         assert_eq!(socket_inode(b"socket:[x]"), None);
         assert_eq!(socket_inode(b"/dev/null"), None);
+    }
+
+    #[test]
+    fn schedstat_gives_the_run_time() {
+        assert_eq!(
+            parse_schedstat_run_ns("123456789 42 7\n"),
+            Some(123_456_789)
+        );
+        assert_eq!(parse_schedstat_run_ns(""), None);
+        assert_eq!(parse_schedstat_run_ns("x 1 2"), None);
+    }
+
+    #[test]
+    fn tcp_segments_come_from_the_named_columns() {
+        let text = "Ip: Forwarding DefaultTTL\nIp: 1 64\n\
+                    Tcp: RtoAlgorithm RtoMin InSegs OutSegs RetransSegs\n\
+                    Tcp: 1 200 14612 13522 0\nUdp: InDatagrams\nUdp: 5\n";
+        assert_eq!(parse_tcp_segments(text), Some((14612, 13522)));
+        assert_eq!(parse_tcp_segments("Tcp: InSegs OutSegs\n"), None);
+        assert_eq!(parse_tcp_segments("Tcp: InSegs\nTcp: 5\n"), None);
+        assert_eq!(parse_tcp_segments(""), None);
     }
 }

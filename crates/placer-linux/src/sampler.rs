@@ -19,6 +19,25 @@
 //! sleeping process's affinity shows at the latest `refresh_every` samples later; a thread
 //! that ran less than the process's next tick shows its last tick at most that late.
 //!
+//! With the kernel's event sources ([`crate::activity`], on by default for root `/`), a
+//! sample's cost follows what is active, not what exists:
+//! 1. a process the eBPF collector says did not run since the previous sample is not read
+//!    at all: its cached sample is used (a process that did not run cannot have changed its
+//!    CPU time, state, threads or fds);
+//! 2. the process set comes from the cache plus the connector's forks and exits; /proc is
+//!    listed only at the first sample, every [`LIST_EVERY`] samples, and when the
+//!    connector lost events;
+//! 3. idle processes are re-read in full in a rotating window of at most
+//!    [`IDLE_REFRESH_BUDGET`] per sample (so another tool's change to a sleeping process's
+//!    affinity shows within `procs / budget` samples), and at once after an exec;
+//! 4. numa_maps and fd counts are read only for processes that ran;
+//! 5. a process that ran and exited between two samples is reported in `Sample::exited`
+//!    with its CPU time (the collector) or at least its pid (the connector).
+//!
+//! Either source missing falls back to the /proc rule above for its part. The socket dump
+//! is skipped when not one TCP segment moved in this network namespace since the last one
+//! (`/proc/net/snmp`), whatever the sources.
+//!
 //! Robustness: a process that exits mid-read (any of its files vanishes) is dropped
 //! silently; a malformed file drops only that process (or that line); only an unreadable
 //! `proc/stat` — a wrong root — fails the sample.
@@ -42,7 +61,9 @@ use crate::error::{LinuxError, Result};
 use crate::interrupts::{parse_interrupts, parse_softirqs};
 use crate::perf::{CounterSource, PerfCounters};
 use crate::proc_events::ProcEvent;
-use crate::procfs::{parse_cgroup, parse_pid_stat, parse_proc_stat, parse_status, socket_inode};
+use crate::procfs::{
+    parse_cgroup, parse_pid_stat, parse_proc_stat, parse_status, parse_tcp_segments, socket_inode,
+};
 use crate::sockdiag::SockDiag;
 use placer_core::sample::{
     ExitedProc, ProcSample, SampleRequest, Source, SourceStatus, ThreadSample,
@@ -147,6 +168,8 @@ pub struct SampleStats {
     pub listed: bool,
     /// Processes that ran since the previous sample and were gone at this one.
     pub exited: usize,
+    /// No TCP segment moved since the last socket dump: its sockets were used again.
+    pub sockets_reused: bool,
 }
 
 pub struct Sampler {
@@ -177,6 +200,9 @@ pub struct Sampler {
     numa_cache: HashMap<u32, std::collections::BTreeMap<u32, u64>>,
     /// The pids of the previous sample.
     last_alive: HashSet<u32>,
+    /// TCP segments in and out at the last socket dump, and that dump.
+    last_tcp_segments: Option<(u64, u64)>,
+    last_sockets: Vec<placer_core::sample::SocketSample>,
 }
 
 /// An open directory; files under it are opened relative to it (`openat`), which spares
@@ -325,6 +351,8 @@ impl Sampler {
             refresh_cursor: 0,
             numa_cache: HashMap::new(),
             last_alive: HashSet::new(),
+            last_tcp_segments: None,
+            last_sockets: Vec::new(),
         }
     }
 
@@ -621,9 +649,34 @@ impl Sampler {
         let mut sockets = Vec::new();
         // Without sock_diag there are no sockets, hence nothing to map to processes.
         if let (true, Some(Ok(sd))) = (req.sockets, &mut self.sock_diag) {
-            match sd.tcp_sockets() {
-                Ok(s) => sockets = s,
-                Err(e) => tracing::debug!("sock_diag: {e}"),
+            // The dump walks every bucket of the kernel's TCP hash, however few sockets
+            // there are: when not one TCP segment moved in this namespace since the last
+            // dump (the TCP MIB, /proc/net/snmp), no socket changed, and the last dump is
+            // still true.
+            let segs = if self.root == Path::new("/") {
+                let proc_ = self.proc.as_ref().expect("opened above");
+                proc_
+                    .read("self/net/snmp", &mut self.buf)
+                    .ok()
+                    .and_then(|()| parse_tcp_segments(&self.buf))
+            } else {
+                None
+            };
+            if segs.is_some() && segs == self.last_tcp_segments {
+                sockets = self.last_sockets.clone();
+                stats.sockets_reused = true;
+            } else {
+                match sd.tcp_sockets() {
+                    Ok(s) => {
+                        sockets = s;
+                        self.last_sockets = sockets.clone();
+                        self.last_tcp_segments = segs;
+                    }
+                    Err(e) => {
+                        tracing::debug!("sock_diag: {e}");
+                        self.last_tcp_segments = None;
+                    }
+                }
             }
             // With the collector, a process that did not run cannot have opened or closed
             // an fd: only the re-read ones get their fd count checked.

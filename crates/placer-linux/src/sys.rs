@@ -278,6 +278,19 @@ pub fn process_alive(pid: u32) -> bool {
 
 /// Installs `handler` for each of `signals` (sigaction, SA_RESTART off so blocking calls
 /// return EINTR and the main loop sees the flag promptly).
+/// Sleeps for `d` on the monotonic clock, or less when a signal handler runs meanwhile
+/// (nanosleep is never restarted after a handler: it returns `EINTR`). Returns whether the
+/// whole time was slept.
+pub fn sleep_unless_signalled(d: std::time::Duration) -> bool {
+    let ts = libc::timespec {
+        tv_sec: d.as_secs() as libc::time_t,
+        tv_nsec: d.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: a valid timespec; the remainder pointer may be null.
+    let r = unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, 0, &ts, std::ptr::null_mut()) };
+    r == 0
+}
+
 pub fn set_signal_handler(
     signals: &[libc::c_int],
     handler: extern "C" fn(libc::c_int),

@@ -62,6 +62,16 @@ pub struct Args {
     /// Generate the tree into --dir and keep it (for --tree later).
     #[arg(long)]
     pub keep: bool,
+    /// How the sampler learns what ran: `events` (as the daemon by default: the kernel's
+    /// eBPF collector and process-events connector on this machine; on a generated tree,
+    /// the generator's own list of the processes it made run, as the collector would give
+    /// it) or `proc` (read every process each cycle: the fallback without eBPF).
+    #[arg(long, default_value = "events", value_parser = ["events", "proc"])]
+    pub path: String,
+    /// Generated mode for each of these process counts (threads in the same ratio as
+    /// --gen-threads/--gen-procs), printing each one's cost against the first's.
+    #[arg(long, value_delimiter = ',')]
+    pub curve: Vec<u32>,
     /// Print the runs as JSON.
     #[arg(long)]
     pub json: bool,
@@ -78,6 +88,12 @@ pub struct Report {
     pub median_cpu_ms: f64,
     pub median_wall_ms: f64,
     pub max_cpu_ms: f64,
+    /// Of the median cycle's CPU, the part spent deriving the observation (the rest samples).
+    pub median_observe_cpu_ms: f64,
+    /// `events` or `proc` (see --path).
+    pub path: String,
+    /// Processes not read at all in the last cycle (the collector said they did not run).
+    pub procs_skipped: usize,
     pub cpu_ms: Vec<f64>,
     pub wall_ms: Vec<f64>,
 }
@@ -114,6 +130,7 @@ fn cycles(
     let mut prev = sampler.sample(req).context("sampling")?;
     let mut cpu_ms = Vec::new();
     let mut wall_ms = Vec::new();
+    let mut observe_ms = Vec::new();
     let (mut cold_cpu, mut cold_wall) = (0.0, 0.0);
     let (mut procs, mut socks, mut threads) = (0, 0, 0);
     for i in 0..=a.runs {
@@ -121,8 +138,12 @@ fn cycles(
         between(i)?;
         let (c0, w0) = (thread_cpu_ns(), monotonic_ns());
         let cur = sampler.sample(req).context("sampling")?;
+        let cm = thread_cpu_ns();
         let obs = Observation::new(&prev, &cur);
         let (c1, w1) = (thread_cpu_ns(), monotonic_ns());
+        if i > 0 {
+            observe_ms.push((c1 - cm) as f64 / 1e6);
+        }
         std::hint::black_box(&obs);
         let (c, w) = ((c1 - c0) as f64 / 1e6, (w1 - w0) as f64 / 1e6);
         if i == 0 {
@@ -148,6 +169,9 @@ fn cycles(
         median_cpu_ms: median(&cpu_ms).unwrap_or(f64::NAN),
         median_wall_ms: median(&wall_ms).unwrap_or(f64::NAN),
         max_cpu_ms: cpu_ms.iter().copied().fold(0.0, f64::max),
+        median_observe_cpu_ms: median(&observe_ms).unwrap_or(f64::NAN),
+        path: a.path.clone(),
+        procs_skipped: sampler.last_stats.procs_skipped,
         cpu_ms,
         wall_ms,
     })
@@ -176,6 +200,7 @@ fn machine(a: &Args) -> Result<Report> {
         conns.push(s);
     }
     let mut sampler = Sampler::new(Path::new("/"));
+    sampler.set_kernel_events(a.path == "events");
     // The cold cycle: every fd directory read once.
     let req = SampleRequest {
         sockets: true,
@@ -324,6 +349,10 @@ fn generated(a: &Args) -> Result<Report> {
         }
     };
     let mut sampler = Sampler::new(&root);
+    let script = placer_linux::activity::ScriptedActivity::default();
+    if a.path == "events" {
+        sampler.set_activity_source(Box::new(script.clone()));
+    }
     let req = SampleRequest {
         threads: true,
         sockets: true,
@@ -346,8 +375,16 @@ fn generated(a: &Args) -> Result<Report> {
     let nbusy = ((layout.len() as f64 * a.busy).round() as usize).min(layout.len());
     let mut run_some = |k: usize| -> Result<()> {
         let proc_ = root.join("proc");
+        let mut ran = std::collections::HashMap::new();
         for j in 0..nbusy {
             let (pid, tids) = &layout[(k * nbusy + j) % layout.len()];
+            ran.insert(
+                *pid,
+                placer_linux::bpf::ProcCpu {
+                    cpu_ns: 10_000_000,
+                    comm: String::new(),
+                },
+            );
             let comm = format!("worker {} (gen)", pid.saturating_sub(1000));
             let ticks = 10_000 + 10 * k as u64;
             let n = tids.len() as u32;
@@ -362,6 +399,10 @@ fn generated(a: &Args) -> Result<Report> {
                 )?;
             }
         }
+        script.push(placer_linux::activity::Activity {
+            ran: Some(ran),
+            events: Some(Vec::new()),
+        });
         Ok(())
     };
     cycles(
@@ -380,10 +421,25 @@ fn generated(a: &Args) -> Result<Report> {
 
 pub fn run(a: Args) -> Result<()> {
     let mut reports = Vec::new();
-    if matches!(a.mode.as_str(), "machine" | "both") {
+    if matches!(a.mode.as_str(), "machine" | "both") && a.curve.is_empty() {
         reports.push(machine(&a)?);
     }
-    if matches!(a.mode.as_str(), "generated" | "both") {
+    if !a.curve.is_empty() {
+        let per = a.gen_threads as f64 / a.gen_procs.max(1) as f64;
+        for &n in &a.curve {
+            let one = Args {
+                gen_procs: n,
+                gen_threads: (n as f64 * per).round() as u32,
+                curve: Vec::new(),
+                mode: "generated".into(),
+                dir: a.dir.clone(),
+                tree: None,
+                path: a.path.clone(),
+                ..a
+            };
+            reports.push(generated(&one)?);
+        }
+    } else if matches!(a.mode.as_str(), "generated" | "both") {
         reports.push(generated(&a)?);
     }
     if reports.is_empty() {
@@ -395,11 +451,20 @@ pub fn run(a: Args) -> Result<()> {
     }
     for r in &reports {
         outln!("{}", r.setup);
+        if !a.curve.is_empty() {
+            outln!(
+                "  {:.2}x the first point's median CPU",
+                r.median_cpu_ms / reports[0].median_cpu_ms
+            );
+        }
         outln!(
-            "  sampled {} processes, {} threads, {} sockets; idle re-read every {} samples",
+            "  sampled {} processes ({} not read: idle), {} threads, {} sockets; path {}; \
+             idle re-read every {} samples",
             r.procs_sampled,
+            r.procs_skipped,
             r.threads_sampled,
             r.sockets_sampled,
+            r.path,
             a.refresh_every
         );
         outln!(
@@ -408,9 +473,10 @@ pub fn run(a: Args) -> Result<()> {
             r.cold_wall_ms
         );
         outln!(
-            "  median of {} cycles: {:.2} ms CPU, {:.2} ms wall (max CPU {:.2} ms)",
+            "  median of {} cycles: {:.2} ms CPU ({:.2} ms of it observing), {:.2} ms wall (max CPU {:.2} ms)",
             r.cpu_ms.len(),
             r.median_cpu_ms,
+            r.median_observe_cpu_ms,
             r.median_wall_ms,
             r.max_cpu_ms
         );

@@ -3,9 +3,12 @@
 //! one run: the daemon (dry run, so the measurement changes nothing; the given policies),
 //! then the other agent (`irqbalance`, `numad` or any command, all at a 1 s interval where
 //! they have one), each for `--duration` after a warm-up. Reports each one's CPU share of one
-//! CPU (utime + stime of its process tree's main process over the window) and the ratio.
+//! CPU (the run time of all its threads over the window, from `schedstat` in ns: stat's
+//! 10 ms ticks cannot resolve a share of 0.1%) and the ratio. `--paths events,proc`
+//! measures the daemon with its kernel event sources and without them (`kernel_events =
+//! false`: what it costs where eBPF cannot load), one after the other.
 
-use super::bench_daemon::{cpu_s, idle_load, temp_dir, Kids};
+use super::bench_daemon::{idle_load, temp_dir, Kids};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::process::{Command, Stdio};
@@ -28,6 +31,10 @@ pub struct Args {
     /// Measured window per agent (after a 3 s warm-up).
     #[arg(long, alias = "seconds", default_value = "30s", value_parser = crate::common::duration_arg)]
     pub duration: Duration,
+    /// The daemon's observation paths to measure, in order: `events` (the kernel's event
+    /// sources, the default) and/or `proc` (`kernel_events = false`).
+    #[arg(long, default_value = "events", value_delimiter = ',', value_parser = ["events", "proc"])]
+    pub paths: Vec<String>,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -49,8 +56,24 @@ pub struct Report {
     pub conns: u32,
     pub policies: Vec<String>,
     pub agents: Vec<AgentCost>,
-    /// placer's share over the other agent's (None without a measured other agent).
+    /// placer's share (the first path) over the other agent's (None without a measured
+    /// other agent).
     pub ratio: Option<f64>,
+}
+
+/// CPU time of all of `pid`'s threads so far, seconds (threads that exited are not in it).
+fn cpu_s(pid: u32) -> Result<f64> {
+    let mut ns = 0u64;
+    let dir = format!("/proc/{pid}/task");
+    for t in std::fs::read_dir(&dir)
+        .with_context(|| dir.clone())?
+        .flatten()
+    {
+        if let Ok(text) = std::fs::read_to_string(t.path().join("schedstat")) {
+            ns += placer_linux::procfs::parse_schedstat_run_ns(&text).unwrap_or(0);
+        }
+    }
+    Ok(ns as f64 / 1e9)
 }
 
 fn measure(name: &str, mut cmd: Command, window: Duration) -> Result<AgentCost> {
@@ -115,23 +138,28 @@ pub fn run(args: Args) -> Result<()> {
     }
     let _load = idle_load(args.procs, args.conns)?;
     let dir = temp_dir("overhead-vs");
-    let cfg = dir.join("placer.toml");
     let list = policies
         .iter()
         .map(|p| format!("{p:?}"))
         .collect::<Vec<_>>()
         .join(", ");
-    std::fs::write(
-        &cfg,
-        format!(
-            "interval = \"1s\"\npolicies = [{list}]\nstate_dir = {:?}\n[metrics]\nenabled = false\n",
-            dir.join("state").display().to_string()
-        ),
-    )
-    .context("writing the daemon's config")?;
-    let mut placer = Command::new(std::env::current_exe()?);
-    placer.args(["daemon", "--dry-run", "--config"]).arg(&cfg);
-    let mut agents = vec![measure("placer", placer, args.duration)?];
+    let mut agents = Vec::new();
+    for path in &args.paths {
+        let cfg = dir.join(format!("placer-{path}.toml"));
+        std::fs::write(
+            &cfg,
+            format!(
+                "interval = \"1s\"\npolicies = [{list}]\nstate_dir = {:?}\nkernel_events = {}\n\
+                 [metrics]\nenabled = false\n",
+                dir.join("state").display().to_string(),
+                path == "events"
+            ),
+        )
+        .context("writing the daemon's config")?;
+        let mut placer = Command::new(std::env::current_exe()?);
+        placer.args(["daemon", "--dry-run", "--config"]).arg(&cfg);
+        agents.push(measure(&format!("placer [{path}]"), placer, args.duration)?);
+    }
     if let Some(vs) = &args.vs {
         let other = match vs.as_str() {
             "irqbalance" => {
@@ -153,7 +181,7 @@ pub fn run(args: Args) -> Result<()> {
         agents.push(measure(vs, other, args.duration)?);
     }
     let _ = std::fs::remove_dir_all(&dir);
-    let ratio = match (agents.first(), agents.get(1)) {
+    let ratio = match (agents.first(), agents.get(args.paths.len())) {
         (Some(a), Some(b)) => match (a.cpu_percent_of_one, b.cpu_percent_of_one) {
             (Some(x), Some(y)) if y > 0.0 => Some(x / y),
             _ => None,
@@ -180,17 +208,21 @@ pub fn run(args: Args) -> Result<()> {
     for a in &report.agents {
         match (a.cpu_percent_of_one, &a.missing) {
             (Some(p), _) => outln!(
-                "{:<12} {p:.3}% of one CPU over {:.1} s",
+                "{:<16} {p:.3}% of one CPU over {:.1} s",
                 a.agent,
                 a.window_s
             ),
-            (None, Some(why)) => outln!("{:<12} not measured: {why}", a.agent),
+            (None, Some(why)) => outln!("{:<16} not measured: {why}", a.agent),
             _ => {}
         }
     }
     match report.ratio {
-        Some(r) => outln!("placer / {}: {r:.1}x", report.agents[1].agent),
-        None if report.agents.len() > 1 => {
+        Some(r) => outln!(
+            "{} / {}: {r:.1}x",
+            report.agents[0].agent,
+            report.agents[args.paths.len()].agent
+        ),
+        None if report.agents.len() > args.paths.len() => {
             outln!("no ratio: the other agent used no measurable CPU or was not measured")
         }
         None => {}

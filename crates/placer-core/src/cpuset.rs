@@ -10,6 +10,7 @@
 //! for every set `s` (tested by property tests).
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use smallvec::SmallVec;
 use std::fmt;
 
 /// Largest CPU id accepted by the parsers. Linux's NR_CPUS tops out at 8,192; a larger
@@ -19,7 +20,9 @@ pub const MAX_CPU_ID: u32 = 1 << 16;
 #[derive(Clone, Default, PartialEq, Eq, Hash)]
 pub struct CpuSet {
     /// Bit i of word w is CPU 64*w + i. No trailing zero words (so `==` is set equality).
-    words: Vec<u64>,
+    /// Inline up to 128 CPUs: a sample holds a set per process and thread, and cloning them
+    /// must not allocate on common machines.
+    words: SmallVec<[u64; 2]>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -116,9 +119,7 @@ impl CpuSet {
 
     pub fn union(&self, other: &CpuSet) -> CpuSet {
         let n = self.words.len().max(other.words.len());
-        let words = (0..n)
-            .map(|i| self.word(i) | other.word(i))
-            .collect::<Vec<_>>();
+        let words = (0..n).map(|i| self.word(i) | other.word(i)).collect();
         Self::from_words(words)
     }
 
@@ -148,7 +149,7 @@ impl CpuSet {
         self.words.get(i).copied().unwrap_or(0)
     }
 
-    fn from_words(words: Vec<u64>) -> Self {
+    fn from_words(words: SmallVec<[u64; 2]>) -> Self {
         let mut s = CpuSet { words };
         s.trim();
         s

@@ -149,7 +149,7 @@ pub struct FlowObs {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ThreadObs {
     pub tid: u32,
-    pub comm: String,
+    pub comm: std::sync::Arc<str>,
     pub cpu_share: f64,
     pub last_cpu: Option<u32>,
     pub allowed_cpus: CpuSet,

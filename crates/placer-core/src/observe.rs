@@ -263,14 +263,27 @@ fn derive_threads(
     hz: f64,
     per_s: &dyn Fn(f64) -> f64,
 ) -> Vec<ThreadObs> {
-    let prev: HashMap<u32, &ThreadSample> = before
-        .map(|b| b.threads.iter().map(|t| (t.tid, t)).collect())
-        .unwrap_or_default();
+    // The same threads in the same order (the common case): pair them without a map.
+    let same = before.is_some_and(|b| {
+        b.threads.len() == p.threads.len()
+            && b.threads
+                .iter()
+                .zip(&p.threads)
+                .all(|(x, y)| x.tid == y.tid)
+    });
+    let prev: HashMap<u32, &ThreadSample> = match before {
+        Some(b) if !same => b.threads.iter().map(|t| (t.tid, t)).collect(),
+        _ => HashMap::new(),
+    };
     p.threads
         .iter()
-        .map(|t| {
-            let ticks = prev
-                .get(&t.tid)
+        .enumerate()
+        .map(|(i, t)| {
+            let bt = match before {
+                Some(b) if same => Some(&b.threads[i]),
+                _ => prev.get(&t.tid).copied(),
+            };
+            let ticks = bt
                 .map(|bt| {
                     delta(
                         bt.utime_ticks + bt.stime_ticks,

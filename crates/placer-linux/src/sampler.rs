@@ -884,7 +884,7 @@ impl Sampler {
                 };
                 threads.push(ThreadSample {
                     tid,
-                    comm: ts.comm,
+                    comm: ts.comm.into(),
                     state: ts.state,
                     utime_ticks: ts.utime_ticks,
                     stime_ticks: ts.stime_ticks,

@@ -1035,7 +1035,7 @@ impl SimHost {
                         let t = &self.tasks[t];
                         ThreadSample {
                             tid: t.tid,
-                            comm: p.comm.clone(),
+                            comm: p.comm.as_str().into(),
                             state: if t.runnable { 'R' } else { 'S' },
                             utime_ticks: self.ticks(t.utime_ns),
                             stime_ticks: self.ticks(t.stime_ns),

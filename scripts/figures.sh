@@ -3,7 +3,7 @@
 # run: builds the release binary, runs each benchmark, prints the table with the machine and
 # the date, writes it to docs/figures.md and between the figures markers of README.md, so the
 # two always agree. Needs root for `bench daemon` (network namespaces); without root that row
-# says so. Takes about 2 minutes after the build.
+# says so. Takes about 3 minutes after the build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -q -p placer
@@ -16,6 +16,7 @@ tar xjf crates/placer-linux/tests/fixtures/hwloc/256ppc-8n8s4t.tar.bz2 -C "$out"
 "$bin" bench topo --root "$out/256ppc-8n8s4t" --runs 100 --json | tail -1 >"$out/topo256.json"
 "$bin" bench cycle --runs 30 --json >"$out/cycle.json"
 "$bin" bench sim --json >"$out/sim.json"
+"$bin" bench overhead --policies all --paths events,proc --duration 20s --json >"$out/overhead.json"
 if [ "$(id -u)" = 0 ]; then
   "$bin" bench daemon --duration 30s --runs 10 --json >"$out/daemon.json" || echo '{}' >"$out/daemon.json"
 else
@@ -27,6 +28,7 @@ d = sys.argv[1]
 load = lambda n: json.load(open(os.path.join(d, n)))
 topo, topo256 = load("topo.json"), load("topo256.json")
 cycle, sim, daemon = load("cycle.json"), load("sim.json"), load("daemon.json")
+overhead = load("overhead.json")
 cpu_model = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "unknown CPU")
 machine = f"{os.cpu_count()} CPUs ({cpu_model}), Linux {platform.release()}"
 when = datetime.date.today().isoformat()
@@ -44,6 +46,11 @@ o = daemon.get("overhead")
 rows.append(("daemon, net-affinity, 500 sleeping processes + 200 connections, 1 s interval",
              "placer bench daemon --duration 30s",
              f"{o['cpu_percent_of_one']:.2f}% of one CPU (mean cycle {o['mean_cycle_ms']:.1f} ms)" if o else "not measured (needs root)"))
+for a in overhead["agents"]:
+    path = "kernel events" if "events" in a["agent"] else "/proc only (kernel_events = false)"
+    cmd = "placer bench overhead --policies all --paths events,proc --duration 20s"
+    rows.append((f"daemon, all five policies, {path}, 500 sleeping processes + 200 connections, 1 s interval", cmd,
+                 f"{a['cpu_percent_of_one']:.3f}% of one CPU" if a["cpu_percent_of_one"] is not None else f"not measured: {a['missing']}"))
 r = daemon.get("reaction")
 rows.append(("reaction, stream start to pin, 1 s interval", "placer bench daemon --runs 10",
              f"median {r['median_ms']:.0f} ms over {len(r['runs_ms'])} runs, {r['missed']} missed" if r else "not measured (needs root)"))

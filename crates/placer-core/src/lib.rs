@@ -20,6 +20,8 @@ pub mod plan;
 pub mod policies;
 pub mod policy;
 pub mod power_model;
+pub mod record;
+pub mod replay;
 pub mod rng;
 pub mod sample;
 pub mod scope;

@@ -595,6 +595,79 @@ fn dry_run_changes_nothing() {
     assert!(!net.state().exists(), "dry run created the state dir");
 }
 
+/// The replay host: a dry-run daemon records what it samples (`--record`); replaying the
+/// recording through the engine gives, cycle by cycle, the very plans the daemon printed
+/// live, the pin of the receiver among them.
+#[test]
+#[cfg_attr(not(placer_root), ignore = "needs root")]
+fn a_recording_replays_to_the_plans_of_the_live_run() {
+    placer_testkit::require_root();
+    let Some(_g) = setup() else { return };
+    let net = Net::new();
+    let rec = net.dir.join("live.record");
+    let rec_arg = rec.display().to_string();
+    let (_rx, d, _tx, _original, _started) = scenario(
+        &net,
+        ANY_LOAD,
+        &["--dry-run", "--json", "--record", &rec_arg],
+        30.0,
+    );
+    let deadline = Instant::now() + interval() * 8;
+    let mut live: std::collections::BTreeMap<u64, serde_json::Value> = Default::default();
+    let lines = d.lines.as_ref().expect("lines");
+    while Instant::now() < deadline {
+        while let Ok((l, _)) = lines.try_recv() {
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&l) {
+                live.insert(v["cycle"].as_u64().expect("cycle"), v["plan"].clone());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(d);
+    // To regenerate the golden fixture of tests/replay_golden.rs.
+    if let Ok(keep) = std::env::var("PLACER_KEEP_RECORDING") {
+        std::fs::copy(&rec, keep).expect("keeping the recording");
+    }
+    let acted = live
+        .values()
+        .filter(|p| p["actions"].as_array().is_some_and(|a| !a.is_empty()))
+        .count();
+    assert!(
+        acted > 0,
+        "the live run planned nothing; log:\n{}",
+        net.logs()
+    );
+    let out = Command::new(PLACER)
+        .args(["record", "--replay", "--plans", "--json"])
+        .arg(&rec)
+        .output()
+        .expect("placer record --replay");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let replayed: std::collections::BTreeMap<u64, serde_json::Value> =
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).expect("json line");
+                (v["cycle"].as_u64().expect("cycle"), v["plan"].clone())
+            })
+            .collect();
+    let mut compared = 0;
+    for (cycle, plan) in &live {
+        // The recording may hold a sample or two more than the lines read before the stop.
+        let again = replayed
+            .get(cycle)
+            .unwrap_or_else(|| panic!("cycle {cycle} missing from the replay"));
+        assert_eq!(again, plan, "cycle {cycle}");
+        compared += 1;
+    }
+    eprintln!("{compared} cycles compared, {acted} with actions");
+    assert!(compared >= 4, "{compared} cycles compared");
+}
+
 #[test]
 fn bad_config_is_rejected_naming_the_field() {
     let dir = std::env::temp_dir().join(format!("placer-e2e-cfg-{}", uniq()));

@@ -47,6 +47,11 @@ pub struct Args {
     /// Print plans (with --once or --dry-run) as JSON lines.
     #[arg(long)]
     pub json: bool,
+    /// Record every sample the engine decides on, with the topology and this config in the
+    /// header, to FILE (`placer record --replay FILE --plans` plays it back through the
+    /// same engine).
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
 }
 
 /// The effective config: file or default, with the command-line overrides, validated.
@@ -290,9 +295,40 @@ pub fn run(args: Args) -> Result<()> {
     };
     let mut last_error = None;
     let mut exit_err = None;
+    let mut recorder = match &args.record {
+        Some(path) => {
+            let mut header = placer_linux::record::header(
+                &args.state.root,
+                cfg.interval_ms,
+                placer_core::host::Host::sources(&mut host),
+            );
+            header.config = Some(cfg.clone());
+            let f = std::fs::File::create(path)
+                .with_context(|| format!("creating {}", path.display()))?;
+            Some(placer_linux::record::RecordWriter::new(
+                std::io::BufWriter::new(f),
+                &header,
+            )?)
+        }
+        None => None,
+    };
     loop {
         let t0 = Instant::now();
-        let r = engine.step(&mut host, dry_run);
+        let r = match recorder.as_mut() {
+            Some(w) => {
+                let mut write = |s: &placer_core::Sample| {
+                    if let Err(e) = w.write(s) {
+                        warn!("--record: {e}");
+                    }
+                };
+                let mut tee = placer_core::replay::RecordingHost {
+                    inner: &mut host,
+                    record: &mut write,
+                };
+                engine.step(&mut tee, dry_run)
+            }
+            None => engine.step(&mut host, dry_run),
+        };
         let cycle_s = t0.elapsed().as_secs_f64();
         log_cycle(&r, &mut last_error);
         for (p, _) in &r.disabled {

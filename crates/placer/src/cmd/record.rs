@@ -1,13 +1,16 @@
 //! `placer record --interval 1s --duration 60s FILE`: raw samples to a versioned JSON-lines
 //! file (format in `placer_linux::record` and docs/observation.md) for later replay.
-//! `placer record --replay FILE` prints one summary line per replayed observation.
+//! `placer record --replay FILE` prints one summary line per replayed observation;
+//! `--plans` runs the engine over the recording instead (the daemon's config from a
+//! `placer daemon --record` header, else `--config` or the built-in default) and prints each
+//! cycle's plan, as `placer daemon --dry-run` printed it live.
 
 use crate::cmd::top::busiest;
 use crate::common::duration_arg;
 use anyhow::{Context, Result};
 use placer_core::observation::Observation;
 use placer_core::sample::SampleRequest;
-use placer_linux::record::{RecordHeader, RecordWriter};
+use placer_linux::record::RecordWriter;
 use placer_linux::sampler::Sampler;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -34,14 +37,26 @@ pub struct Args {
     /// Read FILE and print a summary of each interval instead of recording.
     #[arg(long)]
     pub replay: bool,
+    /// With --replay: run the engine over the recording and print each cycle's plan.
+    #[arg(long, requires = "replay")]
+    pub plans: bool,
+    /// With --plans: this config instead of the one in the recording's header.
+    #[arg(long, requires = "plans")]
+    pub config: Option<PathBuf>,
+    /// With --plans: one JSON line per cycle (`cycle`, `plan`).
+    #[arg(long, requires = "plans")]
+    pub json: bool,
 }
 
 pub fn run(args: Args) -> Result<()> {
+    if args.plans {
+        return replay_plans(&args);
+    }
     if args.replay {
         return replay(&args.file);
     }
     let mut sampler = Sampler::new(&args.root);
-    let header = RecordHeader::new(
+    let header = placer_linux::record::header(
         &args.root,
         args.interval.as_millis() as u64,
         sampler.sources(),
@@ -73,6 +88,40 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
     eprintln!("placer record: {n} samples to {}", args.file.display());
+    Ok(())
+}
+
+fn replay_plans(args: &Args) -> Result<()> {
+    let path = &args.file;
+    let mut r =
+        placer_linux::record::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let samples = r.read_all()?;
+    let config = match (&args.config, &r.header.config) {
+        (Some(p), _) => crate::cmd::daemon::state::load_config(Some(p))?,
+        (None, Some(c)) => c.clone(),
+        (None, None) => placer_core::config::Config::default(),
+    };
+    let plans = placer_core::replay::plans(&r.header, samples, config)
+        .with_context(|| format!("replaying {}", path.display()))?;
+    // Cycle 0 is the warm-up (no observation yet), as in the daemon, which prints from 1.
+    for (cycle, plan) in plans.iter().enumerate().skip(1) {
+        if args.json {
+            outln!("{}", serde_json::json!({ "cycle": cycle, "plan": plan }));
+            continue;
+        }
+        if plan.actions.is_empty() {
+            outln!("cycle {cycle}: no actions");
+        }
+        for a in &plan.actions {
+            outln!(
+                "cycle {cycle}: [{}] {} {}: {}",
+                a.policy,
+                a.action.kind(),
+                crate::cmd::daemon::describe_target(&a.action),
+                a.reason
+            );
+        }
+    }
     Ok(())
 }
 

@@ -101,16 +101,7 @@ struct Pending {
     after: Vec<crate::verdict::Point>,
 }
 
-/// A judged move (in [`CycleReport::verdicts`]).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Verdict {
-    pub policy: String,
-    pub proc: ProcKey,
-    pub comm: String,
-    pub judgement: crate::verdict::Judgement,
-    /// Intervals the policy now waits before moving it again (undone only).
-    pub backoff_intervals: Option<u64>,
-}
+pub use crate::verdict::Verdict;
 
 /// The placement loop's state between cycles.
 pub struct Engine {

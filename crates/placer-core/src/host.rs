@@ -31,5 +31,5 @@ pub trait Host {
     /// Apply a plan; one report per action, in order. `dry_run` changes nothing.
     fn apply(&mut self, plan: &Plan, dry_run: bool) -> Vec<ActionReport>;
     /// A move was judged (the real host notes it in the journal entry of the knob).
-    fn record_verdict(&mut self, _verdict: &crate::engine::Verdict) {}
+    fn record_verdict(&mut self, _verdict: &crate::verdict::Verdict) {}
 }

@@ -2,7 +2,7 @@
 //! IRQ did during the interval. Policies read only this (and the topology).
 
 use crate::cpuset::CpuSet;
-use crate::sample::{ProcKey, Sample};
+use crate::sample::ProcKey;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -189,10 +189,5 @@ impl Observation {
 
     pub fn cpu(&self, cpu: u32) -> Option<&CpuObs> {
         self.cpus.iter().find(|c| c.cpu == cpu)
-    }
-
-    /// Derives rates from two samples of the same machine. Pure.
-    pub fn new(prev: &Sample, cur: &Sample) -> Observation {
-        crate::observe::derive(prev, cur)
     }
 }

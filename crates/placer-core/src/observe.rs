@@ -72,6 +72,14 @@ fn delta_u32(prev: u64, cur: u64) -> u64 {
     }
 }
 
+impl Observation {
+    /// Derives rates from two samples of the same machine. Pure. (Defined here, beside the
+    /// rules, so that the types in `observation` do not depend on their derivation.)
+    pub fn new(prev: &Sample, cur: &Sample) -> Observation {
+        derive(prev, cur)
+    }
+}
+
 pub(crate) fn derive(prev: &Sample, cur: &Sample) -> Observation {
     let dt_ns = cur.time_ns.saturating_sub(prev.time_ns);
     let dt = dt_ns as f64 / 1e9;

@@ -278,6 +278,18 @@ pub fn backoff_intervals(base: u64, failures: u32) -> u64 {
         .min(MAX_BACKOFF_INTERVALS)
 }
 
+/// A judged move (in `engine::CycleReport::verdicts`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    pub policy: String,
+    pub proc: crate::sample::ProcKey,
+    pub comm: String,
+    pub judgement: Judgement,
+    /// Intervals the policy now waits before moving it again (undone only).
+    pub backoff_intervals: Option<u64>,
+}
+
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -289,7 +289,6 @@ pub struct Verdict {
     pub backoff_intervals: Option<u64>,
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

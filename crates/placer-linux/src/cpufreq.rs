@@ -208,8 +208,8 @@ pub fn restore(root: &Path, prev: &CpufreqPrev) -> Result<()> {
 // Actuator handler: CapFrequency, SetGovernor, RestoreFrequency; restores the journal's
 // `cpufreq_max` and `cpufreq_governor` knobs.
 
-use crate::actuator::{classify, Ctx, KnobHandler, Restored};
 use crate::journal::{Entry, Knob};
+use crate::knob::{classify, Ctx, KnobHandler, Restored};
 use placer_core::plan::{Action, Outcome};
 
 /// Journal value of a governor knob: `name`, or `userspace:KHZ`.

@@ -264,7 +264,7 @@ impl Journal {
                 | Knob::MemPolicy {
                     pid,
                     start_time_ticks,
-                } => crate::actuator::start_time_ticks(root, pid) != Some(start_time_ticks),
+                } => crate::pid::start_time_ticks(root, pid) != Some(start_time_ticks),
                 _ => false,
             })
             .map(|e| e.knob.clone())

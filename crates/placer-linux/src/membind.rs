@@ -19,9 +19,9 @@
 //! Invariants (tested): never more than `max_bytes` moved per call; pages already on the
 //! target are never moved; an exited process is a `Proc` error naming the pid.
 
-use crate::actuator::{Ctx, KnobHandler, Restored};
 use crate::error::{LinuxError, Result};
 use crate::journal::{Entry, Knob};
+use crate::knob::{Ctx, KnobHandler, Restored};
 use crate::numa_maps;
 use placer_bufpool::numa as sys;
 use placer_core::plan::{Action, Outcome};
@@ -224,7 +224,7 @@ fn mem_knob(pid: u32, start_time_ticks: u64) -> Knob {
 }
 
 fn check_same(root: &Path, pid: u32, start: u64) -> std::result::Result<(), String> {
-    match crate::actuator::start_time_ticks(root, pid) {
+    match crate::pid::start_time_ticks(root, pid) {
         None => Err(format!("pid {pid} exited")),
         Some(t) if t != start => Err(format!("pid {pid} now names another process")),
         Some(_) => Ok(()),
@@ -507,7 +507,7 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(50));
         let pid = child.0.id();
         let root = Path::new("/");
-        let start = crate::actuator::start_time_ticks(root, pid).unwrap();
+        let start = crate::pid::start_time_ticks(root, pid).unwrap();
         let key = ProcKey {
             pid,
             start_time_ticks: start,

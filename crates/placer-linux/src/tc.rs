@@ -576,8 +576,8 @@ pub fn restore_dev(rec: &DevLimits) -> Result<()> {
 // The journal entry's `previous` is the device's root qdisc before placer (for people);
 // `applied` is the device's [`DevLimits`] as JSON, which is all a restore needs.
 
-use crate::actuator::{Ctx, KnobHandler, Restored};
 use crate::journal::{Entry, Knob};
+use crate::knob::{Ctx, KnobHandler, Restored};
 use placer_core::plan::{Action, Outcome};
 
 /// The tc knob handler: owns the [`Limiter`] (register with `Handlers::register`).

@@ -1,0 +1,51 @@
+//! IRQ affinity: one file per interrupt, a CPU list.
+
+use crate::journal::{Entry, Knob};
+use crate::knob::{CpuFileKnob, Ctx, KnobHandler, Restored};
+use placer_core::plan::{Action, Outcome};
+use placer_core::CpuSet;
+use std::path::{Path, PathBuf};
+
+/// /proc/irq/N/smp_affinity_list.
+pub struct IrqHandler;
+
+impl CpuFileKnob for IrqHandler {
+    fn path(&self, root: &Path, knob: &Knob) -> Option<PathBuf> {
+        match knob {
+            Knob::IrqAffinity { irq } => {
+                Some(root.join(format!("proc/irq/{irq}/smp_affinity_list")))
+            }
+            _ => None,
+        }
+    }
+    fn parse(&self, text: &str) -> Option<CpuSet> {
+        CpuSet::parse_list(text.trim()).ok()
+    }
+    fn format(&self, cpus: &CpuSet) -> String {
+        cpus.to_list_string()
+    }
+}
+
+impl KnobHandler for IrqHandler {
+    fn kinds(&self) -> &'static [&'static str] {
+        &["irq_affinity"]
+    }
+    fn apply(&mut self, ctx: &mut Ctx<'_>, action: &Action, dry_run: bool) -> Option<Outcome> {
+        match action {
+            Action::SetIrqAffinity { irq, cpus } => Some(self.set(
+                ctx,
+                Knob::IrqAffinity { irq: *irq },
+                cpus,
+                &format!("irq {irq}"),
+                dry_run,
+            )),
+            Action::RestoreIrq { irq } => {
+                Some(self.restore_action(ctx, Knob::IrqAffinity { irq: *irq }, dry_run))
+            }
+            _ => None,
+        }
+    }
+    fn restore(&mut self, root: &Path, entry: &Entry) -> Restored {
+        self.put_back(root, entry)
+    }
+}

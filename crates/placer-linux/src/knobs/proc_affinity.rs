@@ -1,0 +1,333 @@
+//! Process affinity: pins every thread of a process (walking its task list until no new
+//! thread shows up), journals each thread's own previous mask where it differs, fixes
+//! threads created since at every cycle, and restores only threads still on what placer set.
+
+use crate::journal::{Entry, Knob};
+use crate::knob::{classify, settle, Ctx, KnobHandler, Restored};
+use crate::pid::{start_time_ticks, task_ids};
+use crate::sys::{get_affinity, set_affinity};
+use placer_core::plan::{Action, Outcome};
+use placer_core::sample::ProcKey;
+use placer_core::CpuSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// Restores a process's threads, each decided on its own: a thread still on `applied` gets
+/// its own previous value (`threads`, else the process's `previous`); a thread on anything
+/// else was moved by someone else, or restored already, and is left alone. The main thread
+/// goes last, so a restore interrupted part-way (SIGKILL) leaves the main thread on
+/// `applied` and a second restore finishes the rest: restoring is idempotent.
+fn restore_threads(
+    root: &Path,
+    k: ProcKey,
+    previous: &CpuSet,
+    applied: &CpuSet,
+    threads: &BTreeMap<u32, String>,
+) -> Restored {
+    let target = |tid: u32| -> CpuSet {
+        threads
+            .get(&tid)
+            .and_then(|v| CpuSet::parse_list(v).ok())
+            .unwrap_or_else(|| previous.clone())
+    };
+    let mut done: BTreeSet<u32> = BTreeSet::new();
+    let (mut restored, mut elsewhere) = (0usize, 0usize);
+    // New threads can appear while we walk: a few passes, main thread after the others.
+    for _ in 0..4 {
+        let mut tids = match task_ids(root, k.pid) {
+            Ok(t) => t,
+            Err(_) if done.is_empty() => return Restored::Gone(format!("pid {} exited", k.pid)),
+            Err(_) => break,
+        };
+        tids.retain(|t| !done.contains(t));
+        if tids.is_empty() {
+            break;
+        }
+        tids.sort_by_key(|&t| (t == k.pid, t));
+        for tid in tids {
+            done.insert(tid);
+            match get_affinity(tid) {
+                Ok(cur) if &cur == applied => {
+                    let want = target(tid);
+                    match set_affinity(tid, &want) {
+                        Ok(()) => restored += 1,
+                        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                        Err(e) => {
+                            return Restored::Failed(format!(
+                                "restoring thread {tid} of pid {} to {want}: {e}",
+                                k.pid
+                            ))
+                        }
+                    }
+                }
+                Ok(cur) if cur == target(tid) => {}
+                Ok(_) => elsewhere += 1,
+                Err(_) => {}
+            }
+        }
+    }
+    if restored == 0 && elsewhere > 0 {
+        return Restored::ChangedElsewhere(format!(
+            "pid {}: none of its threads is on the {applied} placer set: left as is",
+            k.pid
+        ));
+    }
+    Restored::Restored
+}
+
+fn proc_knob(k: ProcKey) -> Knob {
+    Knob::ProcAffinity {
+        pid: k.pid,
+        start_time_ticks: k.start_time_ticks,
+    }
+}
+
+/// Checks that `k` still names the same process.
+fn same_process(root: &Path, k: ProcKey) -> Result<(), String> {
+    match start_time_ticks(root, k.pid) {
+        None => Err(format!("pid {} exited", k.pid)),
+        Some(t) if t != k.start_time_ticks => Err(format!(
+            "pid {} now names another process (start time {t}, expected {})",
+            k.pid, k.start_time_ticks
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+/// Process affinity: pins every thread; restores threads still on what placer set.
+#[derive(Default)]
+pub struct ProcAffinityHandler {
+    /// Threads already handled per held process (new ones are checked by `maintain`).
+    known: BTreeMap<ProcKey, BTreeSet<u32>>,
+}
+
+impl ProcAffinityHandler {
+    const KINDS: &'static [&'static str] = &["proc_affinity"];
+
+    /// Sets `cpus` on every thread, walking the task list until no new thread shows up
+    /// (at most 4 walks). Errors on the main thread decide the outcome; a thread that
+    /// exited meanwhile is fine.
+    fn set_all(
+        &mut self,
+        root: &Path,
+        k: ProcKey,
+        cpus: &CpuSet,
+        only_if: Option<&CpuSet>,
+    ) -> Result<usize, std::io::Error> {
+        let mut done: BTreeSet<u32> = BTreeSet::new();
+        let mut changed = 0;
+        for _ in 0..4 {
+            let tids = task_ids(root, k.pid)?;
+            let fresh: Vec<u32> = tids.into_iter().filter(|t| !done.contains(t)).collect();
+            if fresh.is_empty() {
+                break;
+            }
+            for tid in fresh {
+                done.insert(tid);
+                if let Some(expect) = only_if {
+                    match get_affinity(tid) {
+                        Ok(cur) if &cur != expect => continue,
+                        Ok(_) => {}
+                        Err(e) if tid == k.pid => return Err(e),
+                        Err(_) => continue,
+                    }
+                }
+                match set_affinity(tid, cpus) {
+                    Ok(()) => changed += 1,
+                    Err(e) if tid == k.pid || e.raw_os_error() != Some(libc::ESRCH) => {
+                        if changed == 0 || tid == k.pid {
+                            return Err(e);
+                        }
+                    }
+                    Err(_) => {}
+                }
+            }
+        }
+        self.known.insert(k, done);
+        Ok(changed)
+    }
+
+    fn pin(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        k: ProcKey,
+        comm: &str,
+        cpus: &CpuSet,
+        dry_run: bool,
+    ) -> Outcome {
+        if let Err(why) = same_process(ctx.root, k) {
+            return Outcome::Permanent(why);
+        }
+        let cur = match get_affinity(k.pid) {
+            Ok(c) => c,
+            Err(e) => return classify(&e, "sched_getaffinity"),
+        };
+        let tids = task_ids(ctx.root, k.pid).unwrap_or_default();
+        let all_there = tids
+            .iter()
+            .all(|t| get_affinity(*t).map_or(true, |a| &a == cpus));
+        if all_there {
+            return Outcome::Skipped(format!("{comm} ({}) already on {cpus}", k.pid));
+        }
+        if dry_run {
+            return Outcome::Skipped(format!(
+                "dry run: would pin {comm} ({}) and its {} thread(s) from {cur} to {cpus}",
+                k.pid,
+                tids.len()
+            ));
+        }
+        let Some(journal) = ctx.journal.as_deref_mut() else {
+            return Outcome::Transient("no journal".into());
+        };
+        let knob = proc_knob(k);
+        // Threads the app placed itself get their own value back on restore.
+        let threads: BTreeMap<u32, String> = tids
+            .iter()
+            .filter_map(|&t| {
+                let a = get_affinity(t).ok()?;
+                (a != cur).then(|| (t, a.to_list_string()))
+            })
+            .collect();
+        let new = match journal.record_with_threads(
+            knob.clone(),
+            &cur.to_list_string(),
+            &cpus.to_list_string(),
+            comm,
+            &threads,
+        ) {
+            Ok(n) => n,
+            Err(e) => return Outcome::Transient(format!("journal: {e}")),
+        };
+        match self.set_all(ctx.root, k, cpus, None) {
+            Ok(_) => Outcome::Done,
+            Err(e) => {
+                if new {
+                    let _ = journal.remove(&knob);
+                }
+                let what = format!("pinning {comm} ({}) to {cpus}", k.pid);
+                match e.raw_os_error() {
+                    Some(libc::EINVAL) => Outcome::Permanent(format!(
+                        "{what}: CPUs outside its cpuset (allowed now {cur})"
+                    )),
+                    _ => classify(&e, &what),
+                }
+            }
+        }
+    }
+
+    fn restore_proc(&mut self, root: &Path, k: ProcKey, e: &Entry) -> Restored {
+        if let Err(why) = same_process(root, k) {
+            self.known.remove(&k);
+            return Restored::Gone(why);
+        }
+        let (Ok(prev), Ok(applied)) = (
+            CpuSet::parse_list(&e.previous),
+            CpuSet::parse_list(&e.applied),
+        ) else {
+            return Restored::Failed(format!(
+                "bad CPU lists in the journal: {:?} / {:?}",
+                e.previous, e.applied
+            ));
+        };
+        let r = restore_threads(root, k, &prev, &applied, &e.thread_previous);
+        self.known.remove(&k);
+        r
+    }
+
+    /// Pins threads of journaled processes that appeared since with another affinity.
+    fn fix_new_threads(&mut self, root: &Path, entries: &[Entry]) -> usize {
+        let mut fixed = 0;
+        for e in entries {
+            let Knob::ProcAffinity {
+                pid,
+                start_time_ticks,
+            } = e.knob
+            else {
+                continue;
+            };
+            let k = ProcKey {
+                pid,
+                start_time_ticks,
+            };
+            if same_process(root, k).is_err() {
+                self.known.remove(&k);
+                continue;
+            }
+            let Ok(applied) = CpuSet::parse_list(&e.applied) else {
+                continue;
+            };
+            // Someone else moved the process since (lease broken): its threads are theirs.
+            if get_affinity(pid).map_or(true, |a| a != applied) {
+                self.known.remove(&k);
+                continue;
+            }
+            let Ok(tids) = task_ids(root, pid) else {
+                continue;
+            };
+            let known = self.known.entry(k).or_default();
+            for tid in tids {
+                if !known.insert(tid) {
+                    continue;
+                }
+                if get_affinity(tid).is_ok_and(|a| a != applied)
+                    && set_affinity(tid, &applied).is_ok()
+                {
+                    fixed += 1;
+                }
+            }
+        }
+        fixed
+    }
+}
+
+impl KnobHandler for ProcAffinityHandler {
+    fn kinds(&self) -> &'static [&'static str] {
+        Self::KINDS
+    }
+
+    fn apply(&mut self, ctx: &mut Ctx<'_>, action: &Action, dry_run: bool) -> Option<Outcome> {
+        match action {
+            Action::PinProcess { proc, comm, cpus } => {
+                Some(self.pin(ctx, *proc, comm, cpus, dry_run))
+            }
+            Action::RestoreProcess { proc, comm } => {
+                let knob = proc_knob(*proc);
+                let Some(e) = ctx.entry(&knob) else {
+                    return Some(Outcome::Skipped(format!(
+                        "{comm} ({}): placer did not change it",
+                        proc.pid
+                    )));
+                };
+                if dry_run {
+                    return Some(Outcome::Skipped(format!(
+                        "dry run: would restore {comm} ({}) to {}",
+                        proc.pid, e.previous
+                    )));
+                }
+                Some(settle(ctx, &e, self.restore_proc(ctx.root, *proc, &e)))
+            }
+            _ => None,
+        }
+    }
+
+    fn restore(&mut self, root: &Path, entry: &Entry) -> Restored {
+        match entry.knob {
+            Knob::ProcAffinity {
+                pid,
+                start_time_ticks,
+            } => self.restore_proc(
+                root,
+                ProcKey {
+                    pid,
+                    start_time_ticks,
+                },
+                entry,
+            ),
+            _ => Restored::Failed("not a process affinity".into()),
+        }
+    }
+
+    fn maintain(&mut self, root: &Path, entries: &[Entry]) -> usize {
+        self.fix_new_threads(root, entries)
+    }
+}

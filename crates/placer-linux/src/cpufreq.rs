@@ -231,23 +231,6 @@ fn outcome_of(e: &LinuxError, what: &str) -> Outcome {
     }
 }
 
-/// Drops a settled entry from the journal and turns a restore result into an outcome.
-pub(crate) fn settle_entry(ctx: &mut Ctx<'_>, knob: &Knob, r: Restored) -> Outcome {
-    if r.settled() {
-        if let Some(j) = ctx.journal.as_deref_mut() {
-            if let Err(err) = j.remove(knob) {
-                return Outcome::Transient(format!("journal: {err}"));
-            }
-        }
-    }
-    match r {
-        Restored::Restored => Outcome::Done,
-        Restored::Gone(why) => Outcome::Permanent(why),
-        Restored::ChangedElsewhere(why) => Outcome::Skipped(why),
-        Restored::Failed(why) => Outcome::Transient(why),
-    }
-}
-
 /// The cpufreq knob handler (register with `Handlers::register`).
 #[derive(Debug, Default)]
 pub struct CpufreqHandler;
@@ -362,7 +345,7 @@ impl KnobHandler for CpufreqHandler {
                         continue;
                     }
                     let r = self.restore(ctx.root, &e);
-                    out = settle_entry(ctx, &knob, r);
+                    out = crate::knob::settle(ctx, &knob, r);
                 }
                 Some(out)
             }

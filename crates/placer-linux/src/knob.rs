@@ -94,10 +94,10 @@ pub fn classify(err: &std::io::Error, what: &str) -> Outcome {
 }
 
 /// Turns a restore into an action outcome, dropping settled entries from the journal.
-pub fn settle(ctx: &mut Ctx<'_>, e: &Entry, r: Restored) -> Outcome {
+pub fn settle(ctx: &mut Ctx<'_>, knob: &Knob, r: Restored) -> Outcome {
     if r.settled() {
         if let Some(j) = ctx.journal.as_deref_mut() {
-            if let Err(err) = j.remove(&e.knob) {
+            if let Err(err) = j.remove(knob) {
                 return Outcome::Transient(format!("journal: {err}"));
             }
         }
@@ -194,6 +194,6 @@ pub trait CpuFileKnob {
             return Outcome::Skipped(format!("dry run: would restore {knob} to {}", e.previous));
         }
         let r = self.put_back(ctx.root, &e);
-        settle(ctx, &e, r)
+        settle(ctx, &e.knob, r)
     }
 }

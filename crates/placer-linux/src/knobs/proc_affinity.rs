@@ -304,7 +304,7 @@ impl KnobHandler for ProcAffinityHandler {
                         proc.pid, e.previous
                     )));
                 }
-                Some(settle(ctx, &e, self.restore_proc(ctx.root, *proc, &e)))
+                Some(settle(ctx, &e.knob, self.restore_proc(ctx.root, *proc, &e)))
             }
             _ => None,
         }

@@ -24,16 +24,10 @@
 //! overutilized, or on symmetric machines, it is `linux-default`. Both run the
 //! machine's DVFS domains under schedutil (the topology's governor).
 
-use crate::host::SimHost;
 use crate::machine::volts_at;
-use serde::{Deserialize, Serialize};
+use crate::world::SimHost;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Baseline {
-    LinuxDefault,
-    Eas,
-}
+pub use crate::world::Baseline;
 
 impl Baseline {
     pub fn parse(s: &str) -> Option<Baseline> {

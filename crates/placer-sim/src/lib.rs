@@ -17,6 +17,7 @@ pub mod params;
 pub mod power;
 pub use placer_core::rng;
 pub mod workload;
+pub mod world;
 
 pub use baselines::Baseline;
 pub use host::SimHost;

@@ -11,8 +11,8 @@
 //! socket buffer until the receiver copies them (`rx_copy_cycles_per_byte`, plus
 //! `rx_remote_cache_extra` of the whole local receive cost when no cache is shared).
 
-use crate::host::SimHost;
 use crate::workload::Kind;
+use crate::world::SimHost;
 
 /// The CPU index doing receive processing for flow `f` (its queue's RPS CPU, else the
 /// first CPU of the queue's IRQ affinity).

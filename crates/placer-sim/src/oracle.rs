@@ -17,23 +17,11 @@ use crate::scenario::{
 };
 use crate::workload::Kind;
 use placer_core::CpuSet;
-use serde::{Deserialize, Serialize};
 
 pub const MAX_TASKS: usize = 8;
 pub const MAX_CPUS: usize = 8;
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct OracleResult {
-    pub variant: Option<String>,
-    pub placements: u64,
-    pub evaluated: u64,
-    pub eval_duration_s: f64,
-    /// The best placement: (process name, thread id, CPU id).
-    pub best: Vec<(String, u32, u32)>,
-    pub best_value: Option<f64>,
-    pub worst_value: Option<f64>,
-    pub skipped: Option<String>,
-}
+pub use crate::report::OracleResult;
 
 impl OracleResult {
     pub fn to_text(&self, obj: Objective, rows: &[PolicyResult]) -> String {

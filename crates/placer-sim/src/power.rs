@@ -8,8 +8,8 @@
 //! 001's `P = Pn + Ps*packages + Pc*cores + Pt*siblings` in fractional form, with CAL A's
 //! V^2 f scaling for DVFS domains. Energy is its integral over the ticks.
 
-use crate::host::SimHost;
 use crate::machine::core_power_w;
+use crate::world::SimHost;
 
 /// Sets each frequency domain's current frequency from its governor (schedutil: lowest
 /// available frequency >= headroom * util * f_max, util being the domain's busiest CPU's

@@ -2,7 +2,6 @@
 //! and the spread of the headline metric; the paper's figures beside the simulated ones;
 //! the oracle's distance. As a text table or JSON.
 
-use crate::oracle::OracleResult;
 use crate::scenario::{
     headline, paired_pct, Objective, PolicyResult, Scenario, Sensitivity, SensitivityRow,
 };
@@ -268,4 +267,18 @@ pub fn columns(rows: &[Vec<String>]) -> String {
 /// The headline of a policy row (for oracle distances).
 pub fn row_headline(obj: Objective, r: &PolicyResult) -> f64 {
     headline(obj, &r.mean)
+}
+/// The oracle's exhaustive search for one variant (`crate::oracle::search`); defined here,
+/// where reports hold it, so that the oracle depends on the report and not the reverse.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OracleResult {
+    pub variant: Option<String>,
+    pub placements: u64,
+    pub evaluated: u64,
+    pub eval_duration_s: f64,
+    /// The best placement: (process name, thread id, CPU id).
+    pub best: Vec<(String, u32, u32)>,
+    pub best_value: Option<f64>,
+    pub worst_value: Option<f64>,
+    pub skipped: Option<String>,
 }

@@ -16,6 +16,9 @@ pub mod network;
 pub mod params;
 pub mod power;
 pub use placer_core::rng;
+mod actuate;
+mod observe;
+mod tick;
 pub mod workload;
 pub mod world;
 

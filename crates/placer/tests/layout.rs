@@ -80,8 +80,10 @@ fn graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
     let mut files = Vec::new();
     rust_files(src, &mut files);
     let modules: BTreeSet<String> = files.iter().filter_map(|f| top_module(src, f)).collect();
-    let mut g: BTreeMap<String, BTreeSet<String>> =
-        modules.iter().map(|m| (m.clone(), BTreeSet::new())).collect();
+    let mut g: BTreeMap<String, BTreeSet<String>> = modules
+        .iter()
+        .map(|m| (m.clone(), BTreeSet::new()))
+        .collect();
     for f in &files {
         let Some(m) = top_module(src, f) else {
             continue;
@@ -142,10 +144,7 @@ fn the_checker_finds_a_planted_circle_and_reads_groups() {
     let paths = crate_paths(&code(
         "use crate::{a::X, b};\nfn f() { crate::c::g(); }\n// crate::d in a comment\n",
     ));
-    assert_eq!(
-        paths.into_iter().collect::<Vec<_>>(),
-        vec!["a", "b", "c"]
-    );
+    assert_eq!(paths.into_iter().collect::<Vec<_>>(), vec!["a", "b", "c"]);
     let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     g.insert("a".into(), ["b".to_string()].into());
     g.insert("b".into(), ["c".to_string()].into());

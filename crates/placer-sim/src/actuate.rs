@@ -1,0 +1,255 @@
+//! Plans applied to the simulated machine: each action changes the world state the way
+//! the real knob would (affinity, IRQ affinity, RPS, frequency caps, bandwidth limits,
+//! memory placement), with the outcome the real actuator would report.
+
+use crate::world::*;
+use placer_core::plan::{Action, Outcome};
+use placer_core::sample::ProcKey;
+use placer_core::CpuSet;
+
+impl SimHost {
+    pub(crate) fn find_proc(&self, key: &ProcKey) -> Option<usize> {
+        self.procs.iter().position(|p| {
+            p.pid == key.pid && p.start_ticks == key.start_time_ticks && p.started && !p.exited
+        })
+    }
+
+    pub(crate) fn set_proc_allowed(&mut self, pi: usize, cpus: &CpuSet) {
+        for k in 0..self.procs[pi].threads.len() {
+            let t = self.procs[pi].threads[k];
+            self.tasks[t].allowed = cpus.clone();
+        }
+    }
+
+    pub(crate) fn apply_one(&mut self, a: &Action) -> Outcome {
+        let online = self.topo.online();
+        match a {
+            Action::PinProcess { proc, cpus, .. } => {
+                let Some(pi) = self.find_proc(proc) else {
+                    return Outcome::Permanent(format!("pid {} has exited", proc.pid));
+                };
+                let c = cpus.intersection(&online);
+                if c.is_empty() {
+                    return Outcome::Permanent(format!("no online CPU in {cpus}"));
+                }
+                let t0 = self.procs[pi].threads[0];
+                if self.tasks[t0].allowed == c {
+                    return Outcome::Skipped("already so".into());
+                }
+                if self.procs[pi].orig_allowed.is_none() {
+                    self.procs[pi].orig_allowed = Some(self.tasks[t0].allowed.clone());
+                }
+                self.set_proc_allowed(pi, &c);
+                Outcome::Done
+            }
+            Action::PinThread { proc, tid, cpus } => {
+                let Some(pi) = self.find_proc(proc) else {
+                    return Outcome::Permanent(format!("pid {} has exited", proc.pid));
+                };
+                let c = cpus.intersection(&online);
+                if c.is_empty() {
+                    return Outcome::Permanent(format!("no online CPU in {cpus}"));
+                }
+                let Some(&t) = self.procs[pi]
+                    .threads
+                    .iter()
+                    .find(|&&t| self.tasks[t].tid == *tid)
+                else {
+                    return Outcome::Permanent(format!("no thread {tid}"));
+                };
+                if self.procs[pi].orig_allowed.is_none() {
+                    self.procs[pi].orig_allowed = Some(self.tasks[t].allowed.clone());
+                }
+                self.tasks[t].allowed = c;
+                Outcome::Done
+            }
+            Action::RestoreProcess { proc, .. } => {
+                let Some(pi) = self.find_proc(proc) else {
+                    return Outcome::Permanent(format!("pid {} has exited", proc.pid));
+                };
+                match self.procs[pi].orig_allowed.take() {
+                    Some(orig) => {
+                        self.set_proc_allowed(pi, &orig);
+                        Outcome::Done
+                    }
+                    None => Outcome::Skipped("not pinned".into()),
+                }
+            }
+            Action::SetIrqAffinity { irq, cpus } => {
+                let c = cpus.intersection(&online);
+                if c.is_empty() {
+                    return Outcome::Permanent(format!("no online CPU in {cpus}"));
+                }
+                match self.queue_of_irq(*irq) {
+                    Some((n, q)) => {
+                        let cur = self.topo.nics[n].queues[q].irq_cpus.clone();
+                        self.irq_orig.entry(*irq).or_insert(cur);
+                        self.topo.nics[n].queues[q].irq_cpus = c;
+                        self.refresh_rx_cpus(n);
+                        Outcome::Done
+                    }
+                    None => Outcome::Permanent(format!("no IRQ {irq} in this model")),
+                }
+            }
+            Action::RestoreIrq { irq } => {
+                match (self.irq_orig.remove(irq), self.queue_of_irq(*irq)) {
+                    (Some(orig), Some((n, q))) => {
+                        self.topo.nics[n].queues[q].irq_cpus = orig;
+                        self.refresh_rx_cpus(n);
+                        Outcome::Done
+                    }
+                    _ => Outcome::Skipped("not changed".into()),
+                }
+            }
+            Action::SetRps { dev, queue, cpus } => {
+                let Some(n) = self.topo.nics.iter().position(|x| &x.name == dev) else {
+                    return Outcome::Permanent(format!("no device {dev}"));
+                };
+                let Some(q) = self.topo.nics[n]
+                    .queues
+                    .iter()
+                    .enumerate()
+                    .position(|(i, x)| &x.name == queue || *queue == format!("rx-{i}"))
+                else {
+                    return Outcome::Permanent(format!("no queue {queue} on {dev}"));
+                };
+                self.topo.nics[n].queues[q].rps_cpus = cpus.intersection(&online);
+                self.refresh_rx_cpus(n);
+                Outcome::Done
+            }
+            Action::CapFrequency { domain, max_khz } => match self.domain_idx(*domain) {
+                Some(d) => {
+                    let st = &mut self.domains[d];
+                    st.scaling_max_khz = (*max_khz).max(st.scaling_min_khz);
+                    Outcome::Done
+                }
+                None => Outcome::Permanent(format!("no cpufreq domain {domain} in this model")),
+            },
+            Action::SetGovernor {
+                domain,
+                governor,
+                speed_khz,
+            } => match self.domain_idx(*domain) {
+                Some(d) => {
+                    let known = [
+                        "performance",
+                        "powersave",
+                        "schedutil",
+                        "userspace",
+                        "ondemand",
+                    ];
+                    if !known.contains(&governor.as_str()) {
+                        return Outcome::Permanent(format!("no governor {governor}"));
+                    }
+                    let st = &mut self.domains[d];
+                    st.governor = governor.clone();
+                    st.speed_khz = *speed_khz;
+                    Outcome::Done
+                }
+                None => Outcome::Permanent(format!("no cpufreq domain {domain} in this model")),
+            },
+            Action::RestoreFrequency { domain } => match self.domain_idx(*domain) {
+                Some(d) => {
+                    let st = &mut self.domains[d];
+                    (st.governor, st.scaling_max_khz, st.scaling_min_khz) = st.orig.clone();
+                    st.speed_khz = None;
+                    Outcome::Done
+                }
+                None => Outcome::Permanent(format!("no cpufreq domain {domain} in this model")),
+            },
+            Action::LimitBandwidth {
+                app,
+                dev,
+                rate_bytes_per_s,
+                flows,
+                ..
+            } => {
+                let mut hit = 0;
+                for f in &mut self.flows {
+                    let on_dev = self.topo.nics[f.nic].name == *dev;
+                    let matches = if flows.is_empty() {
+                        self.procs[f.proc].comm == *app
+                    } else {
+                        flows
+                            .iter()
+                            .any(|m| m.local == f.local && m.remote == f.remote)
+                    };
+                    if on_dev && matches {
+                        f.limit_bps = Some(*rate_bytes_per_s as f64);
+                        hit += 1;
+                    }
+                }
+                if hit == 0 {
+                    Outcome::Permanent(format!("no flow of {app} on {dev}"))
+                } else {
+                    Outcome::Done
+                }
+            }
+            Action::RemoveLimit { app, dev } => {
+                for f in &mut self.flows {
+                    if self.topo.nics[f.nic].name == *dev && self.procs[f.proc].comm == *app {
+                        f.limit_bps = None;
+                    }
+                }
+                Outcome::Done
+            }
+            Action::BindMemory {
+                proc,
+                nodes,
+                migrate_max_bytes,
+            } => {
+                let Some(pi) = self.find_proc(proc) else {
+                    return Outcome::Permanent(format!("pid {} has exited", proc.pid));
+                };
+                let pos: Vec<usize> = nodes
+                    .iter()
+                    .filter(|n| self.m.node_ids.contains(n))
+                    .map(|&n| self.m.node_pos(n))
+                    .collect();
+                if pos.is_empty() {
+                    return Outcome::Permanent(format!("no such node in {nodes:?}"));
+                }
+                let p = &mut self.procs[pi];
+                let mut budget = *migrate_max_bytes as f64;
+                for n in 0..p.mem_bytes.len() {
+                    if pos.contains(&n) || budget <= 0.0 {
+                        continue;
+                    }
+                    let mv = p.mem_bytes[n].min(budget);
+                    p.mem_bytes[n] -= mv;
+                    p.mem_bytes[pos[0]] += mv;
+                    budget -= mv;
+                }
+                p.bind = Some(pos);
+                Outcome::Done
+            }
+            Action::RestoreMemory { proc } => {
+                let Some(pi) = self.find_proc(proc) else {
+                    return Outcome::Permanent(format!("pid {} has exited", proc.pid));
+                };
+                self.procs[pi].bind = None;
+                Outcome::Done
+            }
+        }
+    }
+
+    pub(crate) fn queue_of_irq(&self, irq: u32) -> Option<(usize, usize)> {
+        for (n, nic) in self.topo.nics.iter().enumerate() {
+            if let Some(q) = nic.queues.iter().position(|q| q.irq == Some(irq)) {
+                return Some((n, q));
+            }
+        }
+        None
+    }
+
+    pub(crate) fn refresh_rx_cpus(&mut self, n: usize) {
+        let nic = &mut self.topo.nics[n];
+        nic.rx_cpus = nic.queues.iter().fold(CpuSet::new(), |a, q| {
+            a.union(&q.irq_cpus).union(&q.rps_cpus)
+        });
+    }
+
+    pub(crate) fn domain_idx(&self, id: u32) -> Option<usize> {
+        self.topo.freq_domains.iter().position(|d| d.id == id)
+    }
+}

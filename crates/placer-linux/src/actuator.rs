@@ -206,13 +206,13 @@ impl Actuator {
         };
         let mut out = Vec::new();
         for pa in &plan.actions {
-            let mut outcome = None;
-            for h in self.handlers.list.iter_mut() {
-                outcome = h.apply(&mut ctx, &pa.action, dry_run);
-                if outcome.is_some() {
-                    break;
-                }
-            }
+            let kind = crate::knob::kind_of(&pa.action);
+            let outcome = self
+                .handlers
+                .list
+                .iter_mut()
+                .find(|h| h.kinds().contains(&kind))
+                .and_then(|h| h.apply(&mut ctx, &pa.action));
             let outcome = outcome.unwrap_or_else(|| {
                 Outcome::Permanent(format!(
                     "no handler for {} in this placer",

@@ -322,7 +322,8 @@ impl KnobHandler for CpufreqHandler {
         &["cpufreq_max", "cpufreq_governor"]
     }
 
-    fn apply(&mut self, ctx: &mut Ctx<'_>, action: &Action, dry_run: bool) -> Option<Outcome> {
+    fn apply(&mut self, ctx: &mut Ctx<'_>, action: &Action) -> Option<Outcome> {
+        let dry_run = ctx.dry_run();
         match action {
             Action::CapFrequency { domain, max_khz } => {
                 Some(Self::cap(ctx, *domain, *max_khz, dry_run))

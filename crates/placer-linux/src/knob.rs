@@ -39,6 +39,22 @@ impl Restored {
     }
 }
 
+/// The knob kind of the handler that takes `action`: an exhaustive match (no catch-all), so
+/// an action added without a handler does not compile.
+pub fn kind_of(action: &Action) -> &'static str {
+    match action {
+        Action::PinProcess { .. } | Action::PinThread { .. } | Action::RestoreProcess { .. } => {
+            "proc_affinity"
+        }
+        Action::SetIrqAffinity { .. } | Action::RestoreIrq { .. } => "irq_affinity",
+        Action::SetRps { .. } => "rps",
+        Action::CapFrequency { .. } | Action::RestoreFrequency { .. } => "cpufreq_max",
+        Action::SetGovernor { .. } => "cpufreq_governor",
+        Action::LimitBandwidth { .. } | Action::RemoveLimit { .. } => "tc_qdisc",
+        Action::BindMemory { .. } | Action::RestoreMemory { .. } => "mem_policy",
+    }
+}
+
 /// What a handler may use while applying an action.
 pub struct Ctx<'a> {
     pub root: &'a Path,
@@ -49,6 +65,12 @@ pub struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// A dry run: the context has no journal to write to (only its snapshot), and no
+    /// handler may change anything. This is the one place a dry run is told.
+    pub fn dry_run(&self) -> bool {
+        self.journal.is_none()
+    }
+
     /// The journal entry of `knob`, live (or from the snapshot in a dry run).
     pub fn entry(&self, knob: &Knob) -> Option<Entry> {
         match self.journal.as_deref() {
@@ -62,8 +84,9 @@ impl Ctx<'_> {
 pub trait KnobHandler: Send {
     /// Knob kinds ([`Knob::kind`]) this handler restores.
     fn kinds(&self) -> &'static [&'static str];
-    /// Applies `action` if it is one of this handler's; None otherwise.
-    fn apply(&mut self, ctx: &mut Ctx<'_>, action: &Action, dry_run: bool) -> Option<Outcome>;
+    /// Applies `action` if it is one of this handler's; None otherwise. A dry run is
+    /// `ctx.dry_run()`: nothing is written then.
+    fn apply(&mut self, ctx: &mut Ctx<'_>, action: &Action) -> Option<Outcome>;
     /// Puts a journaled knob back (only if it still holds what placer applied).
     fn restore(&mut self, root: &Path, entry: &Entry) -> Restored;
     /// Per-cycle upkeep of the knobs it holds (e.g. threads created since a pin); returns

@@ -316,7 +316,8 @@ impl KnobHandler for MemPolicyHandler {
         &["mem_policy"]
     }
 
-    fn apply(&mut self, ctx: &mut Ctx<'_>, action: &Action, dry_run: bool) -> Option<Outcome> {
+    fn apply(&mut self, ctx: &mut Ctx<'_>, action: &Action) -> Option<Outcome> {
+        let dry_run = ctx.dry_run();
         match action {
             Action::BindMemory {
                 proc,

@@ -636,7 +636,8 @@ impl KnobHandler for TcHandler {
         &["tc_qdisc"]
     }
 
-    fn apply(&mut self, ctx: &mut Ctx<'_>, action: &Action, dry_run: bool) -> Option<Outcome> {
+    fn apply(&mut self, ctx: &mut Ctx<'_>, action: &Action) -> Option<Outcome> {
+        let dry_run = ctx.dry_run();
         match action {
             Action::LimitBandwidth {
                 app,

@@ -30,7 +30,8 @@ impl KnobHandler for IrqHandler {
     fn kinds(&self) -> &'static [&'static str] {
         &["irq_affinity"]
     }
-    fn apply(&mut self, ctx: &mut Ctx<'_>, action: &Action, dry_run: bool) -> Option<Outcome> {
+    fn apply(&mut self, ctx: &mut Ctx<'_>, action: &Action) -> Option<Outcome> {
+        let dry_run = ctx.dry_run();
         match action {
             Action::SetIrqAffinity { irq, cpus } => Some(self.set(
                 ctx,

@@ -285,7 +285,8 @@ impl KnobHandler for ProcAffinityHandler {
         Self::KINDS
     }
 
-    fn apply(&mut self, ctx: &mut Ctx<'_>, action: &Action, dry_run: bool) -> Option<Outcome> {
+    fn apply(&mut self, ctx: &mut Ctx<'_>, action: &Action) -> Option<Outcome> {
+        let dry_run = ctx.dry_run();
         match action {
             Action::PinProcess { proc, comm, cpus } => {
                 Some(self.pin(ctx, *proc, comm, cpus, dry_run))

@@ -30,7 +30,8 @@ impl KnobHandler for RpsHandler {
     fn kinds(&self) -> &'static [&'static str] {
         &["rps"]
     }
-    fn apply(&mut self, ctx: &mut Ctx<'_>, action: &Action, dry_run: bool) -> Option<Outcome> {
+    fn apply(&mut self, ctx: &mut Ctx<'_>, action: &Action) -> Option<Outcome> {
+        let dry_run = ctx.dry_run();
         match action {
             Action::SetRps { dev, queue, cpus } => Some(self.set(
                 ctx,

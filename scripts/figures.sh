@@ -47,7 +47,7 @@ rows.append(("daemon, net-affinity, 500 sleeping processes + 200 connections, 1 
              "placer bench daemon --duration 30s",
              f"{o['cpu_percent_of_one']:.2f}% of one CPU (mean cycle {o['mean_cycle_ms']:.1f} ms)" if o else "not measured (needs root)"))
 for a in overhead["agents"]:
-    path = "kernel events" if "events" in a["agent"] else "/proc only (kernel_events = false)"
+    path = "kernel events" if a.get("path") == "events" else "/proc only (kernel_events = false)"
     cmd = "placer bench overhead --policies all --paths events,proc --duration 20s"
     rows.append((f"daemon, all five policies, {path}, 500 sleeping processes + 200 connections, 1 s interval", cmd,
                  f"{a['cpu_percent_of_one']:.3f}% of one CPU" if a["cpu_percent_of_one"] is not None else f"not measured: {a['missing']}"))

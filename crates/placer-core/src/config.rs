@@ -14,7 +14,7 @@ pub struct Config {
     /// reboot: knobs do not survive a reboot either).
     pub state_dir: String,
     /// Policies to run, in order; later policies do not touch what earlier ones hold.
-    pub policies: Vec<String>,
+    pub policies: Vec<policies::PolicyKind>,
     /// Which processes placer may touch at all.
     pub scope: Scope,
     pub metrics: Metrics,
@@ -154,7 +154,7 @@ impl Default for Config {
         Config {
             interval_ms: 1000,
             state_dir: "/run/placer".into(),
-            policies: vec!["net-affinity".into()],
+            policies: vec![policies::PolicyKind::NetAffinity],
             scope: Scope::default(),
             metrics: Metrics::default(),
             net_affinity: Default::default(),
@@ -197,13 +197,13 @@ pub enum ConfigError {
     Invalid { field: String, message: String },
 }
 
-/// Names of the policies placer knows.
+/// Names of the policies placer knows (of [`policies::PolicyKind::ALL`], in that order).
 pub const POLICY_NAMES: &[&str] = &[
-    "net-affinity",
-    "smt-energy",
-    "contention",
-    "energy-qos",
-    "numa-local",
+    policies::net_affinity::NAME,
+    policies::smt_energy::NAME,
+    policies::contention::NAME,
+    policies::energy_qos::NAME,
+    policies::numa_local::NAME,
 ];
 
 /// The unit of an old numeric duration key.
@@ -434,15 +434,7 @@ impl Config {
         let mut seen = std::collections::BTreeSet::new();
         for p in &self.policies {
             if !seen.insert(p) {
-                return invalid("policies", format!("{p:?} is listed twice"));
-            }
-        }
-        for p in &self.policies {
-            if !POLICY_NAMES.contains(&p.as_str()) {
-                return invalid(
-                    "policies",
-                    format!("unknown policy {p:?}; known: {}", POLICY_NAMES.join(", ")),
-                );
+                return invalid("policies", format!("{:?} is listed twice", p.name()));
             }
         }
         if self.metrics.enabled && self.metrics.listen.parse::<std::net::SocketAddr>().is_err() {

@@ -37,51 +37,36 @@ use crate::topology::Topology;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Builds the policies the config names, in its order. Unknown names were rejected by
-/// `Config::validate`; names with no implementation yet are skipped here and reported by
-/// [`unimplemented_policies`].
+/// Builds the policies the config names, in its order: an exhaustive match on the kind, so
+/// a kind without a policy does not compile (unknown names never get past the config).
 pub fn policies_from_config(config: &Config, self_pid: u32) -> Vec<Box<dyn Policy>> {
-    let mut v: Vec<Box<dyn Policy>> = Vec::new();
-    for name in &config.policies {
-        // Other policies add their arm here.
-        #[allow(clippy::single_match)]
-        match name.as_str() {
-            "net-affinity" => v.push(Box::new(crate::policies::net_affinity::NetAffinity::new(
-                config.net_affinity.clone(),
-                config.scope.clone(),
-                self_pid,
-            ))),
-            "smt-energy" => v.push(Box::new(crate::policies::smt_energy::SmtEnergy::new(
-                config.smt_energy.clone(),
-            ))),
-            "contention" => v.push(Box::new(
-                crate::policies::contention::Contention::new(config.contention.clone())
-                    .with_scope(config.scope.clone(), self_pid),
-            )),
-            "energy-qos" => v.push(Box::new(
-                crate::policies::energy_qos::EnergyQos::new(config.energy_qos.clone())
-                    .with_scope(config.scope.clone(), self_pid),
-            )),
-            "numa-local" => v.push(Box::new(crate::policies::numa_local::NumaLocal::new(
-                config.numa_local.clone(),
-            ))),
-            _ => {}
-        }
-    }
-    v
-}
-
-/// Configured policy names that [`policies_from_config`] could not build.
-pub fn unimplemented_policies(config: &Config) -> Vec<String> {
-    let built: Vec<&'static str> = policies_from_config(config, 0)
-        .iter()
-        .map(|p| p.name())
-        .collect();
+    use crate::policies::{self, PolicyKind};
     config
         .policies
         .iter()
-        .filter(|n| !built.contains(&n.as_str()))
-        .cloned()
+        .map(|kind| -> Box<dyn Policy> {
+            match kind {
+                PolicyKind::NetAffinity => Box::new(policies::net_affinity::NetAffinity::new(
+                    config.net_affinity.clone(),
+                    config.scope.clone(),
+                    self_pid,
+                )),
+                PolicyKind::SmtEnergy => Box::new(policies::smt_energy::SmtEnergy::new(
+                    config.smt_energy.clone(),
+                )),
+                PolicyKind::Contention => Box::new(
+                    policies::contention::Contention::new(config.contention.clone())
+                        .with_scope(config.scope.clone(), self_pid),
+                ),
+                PolicyKind::EnergyQos => Box::new(
+                    policies::energy_qos::EnergyQos::new(config.energy_qos.clone())
+                        .with_scope(config.scope.clone(), self_pid),
+                ),
+                PolicyKind::NumaLocal => Box::new(policies::numa_local::NumaLocal::new(
+                    config.numa_local.clone(),
+                )),
+            }
+        })
         .collect()
 }
 
@@ -992,7 +977,6 @@ mod tests {
             ps.iter().map(|p| p.name()).collect::<Vec<_>>(),
             vec!["net-affinity"]
         );
-        assert!(unimplemented_policies(&cfg).is_empty());
     }
 
     /// Pins every process to `cpu` once the clock reaches `from_s` (so verdicts have a

@@ -346,13 +346,6 @@ pub type PolicyFactory<'a> = &'a dyn Fn(&Config) -> Result<Vec<Box<dyn Policy>>,
 
 /// The real policies of placer-core, as the daemon builds them.
 pub fn default_factory(cfg: &Config) -> Result<Vec<Box<dyn Policy>>, String> {
-    let missing = placer_core::engine::unimplemented_policies(cfg);
-    if !missing.is_empty() {
-        return Err(format!(
-            "policy {} is not implemented in this build of placer-core",
-            missing.join(", ")
-        ));
-    }
     Ok(placer_core::engine::policies_from_config(cfg, 0))
 }
 
@@ -577,7 +570,10 @@ pub fn run_one(
 ) -> Result<RunResult, String> {
     let (baseline, placer) = split_policy(policy);
     let mut cfg = sc.placer_config().map_err(|e| e.to_string())?;
-    cfg.policies = placer;
+    cfg.policies = placer
+        .iter()
+        .map(|p| p.parse())
+        .collect::<Result<_, String>>()?;
     let mut host = sc
         .host(variant, baseline, seed)
         .map_err(|e| e.to_string())?;

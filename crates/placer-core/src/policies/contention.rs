@@ -1350,7 +1350,10 @@ mod tests {
             }
         }
         let cfg = Config {
-            policies: vec!["contention".into(), "net-affinity".into()],
+            policies: vec![
+                crate::policies::PolicyKind::Contention,
+                crate::policies::PolicyKind::NetAffinity,
+            ],
             ..Default::default()
         };
         let pols = policies_from_config(&cfg, 1);
@@ -1381,7 +1384,7 @@ mod tests {
         let start = doc.find("```toml\n").expect("toml block") + 8;
         let end = start + doc[start..].find("```").unwrap();
         let cfg = crate::config::Config::from_toml(&doc[start..end]).unwrap();
-        assert_eq!(cfg.policies, vec!["contention"]);
+        assert_eq!(cfg.policies, vec![crate::policies::PolicyKind::Contention]);
         assert_eq!(
             cfg.contention,
             ContentionConfig {

@@ -43,11 +43,23 @@ pub struct Args {
 #[derive(Debug, Serialize)]
 pub struct AgentCost {
     pub agent: String,
+    /// placer's observation path (`events` or `proc`); None for the other agent.
+    pub path: Option<String>,
     pub command: String,
     pub window_s: f64,
     pub cpu_percent_of_one: Option<f64>,
     /// Why it was not measured (not installed, exited at start).
     pub missing: Option<String>,
+}
+
+impl AgentCost {
+    /// `placer [events]`, or the other agent's name.
+    pub fn label(&self) -> String {
+        match &self.path {
+            Some(p) => format!("{} [{p}]", self.agent),
+            None => self.agent.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -88,6 +100,7 @@ fn measure(name: &str, mut cmd: Command, window: Duration) -> Result<AgentCost> 
         Err(e) => {
             return Ok(AgentCost {
                 agent: name.into(),
+                path: None,
                 command,
                 window_s: 0.0,
                 cpu_percent_of_one: None,
@@ -100,6 +113,7 @@ fn measure(name: &str, mut cmd: Command, window: Duration) -> Result<AgentCost> 
     if let Ok(Some(st)) = kids.0[0].try_wait() {
         return Ok(AgentCost {
             agent: name.into(),
+            path: None,
             command,
             window_s: 0.0,
             cpu_percent_of_one: None,
@@ -113,6 +127,7 @@ fn measure(name: &str, mut cmd: Command, window: Duration) -> Result<AgentCost> 
     drop(kids);
     Ok(AgentCost {
         agent: name.into(),
+        path: None,
         command,
         window_s: w,
         cpu_percent_of_one: Some((c1 - c0) / w * 100.0),
@@ -158,7 +173,9 @@ pub fn run(args: Args) -> Result<()> {
         .context("writing the daemon's config")?;
         let mut placer = Command::new(std::env::current_exe()?);
         placer.args(["daemon", "--dry-run", "--config"]).arg(&cfg);
-        agents.push(measure(&format!("placer [{path}]"), placer, args.duration)?);
+        let mut cost = measure("placer", placer, args.duration)?;
+        cost.path = Some(path.clone());
+        agents.push(cost);
     }
     if let Some(vs) = &args.vs {
         let other = match vs.as_str() {
@@ -209,18 +226,18 @@ pub fn run(args: Args) -> Result<()> {
         match (a.cpu_percent_of_one, &a.missing) {
             (Some(p), _) => outln!(
                 "{:<16} {p:.3}% of one CPU over {:.1} s",
-                a.agent,
+                a.label(),
                 a.window_s
             ),
-            (None, Some(why)) => outln!("{:<16} not measured: {why}", a.agent),
+            (None, Some(why)) => outln!("{:<16} not measured: {why}", a.label()),
             _ => {}
         }
     }
     match report.ratio {
         Some(r) => outln!(
             "{} / {}: {r:.1}x",
-            report.agents[0].agent,
-            report.agents[args.paths.len()].agent
+            report.agents[0].label(),
+            report.agents[args.paths.len()].label()
         ),
         None if report.agents.len() > args.paths.len() => {
             outln!("no ratio: the other agent used no measurable CPU or was not measured")

@@ -19,7 +19,7 @@ pub mod state;
 
 use anyhow::{Context, Result};
 use placer_core::config::Config;
-use placer_core::engine::{unimplemented_policies, CycleReport, Engine};
+use placer_core::engine::{CycleReport, Engine};
 use placer_core::plan::Outcome;
 use placer_linux::LinuxHost;
 use serde::Serialize;
@@ -257,9 +257,6 @@ pub fn run(args: Args) -> Result<()> {
             log_restores("start", &res);
         }
     }
-    for p in unimplemented_policies(&cfg) {
-        warn!("policy {p} is configured but not built into this placer: skipped");
-    }
     let mut engine = Engine::from_config(cfg.clone(), std::process::id());
     let names: Vec<(&str, bool)> = engine.policies().iter().map(|p| (p.0, true)).collect();
     signals::install().context("installing signal handlers")?;
@@ -278,7 +275,11 @@ pub fn run(args: Args) -> Result<()> {
         "placer daemon pid {} started: interval {} ms, policies [{}], state dir {}{}",
         std::process::id(),
         cfg.interval_ms,
-        cfg.policies.join(", "),
+        cfg.policies
+            .iter()
+            .map(|p| p.name())
+            .collect::<Vec<_>>()
+            .join(", "),
         state_dir.display(),
         if dry_run {
             ", dry run (changes nothing)"

@@ -30,7 +30,7 @@ use crate::config::Config;
 use crate::host::Host;
 use crate::observation::Observation;
 use crate::plan::{Action, ActionReport, Outcome, Plan};
-use crate::policy::{Held, Policy, PolicyState};
+use crate::policy::{boxed, AnyPolicy, Held, Shared};
 use crate::sample::{ProcKey, Sample, SampleRequest, SourceStatus};
 use crate::scope::Scope;
 use crate::topology::Topology;
@@ -39,30 +39,30 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// Builds the policies the config names, in its order: an exhaustive match on the kind, so
 /// a kind without a policy does not compile (unknown names never get past the config).
-pub fn policies_from_config(config: &Config, self_pid: u32) -> Vec<Box<dyn Policy>> {
+pub fn policies_from_config(config: &Config, self_pid: u32) -> Vec<Box<dyn AnyPolicy>> {
     use crate::policies::{self, PolicyKind};
     config
         .policies
         .iter()
-        .map(|kind| -> Box<dyn Policy> {
+        .map(|kind| -> Box<dyn AnyPolicy> {
             match kind {
-                PolicyKind::NetAffinity => Box::new(policies::net_affinity::NetAffinity::new(
+                PolicyKind::NetAffinity => boxed(policies::net_affinity::NetAffinity::new(
                     config.net_affinity.clone(),
                     config.scope.clone(),
                     self_pid,
                 )),
-                PolicyKind::SmtEnergy => Box::new(policies::smt_energy::SmtEnergy::new(
+                PolicyKind::SmtEnergy => boxed(policies::smt_energy::SmtEnergy::new(
                     config.smt_energy.clone(),
                 )),
-                PolicyKind::Contention => Box::new(
+                PolicyKind::Contention => boxed(
                     policies::contention::Contention::new(config.contention.clone())
                         .with_scope(config.scope.clone(), self_pid),
                 ),
-                PolicyKind::EnergyQos => Box::new(
+                PolicyKind::EnergyQos => boxed(
                     policies::energy_qos::EnergyQos::new(config.energy_qos.clone())
                         .with_scope(config.scope.clone(), self_pid),
                 ),
-                PolicyKind::NumaLocal => Box::new(policies::numa_local::NumaLocal::new(
+                PolicyKind::NumaLocal => boxed(policies::numa_local::NumaLocal::new(
                     config.numa_local.clone(),
                 )),
             }
@@ -71,8 +71,8 @@ pub fn policies_from_config(config: &Config, self_pid: u32) -> Vec<Box<dyn Polic
 }
 
 struct Slot {
-    policy: Box<dyn Policy>,
-    state: PolicyState,
+    /// The policy with its state (`shared()` is what the engine maintains).
+    policy: Box<dyn AnyPolicy>,
     disabled: Option<String>,
 }
 
@@ -161,13 +161,12 @@ impl Engine {
     }
 
     /// An engine of the given policies (tests, the simulator's factories).
-    pub fn new(policies: Vec<Box<dyn Policy>>, config: Config, self_pid: u32) -> Engine {
+    pub fn new(policies: Vec<Box<dyn AnyPolicy>>, config: Config, self_pid: u32) -> Engine {
         Engine {
             slots: policies
                 .into_iter()
                 .map(|policy| Slot {
                     policy,
-                    state: PolicyState::default(),
                     disabled: None,
                 })
                 .collect(),
@@ -207,11 +206,11 @@ impl Engine {
     }
 
     /// A policy's state (for tests, `explain`, the simulator's reports).
-    pub fn state(&self, policy: &str) -> Option<&PolicyState> {
+    pub fn state(&self, policy: &str) -> Option<&Shared> {
         self.slots
             .iter()
             .find(|s| s.policy.name() == policy)
-            .map(|s| &s.state)
+            .map(|s| s.policy.shared())
     }
 
     /// Every process held by any policy, with the policy's name.
@@ -219,7 +218,8 @@ impl Engine {
         self.slots
             .iter()
             .flat_map(|s| {
-                s.state
+                s.policy
+                    .shared()
                     .held
                     .iter()
                     .map(move |(k, h)| (s.policy.name(), *k, h))
@@ -314,9 +314,9 @@ impl Engine {
                 continue;
             }
             let name = slot.policy.name();
-            slot.state.now_s = now_s;
-            slot.state.taken = taken.clone();
-            let mine = slot.policy.plan(&topo, &obs, &mut slot.state);
+            slot.policy.shared_mut().now_s = now_s;
+            slot.policy.shared_mut().taken = taken.clone();
+            let mine = slot.policy.plan(&topo, &obs);
             plan.notes.extend(mine.notes);
             for pa in mine.actions {
                 let Some(k) = pa.action.proc() else {
@@ -375,7 +375,8 @@ impl Engine {
             // Undone moves: the policy's process goes back.
             for (_, k) in undo.iter().filter(|(p, _)| *p == name) {
                 let comm = slot
-                    .state
+                    .policy
+                    .shared()
                     .held
                     .get(k)
                     .map_or_else(String::new, |h| h.comm.clone());
@@ -386,7 +387,7 @@ impl Engine {
                 );
             }
             // What this policy holds or acts on is off limits to the next ones.
-            taken.extend(slot.state.held.keys().copied());
+            taken.extend(slot.policy.shared_mut().held.keys().copied());
             taken.extend(
                 plan.actions
                     .iter()
@@ -406,8 +407,8 @@ impl Engine {
                 .filter(|r| r.planned.policy == name)
                 .cloned()
                 .collect();
-            update_state(&mut slot.state, &mine, now_s, dry_run);
-            slot.state.last_reports = mine;
+            update_state(slot.policy.shared_mut(), &mine, now_s, dry_run);
+            slot.policy.shared_mut().last_reports = mine;
         }
         report.plan = plan;
         report.reports = reports;
@@ -453,10 +454,9 @@ impl Engine {
         }
         let mut still = Vec::new();
         for mut p in std::mem::take(&mut self.pending) {
-            let held = self
-                .slots
-                .iter()
-                .any(|s| s.policy.name() == p.policy && s.state.held.contains_key(&p.proc));
+            let held = self.slots.iter().any(|s| {
+                s.policy.name() == p.policy && s.policy.shared().held.contains_key(&p.proc)
+            });
             let Some(pt) = present.get(&p.proc) else {
                 continue;
             };
@@ -535,7 +535,7 @@ impl Engine {
     fn managed(&self) -> usize {
         self.slots
             .iter()
-            .flat_map(|s| s.state.held.keys())
+            .flat_map(|s| s.policy.shared().held.keys())
             .collect::<BTreeSet<_>>()
             .len()
     }
@@ -561,25 +561,31 @@ impl Engine {
         for slot in self.slots.iter_mut() {
             let name = slot.policy.name();
             let mut broken = Vec::new();
-            slot.state.held.retain(|k, h| match by_key.get(k) {
-                None => false,
-                Some(p) if p.allowed_cpus != h.cpus => {
-                    broken.push(LeaseBreak {
-                        policy: name.to_string(),
-                        proc: *k,
-                        comm: h.comm.clone(),
-                        pinned: h.cpus.clone(),
-                        observed: p.allowed_cpus.clone(),
-                    });
-                    false
-                }
-                Some(_) => true,
-            });
+            slot.policy
+                .shared_mut()
+                .held
+                .retain(|k, h| match by_key.get(k) {
+                    None => false,
+                    Some(p) if p.allowed_cpus != h.cpus => {
+                        broken.push(LeaseBreak {
+                            policy: name.to_string(),
+                            proc: *k,
+                            comm: h.comm.clone(),
+                            pinned: h.cpus.clone(),
+                            observed: p.allowed_cpus.clone(),
+                        });
+                        false
+                    }
+                    Some(_) => true,
+                });
             // Forget released processes that exited (their pid may be reused; the key
             // carries the start time, so this is only memory hygiene).
-            slot.state.released.retain(|k| by_key.contains_key(k));
+            slot.policy
+                .shared_mut()
+                .released
+                .retain(|k| by_key.contains_key(k));
             for b in &broken {
-                slot.state.released.insert(b.proc);
+                slot.policy.shared_mut().released.insert(b.proc);
             }
             report.lease_breaks.extend(broken);
         }
@@ -588,7 +594,7 @@ impl Engine {
 
 /// Learns holds from outcomes. Pins that are done become held; restores that are done (or
 /// whose task is gone) end the hold; permanent pin failures release the process.
-fn update_state(state: &mut PolicyState, reports: &[ActionReport], now_s: f64, dry_run: bool) {
+fn update_state(state: &mut Shared, reports: &[ActionReport], now_s: f64, dry_run: bool) {
     if dry_run {
         return;
     }
@@ -626,6 +632,7 @@ mod tests {
     use super::*;
     use crate::host::HostError;
     use crate::plan::PlannedAction;
+    use crate::policy::{Policy, PolicyState};
     use crate::sample::{CpuTimes, ProcSample};
     use crate::CpuSet;
     use std::sync::{Arc, Mutex};
@@ -725,6 +732,8 @@ mod tests {
     }
 
     impl Policy for PinAll {
+        type State = ();
+
         fn name(&self) -> &'static str {
             self.name
         }
@@ -756,10 +765,10 @@ mod tests {
         }
     }
 
-    fn pin_all(name: &'static str, cpu: u32) -> (Box<dyn Policy>, Seen) {
+    fn pin_all(name: &'static str, cpu: u32) -> (Box<dyn AnyPolicy>, Seen) {
         let seen = Arc::new(Mutex::new(Vec::new()));
         (
-            Box::new(PinAll {
+            boxed(PinAll {
                 name,
                 cpu,
                 disabled: None,
@@ -839,6 +848,8 @@ mod tests {
     struct MemAll;
 
     impl Policy for MemAll {
+        type State = ();
+
         fn name(&self) -> &'static str {
             "mem"
         }
@@ -863,7 +874,7 @@ mod tests {
     fn memory_actions_pass_an_earlier_cpu_hold() {
         let (a, _) = pin_all("a", 1);
         let (b, _) = pin_all("b", 3);
-        let mut e = Engine::new(vec![a, Box::new(MemAll), b], Config::default(), 1);
+        let mut e = Engine::new(vec![a, boxed(MemAll), b], Config::default(), 1);
         let mut h = FakeHost::new(vec![proc_sample(10, "x")]);
         e.step(&mut h, false);
         let r = e.step(&mut h, false);
@@ -879,7 +890,7 @@ mod tests {
     #[test]
     fn disabled_policy_reported_once_and_never_plans() {
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let p = Box::new(PinAll {
+        let p = boxed(PinAll {
             name: "off",
             cpu: 1,
             disabled: Some("no counters".into()),
@@ -987,6 +998,8 @@ mod tests {
     }
 
     impl Policy for PinLater {
+        type State = ();
+
         fn name(&self) -> &'static str {
             "contention"
         }
@@ -1022,7 +1035,7 @@ mod tests {
         cfg.verify.backoff_intervals = 3;
         // The fake clock starts at 2 s and steps 1 s: the first observation is at 3 s.
         let from_s = 3.0 + before.len() as f64 - 1.0;
-        let p: Box<dyn Policy> = Box::new(PinLater { cpu: 2, from_s });
+        let p: Box<dyn AnyPolicy> = boxed(PinLater { cpu: 2, from_s });
         let mut e = Engine::new(vec![p], cfg, 1);
         let mut h = FakeHost::new(vec![proc_sample(10, "x")]);
         let mut out = vec![e.step(&mut h, false)];
@@ -1096,7 +1109,7 @@ mod tests {
     fn verify_off_judges_nothing() {
         let mut cfg = Config::default();
         cfg.verify.enabled = false;
-        let p: Box<dyn Policy> = Box::new(PinLater {
+        let p: Box<dyn AnyPolicy> = boxed(PinLater {
             cpu: 2,
             from_s: 4.0,
         });

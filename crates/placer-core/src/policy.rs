@@ -7,10 +7,13 @@ use crate::observation::Observation;
 use crate::plan::{ActionReport, Plan};
 use crate::sample::{ProcKey, SampleRequest};
 use crate::topology::Topology;
-use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet};
 
 pub trait Policy: Send {
+    /// The policy's own memory between cycles (hysteresis, timers, what it learned); kept
+    /// by the engine beside the shared part of its state, typed, created with `Default`.
+    type State: Default + Send + 'static;
+
     /// Stable name used in config, plans, metrics (`net-affinity`).
     fn name(&self) -> &'static str;
 
@@ -31,13 +34,18 @@ pub trait Policy: Send {
     }
 
     /// Decide. Pure: same inputs and state, same plan.
-    fn plan(&self, topo: &Topology, obs: &Observation, state: &mut PolicyState) -> Plan;
+    fn plan(
+        &self,
+        topo: &Topology,
+        obs: &Observation,
+        state: &mut PolicyState<Self::State>,
+    ) -> Plan;
 }
 
-/// A policy's memory between cycles: the knobs it holds (maintained by the engine from
-/// action outcomes), processes it must leave alone, and its private state.
+/// What the engine keeps for every policy alike: the knobs it holds (maintained from
+/// action outcomes), processes it must leave alone, its last outcomes.
 #[derive(Default)]
-pub struct PolicyState {
+pub struct Shared {
     /// Monotonic time of the current observation, seconds.
     pub now_s: f64,
     /// Processes this policy has pinned, with the CPUs it pinned them to.
@@ -50,7 +58,81 @@ pub struct PolicyState {
     /// Processes held (or acted on this cycle) by policies that run earlier: this policy
     /// must not touch them. Set by the engine before each `plan`.
     pub taken: BTreeSet<ProcKey>,
-    private: Option<Box<dyn Any + Send>>,
+}
+
+/// A policy's memory between cycles: the [`Shared`] part (its fields read through this
+/// type: `state.held`) and its own typed `private` part.
+#[derive(Default)]
+pub struct PolicyState<S = ()> {
+    pub shared: Shared,
+    pub private: S,
+}
+
+impl<S> std::ops::Deref for PolicyState<S> {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        &self.shared
+    }
+}
+
+impl<S> std::ops::DerefMut for PolicyState<S> {
+    fn deref_mut(&mut self) -> &mut Shared {
+        &mut self.shared
+    }
+}
+
+/// A policy as the engine holds it, whatever its state's type: the policy and its state
+/// together, behind one object-safe interface.
+pub trait AnyPolicy: Send {
+    fn name(&self) -> &'static str;
+    fn wants(&self) -> SampleRequest;
+    fn disabled_reason(
+        &self,
+        topo: &Topology,
+        sources: &crate::sample::SourceStatus,
+    ) -> Option<String>;
+    /// Plans with the policy's own state.
+    fn plan(&mut self, topo: &Topology, obs: &Observation) -> Plan;
+    fn shared(&self) -> &Shared;
+    fn shared_mut(&mut self) -> &mut Shared;
+}
+
+struct WithState<P: Policy> {
+    policy: P,
+    state: PolicyState<P::State>,
+}
+
+impl<P: Policy> AnyPolicy for WithState<P> {
+    fn name(&self) -> &'static str {
+        self.policy.name()
+    }
+    fn wants(&self) -> SampleRequest {
+        self.policy.wants()
+    }
+    fn disabled_reason(
+        &self,
+        topo: &Topology,
+        sources: &crate::sample::SourceStatus,
+    ) -> Option<String> {
+        self.policy.disabled_reason(topo, sources)
+    }
+    fn plan(&mut self, topo: &Topology, obs: &Observation) -> Plan {
+        self.policy.plan(topo, obs, &mut self.state)
+    }
+    fn shared(&self) -> &Shared {
+        &self.state.shared
+    }
+    fn shared_mut(&mut self) -> &mut Shared {
+        &mut self.state.shared
+    }
+}
+
+/// A policy with a fresh state, ready for the engine.
+pub fn boxed<P: Policy + 'static>(policy: P) -> Box<dyn AnyPolicy> {
+    Box::new(WithState {
+        policy,
+        state: PolicyState::default(),
+    })
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -60,23 +142,9 @@ pub struct Held {
     pub comm: String,
 }
 
-impl PolicyState {
-    /// The policy's private state, created with `Default` on first use.
-    pub fn private<T: Any + Send + Default>(&mut self) -> &mut T {
-        let needs_init = !matches!(&self.private, Some(b) if b.is::<T>());
-        if needs_init {
-            self.private = Some(Box::new(T::default()));
-        }
-        self.private
-            .as_mut()
-            .and_then(|b| b.downcast_mut::<T>())
-            .expect("private state was just set to T")
-    }
-}
-
-impl std::fmt::Debug for PolicyState {
+impl std::fmt::Debug for Shared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PolicyState")
+        f.debug_struct("Shared")
             .field("now_s", &self.now_s)
             .field("held", &self.held)
             .field("released", &self.released)

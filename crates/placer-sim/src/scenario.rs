@@ -18,7 +18,7 @@ use crate::workload::{Kind, ProcResult, WorkloadSpec};
 use placer_core::config::Config;
 use placer_core::engine::Engine;
 use placer_core::plan::Outcome;
-use placer_core::policy::Policy;
+use placer_core::policy::AnyPolicy;
 use placer_core::CpuSet;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -342,10 +342,10 @@ pub struct PolicyResult {
 }
 
 /// Builds the placer policies a config names (`config.policies`), in order.
-pub type PolicyFactory<'a> = &'a dyn Fn(&Config) -> Result<Vec<Box<dyn Policy>>, String>;
+pub type PolicyFactory<'a> = &'a dyn Fn(&Config) -> Result<Vec<Box<dyn AnyPolicy>>, String>;
 
 /// The real policies of placer-core, as the daemon builds them.
-pub fn default_factory(cfg: &Config) -> Result<Vec<Box<dyn Policy>>, String> {
+pub fn default_factory(cfg: &Config) -> Result<Vec<Box<dyn AnyPolicy>>, String> {
     Ok(placer_core::engine::policies_from_config(cfg, 0))
 }
 

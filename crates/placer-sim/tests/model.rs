@@ -2,6 +2,7 @@
 
 use placer_core::host::Host;
 use placer_core::plan::{Action, Plan};
+use placer_core::policy::{boxed, AnyPolicy};
 use placer_core::sample::SampleRequest;
 use placer_core::{Observation, Policy, PolicyState, Topology};
 use placer_sim::machine;
@@ -369,6 +370,8 @@ fn same_seed_same_result() {
 struct PinToIrq;
 
 impl Policy for PinToIrq {
+    type State = ();
+
     fn name(&self) -> &'static str {
         "pin-to-irq"
     }
@@ -414,8 +417,8 @@ nic = "eth{i}"
 rate_mbps = 300.0
 "#;
     let sc = scenario(text);
-    let factory = |_: &placer_core::config::Config| -> Result<Vec<Box<dyn Policy>>, String> {
-        Ok(vec![Box::new(PinToIrq)])
+    let factory = |_: &placer_core::config::Config| -> Result<Vec<Box<dyn AnyPolicy>>, String> {
+        Ok(vec![boxed(PinToIrq)])
     };
     let rows = scenario::run(&sc, &factory);
     let (base, pol) = (&rows[0].mean, &rows[1].mean);

@@ -553,17 +553,14 @@ impl Contention {
     }
 
     /// The last classification (for `placer top` / `placer explain`).
-    pub fn last_classes(state: &mut PolicyState) -> &[Classified] {
-        &state.private::<ContentionState>().last
+    pub fn last_classes(state: &mut PolicyState<ContentionState>) -> &[Classified] {
+        &state.private.last
     }
 }
 
 /// Starts following `key`'s memory to `node`.
-fn st_following(state: &mut PolicyState, key: ProcKey, node: u32) {
-    state
-        .private::<ContentionState>()
-        .following
-        .insert(key, (node, 0));
+fn st_following(state: &mut PolicyState<ContentionState>, key: ProcKey, node: u32) {
+    state.private.following.insert(key, (node, 0));
 }
 
 fn domain_of(doms: &[(CpuSet, usize)], allowed: &CpuSet, last_cpu: Option<u32>) -> Option<usize> {
@@ -578,6 +575,8 @@ fn domain_of(doms: &[(CpuSet, usize)], allowed: &CpuSet, last_cpu: Option<u32>) 
 }
 
 impl Policy for Contention {
+    type State = ContentionState;
+
     fn name(&self) -> &'static str {
         NAME
     }
@@ -606,13 +605,18 @@ impl Policy for Contention {
         None
     }
 
-    fn plan(&self, topo: &Topology, obs: &Observation, state: &mut PolicyState) -> Plan {
+    fn plan(
+        &self,
+        topo: &Topology,
+        obs: &Observation,
+        state: &mut PolicyState<ContentionState>,
+    ) -> Plan {
         let mut plan = Plan::default();
         let machine = self.machine(topo).map(str::to_string);
         // Processes released (lease broken) or held by an earlier policy are not ours.
         let skip: std::collections::BTreeSet<ProcKey> =
             state.released.union(&state.taken).copied().collect();
-        let st = state.private::<ContentionState>();
+        let st = &mut state.private;
         let procs = obs
             .procs
             .iter()
@@ -818,7 +822,7 @@ impl Policy for Contention {
                 }
             }
         }
-        let following = !state.private::<ContentionState>().following.is_empty();
+        let following = !state.private.following.is_empty();
         self.following
             .store(following, std::sync::atomic::Ordering::Relaxed);
         plan
@@ -1235,7 +1239,7 @@ mod tests {
             "pages are sampled while memory follows"
         );
         assert!(pol.plan(&topo, &obs2, &mut st).actions.is_empty());
-        assert!(st.private::<ContentionState>().following.is_empty());
+        assert!(st.private.following.is_empty());
         assert!(!pol.wants().numa_pages, "and not once it is home");
     }
 

@@ -279,7 +279,7 @@ struct Track {
 }
 
 #[derive(Debug, Default)]
-struct NetState {
+pub struct NetState {
     lru: Lru,
     procs: BTreeMap<ProcKey, Track>,
 }
@@ -476,6 +476,8 @@ impl NetAffinity {
 }
 
 impl Policy for NetAffinity {
+    type State = NetState;
+
     fn name(&self) -> &'static str {
         NAME
     }
@@ -503,10 +505,10 @@ impl Policy for NetAffinity {
         None
     }
 
-    fn plan(&self, topo: &Topology, obs: &Observation, state: &mut PolicyState) -> Plan {
-        let mut st = std::mem::take(state.private::<NetState>());
+    fn plan(&self, topo: &Topology, obs: &Observation, state: &mut PolicyState<NetState>) -> Plan {
+        let mut st = std::mem::take(&mut state.private);
         let plan = self.plan_with(topo, obs, state, &mut st);
-        *state.private::<NetState>() = st;
+        state.private = st;
         plan
     }
 }
@@ -516,7 +518,7 @@ impl NetAffinity {
         &self,
         topo: &Topology,
         obs: &Observation,
-        state: &PolicyState,
+        state: &PolicyState<NetState>,
         st: &mut NetState,
     ) -> Plan {
         let cfg = &self.cfg;
@@ -820,17 +822,22 @@ mod tests {
     }
 
     /// What the engine does with outcomes when every action succeeds.
-    fn run(p: &NetAffinity, topo: &Topology, o: &Observation, st: &mut PolicyState) -> Plan {
+    fn run(
+        p: &NetAffinity,
+        topo: &Topology,
+        o: &Observation,
+        st: &mut PolicyState<NetState>,
+    ) -> Plan {
         st.now_s = o.time_ns as f64 / 1e9;
         let plan = p.plan(topo, o, st);
         for a in &plan.actions {
             match &a.action {
                 Action::PinProcess { proc, comm, cpus } => {
-                    st.held.insert(
+                    st.shared.held.insert(
                         *proc,
                         Held {
                             cpus: cpus.clone(),
-                            since_s: st.now_s,
+                            since_s: st.shared.now_s,
                             comm: comm.clone(),
                         },
                     );
@@ -845,7 +852,7 @@ mod tests {
     }
 
     /// Process 10 streams 50 MB/s on eth1 at t = 1 s and is pinned to CPU 1.
-    fn pin_first(p: &NetAffinity, t: &Topology, st: &mut PolicyState) {
+    fn pin_first(p: &NetAffinity, t: &Topology, st: &mut PolicyState<NetState>) {
         let pr = proc_obs(10, "rx", t.online(), vec![flow(1, 1, 50.0 * MB)]);
         let plan = run(p, t, &obs(t, &[], vec![pr], 1.0), st);
         assert_eq!(pinned_to(&plan, 10), Some(CpuSet::single(1)));

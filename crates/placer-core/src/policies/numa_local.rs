@@ -322,7 +322,8 @@ pub fn format_pages(pages: &BTreeMap<u32, u64>, page_bytes: u64) -> String {
 }
 
 #[derive(Debug, Default)]
-struct Private {
+/// This policy's own state between cycles (`Policy::State`).
+pub struct Private {
     /// Last time each pinned process was communication-intensive.
     last_active_s: BTreeMap<ProcKey, f64>,
     /// Bytes of migration granted so far (for reports and the rate invariant's test).
@@ -340,6 +341,8 @@ impl NumaLocal {
 }
 
 impl Policy for NumaLocal {
+    type State = Private;
+
     fn name(&self) -> &'static str {
         NAME
     }
@@ -368,7 +371,7 @@ impl Policy for NumaLocal {
         })
     }
 
-    fn plan(&self, topo: &Topology, obs: &Observation, state: &mut PolicyState) -> Plan {
+    fn plan(&self, topo: &Topology, obs: &Observation, state: &mut PolicyState<Private>) -> Plan {
         let cfg = &self.cfg;
         let page = obs.page_bytes_or(cfg.page_bytes);
         let mut plan = Plan::default();
@@ -499,7 +502,7 @@ impl Policy for NumaLocal {
             .iter()
             .map(|(k, h)| (*k, h.since_s, h.comm.clone()))
             .collect();
-        let private = state.private::<Private>();
+        let private = &mut state.private;
         for (off_bytes, key, node, why) in wants_memory {
             let grant = off_bytes.min(budget);
             if grant < page {
@@ -787,7 +790,7 @@ mod tests {
         }
         assert!(total as f64 <= rate as f64 * elapsed);
         assert!(total > 0, "the bound must still allow progress");
-        assert_eq!(state.private::<Private>().granted_bytes, total);
+        assert_eq!(state.private.granted_bytes, total);
         // A budget smaller than a page grants nothing and says why.
         let tiny = NumaLocal::new(NumaLocalConfig {
             migrate_max_bytes_per_s: 100,

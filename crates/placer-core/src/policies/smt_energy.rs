@@ -172,16 +172,19 @@ impl SmtEnergy {
 
 /// Per-process memory: since when it has wanted fewer units than it holds.
 #[derive(Default)]
-struct Private {
+/// This policy's own state between cycles (`Policy::State`).
+pub struct Private {
     wants_less_since_s: BTreeMap<ProcKey, f64>,
 }
 
 impl Policy for SmtEnergy {
+    type State = Private;
+
     fn name(&self) -> &'static str {
         NAME
     }
 
-    fn plan(&self, topo: &Topology, obs: &Observation, state: &mut PolicyState) -> Plan {
+    fn plan(&self, topo: &Topology, obs: &Observation, state: &mut PolicyState<Private>) -> Plan {
         let mut plan = Plan::default();
         let cfg = &self.cfg;
         let now = state.now_s;
@@ -194,7 +197,7 @@ impl Policy for SmtEnergy {
         let cap = self.amdahl_cap(topo, &order);
         let held = state.held.clone();
         let released = state.released.clone();
-        let private: &mut Private = state.private();
+        let private: &mut Private = &mut state.private;
         private
             .wants_less_since_s
             .retain(|k, _| held.contains_key(k));
@@ -391,15 +394,15 @@ mod tests {
     }
 
     /// What the engine does after a successful pin.
-    fn apply(state: &mut PolicyState, plan: &Plan) {
+    fn apply(state: &mut PolicyState<Private>, plan: &Plan) {
         for a in &plan.actions {
             match &a.action {
                 Action::PinProcess { proc, comm, cpus } => {
-                    state.held.insert(
+                    state.shared.held.insert(
                         *proc,
                         Held {
                             cpus: cpus.clone(),
-                            since_s: state.now_s,
+                            since_s: state.shared.now_s,
                             comm: comm.clone(),
                         },
                     );

@@ -311,7 +311,8 @@ pub struct EnergyQos {
 }
 
 #[derive(Default)]
-struct Private {
+/// This policy's own state between cycles (`Policy::State`).
+pub struct Private {
     /// The actions of the last emitted plan, to emit only on change.
     last: Option<Vec<Action>>,
     /// Cycles to wait before the next retry of a transient failure, and the wait that
@@ -400,7 +401,7 @@ impl EnergyQos {
         topo: &Topology,
         obs: &Observation,
         running: &[Running],
-        state: &mut PolicyState,
+        state: &mut PolicyState<Private>,
     ) -> (
         crate::net_costs::Costs,
         BTreeMap<String, crate::net_costs::Estimate>,
@@ -420,7 +421,7 @@ impl EnergyQos {
             })
             .collect();
         let fb = self.cfg.cost_fallback();
-        let priv_state: &mut Private = state.private();
+        let priv_state: &mut Private = &mut state.private;
         let window = self.cfg.learn_window_intervals as usize;
         let learner = priv_state
             .learner
@@ -503,6 +504,8 @@ impl EnergyQos {
 }
 
 impl Policy for EnergyQos {
+    type State = Private;
+
     fn name(&self) -> &'static str {
         NAME
     }
@@ -515,7 +518,7 @@ impl Policy for EnergyQos {
         }
     }
 
-    fn plan(&self, topo: &Topology, obs: &Observation, state: &mut PolicyState) -> Plan {
+    fn plan(&self, topo: &Topology, obs: &Observation, state: &mut PolicyState<Private>) -> Plan {
         let mut plan = Plan::default();
         let running: Vec<Running> = self
             .cfg
@@ -572,7 +575,7 @@ impl Policy for EnergyQos {
         };
         // Hysteresis: stay in the current state while it meets every target at nearly
         // the least power.
-        let priv_state: &mut Private = state.private();
+        let priv_state: &mut Private = &mut state.private;
         if let Some(prev) = priv_state.last_state.as_ref().filter(|p| {
             p.cluster_of_app.len() == apps.len() && p.freq_khz.len() == machine.clusters.len()
         }) {
@@ -725,7 +728,7 @@ impl Policy for EnergyQos {
             .filter(ours)
             .any(|r| matches!(r.outcome, Outcome::Transient(_)));
         let worked = !failed && state.last_reports.iter().any(|r| ours(&r));
-        let priv_state: &mut Private = state.private();
+        let priv_state: &mut Private = &mut state.private;
         // A plan emitted once is not repeated while unchanged; one whose actions failed
         // transiently (EBUSY, a journal that could not be written) is emitted again after
         // a back-off that doubles while it keeps failing (1, 2, 4, ... cycles).
@@ -1316,8 +1319,8 @@ mod tests {
                 switch_margin: margin.max(0.0),
                 ..cfg.clone()
             });
-            let mut st = PolicyState::default();
-            st.private::<Private>().last_state = Some(up.clone());
+            let mut st: PolicyState<Private> = PolicyState::default();
+            st.private.last_state = Some(up.clone());
             let plan = pol.plan(&t, &obs, &mut st);
             let cap = plan.actions.iter().find_map(|a| match a.action {
                 Action::CapFrequency { domain, max_khz } if domain == m.clusters[ci].domain => {

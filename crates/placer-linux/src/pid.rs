@@ -9,12 +9,9 @@ pub fn start_time_ticks(root: &Path, pid: u32) -> Option<u64> {
     parse_start_time(&text)
 }
 
-/// Field 22 of a stat line (the comm may hold spaces and parentheses: split after the last
-/// `)`).
+/// Field 22 of a stat line (the one stat parser, `procfs::parse_pid_stat`, reads it).
 pub fn parse_start_time(stat: &str) -> Option<u64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    // After the comm: field 3 (state) is the first; field 22 is the 20th.
-    rest.split_whitespace().nth(19)?.parse().ok()
+    crate::procfs::parse_pid_stat(stat).map(|s| s.start_time_ticks)
 }
 
 /// Thread ids of a process under `root`, sorted.

@@ -22,14 +22,9 @@ use std::time::{Duration, Instant};
 
 const PLACER: &str = env!("CARGO_BIN_EXE_placer");
 
+/// CLOCK_MONOTONIC, ns: the clock samples are stamped with.
 fn mono_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    placer_linux::sys::monotonic_ns()
 }
 
 fn have(cmd: &str) -> bool {

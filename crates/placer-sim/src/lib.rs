@@ -8,6 +8,7 @@
 //! runner), [`report`] (tables, JSON), [`oracle`] (exhaustive search for small cases).
 //! docs/simulator.md describes the model and every parameter's source.
 
+pub mod alloc_sweep;
 pub mod baselines;
 pub mod harm_fit;
 pub mod host;

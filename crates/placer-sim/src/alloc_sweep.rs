@@ -24,10 +24,7 @@ pub struct SimPoint {
 
 /// Runs the sweep; returns the points and, per order, prefix stats whose speedup and
 /// power are the simulated ones (speedup relative to one unit of `speedup`).
-pub fn sweep(
-    name: &str,
-    opts: &AllocOptions,
-) -> Result<Sweep, String> {
+pub fn sweep(name: &str, opts: &AllocOptions) -> Result<Sweep, String> {
     let sc = Scenario::load(name).map_err(|e| e.to_string())?;
     if sc.workloads.is_empty() {
         return Err(format!("scenario {name} has no workload"));

@@ -334,3 +334,89 @@ fn record_writes_a_replayable_file() {
     let me = o.procs.iter().any(|p| p.comm == "placer");
     assert!(me, "the recorder sees itself");
 }
+
+/// The eBPF programs a process holds: the `prog_id` of each of its bpf program fds.
+fn prog_ids_of(pid: u32) -> Vec<u32> {
+    let mut ids = Vec::new();
+    let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return ids;
+    };
+    for e in rd.flatten() {
+        let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+        for l in text.lines() {
+            if let Some(v) = l.strip_prefix("prog_id:") {
+                if let Ok(id) = v.trim().parse() {
+                    ids.push(id);
+                }
+            }
+        }
+    }
+    ids
+}
+
+/// Issue 16: the daemon loads its CPU collector, and once it has stopped nothing of it is
+/// left loaded in the kernel.
+#[test]
+#[cfg_attr(not(placer_root), ignore = "needs root")]
+fn the_daemon_leaves_no_ebpf_program_loaded_after_it_stops() {
+    placer_testkit::require_root();
+    let dir = std::env::temp_dir().join(format!("placer-ebpf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("placer.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "interval = \"250ms\"\nstate_dir = {:?}\n[metrics]\nenabled = false\n",
+            dir.join("state").display().to_string()
+        ),
+    )
+    .unwrap();
+    let mut d = placer_testkit::proc::KillOnDrop(
+        Command::new(PLACER)
+            .args(["daemon", "--dry-run", "--config"])
+            .arg(&cfg)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("placer daemon"),
+    );
+    let pid = d.0.id();
+    let t = Instant::now();
+    let mut ids = Vec::new();
+    while ids.is_empty() && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(100));
+        ids = prog_ids_of(pid);
+    }
+    if ids.is_empty() {
+        let _ = std::fs::remove_dir_all(&dir);
+        placer_testkit::skip("the daemon loaded no eBPF program (collector unavailable here)");
+        return;
+    }
+    let loaded = placer_linux::bpf::loaded_programs_named(placer_linux::bpf::PROG_NAME).unwrap();
+    assert!(
+        ids.iter().all(|i| loaded.contains(i)),
+        "{ids:?} not in {loaded:?}"
+    );
+    placer_linux::sys::kill(pid, libc::SIGTERM).unwrap();
+    let t = Instant::now();
+    while d.0.try_wait().unwrap().is_none() {
+        assert!(t.elapsed() < Duration::from_secs(10), "daemon did not stop");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    // Freed after an RCU grace period: wait for it.
+    let t = Instant::now();
+    loop {
+        let still = placer_linux::bpf::loaded_programs_named(placer_linux::bpf::PROG_NAME).unwrap();
+        let left: Vec<&u32> = ids.iter().filter(|i| still.contains(i)).collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "programs {left:?} still loaded after the daemon stopped"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = d.0.wait();
+}

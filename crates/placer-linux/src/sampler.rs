@@ -245,6 +245,47 @@ impl Dir {
 
     /// Reads the file `rel` into `buf`. A short read is taken as the end of the file: true
     /// of regular files and of /proc's seq_file files, and it saves a read per file.
+    /// A directory under this one (`rel` relative to it).
+    fn sub(&self, rel: &str) -> io::Result<Dir> {
+        let mut c = Vec::with_capacity(rel.len() + 1);
+        c_path(rel, &mut c)?;
+        Self::open_raw(self.0, &c)
+    }
+
+    /// The numeric entries of this directory (pids, tids), sorted, listed through a
+    /// duplicate of its fd (the fd itself stays open for `read`).
+    fn numeric_entries(&self) -> io::Result<Vec<u32>> {
+        // SAFETY: dup of an fd we own; fdopendir takes the duplicate, closedir closes it;
+        // readdir's entries are valid until the next readdir/closedir, and each name is
+        // copied out before that.
+        unsafe {
+            let dup = libc::fcntl(self.0, libc::F_DUPFD_CLOEXEC, 0);
+            if dup < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let d = libc::fdopendir(dup);
+            if d.is_null() {
+                let e = io::Error::last_os_error();
+                libc::close(dup);
+                return Err(e);
+            }
+            let mut v = Vec::new();
+            loop {
+                let ent = libc::readdir(d);
+                if ent.is_null() {
+                    break;
+                }
+                let name = std::ffi::CStr::from_ptr((*ent).d_name.as_ptr());
+                if let Some(n) = name.to_str().ok().and_then(|s| s.parse::<u32>().ok()) {
+                    v.push(n);
+                }
+            }
+            libc::closedir(d);
+            v.sort_unstable();
+            Ok(v)
+        }
+    }
+
     fn read(&self, rel: &str, buf: &mut String) -> io::Result<()> {
         let mut c = [0u8; 64];
         let bytes = rel.as_bytes();
@@ -861,11 +902,21 @@ impl Sampler {
                 _ => HashMap::new(),
             };
             // No task dir: the process exited, its threads with it.
-            let tids = numeric_entries(&self.proc_dir.join(format!("{pid}/task")));
+            // The task directory is opened once: each thread's files are opened relative
+            // to it (no walk of `PID/task/` per file), and it is listed through the same fd.
+            rel.truncate(base);
+            rel.push_str("task");
+            let task = proc_.sub(&rel).ok();
+            let tids = task
+                .as_ref()
+                .map(|t| t.numeric_entries())
+                .unwrap_or(Ok(Vec::new()));
+            let mut trel = String::with_capacity(24);
             for tid in tids.unwrap_or_default() {
-                rel.truncate(base);
-                let _ = write!(rel, "task/{tid}/stat");
-                if proc_.read(&rel, &mut self.buf).is_err() {
+                let Some(task) = task.as_ref() else { break };
+                trel.clear();
+                let _ = write!(trel, "{tid}/stat");
+                if task.read(&trel, &mut self.buf).is_err() {
                     continue; // thread exited
                 }
                 let Some(ts) = parse_pid_stat(&self.buf) else {
@@ -874,9 +925,9 @@ impl Sampler {
                 let t_allowed = match known.get(&tid) {
                     Some(a) => a.clone(),
                     None => {
-                        rel.truncate(rel.len() - "stat".len());
-                        rel.push_str("status");
-                        match proc_.read(&rel, &mut self.buf) {
+                        trel.truncate(trel.len() - "stat".len());
+                        trel.push_str("status");
+                        match task.read(&trel, &mut self.buf) {
                             Ok(()) => parse_status(&self.buf).cpus_allowed.unwrap_or_default(),
                             Err(_) => continue,
                         }

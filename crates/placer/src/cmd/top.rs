@@ -61,6 +61,10 @@ pub struct TopJson<'a> {
     /// ([`placer_core::net_costs`]; configured fallbacks until confident).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub net_costs: BTreeMap<String, NetCosts>,
+    /// Processes that ran in the interval and were gone at its end (kernel event sources
+    /// only: the /proc path cannot see them).
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    pub exited: &'a [placer_core::sample::ExitedProc],
 }
 
 /// One interface's learned costs, as `top` shows them.
@@ -124,6 +128,11 @@ impl Observer {
         self.sampler.sources()
     }
 
+    /// Processes that ran since the previous sample and were gone at the last one.
+    pub fn exited(&self) -> &[placer_core::sample::ExitedProc] {
+        self.prev.as_ref().map_or(&[], |s| &s.exited)
+    }
+
     /// Takes a sample; returns the observation since the previous one (None the first time).
     pub fn step(&mut self) -> Result<Option<Observation>> {
         let cur = self.sampler.sample(self.req).context("sampling")?;
@@ -144,6 +153,24 @@ impl Observer {
         }
         Ok(obs)
     }
+}
+
+/// One line on the processes that lived within the interval (empty when none was seen).
+pub fn exited_line(exited: &[placer_core::sample::ExitedProc], interval_s: f64) -> String {
+    if exited.is_empty() {
+        return String::new();
+    }
+    let cpu_s: f64 = exited.iter().filter_map(|x| x.cpu_ns).sum::<u64>() as f64 / 1e9;
+    let unsampled = exited.iter().filter(|x| x.unsampled).count();
+    format!(
+        "exited in the interval: {} process(es) ({unsampled} never sampled), {:.2} CPUs\n",
+        exited.len(),
+        if interval_s > 0.0 {
+            cpu_s / interval_s
+        } else {
+            0.0
+        }
+    )
 }
 
 /// The busiest processes first: by CPU share, then network rate.
@@ -307,10 +334,13 @@ pub fn run(mut args: Args) -> Result<()> {
                 sources: &src.sources,
                 observation: &obs,
                 net_costs: ob.net_costs(),
+                exited: ob.exited(),
             };
             crate::common::write_stdout(&(serde_json::to_string(&j)? + "\n"));
         } else {
-            crate::common::write_stdout(&table(&obs, &src, args.count, &ob.net_costs()));
+            let mut text = table(&obs, &src, args.count, &ob.net_costs());
+            text += &exited_line(ob.exited(), obs.interval_s);
+            crate::common::write_stdout(&text);
         }
         return Ok(());
     }
@@ -324,6 +354,7 @@ pub fn run(mut args: Args) -> Result<()> {
                 sources: &src.sources,
                 observation: &obs,
                 net_costs: ob.net_costs(),
+                exited: ob.exited(),
             };
             crate::common::write_stdout(&(serde_json::to_string(&j)? + "\n"));
         }
@@ -498,6 +529,30 @@ mod tests {
             ],
         };
         assert_eq!(missing_line(&s), "missing: rapl (no RAPL)");
+    }
+
+    #[test]
+    fn exited_processes_get_one_line_with_their_cpu() {
+        use placer_core::sample::ExitedProc;
+        assert_eq!(exited_line(&[], 1.0), "");
+        let x = [
+            ExitedProc {
+                pid: 7,
+                comm: "sh".into(),
+                cpu_ns: Some(300_000_000),
+                unsampled: true,
+            },
+            ExitedProc {
+                pid: 8,
+                comm: String::new(),
+                cpu_ns: None,
+                unsampled: false,
+            },
+        ];
+        assert_eq!(
+            exited_line(&x, 2.0),
+            "exited in the interval: 2 process(es) (1 never sampled), 0.15 CPUs\n"
+        );
     }
 
     #[test]

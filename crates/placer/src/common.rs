@@ -23,12 +23,14 @@ pub fn write_stdout(text: &str) {
 }
 
 /// `println!` through [`write_stdout`].
+#[macro_export]
 macro_rules! outln {
     () => { $crate::common::write_stdout("\n") };
     ($($t:tt)*) => { $crate::common::write_stdout(&format!("{}\n", format_args!($($t)*))) };
 }
 
 /// `print!` through [`write_stdout`].
+#[macro_export]
 macro_rules! out {
     ($($t:tt)*) => { $crate::common::write_stdout(&format!($($t)*)) };
 }

@@ -4,8 +4,11 @@
 #![forbid(unsafe_code)]
 
 #[macro_use]
-mod common;
+extern crate placer;
+
 mod cmd;
+// The shared helpers live in the library half (`crate::common` everywhere in the binary).
+use placer::common;
 
 use anyhow::Result;
 use clap::{CommandFactory, Parser, Subcommand};
@@ -52,7 +55,7 @@ enum Command {
     /// Benchmarks of placer's own cost and of the seeds' effects.
     Bench(cmd::bench::Args),
     /// Does placer help here? Alternates daemon-off and daemon-on phases over a workload.
-    Ab(cmd::ab::Args),
+    Ab(placer::bench::ab::Args),
     /// Write the man pages (placer.1, placer-daemon.1, ...) into a directory.
     Man(cmd::install::ManArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
@@ -76,7 +79,7 @@ fn main() -> std::process::ExitCode {
         Command::Power(a) => cmd::power::run(a),
         Command::Sim(a) => cmd::sim::run(a),
         Command::Bench(a) => cmd::bench::run(a),
-        Command::Ab(a) => cmd::ab::run(a),
+        Command::Ab(a) => placer::bench::ab::run(a),
         Command::Man(a) => cmd::install::man(a, Cli::command()),
         Command::Completions(a) => cmd::install::completions(a, Cli::command()),
         Command::InstallUnit(a) => cmd::install::install_unit(a),

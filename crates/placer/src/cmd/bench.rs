@@ -13,33 +13,33 @@ pub struct Args {
 #[derive(clap::Subcommand, Debug)]
 pub enum BenchCmd {
     /// Time to read the topology of a root (default /), median of runs.
-    Topo(super::bench_topo::Args),
+    Topo(placer::bench::bench_topo::Args),
     /// Cost of one sample+observe cycle.
-    Cycle(super::bench_cycle::Args),
+    Cycle(placer::bench::bench_cycle::Args),
     /// Daemon cycle overhead and reaction time of net-affinity.
-    Daemon(super::bench_daemon::Args),
+    Daemon(placer::bench::bench_daemon::Args),
     /// placer's CPU share next to another agent's (irqbalance, numad, a command) on one load.
-    Overhead(super::bench_overhead::Args),
+    Overhead(placer::bench::bench_overhead::Args),
     /// Simulator speed: 10 simulated seconds of 64 tasks on 64 CPUs.
-    Sim(super::bench_sim::Args),
+    Sim(placer::bench::bench_sim::Args),
     /// ttcp-style TCP benchmark of buffer reuse and NUMA placement (seed 004).
-    Net(super::bench_net::Args),
+    Net(placer::bench::bench_net::Args),
     /// Deadline misses of a periodic task under a network stream, with and without the limiter.
-    Qos(super::bench_qos::Args),
+    Qos(placer::bench::bench_qos::Args),
     /// Slowdown of a pointer chase beside streaming co-runners on its LLC domain, with fits
     /// of the harm model (seed 003).
-    Contention(super::bench_contention::Args),
+    Contention(placer::bench::bench_contention::Args),
 }
 
 pub fn run(args: Args) -> Result<()> {
     match args.what {
-        BenchCmd::Topo(a) => super::bench_topo::run(a),
-        BenchCmd::Cycle(a) => super::bench_cycle::run(a),
-        BenchCmd::Daemon(a) => super::bench_daemon::run(a),
-        BenchCmd::Overhead(a) => super::bench_overhead::run(a),
-        BenchCmd::Qos(a) => super::bench_qos::run(a),
-        BenchCmd::Contention(a) => super::bench_contention::run(a),
-        BenchCmd::Net(a) => super::bench_net::run(a),
-        BenchCmd::Sim(a) => super::bench_sim::run(a),
+        BenchCmd::Topo(a) => placer::bench::bench_topo::run(a),
+        BenchCmd::Cycle(a) => placer::bench::bench_cycle::run(a),
+        BenchCmd::Daemon(a) => placer::bench::bench_daemon::run(a),
+        BenchCmd::Overhead(a) => placer::bench::bench_overhead::run(a),
+        BenchCmd::Qos(a) => placer::bench::bench_qos::run(a),
+        BenchCmd::Contention(a) => placer::bench::bench_contention::run(a),
+        BenchCmd::Net(a) => placer::bench::bench_net::run(a),
+        BenchCmd::Sim(a) => placer::bench::bench_sim::run(a),
     }
 }

@@ -387,7 +387,7 @@ fn run_phase_observe(
         None
     };
     sleep_or_stop(args.warmup);
-    let mut ob = crate::cmd::top::Observer::new(std::path::Path::new("/"), false, false);
+    let mut ob = crate::observer::Observer::new(std::path::Path::new("/"), false, false);
     ob.step()?;
     let t0 = Instant::now();
     sleep_or_stop(args.phase);

@@ -1,0 +1,12 @@
+//! The benchmarks (`placer bench ...`, `placer ab`): each module holds its arguments, its
+//! measurement and its report; the binary's `cmd::bench` only dispatches to them.
+
+pub mod ab;
+pub mod bench_contention;
+pub mod bench_cycle;
+pub mod bench_daemon;
+pub mod bench_net;
+pub mod bench_overhead;
+pub mod bench_qos;
+pub mod bench_sim;
+pub mod bench_topo;

@@ -4,6 +4,7 @@
 
 pub mod alloc;
 pub mod amdahl;
+pub mod catalogue;
 pub mod classify;
 pub mod config;
 pub mod config_doc;

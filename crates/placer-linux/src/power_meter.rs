@@ -1,6 +1,6 @@
 //! Power meter (seed 000): power per system state (cluster, frequency), measured from
 //! energy counters or power sensors when the machine has them, else predicted by the
-//! machine's model ([`PowerModel::for_topology`], CALIBRATION A: IPA table for watts, EM
+//! machine's model ([`StatePowerTable::for_topology`], CALIBRATION A: IPA table for watts, EM
 //! for ratios, `V^2 f` between points).
 //!
 //! Sources, all under a root path:
@@ -13,13 +13,13 @@
 //! [`calibrate`] steps through states -- idle; then for each domain and frequency, one CPU
 //! busy and all CPUs busy -- and derives per state the watts of a busy CPU and of the
 //! active cluster: `busy = (P_all - P_one) / (K - 1)`, `cluster = P_one - P_idle - busy`,
-//! `base = P_idle`. The result is a [`PowerModel`], written as a table
-//! ([`PowerModel::to_table`]) that the energy-qos policy reads (`power_table`) in place of
+//! `base = P_idle`. The result is a [`StatePowerTable`], written as a table
+//! ([`StatePowerTable::to_table`]) that the energy-qos policy reads (`power_table`) in place of
 //! the model.
 
 use crate::cpufreq;
 use crate::error::{LinuxError, Result};
-use placer_core::policies::energy_qos::{DomainPower, PowerModel, PowerPoint};
+use placer_core::policies::energy_qos::{DomainPower, PowerPoint, StatePowerTable};
 use placer_core::{CpuSet, Topology};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -177,11 +177,11 @@ impl Meter for SensorMeter {
     }
 }
 
-/// Reads a power table ([`PowerModel::to_table`]'s format); a malformed one is an error
+/// Reads a power table ([`StatePowerTable::to_table`]'s format); a malformed one is an error
 /// naming the line at fault.
-pub fn read_table(path: &Path) -> std::result::Result<PowerModel, String> {
+pub fn read_table(path: &Path) -> std::result::Result<StatePowerTable, String> {
     let t = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    PowerModel::parse_table(&t, &path.display().to_string())
+    StatePowerTable::parse_table(&t, &path.display().to_string())
         .map_err(|e| format!("{}: {e}", path.display()))
 }
 
@@ -259,7 +259,7 @@ pub fn calibrate(
     drv: &mut dyn StateDriver,
     dur: Duration,
     progress: &mut dyn FnMut(&Step),
-) -> Result<(PowerModel, Vec<Step>)> {
+) -> Result<(StatePowerTable, Vec<Step>)> {
     let doms: Vec<_> = topo
         .freq_domains
         .iter()
@@ -319,7 +319,7 @@ pub fn calibrate(
         });
     }
     Ok((
-        PowerModel {
+        StatePowerTable {
             base_w: idle,
             domains,
             source: "measured".into(),
@@ -456,7 +456,7 @@ mod tests {
     #[test]
     fn tables_round_trip_and_malformed_ones_name_their_line() {
         let topo = placer_core::machines::machine("odroid-xu4").unwrap();
-        let m = PowerModel::for_topology(&topo);
+        let m = StatePowerTable::for_topology(&topo);
         let r = TmpRoot::new("table");
         r.write("t.table", &m.to_table());
         let t = read_table(&r.0.join("t.table")).unwrap();

@@ -71,10 +71,10 @@ fn compute_app_gets_its_75_percent_target_only_with_energy_qos() {
 /// app, a frequency per cluster), with its evaluation.
 fn feasible_by_brute_force(sc: &Scenario) -> bool {
     use placer_core::policies::energy_qos::{
-        evaluate, AppDemand, Machine, PowerModel, State, Target,
+        evaluate, AppDemand, Machine, State, StatePowerTable, Target,
     };
     let topo = placer_core::machines::machine(&sc.machine).unwrap();
-    let m = Machine::for_topology(&topo, PowerModel::for_topology(&topo));
+    let m = Machine::for_topology(&topo, StatePowerTable::for_topology(&topo));
     let cfg = sc.placer_config().unwrap().energy_qos;
     let apps: Vec<AppDemand> = cfg
         .apps

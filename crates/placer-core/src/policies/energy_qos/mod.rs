@@ -24,7 +24,7 @@
 //!   what is left of the cluster, shared fairly (water-filling, at most one CPU per thread);
 //!   performance = capacity units received; maximum = `min(threads, largest cluster) * 1024`.
 //! - Power (W) = `base_w` + for each cluster with any load: leakage(V(f)) +
-//!   busy CPUs * per-busy-CPU power at `f` ([`PowerModel`]; from a calibration table when
+//!   busy CPUs * per-busy-CPU power at `f` ([`StatePowerTable`]; from a calibration table when
 //!   measured, else the machine's model: CALIBRATION A3 IPA table for watts, A1 voltages and
 //!   `V^2 f` between table points).
 //!
@@ -108,7 +108,7 @@ pub struct EnergyQosConfig {
     pub power_table: Option<std::path::PathBuf>,
     /// The table read from `power_table` (by the daemon: the policy does no I/O).
     #[serde(skip)]
-    pub power_table_model: Option<PowerModel>,
+    pub power_table_model: Option<StatePowerTable>,
 }
 
 impl Default for EnergyQosConfig {
@@ -304,7 +304,7 @@ impl EnergyQosConfig {
 pub struct EnergyQos {
     pub cfg: EnergyQosConfig,
     /// Measured power table; None = the topology's model.
-    pub power: Option<PowerModel>,
+    pub power: Option<StatePowerTable>,
     /// Which processes placer may touch at all, and placer's own pid.
     pub scope: crate::scope::Scope,
     pub self_pid: u32,
@@ -354,7 +354,7 @@ impl EnergyQos {
         self
     }
 
-    pub fn with_power_model(mut self, power: PowerModel) -> Self {
+    pub fn with_power_model(mut self, power: StatePowerTable) -> Self {
         self.power = Some(power);
         self
     }
@@ -541,7 +541,7 @@ impl Policy for EnergyQos {
             .power
             .clone()
             .or_else(|| self.cfg.power_table_model.clone())
-            .unwrap_or_else(|| PowerModel::for_topology(topo));
+            .unwrap_or_else(|| StatePowerTable::for_topology(topo));
         let machine = Machine::for_topology(topo, power);
         let mut apps: Vec<AppDemand> = running.iter().map(|r| self.demand_of(r)).collect();
         let mut cfg = self.cfg.clone();
@@ -809,7 +809,7 @@ mod tests {
 
     fn xu4() -> (Topology, Machine) {
         let t = machine("odroid-xu4").unwrap();
-        let m = Machine::for_topology(&t, PowerModel::for_topology(&t));
+        let m = Machine::for_topology(&t, StatePowerTable::for_topology(&t));
         (t, m)
     }
 
@@ -907,7 +907,7 @@ mod tests {
     #[test]
     fn power_model_matches_calibration_tables() {
         let (t, _) = xu4();
-        let p = PowerModel::for_topology(&t);
+        let p = StatePowerTable::for_topology(&t);
         assert!(p.source.contains("exynos5422"));
         // IPA table points are exact.
         assert!((p.point(4, 2_000_000).unwrap().busy_cpu_w - 1.888).abs() < 1e-9);
@@ -1019,7 +1019,7 @@ mod tests {
     #[test]
     fn no_cpufreq_machine_is_one_cluster_without_caps() {
         let t = machine("pkg:1 core:2 pu:1").unwrap();
-        let m = Machine::for_topology(&t, PowerModel::for_topology(&t));
+        let m = Machine::for_topology(&t, StatePowerTable::for_topology(&t));
         assert_eq!(m.clusters.len(), 1);
         assert!(!m.clusters[0].has_cpufreq);
         let s = solve(&EnergyQosConfig::default(), &m, &[net("f", 1.0, 1448.0)]).unwrap();
@@ -1298,7 +1298,7 @@ mod tests {
         let mut st = PolicyState::default();
         let best = pol.plan(&t, &obs, &mut st);
         assert!(!best.actions.is_empty());
-        let m = Machine::for_topology(&t, PowerModel::for_topology(&t));
+        let m = Machine::for_topology(&t, StatePowerTable::for_topology(&t));
         let apps = vec![pol.demand_of(&Running {
             app: &pol.cfg.apps[0],
             procs: obs.procs.iter().collect(),

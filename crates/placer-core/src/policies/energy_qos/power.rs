@@ -22,10 +22,12 @@ pub struct PowerPoint {
     pub cluster_active_w: f64,
 }
 
-/// Predicted power per system state. Built from measurements (`placer power calibrate`
-/// writes one as JSON) or from the machine's model ([`PowerModel::for_topology`]).
+/// Predicted power per system state (per DVFS domain and frequency: a busy CPU, an active
+/// cluster; plus the base), as energy-qos plans with it; not seed 001's whole-machine
+/// `power_model::PowerModel`. Built from measurements (`placer power calibrate`
+/// writes one as JSON) or from the machine's model ([`StatePowerTable::for_topology`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PowerModel {
+pub struct StatePowerTable {
     /// Power of everything else (rest of the SoC, memory), W, always paid.
     pub base_w: f64,
     pub domains: Vec<DomainPower>,
@@ -41,39 +43,10 @@ pub struct TableError {
     pub message: String,
 }
 
-/// Exynos 5422 OPP voltages (CALIBRATION A1, exynos5800.dtsi): (up to MHz, V).
-const A15_VOLTS: &[(u64, f64)] = &[
-    (800, 0.900),
-    (1200, 1.000),
-    (1500, 1.100),
-    (1700, 1.250),
-    (1800, 1.2375),
-    (1900, 1.2625),
-    (2000, 1.3125),
-];
-const A7_VOLTS: &[(u64, f64)] = &[
-    (300, 0.900),
-    (700, 1.000),
-    (1000, 1.100),
-    (1300, 1.250),
-    (1400, 1.275),
-];
-/// Vendor IPA table, mW per busy CPU (CALIBRATION A3).
-const A15_IPA_MW: &[(u64, f64)] = &[
-    (800, 356.0),
-    (1000, 495.0),
-    (1200, 656.0),
-    (1400, 842.0),
-    (1600, 1077.0),
-    (1800, 1377.0),
-    (1900, 1638.0),
-    (2000, 1888.0),
-];
-const A7_IPA_MW: &[(u64, f64)] = &[(800, 82.0), (1000, 118.0), (1200, 169.0), (1400, 250.0)];
-/// Leakage current of an active cluster at 330 K (CALIBRATION A7: c1 T^2 e^(c2/T) + I_gate).
-const LEAK_A_PER_CLUSTER: f64 = 0.0856;
-/// Rest of the SoC (IPA's `soc` power, CALIBRATION A3).
-const SOC_BASE_W: f64 = 0.5;
+use crate::catalogue::{
+    DvfsTable, EXYNOS5422_A15, EXYNOS5422_A7, EXYNOS5422_LEAK_A_PER_CLUSTER as LEAK_A_PER_CLUSTER,
+    EXYNOS5422_SOC_BASE_W as SOC_BASE_W,
+};
 
 fn volts(table: &[(u64, f64)], mhz: u64) -> f64 {
     table
@@ -96,21 +69,21 @@ fn exynos_busy_w(ipa: &[(u64, f64)], vt: &[(u64, f64)], mhz: u64) -> f64 {
     sxy / sxx * x(mhz) / 1000.0
 }
 
-impl PowerModel {
+impl StatePowerTable {
     /// The machine's model: Exynos 5422 tables for big/LITTLE domains whose top frequency
     /// is 2.0/1.4 GHz, else a generic `V^2 f` curve (1 W per busy CPU at the top frequency,
     /// V from 0.8 to 1.2 across the range). For a topology without cpufreq: one pseudo
     /// domain (id `u32::MAX`) at one frequency.
-    pub fn for_topology(topo: &Topology) -> PowerModel {
+    pub fn for_topology(topo: &Topology) -> StatePowerTable {
         let clusters = clusters_of(topo);
         let mut exynos = !clusters.is_empty();
         let domains = clusters
             .iter()
             .map(|c| {
                 let top_mhz = c.freqs_khz.last().copied().unwrap_or(0) / 1000;
-                let table = match (c.core_type, top_mhz) {
-                    (Some(CoreType::Big), 2000) => Some((A15_IPA_MW, A15_VOLTS)),
-                    (Some(CoreType::Little), 1400) => Some((A7_IPA_MW, A7_VOLTS)),
+                let table: Option<&DvfsTable> = match (c.core_type, top_mhz) {
+                    (Some(CoreType::Big), 2000) => Some(&EXYNOS5422_A15),
+                    (Some(CoreType::Little), 1400) => Some(&EXYNOS5422_A7),
                     _ => None,
                 };
                 exynos &= table.is_some();
@@ -120,10 +93,10 @@ impl PowerModel {
                     .map(|&khz| {
                         let mhz = khz / 1000;
                         match table {
-                            Some((ipa, vt)) => PowerPoint {
+                            Some(t) => PowerPoint {
                                 khz,
-                                busy_cpu_w: exynos_busy_w(ipa, vt, mhz),
-                                cluster_active_w: volts(vt, mhz) * LEAK_A_PER_CLUSTER,
+                                busy_cpu_w: exynos_busy_w(t.ipa_mw, t.volts, mhz),
+                                cluster_active_w: volts(t.volts, mhz) * LEAK_A_PER_CLUSTER,
                             },
                             None => {
                                 let top = c.freqs_khz.last().copied().unwrap_or(1).max(1);
@@ -149,7 +122,7 @@ impl PowerModel {
                 }
             })
             .collect();
-        PowerModel {
+        StatePowerTable {
             base_w: SOC_BASE_W,
             domains,
             source: if exynos {
@@ -183,10 +156,10 @@ impl PowerModel {
         o
     }
 
-    /// Parses [`PowerModel::to_table`]'s format. Every error names its 1-based line.
+    /// Parses [`StatePowerTable::to_table`]'s format. Every error names its 1-based line.
     /// Watts must be finite and >= 0, frequencies ascending within a domain, and there
     /// must be a `base_w` line and at least one row.
-    pub fn parse_table(text: &str, origin: &str) -> Result<PowerModel, TableError> {
+    pub fn parse_table(text: &str, origin: &str) -> Result<StatePowerTable, TableError> {
         let err = |line: usize, message: String| TableError { line, message };
         let mut base_w = None;
         let mut source = None;
@@ -271,7 +244,7 @@ impl PowerModel {
                 "no rows (domain khz busy_cpu_w cluster_active_w)".into(),
             ));
         }
-        Ok(PowerModel {
+        Ok(StatePowerTable {
             base_w,
             domains,
             source: format!(

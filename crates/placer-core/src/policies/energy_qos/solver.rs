@@ -1,7 +1,7 @@
 //! The solver of `energy-qos`: clusters and apps as it sees them, the prediction of one
 //! state, and the exhaustive search (module doc of `energy_qos`, "Search and invariants").
 
-use super::{EnergyQosConfig, PowerModel};
+use super::{EnergyQosConfig, StatePowerTable};
 use crate::cpuset::CpuSet;
 use crate::topology::{CoreType, Topology};
 use std::collections::BTreeMap;
@@ -122,11 +122,11 @@ pub struct Machine {
     pub clusters: Vec<Cluster>,
     /// The receive-processing CPU of the NIC the network apps use.
     pub rx_cpu: Option<u32>,
-    pub power: PowerModel,
+    pub power: StatePowerTable,
 }
 
 impl Machine {
-    pub fn for_topology(topo: &Topology, power: PowerModel) -> Machine {
+    pub fn for_topology(topo: &Topology, power: StatePowerTable) -> Machine {
         let rx_cpu = topo
             .nics
             .iter()

@@ -79,7 +79,7 @@ pub fn load_config(path: Option<&Path>) -> Result<Config> {
 
 /// Reads a power table (`energy_qos.power_table`), naming the line at fault when it is
 /// malformed.
-pub fn load_power_table(path: &Path) -> Result<placer_core::policies::energy_qos::PowerModel> {
+pub fn load_power_table(path: &Path) -> Result<placer_core::policies::energy_qos::StatePowerTable> {
     placer_linux::power_meter::read_table(path).map_err(|e| anyhow::anyhow!("power table {e}"))
 }
 

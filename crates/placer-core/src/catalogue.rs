@@ -1,11 +1,54 @@
 //! The catalogue of machine facts placer carries as data, with their sources: the built-in
-//! machines (topologies in `machines`), their whole-machine power models (seed 001's
-//! `power_model::builtin`), their DVFS tables (the Exynos 5422's operating points and
+//! machines ([`MACHINES`]; `machines` builds their topologies), their whole-machine power
+//! models ([`POWER_MODELS`], read by seed 001's `power_model::builtin`), their DVFS tables (the Exynos 5422's operating points and
 //! per-CPU power, which energy-qos's `StatePowerTable::for_topology` reads) and the
 //! classifier's per-machine thresholds (`[contention.classify.per_machine]`, none built in).
 //! [`entries`] lists, for each built-in machine, which of these facts placer has.
 
 use crate::classify::Thresholds;
+
+/// Names of the built-in machines, with a one-line description.
+pub const MACHINES: &[(&str, &str)] = &[
+    ("odroid-xu4", "Exynos 5422: 4x Cortex-A7 (CPUs 0-3) + 4x Cortex-A15 (4-7), two DVFS domains, one GbE NIC (seed 000)"),
+    ("dell-c6100", "2x Xeon L5520: 2 packages x 4 cores x 2 threads, 2 NUMA nodes (seed 001)"),
+    ("hp-dk388p", "2x Xeon E5-2667: 2 packages x 6 cores x 2 threads, 2 NUMA nodes (seed 001)"),
+    ("xeon-5355x2", "2x quad-core Xeon 5355: L2 shared by core pairs, two 4-port GbE NICs (seed 002)"),
+    ("xeon-x5570x2", "2x Xeon X5570: 2 packages x 4 cores, L3 per package, 2 NUMA nodes (seed 003)"),
+    ("xeon-e5-2697x2", "2x Xeon E5-2697 v3: 2 packages x 14 cores, L3 per package, 2 NUMA nodes (seed 003)"),
+    ("opteron-magny-cours-4p", "4x Opteron 6136: 4 packages x 2 dies (NUMA nodes) x 4 cores, one 10 GbE NIC (seed 004)"),
+];
+
+/// A whole-machine power model's coefficients (seed 001: `P = Pn + Ps·packages +
+/// Pc·cores + Pt·extra SMT threads`), with where they were measured.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PowerModelFacts {
+    pub machine: &'static str,
+    pub node_w: f64,
+    pub package_w: f64,
+    pub core_w: f64,
+    pub thread_w: f64,
+    pub source: &'static str,
+}
+
+/// The built-in whole-machine power models (`power_model::builtin` reads them).
+pub const POWER_MODELS: &[PowerModelFacts] = &[
+    PowerModelFacts {
+        machine: "dell-c6100",
+        node_w: 76.11,
+        package_w: 25.19,
+        core_w: 9.68,
+        thread_w: 2.61,
+        source: "seed 001 Table 3: Dell C6100, 2x Xeon L5520, Linux 3.6.11",
+    },
+    PowerModelFacts {
+        machine: "hp-dk388p",
+        node_w: 106.41,
+        package_w: 39.74,
+        core_w: 11.13,
+        thread_w: 2.83,
+        source: "seed 001 section 2.1: HP DK388P, 2x Xeon E5-2667, Linux 2.6.32",
+    },
+];
 
 /// One DVFS domain's table: operating voltage by frequency and busy-CPU power by frequency.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -76,12 +119,12 @@ pub struct Entry {
 
 /// Every built-in machine with the facts placer carries for it.
 pub fn entries() -> Vec<Entry> {
-    crate::machines::MACHINES
+    MACHINES
         .iter()
         .map(|&(name, description)| Entry {
             name,
             description,
-            power_model: crate::power_model::builtin(name).is_some(),
+            power_model: POWER_MODELS.iter().any(|m| m.machine == name),
             dvfs: (name == "odroid-xu4").then_some([EXYNOS5422_A7, EXYNOS5422_A15]),
             classifier: None,
         })
@@ -95,7 +138,7 @@ mod tests {
     #[test]
     fn every_machine_is_listed_with_its_facts() {
         let e = entries();
-        assert_eq!(e.len(), crate::machines::MACHINES.len());
+        assert_eq!(e.len(), MACHINES.len());
         let xu4 = e.iter().find(|x| x.name == "odroid-xu4").unwrap();
         assert!(xu4.dvfs.is_some() && !xu4.power_model);
         let dell = e.iter().find(|x| x.name == "dell-c6100").unwrap();

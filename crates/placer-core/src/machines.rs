@@ -15,16 +15,8 @@ use crate::cpuset::CpuSet;
 use crate::topology::*;
 use std::collections::BTreeMap;
 
-/// Names of the built-in machines, with a one-line description.
-pub const MACHINES: &[(&str, &str)] = &[
-    ("odroid-xu4", "Exynos 5422: 4x Cortex-A7 (CPUs 0-3) + 4x Cortex-A15 (4-7), two DVFS domains, one GbE NIC (seed 000)"),
-    ("dell-c6100", "2x Xeon L5520: 2 packages x 4 cores x 2 threads, 2 NUMA nodes (seed 001)"),
-    ("hp-dk388p", "2x Xeon E5-2667: 2 packages x 6 cores x 2 threads, 2 NUMA nodes (seed 001)"),
-    ("xeon-5355x2", "2x quad-core Xeon 5355: L2 shared by core pairs, two 4-port GbE NICs (seed 002)"),
-    ("xeon-x5570x2", "2x Xeon X5570: 2 packages x 4 cores, L3 per package, 2 NUMA nodes (seed 003)"),
-    ("xeon-e5-2697x2", "2x Xeon E5-2697 v3: 2 packages x 14 cores, L3 per package, 2 NUMA nodes (seed 003)"),
-    ("opteron-magny-cours-4p", "4x Opteron 6136: 4 packages x 2 dies (NUMA nodes) x 4 cores, one 10 GbE NIC (seed 004)"),
-];
+/// Names of the built-in machines, with a one-line description (in the catalogue).
+pub use crate::catalogue::MACHINES;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MachineError {

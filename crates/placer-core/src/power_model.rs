@@ -54,35 +54,27 @@ pub struct PowerModel {
     pub source: String,
 }
 
-/// Names of the built-in models.
-pub const BUILTIN: &[&str] = &["dell-c6100", "hp-dk388p"];
+/// Names of the built-in models (of [`crate::catalogue::POWER_MODELS`]).
+pub fn builtin_names() -> Vec<&'static str> {
+    crate::catalogue::POWER_MODELS
+        .iter()
+        .map(|m| m.machine)
+        .collect()
+}
 
-/// The seed's measured coefficients, by machine name.
+/// The seed's measured coefficients, by machine name (the numbers live in
+/// [`crate::catalogue::POWER_MODELS`]).
 pub fn builtin(name: &str) -> Option<PowerModel> {
-    let (n, s, c, t, src) = match name {
-        "dell-c6100" => (
-            76.11,
-            25.19,
-            9.68,
-            2.61,
-            "seed 001 Table 3: Dell C6100, 2x Xeon L5520, Linux 3.6.11",
-        ),
-        "hp-dk388p" => (
-            106.41,
-            39.74,
-            11.13,
-            2.83,
-            "seed 001 section 2.1: HP DK388P, 2x Xeon E5-2667, Linux 2.6.32",
-        ),
-        _ => return None,
-    };
+    let m = crate::catalogue::POWER_MODELS
+        .iter()
+        .find(|m| m.machine == name)?;
     Some(PowerModel {
         name: name.to_string(),
-        node_w: n,
-        package_w: s,
-        core_w: c,
-        thread_w: t,
-        source: src.to_string(),
+        node_w: m.node_w,
+        package_w: m.package_w,
+        core_w: m.core_w,
+        thread_w: m.thread_w,
+        source: m.source.to_string(),
     })
 }
 
@@ -476,7 +468,7 @@ mod tests {
 
     #[test]
     fn exact_data_is_fitted_exactly() {
-        for name in BUILTIN {
+        for name in builtin_names() {
             let m = builtin(name).unwrap();
             let data = exact(&m, &sweep_points());
             let f = fit("t", &data).unwrap();

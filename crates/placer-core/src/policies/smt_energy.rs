@@ -137,7 +137,7 @@ impl SmtEnergyConfig {
                 format!(
                     "unknown model {:?}; built in: {}",
                     self.power_model,
-                    crate::power_model::BUILTIN.join(", ")
+                    crate::power_model::builtin_names().join(", ")
                 ),
             );
         }

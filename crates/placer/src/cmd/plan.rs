@@ -108,7 +108,7 @@ pub fn load_power_model(spec: &str) -> Result<PowerModel> {
     let text = std::fs::read_to_string(spec).with_context(|| {
         format!(
             "power model {spec:?} is neither built in ({}) nor a readable file",
-            power_model::BUILTIN.join(", ")
+            power_model::builtin_names().join(", ")
         )
     })?;
     let v: serde_json::Value =

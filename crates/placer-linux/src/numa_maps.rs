@@ -12,10 +12,9 @@
 //!
 //! [`parse`] is pure; [`pages_per_node`] sums the mappings into base pages per node (the
 //! unit of `ProcSample::numa_pages`), so a huge page counts as 512 base pages of 4 KiB.
-//! [`read`] reads one process under a root; [`fill_samples`] is the sampler's hook.
+//! [`read`] reads one process under a root (the sampler calls it for the processes that ran).
 
 use crate::error::{LinuxError, Result};
-use placer_core::sample::ProcSample;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -121,22 +120,6 @@ pub fn read(root: &Path, pid: u32, base_page_bytes: u64) -> Result<Option<BTreeM
         }
         Err(e) => Err(LinuxError::io(path, e)),
     }
-}
-
-/// The sampler's hook: when a policy asked for `numa_pages`, fills each process's
-/// `numa_pages` from its numa_maps. Processes that vanished or whose file cannot be read
-/// (permission: another user's process without CAP_SYS_PTRACE) keep an empty map; the
-/// number of unreadable ones is returned so the caller can report it once.
-pub fn fill_samples(root: &Path, procs: &mut [ProcSample], base_page_bytes: u64) -> usize {
-    let mut unreadable = 0;
-    for p in procs.iter_mut().filter(|p| !p.kernel_thread) {
-        match read(root, p.pid, base_page_bytes) {
-            Ok(Some(m)) => p.numa_pages = m,
-            Ok(None) => {}
-            Err(_) => unreadable += 1,
-        }
-    }
-    unreadable
 }
 
 #[cfg(test)]

@@ -30,7 +30,8 @@
 //! 3. idle processes are re-read in full in a rotating window of at most
 //!    [`IDLE_REFRESH_BUDGET`] per sample (so another tool's change to a sleeping process's
 //!    affinity shows within `procs / budget` samples), and at once after an exec;
-//! 4. numa_maps and fd counts are read only for processes that ran;
+//! 4. numa_maps and fd counts are read only for processes that ran (numa_maps on the /proc
+//!    path too: for processes whose files were read again);
 //! 5. a process that ran and exited between two samples is reported in `Sample::exited`
 //!    with its CPU time (the collector) or at least its pid (the connector).
 //!
@@ -625,6 +626,8 @@ impl Sampler {
         };
         let mut procs = Vec::with_capacity(pids.len());
         let mut reread: HashSet<u32> = HashSet::new();
+        // Processes whose files were actually read again this sample (not from the cache).
+        let mut fresh: HashSet<u32> = HashSet::new();
         for pid in pids {
             if let Some(ran) = &act.ran {
                 let skip =
@@ -641,9 +644,13 @@ impl Sampler {
                 .ran
                 .as_ref()
                 .map(|_| refresh.contains(&pid) || execd.contains(&pid));
+            let before = stats.procs_reread;
             match self.read_proc(pid, req, due, &mut stats) {
                 Some(p) => {
                     reread.insert(pid);
+                    if stats.procs_reread > before {
+                        fresh.insert(pid);
+                    }
                     procs.push(p)
                 }
                 None => stats.dropped_procs += 1,
@@ -745,23 +752,26 @@ impl Sampler {
         }
 
         if req.numa_pages {
-            // numa_maps walks each process's page tables: read only when a policy asks,
-            // and with the collector only for processes that ran (an idle process's pages
+            // numa_maps walks each process's page tables: read only when a policy asks, and
+            // then only for processes that ran (their files were re-read, or the collector
+            // saw them) or are new; the others keep their last map (an idle process's pages
             // do not move, but for the kernel's NUMA balancing, which needs it to run).
             let page = placer_bufpool::numa::page_bytes() as u64;
-            if act.ran.is_some() {
-                for p in procs.iter_mut().filter(|p| !p.kernel_thread) {
-                    if reread.contains(&p.pid) || !self.numa_cache.contains_key(&p.pid) {
-                        if let Ok(Some(m)) = crate::numa_maps::read(&self.root, p.pid, page) {
+            for p in procs.iter_mut().filter(|p| !p.kernel_thread) {
+                let ran = act.ran.as_ref().is_some_and(|r| r.contains_key(&p.pid));
+                if fresh.contains(&p.pid) || ran || !self.numa_cache.contains_key(&p.pid) {
+                    match crate::numa_maps::read(&self.root, p.pid, page) {
+                        Ok(Some(m)) => {
                             self.numa_cache.insert(p.pid, m);
                         }
-                    }
-                    if let Some(m) = self.numa_cache.get(&p.pid) {
-                        p.numa_pages = m.clone();
+                        _ => {
+                            self.numa_cache.remove(&p.pid);
+                        }
                     }
                 }
-            } else {
-                crate::numa_maps::fill_samples(&self.root, &mut procs, page);
+                if let Some(m) = self.numa_cache.get(&p.pid) {
+                    p.numa_pages = m.clone();
+                }
             }
         }
 
@@ -1158,6 +1168,40 @@ mod tests {
         assert_eq!((p.utime_ticks, p.start_time_ticks), (42, 500));
         assert!(sample.procs[1].kernel_thread);
         assert_eq!(s.last_stats.dropped_procs, 2);
+    }
+
+    #[test]
+    fn numa_maps_are_read_again_only_for_processes_that_ran() {
+        let t = Tree::new("numa");
+        t.write("stat", "cpu0 1 2 3 4\n");
+        t.write("100/stat", &stat_line(100, "idle", 1, 0, 42, 500));
+        t.write("100/status", "Uid:\t0\nCpus_allowed_list:\t0-1\n");
+        t.write("100/cgroup", "0::/a\n");
+        let maps = |n0: u32, n1: u32| {
+            format!(
+                "7f0000000000 default anon={} N0={n0} N1={n1} kernelpagesize_kB=4\n",
+                n0 + n1
+            )
+        };
+        t.write("100/numa_maps", &maps(10, 0));
+        let mut s = Sampler::new(&t.0);
+        s.set_refresh_every(1000);
+        let req = SampleRequest {
+            numa_pages: true,
+            ..Default::default()
+        };
+        let pages = |s: &mut Sampler| s.sample(req).unwrap().procs[0].numa_pages.clone();
+        assert_eq!(pages(&mut s).get(&0).copied(), Some(10));
+        // Pages moved while it slept (someone migrated them): its last map stands...
+        t.write("100/numa_maps", &maps(0, 10));
+        assert_eq!(pages(&mut s).get(&0).copied(), Some(10));
+        // ...until it runs.
+        t.write("100/stat", &stat_line(100, "idle", 1, 0, 43, 500));
+        let now = pages(&mut s);
+        assert_eq!(
+            (now.get(&0).copied(), now.get(&1).copied()),
+            (Some(0), Some(10))
+        );
     }
 
     #[test]

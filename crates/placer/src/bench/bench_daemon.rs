@@ -440,16 +440,7 @@ fn reaction(args: &Args, interval: Duration) -> Result<Reaction> {
     }
     drop(daemon);
     let _ = std::fs::remove_dir_all(&dir);
-    let mut sorted = runs_ms.clone();
-    sorted.sort_by(f64::total_cmp);
-    let median_ms = (!sorted.is_empty()).then(|| {
-        let n = sorted.len();
-        if n % 2 == 1 {
-            sorted[n / 2]
-        } else {
-            (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
-        }
-    });
+    let median_ms = placer_core::stats::median(&runs_ms);
     Ok(Reaction {
         runs_ms,
         missed,

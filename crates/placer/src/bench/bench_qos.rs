@@ -198,7 +198,7 @@ fn periodic(
         PeriodicResult {
             jobs: resp.len() as u64,
             misses,
-            median_response_us: resp.get(resp.len() / 2).copied().unwrap_or(0.0),
+            median_response_us: placer_core::stats::median(&resp).unwrap_or(0.0),
             max_response_us: resp.last().copied().unwrap_or(0.0),
         }
     })

@@ -63,9 +63,7 @@ pub fn run(args: Args) -> Result<()> {
         walls.push(t0.elapsed().as_secs_f64());
         work = placer_sim::scenario::metrics_of(&host, 0).work_rate;
     }
-    let mut sorted = walls.clone();
-    sorted.sort_by(f64::total_cmp);
-    let median = sorted[sorted.len() / 2];
+    let median = placer_core::stats::median(&walls).unwrap_or(f64::NAN);
     let ticks = args.duration.as_secs_f64() * 1000.0;
     if args.json {
         outln!(

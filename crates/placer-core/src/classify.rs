@@ -406,7 +406,7 @@ impl Classifier {
             next.insert(key, sm);
             out.push(Classified {
                 key,
-                comm: p.comm.clone(),
+                comm: p.comm.to_string(),
                 class,
                 raw,
                 signals: s,
@@ -642,7 +642,7 @@ pub(crate) mod tests {
         // Drop sp.B and ferret: 9 apps; any 9 distinct rates must split 3/3/3.
         let procs: Vec<ProcObs> = paper_procs()
             .into_iter()
-            .filter(|p| p.comm != "sp.B" && p.comm != "ferret")
+            .filter(|p| &*p.comm != "sp.B" && &*p.comm != "ferret")
             .collect();
         assert_eq!(procs.len(), 9);
         let cfg = ClassifyConfig {

@@ -254,10 +254,10 @@ pub fn trace_proc(
         pid,
         // Traces name processes by pid only; a fixed start time keeps keys stable.
         start_time_ticks: 1,
-        comm: comm.to_string(),
+        comm: comm.into(),
         state: 'R',
         uid: None,
-        cgroup: String::new(),
+        cgroup: "".into(),
         kernel_thread: false,
         cpu_share,
         allowed_cpus,

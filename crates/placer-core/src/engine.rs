@@ -755,7 +755,7 @@ mod tests {
                     self.name,
                     Action::PinProcess {
                         proc: k,
-                        comm: p.comm.clone(),
+                        comm: p.comm.to_string(),
                         cpus: CpuSet::single(self.cpu),
                     },
                     "test",
@@ -1015,7 +1015,7 @@ mod tests {
                         "contention",
                         Action::PinProcess {
                             proc: k,
-                            comm: p.comm.clone(),
+                            comm: p.comm.to_string(),
                             cpus: CpuSet::single(self.cpu),
                         },
                         "test",

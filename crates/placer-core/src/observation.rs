@@ -60,10 +60,10 @@ pub struct CpuObs {
 pub struct ProcObs {
     pub pid: u32,
     pub start_time_ticks: u64,
-    pub comm: String,
+    pub comm: std::sync::Arc<str>,
     pub state: char,
     pub uid: Option<u32>,
-    pub cgroup: String,
+    pub cgroup: std::sync::Arc<str>,
     pub kernel_thread: bool,
     /// CPU time over the interval in CPUs (1.0 = one CPU fully busy).
     pub cpu_share: f64,
@@ -75,6 +75,8 @@ pub struct ProcObs {
     pub segs_in_per_s: f64,
     pub segs_out_per_s: f64,
     pub flows: Vec<FlowObs>,
+    /// The threads that used CPU in the interval (see observe.rs's rules); empty unless
+    /// threads were sampled.
     #[serde(default)]
     pub threads: Vec<ThreadObs>,
     /// Hardware counter rates; None without a PMU.
@@ -94,7 +96,7 @@ impl ProcObs {
         ProcObs {
             pid,
             start_time_ticks,
-            comm: comm.to_string(),
+            comm: comm.into(),
             state: 'S',
             uid: Some(0),
             cgroup: "/".into(),

@@ -17,6 +17,11 @@
 //!   exited and do not appear.
 //! - **CPU share** is (utime + stime) ticks / clk_tck / dt, in CPUs (1.0 = one CPU busy).
 //!   Threads are matched by tid within the same process; a thread only in `cur` gets 0.
+//!   A process's observed threads are those that used CPU in the interval (share > 0):
+//!   a sleeping thread has nothing to say about placement, and listing only the running
+//!   ones makes the observation cost follow activity (80,000 sleeping threads would
+//!   otherwise be 80,000 entries each cycle). A process whose thread list is the very one
+//!   of `prev` (shared: the sampler did not read it again) ran no thread and lists none.
 //! - **Flows**: a process's sockets are those whose inode it holds in `cur`. A socket seen
 //!   in both samples gives receive rate `d bytes_received / dt`, send rate
 //!   `d bytes_acked / dt` (acknowledged payload: what the network delivered), segment rates,
@@ -271,41 +276,44 @@ fn derive_threads(
     hz: f64,
     per_s: &dyn Fn(f64) -> f64,
 ) -> Vec<ThreadObs> {
+    let Some(b) = before else {
+        // No earlier sample: no thread's share is known.
+        return Vec::new();
+    };
+    if std::sync::Arc::ptr_eq(&b.threads, &p.threads) {
+        return Vec::new();
+    }
     // The same threads in the same order (the common case): pair them without a map.
-    let same = before.is_some_and(|b| {
-        b.threads.len() == p.threads.len()
-            && b.threads
-                .iter()
-                .zip(&p.threads)
-                .all(|(x, y)| x.tid == y.tid)
-    });
-    let prev: HashMap<u32, &ThreadSample> = match before {
-        Some(b) if !same => b.threads.iter().map(|t| (t.tid, t)).collect(),
-        _ => HashMap::new(),
+    let same = b.threads.len() == p.threads.len()
+        && b.threads
+            .iter()
+            .zip(p.threads.iter())
+            .all(|(x, y)| x.tid == y.tid);
+    let prev: HashMap<u32, &ThreadSample> = if same {
+        HashMap::new()
+    } else {
+        b.threads.iter().map(|t| (t.tid, t)).collect()
     };
     p.threads
         .iter()
         .enumerate()
-        .map(|(i, t)| {
-            let bt = match before {
-                Some(b) if same => Some(&b.threads[i]),
-                _ => prev.get(&t.tid).copied(),
-            };
-            let ticks = bt
-                .map(|bt| {
-                    delta(
-                        bt.utime_ticks + bt.stime_ticks,
-                        t.utime_ticks + t.stime_ticks,
-                    )
-                })
-                .unwrap_or(0);
-            ThreadObs {
+        .filter_map(|(i, t)| {
+            let bt = if same {
+                Some(&b.threads[i])
+            } else {
+                prev.get(&t.tid).copied()
+            }?;
+            let ticks = delta(
+                bt.utime_ticks + bt.stime_ticks,
+                t.utime_ticks + t.stime_ticks,
+            );
+            (ticks > 0).then(|| ThreadObs {
                 tid: t.tid,
                 comm: t.comm.clone(),
                 cpu_share: per_s(ticks as f64 / hz),
                 last_cpu: t.last_cpu,
                 allowed_cpus: t.allowed.clone(),
-            }
+            })
         })
         .collect()
 }
@@ -757,14 +765,22 @@ mod tests {
         let mut a = sample(100);
         let mut b = sample(101);
         let mut p = proc_(10, 5, 0);
-        p.threads = vec![t(10, 0), t(11, 0)];
+        p.threads = vec![t(10, 0), t(11, 0), t(13, 7)].into();
         a.procs.push(p.clone());
-        p.threads = vec![t(10, 50), t(12, 80)];
+        p.threads = vec![t(10, 50), t(12, 80), t(13, 7)].into();
         b.procs.push(p);
         let o = Observation::new(&a, &b);
         let th = &o.proc(10).unwrap().threads;
-        assert_eq!(th.len(), 2);
-        assert_eq!(th[0].cpu_share, 0.5);
-        assert_eq!(th[1].cpu_share, 0.0, "new thread: unknown start, no share");
+        // 10 ran; 12 is new (unknown start, no share); 13 slept; 11 exited.
+        assert_eq!(th.len(), 1, "{th:?}");
+        assert_eq!((th[0].tid, th[0].cpu_share), (10, 0.5));
+        // The same list as before (the sampler's cache): no thread ran, none is listed.
+        let mut c = sample(102);
+        c.procs.push(b.procs[0].clone());
+        assert!(Observation::new(&b, &c)
+            .proc(10)
+            .unwrap()
+            .threads
+            .is_empty());
     }
 }

@@ -119,7 +119,8 @@ impl CpuTimes {
 pub struct ProcSample {
     pub pid: u32,
     pub start_time_ticks: u64,
-    pub comm: String,
+    /// Shared with the sampler's cache (a sample of 8,000 idle processes copies no text).
+    pub comm: std::sync::Arc<str>,
     /// Single-letter state from /proc/PID/stat (`R`, `S`, `D`, `Z`, ...).
     pub state: char,
     pub ppid: u32,
@@ -132,13 +133,15 @@ pub struct ProcSample {
     /// Cpus_allowed_list of the main thread.
     pub allowed: CpuSet,
     /// Cgroup path (v2 unified path, else the cpuset or first v1 hierarchy's path).
-    pub cgroup: String,
+    pub cgroup: std::sync::Arc<str>,
     pub num_threads: u32,
     /// Kernel threads (PF_KTHREAD, or children of kthreadd) are never placed.
     pub kernel_thread: bool,
-    /// Per-thread detail; empty unless a policy asked for threads.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub threads: Vec<ThreadSample>,
+    /// Per-thread detail; empty unless a policy asked for threads. Shared, not copied:
+    /// a process that did not run keeps the list of its last read, and a sample taken
+    /// from the sampler's cache costs one reference count, not a copy per thread.
+    #[serde(default, skip_serializing_if = "no_threads")]
+    pub threads: std::sync::Arc<[ThreadSample]>,
     /// Inodes of the sockets this process holds (from /proc/PID/fd, cached).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub socket_inodes: Vec<u64>,
@@ -150,6 +153,10 @@ pub struct ProcSample {
     pub numa_pages: BTreeMap<u32, u64>,
 }
 
+fn no_threads(t: &std::sync::Arc<[ThreadSample]>) -> bool {
+    t.is_empty()
+}
+
 impl ProcSample {
     /// A sleeping user process with only its identity, its affinity and zero counters; the
     /// starting point for samples built by hand (simulator, tests, replayed traces).
@@ -157,7 +164,7 @@ impl ProcSample {
         ProcSample {
             pid,
             start_time_ticks,
-            comm: comm.to_string(),
+            comm: comm.into(),
             state: 'S',
             ppid: 1,
             uid: Some(0),
@@ -168,7 +175,7 @@ impl ProcSample {
             cgroup: "/".into(),
             num_threads: 1,
             kernel_thread: false,
-            threads: Vec::new(),
+            threads: Default::default(),
             socket_inodes: Vec::new(),
             counters: Vec::new(),
             numa_pages: BTreeMap::new(),

@@ -18,6 +18,10 @@
 //! changing a process's affinity or cgroup). What this can miss: another tool changing a
 //! sleeping process's affinity shows at the latest `refresh_every` samples later; a thread
 //! that ran less than the process's next tick shows its last tick at most that late.
+//! A process that ran with the thread count of its last read keeps its thread list (the
+//! task directory is not listed again): a thread that exited fails its read and the
+//! directory is listed after all, so only a thread replaced by another at the same count
+//! between two samples shows late (at the process's next refresh).
 //!
 //! With the kernel's event sources ([`crate::activity`], on by default for root `/`), a
 //! sample's cost follows what is active, not what exists:
@@ -75,6 +79,7 @@ use std::fmt::Write as _;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Cumulative counters of every interface under `root/sys/class/net`, sorted by name; an
 /// interface whose counters cannot be read (it vanished mid-read) is left out.
@@ -837,7 +842,7 @@ impl Sampler {
         }
         let mut p = c.sample.clone();
         if !req.threads {
-            p.threads.clear();
+            p.threads = Default::default();
         }
         Some(p)
     }
@@ -869,14 +874,17 @@ impl Sampler {
                 && (!req.threads || c.threads_read);
             if idle && !due {
                 let p = &mut c.sample;
-                p.comm = st.comm;
+                // A comm rarely changes: keep the shared text unless it did.
+                if *p.comm != *st.comm {
+                    p.comm = st.comm.into();
+                }
                 p.state = st.state;
                 p.ppid = st.ppid;
                 p.last_cpu = st.last_cpu;
                 p.kernel_thread = kernel_thread;
                 let mut out = p.clone();
                 if !req.threads {
-                    out.threads.clear();
+                    out.threads = Default::default();
                 }
                 return Some(out);
             }
@@ -901,63 +909,87 @@ impl Sampler {
         let mut threads = Vec::new();
         if req.threads && !kernel_thread {
             // A thread's affinity does not change by running: its status is re-read when
-            // the thread is new or the process is due for a refresh, else kept.
-            let known: HashMap<u32, CpuSet> = match self.proc_cache.get(&pid) {
-                Some(c) if !due && c.sample.start_time_ticks == st.start_time_ticks => c
-                    .sample
-                    .threads
-                    .iter()
-                    .map(|t| (t.tid, t.allowed.clone()))
-                    .collect(),
-                _ => HashMap::new(),
+            // the thread is new or the process is due for a refresh, else kept (with its
+            // comm's shared text when unchanged).
+            let cached: Option<&Arc<[ThreadSample]>> = match self.proc_cache.get(&pid) {
+                Some(c) if !due && c.sample.start_time_ticks == st.start_time_ticks => {
+                    Some(&c.sample.threads)
+                }
+                _ => None,
             };
+            let known: HashMap<u32, &ThreadSample> = cached
+                .map(|t| t.iter().map(|t| (t.tid, t)).collect())
+                .unwrap_or_default();
             // No task dir: the process exited, its threads with it.
             // The task directory is opened once: each thread's files are opened relative
-            // to it (no walk of `PID/task/` per file), and it is listed through the same fd.
+            // to it (no walk of `PID/task/` per file).
             rel.truncate(base);
             rel.push_str("task");
             let task = proc_.sub(&rel).ok();
-            let tids = task
-                .as_ref()
-                .map(|t| t.numeric_entries())
-                .unwrap_or(Ok(Vec::new()));
+            let list = |task: &Dir| task.numeric_entries().unwrap_or_default();
+            // Same thread count as the last read: the same threads, most likely, so the
+            // directory is not listed; a thread that exited since fails its read, and the
+            // directory is then listed after all (a thread replaced by another at the same
+            // count between two samples shows at the process's next refresh).
+            let mut from_cache = cached.is_some_and(|t| t.len() == st.num_threads as usize);
+            let mut tids: Vec<u32> = if from_cache {
+                cached
+                    .map(|t| t.iter().map(|t| t.tid).collect())
+                    .unwrap_or_default()
+            } else {
+                task.as_ref().map(list).unwrap_or_default()
+            };
             let mut trel = String::with_capacity(24);
-            for tid in tids.unwrap_or_default() {
-                let Some(task) = task.as_ref() else { break };
-                trel.clear();
-                let _ = write!(trel, "{tid}/stat");
-                if task.read(&trel, &mut self.buf).is_err() {
-                    continue; // thread exited
-                }
-                let Some(ts) = parse_pid_stat(&self.buf) else {
-                    continue;
-                };
-                let t_allowed = match known.get(&tid) {
-                    Some(a) => a.clone(),
-                    None => {
-                        trel.truncate(trel.len() - "stat".len());
-                        trel.push_str("status");
-                        match task.read(&trel, &mut self.buf) {
-                            Ok(()) => parse_status(&self.buf).cpus_allowed.unwrap_or_default(),
-                            Err(_) => continue,
+            'read: loop {
+                threads.clear();
+                for &tid in &tids {
+                    let Some(task) = task.as_ref() else { break };
+                    trel.clear();
+                    let _ = write!(trel, "{tid}/stat");
+                    if task.read(&trel, &mut self.buf).is_err() {
+                        if from_cache {
+                            from_cache = false;
+                            tids = list(task);
+                            continue 'read;
                         }
+                        continue; // thread exited
                     }
-                };
-                threads.push(ThreadSample {
-                    tid,
-                    comm: ts.comm.into(),
-                    state: ts.state,
-                    utime_ticks: ts.utime_ticks,
-                    stime_ticks: ts.stime_ticks,
-                    last_cpu: ts.last_cpu,
-                    allowed: t_allowed,
-                });
+                    let Some(ts) = parse_pid_stat(&self.buf) else {
+                        continue;
+                    };
+                    let before = known.get(&tid);
+                    let t_allowed = match before {
+                        Some(t) => t.allowed.clone(),
+                        None => {
+                            trel.truncate(trel.len() - "stat".len());
+                            trel.push_str("status");
+                            match task.read(&trel, &mut self.buf) {
+                                Ok(()) => parse_status(&self.buf).cpus_allowed.unwrap_or_default(),
+                                Err(_) => continue,
+                            }
+                        }
+                    };
+                    let comm = match before {
+                        Some(t) if *t.comm == *ts.comm => t.comm.clone(),
+                        _ => ts.comm.into(),
+                    };
+                    threads.push(ThreadSample {
+                        tid,
+                        comm,
+                        state: ts.state,
+                        utime_ticks: ts.utime_ticks,
+                        stime_ticks: ts.stime_ticks,
+                        last_cpu: ts.last_cpu,
+                        allowed: t_allowed,
+                    });
+                }
+                break;
             }
         }
         let sample = ProcSample {
             pid,
             start_time_ticks: st.start_time_ticks,
-            comm: st.comm,
+            comm: st.comm.into(),
             state: st.state,
             ppid: st.ppid,
             uid,
@@ -965,10 +997,10 @@ impl Sampler {
             stime_ticks: st.stime_ticks,
             last_cpu: st.last_cpu,
             allowed,
-            cgroup,
+            cgroup: cgroup.into(),
             num_threads: st.num_threads,
             kernel_thread,
-            threads,
+            threads: threads.into(),
             socket_inodes: Vec::new(),
             counters: Vec::new(),
             numa_pages: Default::default(),
@@ -1161,10 +1193,10 @@ mod tests {
         let pids: Vec<u32> = sample.procs.iter().map(|p| p.pid).collect();
         assert_eq!(pids, vec![100, 103]);
         let p = &sample.procs[0];
-        assert_eq!(p.comm, "a b) (c");
+        assert_eq!(&*p.comm, "a b) (c");
         assert_eq!(p.uid, Some(1000));
         assert_eq!(p.allowed.to_vec(), vec![0, 1]);
-        assert_eq!(p.cgroup, "/work");
+        assert_eq!(&*p.cgroup, "/work");
         assert_eq!((p.utime_ticks, p.start_time_ticks), (42, 500));
         assert!(sample.procs[1].kernel_thread);
         assert_eq!(s.last_stats.dropped_procs, 2);
@@ -1239,6 +1271,52 @@ mod tests {
         assert_eq!(allowed(&mut s), vec![1]);
         let sample = s.sample(req).unwrap();
         assert_eq!(sample.procs[0].threads.len(), 1, "threads kept");
+    }
+
+    #[test]
+    fn a_running_process_with_an_unchanged_thread_count_is_not_listed_again() {
+        let t = Tree::new("tids");
+        let two = |pid: u32, ut: u64| {
+            stat_line(pid, "w", 1, 0, ut, 500).replace(" 20 0 1 0 ", " 20 0 2 0 ")
+        };
+        t.write("stat", "cpu0 1 2 3 4\n");
+        t.write("100/stat", &two(100, 10));
+        t.write("100/status", "Uid:\t0\nCpus_allowed_list:\t0-1\n");
+        t.write("100/cgroup", "0::/a\n");
+        for tid in [100, 101] {
+            t.write(&format!("100/task/{tid}/stat"), &two(tid, 5));
+            t.write(
+                &format!("100/task/{tid}/status"),
+                "Cpus_allowed_list:\t0-1\n",
+            );
+        }
+        let mut s = Sampler::new(&t.0);
+        s.set_refresh_every(1000);
+        let req = SampleRequest {
+            threads: true,
+            ..Default::default()
+        };
+        let tids = |s: &mut Sampler| -> Vec<u32> {
+            s.sample(req).unwrap().procs[0]
+                .threads
+                .iter()
+                .map(|t| t.tid)
+                .collect()
+        };
+        assert_eq!(tids(&mut s), vec![100, 101]);
+        // Thread 101 exits and 102 starts between two samples: the same count, but 101's
+        // read fails, so the directory is listed after all.
+        std::fs::remove_dir_all(t.0.join("proc/100/task/101")).unwrap();
+        t.write("100/task/102/stat", &two(102, 1));
+        t.write("100/task/102/status", "Cpus_allowed_list:\t1\n");
+        t.write("100/stat", &two(100, 20));
+        assert_eq!(tids(&mut s), vec![100, 102]);
+        // The process runs on with two threads: the known ones are read, the directory is
+        // not listed (an entry the count does not account for is not picked up).
+        t.write("100/task/103/stat", &two(103, 1));
+        t.write("100/stat", &two(100, 30));
+        assert_eq!(tids(&mut s), vec![100, 102]);
+        assert_eq!(s.last_stats.procs_reread, 1);
     }
 
     #[test]

@@ -64,9 +64,9 @@ impl SimHost {
                             allowed: t.allowed.clone(),
                         }
                     })
-                    .collect()
+                    .collect::<std::sync::Arc<[_]>>()
             } else {
-                Vec::new()
+                Default::default()
             };
             let counters = if req.counters {
                 self.counters_of(p)
@@ -85,7 +85,7 @@ impl SimHost {
             procs.push(ProcSample {
                 pid: p.pid,
                 start_time_ticks: p.start_ticks,
-                comm: p.comm.clone(),
+                comm: p.comm.as_str().into(),
                 state: if p.threads.iter().any(|&t| self.tasks[t].runnable) {
                     'R'
                 } else {
@@ -97,7 +97,8 @@ impl SimHost {
                 stime_ticks: self.ticks(st),
                 last_cpu: t0.placed.then(|| self.m.cpus[t0.cpu].id),
                 allowed: t0.allowed.clone(),
-                cgroup: format!("/placer-sim/{}", self.specs[p.spec].name.replace("{i}", "")),
+                cgroup: format!("/placer-sim/{}", self.specs[p.spec].name.replace("{i}", ""))
+                    .into(),
                 num_threads: p.threads.len() as u32,
                 kernel_thread: false,
                 threads,

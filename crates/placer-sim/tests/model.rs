@@ -387,7 +387,7 @@ impl Policy for PinToIrq {
                     "pin-to-irq",
                     Action::PinProcess {
                         proc: p.key(),
-                        comm: p.comm.clone(),
+                        comm: p.comm.to_string(),
                         cpus: nic.rx_cpus.clone(),
                     },
                     "test",
@@ -453,7 +453,7 @@ threads = 2
     h.run_until(1_100_000_000, false);
     let b = h.sample(req).unwrap();
     let obs = Observation::new(&a, &b);
-    let p = obs.procs.iter().find(|p| p.comm == "job").unwrap();
+    let p = obs.procs.iter().find(|p| &*p.comm == "job").unwrap();
     assert!(
         (p.cpu_share - 2.0).abs() < 0.02,
         "cpu share {}",

@@ -331,7 +331,7 @@ fn record_writes_a_replayable_file() {
     assert_eq!(samples.len(), 4, "t = 0, 200, 400, 600 ms");
     let o = placer_core::Observation::new(&samples[0], &samples[3]);
     assert!((o.interval_s - 0.6).abs() < 0.2, "{}", o.interval_s);
-    let me = o.procs.iter().any(|p| p.comm == "placer");
+    let me = o.procs.iter().any(|p| &*p.comm == "placer");
     assert!(me, "the recorder sees itself");
 }
 

@@ -1190,7 +1190,7 @@ mod tests {
         }
         let grp = |pid: u32| {
             let p = obs.procs.iter().find(|p| p.pid == pid).unwrap();
-            g(PAPER.iter().find(|w| w.0 == p.comm).unwrap().1)
+            g(PAPER.iter().find(|w| *w.0 == *p.comm).unwrap().1)
         };
         for d in 0..2 {
             let gs: Vec<Group> = final_dom

@@ -589,7 +589,7 @@ impl NetAffinity {
                             NAME,
                             Action::RestoreProcess {
                                 proc: k,
-                                comm: p.comm.clone(),
+                                comm: p.comm.to_string(),
                             },
                             format!(
                                 "all its connections idle longer than {:.1} s{idle}: no longer communication-intensive; original affinity back",
@@ -640,7 +640,7 @@ impl NetAffinity {
                                 NAME,
                                 Action::PinProcess {
                                     proc: k,
-                                    comm: p.comm.clone(),
+                                    comm: p.comm.to_string(),
                                     cpus: CpuSet::single(t.cpu),
                                 },
                                 format!(
@@ -728,7 +728,7 @@ impl NetAffinity {
                         NAME,
                         Action::PinProcess {
                             proc: k,
-                            comm: p.comm.clone(),
+                            comm: p.comm.to_string(),
                             cpus: CpuSet::single(t.cpu),
                         },
                         format!("communication-intensive: {rates} > {thr_s}; {}", t.why),

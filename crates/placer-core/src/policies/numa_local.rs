@@ -446,7 +446,7 @@ impl Policy for NumaLocal {
                         NAME,
                         Action::PinProcess {
                             proc: key,
-                            comm: p.comm.clone(),
+                            comm: p.comm.to_string(),
                             cpus: node_cpus.clone(),
                         },
                         format!("{head}; runs on {} outside it", p.allowed_cpus),
@@ -833,7 +833,7 @@ mod tests {
             Held {
                 cpus: CpuSet::parse_list("0-3").unwrap(),
                 since_s: 1.0,
-                comm: p.comm.clone(),
+                comm: p.comm.to_string(),
             },
         );
         let mut quiet = p.clone();

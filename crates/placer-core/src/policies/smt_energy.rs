@@ -250,7 +250,7 @@ impl Policy for SmtEnergy {
                             NAME,
                             Action::RestoreProcess {
                                 proc: key,
-                                comm: p.comm.clone(),
+                                comm: p.comm.to_string(),
                             },
                             format!(
                                 "{} idle ({:.2} CPUs < {}) for {:.0} s",
@@ -338,7 +338,7 @@ impl Policy for SmtEnergy {
                 NAME,
                 Action::PinProcess {
                     proc: p.key(),
-                    comm: p.comm.clone(),
+                    comm: p.comm.to_string(),
                     cpus: set,
                 },
                 why,

@@ -508,7 +508,7 @@ mod tests {
         );
         assert_eq!(sample.cpus.len(), 16);
         assert_eq!(sample.irqs.len(), 65);
-        assert_eq!(sample.procs[0].comm, "worker 0 (gen)");
+        assert_eq!(&*sample.procs[0].comm, "worker 0 (gen)");
         assert_eq!(sample.procs[0].allowed.len(), 16);
         assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
         assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));

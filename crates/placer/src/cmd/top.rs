@@ -383,7 +383,7 @@ mod live {
                 .unwrap_or_default();
             Row::new(vec![
                 p.pid.to_string(),
-                p.comm.clone(),
+                p.comm.to_string(),
                 format!("{:.2}", p.cpu_share),
                 p.allowed_cpus.to_list_string(),
                 p.last_cpu.map(|c| c.to_string()).unwrap_or_default(),

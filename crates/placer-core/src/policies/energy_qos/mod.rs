@@ -657,7 +657,7 @@ impl Policy for EnergyQos {
                     actions.push((
                         Action::PinProcess {
                             proc: p.key(),
-                            comm: p.comm.clone(),
+                            comm: p.comm.to_string(),
                             cpus: cpus.clone(),
                         },
                         format!(

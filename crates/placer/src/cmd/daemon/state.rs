@@ -230,7 +230,7 @@ impl Decisions {
                 .unwrap_or_default();
             d.pid = p.pid;
             d.start_time_ticks = p.start_time_ticks;
-            d.comm = p.comm.clone();
+            d.comm = p.comm.to_string();
             d.allowed_cpus = p.allowed_cpus.clone();
             d.last_cpu = p.last_cpu;
             d.cpu_share = p.cpu_share;

@@ -102,8 +102,25 @@ pub(crate) fn derive(prev: &Sample, cur: &Sample) -> Observation {
     let prev_socks: HashMap<u64, &SocketSample> =
         prev.sockets.iter().map(|s| (s.inode, s)).collect();
     let cur_socks: HashMap<u64, &SocketSample> = cur.sockets.iter().map(|s| (s.inode, s)).collect();
-    let prev_procs: HashMap<ProcKey, &ProcSample> =
-        prev.procs.iter().map(|p| (p.key(), p)).collect();
+    // Samples list processes by pid (the sampler does): a merge walk pairs them without a
+    // map of thousands of entries; any other order falls back to the map.
+    let by_pid = |s: &Sample| s.procs.is_sorted_by_key(|p| p.pid);
+    let merge = by_pid(prev) && by_pid(cur);
+    let prev_procs: HashMap<ProcKey, &ProcSample> = if merge {
+        HashMap::new()
+    } else {
+        prev.procs.iter().map(|p| (p.key(), p)).collect()
+    };
+    let mut cursor = 0usize;
+    let mut before_of = |p: &ProcSample| -> Option<&ProcSample> {
+        if !merge {
+            return prev_procs.get(&p.key()).copied();
+        }
+        while prev.procs.get(cursor).is_some_and(|b| b.pid < p.pid) {
+            cursor += 1;
+        }
+        prev.procs.get(cursor).filter(|b| b.key() == p.key())
+    };
     // Start times are in ticks since boot; sample times are monotonic ns since boot.
     let prev_time_ticks = prev.time_ns as f64 / 1e9 * hz;
 
@@ -111,7 +128,7 @@ pub(crate) fn derive(prev: &Sample, cur: &Sample) -> Observation {
         .procs
         .iter()
         .map(|p| {
-            let before = prev_procs.get(&p.key()).copied();
+            let before = before_of(p);
             let cpu_ticks = match before {
                 Some(b) => delta(b.utime_ticks + b.stime_ticks, p.utime_ticks + p.stime_ticks),
                 // Started during the interval: all of its CPU time is in the interval.
@@ -429,6 +446,38 @@ mod tests {
             clk_tck: 100,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn processes_pair_the_same_in_pid_order_as_in_any_order() {
+        let (mut a, mut b) = (sample(100), sample(101));
+        for pid in 1..60u32 {
+            if pid % 7 != 0 {
+                a.procs.push(proc_(pid, 5, u64::from(pid)));
+            }
+            if pid % 11 != 0 {
+                // pid 23 was reused: another start time, a new process.
+                let start = if pid == 23 { 9_000 } else { 5 };
+                b.procs.push(proc_(pid, start, u64::from(pid) * 3));
+            }
+        }
+        let view = |o: &Observation| -> Vec<(u32, bool, f64)> {
+            let mut v: Vec<_> = o
+                .procs
+                .iter()
+                .map(|p| (p.pid, p.new, p.cpu_share))
+                .collect();
+            v.sort_by_key(|x| x.0);
+            v
+        };
+        let merged = view(&Observation::new(&a, &b));
+        a.procs.reverse();
+        b.procs.reverse();
+        assert_eq!(merged, view(&Observation::new(&a, &b)));
+        // The pairing itself: 7 is new (only in b), 23 is new (reused), 5 ran 10 ticks.
+        let get = |pid: u32| merged.iter().find(|x| x.0 == pid).copied().unwrap();
+        assert!(get(7).1 && get(23).1 && !get(5).1);
+        assert!((get(5).2 - 0.10).abs() < 1e-9, "{:?}", get(5));
     }
 
     fn proc_(pid: u32, start: u64, ticks: u64) -> ProcSample {

@@ -33,7 +33,7 @@ pub trait CounterSource: Send {
     /// Cumulative counters of process `pid` (threads `tids`), or empty when unavailable.
     fn read(&mut self, pid: u32, tids: &[u32]) -> Vec<CounterValue>;
     /// Called once per sample with the pids still alive, to release the others.
-    fn retain(&mut self, alive: &HashSet<u32>);
+    fn retain(&mut self, alive: &crate::pid::PidSet);
 }
 
 /// The perf type and config of an event.
@@ -229,7 +229,7 @@ impl CounterSource for PerfCounters {
             .collect()
     }
 
-    fn retain(&mut self, alive: &HashSet<u32>) {
+    fn retain(&mut self, alive: &crate::pid::PidSet) {
         let before = self.procs.len();
         let mut closed = 0;
         self.procs.retain(|pid, pc| {
@@ -285,7 +285,7 @@ impl CounterSource for ReplayCounters {
             .and_then(|q| q.pop_front())
             .unwrap_or_default()
     }
-    fn retain(&mut self, _alive: &HashSet<u32>) {}
+    fn retain(&mut self, _alive: &crate::pid::PidSet) {}
 }
 
 #[cfg(test)]
@@ -340,7 +340,7 @@ mod tests {
         // The thread "exits" from the counter's point of view: values are retired, not lost.
         let c = p.read(pid, &[]);
         assert!(c[0].value >= b[0].value);
-        p.retain(&HashSet::new());
+        p.retain(&crate::pid::PidSet::default());
         assert_eq!(p.open_tasks, 0);
     }
 

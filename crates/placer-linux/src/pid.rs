@@ -22,3 +22,48 @@ pub fn task_ids(root: &Path, pid: u32) -> std::io::Result<Vec<u32>> {
     v.sort_unstable();
     Ok(v)
 }
+
+/// A hasher for pid and tid keys: one multiply instead of SipHash. Keys are small
+/// integers chosen by the kernel, not by an adversary, and a sample of 8,000 processes
+/// hashes each several times (the cache, the sets of what ran, what is alive).
+#[derive(Default, Clone, Copy)]
+pub struct PidHasher(u64);
+
+impl std::hash::Hasher for PidHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        // Fibonacci hashing: spreads consecutive pids over the high bits the table uses.
+        self.0 = (self.0 ^ u64::from(n)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    fn finish(&self) -> u64 {
+        self.0 ^ (self.0 >> 29)
+    }
+}
+
+type PidBuild = std::hash::BuildHasherDefault<PidHasher>;
+/// A map keyed by pid (or tid).
+pub type PidMap<V> = std::collections::HashMap<u32, V, PidBuild>;
+/// A set of pids (or tids).
+pub type PidSet = std::collections::HashSet<u32, PidBuild>;
+
+#[cfg(test)]
+mod hasher_tests {
+    use super::{PidMap, PidSet};
+
+    #[test]
+    fn pid_maps_and_sets_behave_as_maps_and_sets() {
+        let mut m: PidMap<u32> = PidMap::default();
+        for pid in 1..=10_000u32 {
+            m.insert(pid, pid * 2);
+        }
+        assert_eq!(m.len(), 10_000);
+        assert!((1..=10_000u32).all(|p| m[&p] == p * 2));
+        let s: PidSet = (0..64u32).map(|i| i << 16).collect();
+        assert_eq!(s.len(), 64);
+        assert!(s.contains(&(5 << 16)) && !s.contains(&5));
+    }
+}

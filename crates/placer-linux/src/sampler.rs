@@ -65,6 +65,7 @@ use crate::energy::EnergySource;
 use crate::error::{LinuxError, Result};
 use crate::interrupts::{parse_interrupts, parse_softirqs};
 use crate::perf::{CounterSource, PerfCounters};
+use crate::pid::{PidMap, PidSet};
 use crate::proc_events::ProcEvent;
 use crate::procfs::{
     parse_cgroup, parse_pid_stat, parse_proc_stat, parse_status, parse_tcp_segments, socket_inode,
@@ -74,7 +75,7 @@ use placer_core::sample::{
     ExitedProc, ProcSample, SampleRequest, Source, SourceStatus, ThreadSample,
 };
 use placer_core::{CpuSet, Sample};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::fs;
 use std::io;
@@ -184,8 +185,8 @@ pub struct Sampler {
     clk_tck: u32,
     use_sock_diag: bool,
     sock_diag: Option<std::result::Result<SockDiag, String>>,
-    fd_cache: HashMap<u32, FdEntry>,
-    proc_cache: HashMap<u32, ProcCache>,
+    fd_cache: PidMap<FdEntry>,
+    proc_cache: PidMap<ProcCache>,
     sample_no: u64,
     refresh_every: u64,
     last_unowned: HashSet<u64>,
@@ -203,9 +204,9 @@ pub struct Sampler {
     /// Where the idle-refresh window stopped last time (a pid).
     refresh_cursor: u32,
     /// Pages per node of processes not re-read (with the eBPF collector).
-    numa_cache: HashMap<u32, std::collections::BTreeMap<u32, u64>>,
+    numa_cache: PidMap<std::collections::BTreeMap<u32, u64>>,
     /// The pids of the previous sample.
-    last_alive: HashSet<u32>,
+    last_alive: PidSet,
     /// TCP segments in and out at the last socket dump, and that dump.
     last_tcp_segments: Option<(u64, u64)>,
     last_sockets: Vec<placer_core::sample::SocketSample>,
@@ -382,8 +383,8 @@ impl Sampler {
             clk_tck: crate::sys::clock_ticks_per_s(),
             use_sock_diag: root == Path::new("/"),
             sock_diag: None,
-            fd_cache: HashMap::new(),
-            proc_cache: HashMap::new(),
+            fd_cache: PidMap::default(),
+            proc_cache: PidMap::default(),
             sample_no: 0,
             refresh_every: DEFAULT_REFRESH_EVERY,
             last_unowned: HashSet::new(),
@@ -396,8 +397,8 @@ impl Sampler {
             activity: None,
             kernel_events: root == Path::new("/"),
             refresh_cursor: 0,
-            numa_cache: HashMap::new(),
-            last_alive: HashSet::new(),
+            numa_cache: PidMap::default(),
+            last_alive: PidSet::default(),
             last_tcp_segments: None,
             last_sockets: Vec::new(),
         }
@@ -580,30 +581,40 @@ impl Sampler {
             None => Activity::default(),
         };
         self.sample_no += 1;
-        let mut execd: HashSet<u32> = HashSet::new();
-        let mut born: HashSet<u32> = HashSet::new();
+        let mut execd: PidSet = PidSet::default();
+        let mut born: PidSet = PidSet::default();
         let listing_due = self.proc_cache.is_empty() || self.sample_no.is_multiple_of(LIST_EVERY);
         let pids: Vec<u32> = match &act.events {
             Some(events) if !listing_due => {
-                let mut set: std::collections::BTreeSet<u32> =
-                    self.proc_cache.keys().copied().collect();
+                // The events in order decide, for the few pids they name, whether each is
+                // there (a fork or exec) or gone (an exit); the cache gives the rest.
+                let mut named: PidMap<bool> = PidMap::default();
                 for e in events {
                     match *e {
                         ProcEvent::Fork { pid, .. } => {
-                            set.insert(pid);
+                            named.insert(pid, true);
                             born.insert(pid);
                         }
                         ProcEvent::Exec { pid } => {
-                            set.insert(pid);
+                            named.insert(pid, true);
                             execd.insert(pid);
                         }
                         ProcEvent::Exit { pid } => {
-                            set.remove(&pid);
+                            named.insert(pid, false);
                         }
                         ProcEvent::Other => {}
                     }
                 }
-                set.into_iter().collect()
+                let mut v: Vec<u32> = self
+                    .proc_cache
+                    .keys()
+                    .copied()
+                    .filter(|p| named.get(p) != Some(&false))
+                    .chain(named.iter().filter(|(_, &there)| there).map(|(&p, _)| p))
+                    .collect();
+                v.sort_unstable();
+                v.dedup();
+                v
             }
             _ => {
                 stats.listed = true;
@@ -625,14 +636,14 @@ impl Sampler {
         };
         // With the collector, idle processes are re-read in a bounded rotating window
         // instead of every `refresh_every` samples each.
-        let refresh: HashSet<u32> = match &act.ran {
+        let refresh: PidSet = match &act.ran {
             Some(_) => self.refresh_window(&pids),
-            None => HashSet::new(),
+            None => PidSet::default(),
         };
         let mut procs = Vec::with_capacity(pids.len());
-        let mut reread: HashSet<u32> = HashSet::new();
+        let mut reread: PidSet = PidSet::default();
         // Processes whose files were actually read again this sample (not from the cache).
-        let mut fresh: HashSet<u32> = HashSet::new();
+        let mut fresh: PidSet = PidSet::default();
         for pid in pids {
             if let Some(ran) = &act.ran {
                 let skip =
@@ -662,7 +673,7 @@ impl Sampler {
             }
         }
         stats.procs = procs.len();
-        let alive: HashSet<u32> = procs.iter().map(|p| p.pid).collect();
+        let alive: PidSet = procs.iter().map(|p| p.pid).collect();
         if stats.dropped_procs > 0 || self.proc_cache.len() > procs.len() {
             self.proc_cache.retain(|pid, _| alive.contains(pid));
             self.numa_cache.retain(|pid, _| alive.contains(pid));
@@ -741,7 +752,7 @@ impl Sampler {
 
         if req.counters {
             if let Some(c) = self.counters.as_mut().filter(|c| c.status().available) {
-                let alive: HashSet<u32> = procs.iter().map(|p| p.pid).collect();
+                let alive: PidSet = procs.iter().map(|p| p.pid).collect();
                 c.retain(&alive);
                 let proc_dir = &self.proc_dir;
                 for p in procs.iter_mut().filter(|p| !p.kernel_thread) {
@@ -812,16 +823,16 @@ impl Sampler {
 
     /// The next window of at most [`IDLE_REFRESH_BUDGET`] pids (about `1/refresh_every` of
     /// them) after the cursor, wrapping: every process is re-read in turn.
-    fn refresh_window(&mut self, pids: &[u32]) -> HashSet<u32> {
+    fn refresh_window(&mut self, pids: &[u32]) -> PidSet {
         if pids.is_empty() {
-            return HashSet::new();
+            return PidSet::default();
         }
         let n = pids
             .len()
             .div_ceil(self.refresh_every as usize)
             .clamp(1, IDLE_REFRESH_BUDGET);
         let start = pids.partition_point(|&p| p <= self.refresh_cursor);
-        let window: HashSet<u32> = (0..n.min(pids.len()))
+        let window: PidSet = (0..n.min(pids.len()))
             .map(|i| pids[(start + i) % pids.len()])
             .collect();
         self.refresh_cursor = pids[(start + n - 1) % pids.len()];
@@ -917,7 +928,7 @@ impl Sampler {
                 }
                 _ => None,
             };
-            let known: HashMap<u32, &ThreadSample> = cached
+            let known: PidMap<&ThreadSample> = cached
                 .map(|t| t.iter().map(|t| (t.tid, t)).collect())
                 .unwrap_or_default();
             // No task dir: the process exited, its threads with it.
@@ -1042,12 +1053,12 @@ impl Sampler {
         &mut self,
         procs: &mut [ProcSample],
         sockets: &[placer_core::sample::SocketSample],
-        ran: Option<&HashSet<u32>>,
+        ran: Option<&PidSet>,
         stats: &mut SampleStats,
     ) {
-        let alive: HashSet<u32> = procs.iter().map(|p| p.pid).collect();
+        let alive: PidSet = procs.iter().map(|p| p.pid).collect();
         self.fd_cache.retain(|pid, _| alive.contains(pid));
-        let mut scanned: HashSet<u32> = HashSet::new();
+        let mut scanned: PidSet = PidSet::default();
         for p in procs.iter().filter(|p| !p.kernel_thread) {
             if ran.is_some_and(|r| !r.contains(&p.pid))
                 && self
@@ -1076,7 +1087,7 @@ impl Sampler {
                 );
             }
         }
-        let owned = |cache: &HashMap<u32, FdEntry>| -> HashSet<u64> {
+        let owned = |cache: &PidMap<FdEntry>| -> HashSet<u64> {
             cache
                 .values()
                 .flat_map(|e| e.inodes.iter().copied())
@@ -1463,7 +1474,7 @@ mod tests {
         let (ta, tb) = (total(&oe), total(&os));
         assert!((ta - tb).abs() <= 0.05 * tb, "all processes {ta} vs {tb}");
         // The same processes, but for those born or gone between the two samplers' reads.
-        let pids = |x: &Sample| x.procs.iter().map(|p| p.pid).collect::<HashSet<u32>>();
+        let pids = |x: &Sample| x.procs.iter().map(|p| p.pid).collect::<PidSet>();
         let (pa, pb) = (pids(&e2), pids(&s2));
         let differ = pa.symmetric_difference(&pb).count();
         assert!(

@@ -18,6 +18,9 @@
 //! changing a process's affinity or cgroup). What this can miss: another tool changing a
 //! sleeping process's affinity shows at the latest `refresh_every` samples later; a thread
 //! that ran less than the process's next tick shows its last tick at most that late.
+//! A process that ran is read again (stat, status: its affinity shows at once) but keeps
+//! its cached cgroup until its refresh, an exec or [`Sampler::invalidate`]: a cgroup does
+//! not change by running, and a manager moving a running process is rare.
 //! A process that ran with the thread count of its last read keeps its thread list (the
 //! task directory is not listed again): a thread that exited fails its read and the
 //! directory is listed after all, so only a thread replaced by another at the same count
@@ -901,7 +904,8 @@ impl Sampler {
             }
         }
         stats.procs_reread += 1;
-        let (mut uid, mut allowed, mut cgroup) = (None, CpuSet::new(), String::new());
+        let (mut uid, mut allowed) = (None, CpuSet::new());
+        let mut cgroup: Arc<str> = Arc::from("");
         if !kernel_thread {
             rel.truncate(base);
             rel.push_str("status");
@@ -909,12 +913,26 @@ impl Sampler {
             let status = parse_status(&self.buf);
             uid = status.uid;
             allowed = status.cpus_allowed.unwrap_or_default();
-            rel.truncate(base);
-            rel.push_str("cgroup");
-            match proc_.read(&rel, &mut self.buf) {
-                Ok(()) => cgroup = parse_cgroup(&self.buf),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
-                Err(_) => {}
+            // A process's cgroup does not change by running (it moves when a manager moves
+            // it, mostly at exec, which makes it due; placer's own moves invalidate it):
+            // a process that ran keeps its cgroup until its refresh.
+            let kept = match self.proc_cache.get(&pid) {
+                Some(c) if !due && c.sample.start_time_ticks == st.start_time_ticks => {
+                    Some(c.sample.cgroup.clone())
+                }
+                _ => None,
+            };
+            match kept {
+                Some(c) => cgroup = c,
+                None => {
+                    rel.truncate(base);
+                    rel.push_str("cgroup");
+                    match proc_.read(&rel, &mut self.buf) {
+                        Ok(()) => cgroup = parse_cgroup(&self.buf).into(),
+                        Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
+                        Err(_) => {}
+                    }
+                }
             }
         }
         let mut threads = Vec::new();
@@ -1008,7 +1026,7 @@ impl Sampler {
             stime_ticks: st.stime_ticks,
             last_cpu: st.last_cpu,
             allowed,
-            cgroup: cgroup.into(),
+            cgroup,
             num_threads: st.num_threads,
             kernel_thread,
             threads: threads.into(),
@@ -1328,6 +1346,29 @@ mod tests {
         t.write("100/stat", &two(100, 30));
         assert_eq!(tids(&mut s), vec![100, 102]);
         assert_eq!(s.last_stats.procs_reread, 1);
+    }
+
+    #[test]
+    fn a_running_process_keeps_its_cgroup_until_refresh_but_shows_its_affinity() {
+        let t = Tree::new("cg");
+        t.write("stat", "cpu0 1 2 3 4\n");
+        t.write("100/stat", &stat_line(100, "w", 1, 0, 10, 500));
+        t.write("100/status", "Uid:\t0\nCpus_allowed_list:\t0-1\n");
+        t.write("100/cgroup", "0::/a\n");
+        let mut s = Sampler::new(&t.0);
+        s.set_refresh_every(1000);
+        let req = SampleRequest::default();
+        let look = |s: &mut Sampler| {
+            let p = s.sample(req).unwrap().procs.remove(0);
+            (p.cgroup.to_string(), p.allowed.to_vec())
+        };
+        assert_eq!(look(&mut s), ("/a".to_string(), vec![0, 1]));
+        t.write("100/cgroup", "0::/b\n");
+        t.write("100/status", "Uid:\t0\nCpus_allowed_list:\t1\n");
+        t.write("100/stat", &stat_line(100, "w", 1, 0, 20, 500));
+        assert_eq!(look(&mut s), ("/a".to_string(), vec![1]));
+        s.invalidate(100);
+        assert_eq!(look(&mut s), ("/b".to_string(), vec![1]));
     }
 
     #[test]

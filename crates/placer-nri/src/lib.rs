@@ -1,0 +1,5 @@
+//! placer as a Kubernetes node agent through the container runtime's Node Resource Interface
+//! (NRI, docs/kubernetes.md).
+
+pub mod mux;
+pub mod proto;

@@ -2,4 +2,5 @@
 //! (NRI, docs/kubernetes.md).
 
 pub mod mux;
+pub mod placement;
 pub mod proto;

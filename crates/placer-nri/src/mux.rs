@@ -89,6 +89,7 @@ impl Decoder {
 /// A running multiplexer: a reader thread for the trunk and a pump thread per connection.
 pub struct Mux {
     trunk: UnixStream,
+    ended: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Mux {
@@ -128,6 +129,8 @@ impl Mux {
             locals.insert(id, local);
         }
         let mut reader = trunk.try_clone()?;
+        let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let ended_r = Arc::clone(&ended);
         std::thread::Builder::new()
             .name("nri-mux-reader".into())
             .spawn(move || {
@@ -139,8 +142,14 @@ impl Mux {
                 for l in locals.values() {
                     let _ = l.shutdown(std::net::Shutdown::Both);
                 }
+                ended_r.store(true, std::sync::atomic::Ordering::SeqCst);
             })?;
-        Ok(Mux { trunk })
+        Ok(Mux { trunk, ended })
+    }
+
+    /// Whether the trunk ended (the runtime went away or the stream broke).
+    pub fn ended(&self) -> bool {
+        self.ended.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Ends the trunk (and with it every connection).
@@ -273,7 +282,11 @@ mod tests {
             let mut b = [0u8; 1];
             assert_eq!(u.read(&mut b).expect("EOF, not a timeout"), 0);
         }
-        drop(mux);
+        let t0 = std::time::Instant::now();
+        while !mux.ended() && t0.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(mux.ended());
     }
 
     #[test]

@@ -164,6 +164,23 @@ impl Drop for Mux {
     }
 }
 
+/// A listening socket with one connection already made to it, for a ttrpc server that wants
+/// a listener (`Server::add_listener`) while its peer comes through the mux. The socket's
+/// path (in `dir`, which should be private) is unlinked at once: nothing else can connect.
+pub fn bridged_listener(
+    dir: &std::path::Path,
+) -> std::io::Result<(std::os::unix::net::UnixListener, UnixStream)> {
+    static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    std::fs::create_dir_all(dir)?;
+    let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = dir.join(format!("nri-bridge-{}-{n}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let listener = std::os::unix::net::UnixListener::bind(&path)?;
+    let conn = UnixStream::connect(&path);
+    let _ = std::fs::remove_file(&path);
+    Ok((listener, conn?))
+}
+
 fn read_trunk(
     trunk: &mut UnixStream,
     locals: &mut HashMap<u32, UnixStream>,

@@ -24,8 +24,8 @@
 //! - **Later moves.** A process pin (`PinProcess`) on a process of a managed container
 //!   becomes a container cpuset update (the pinned CPUs, intersected with the kubelet);
 //!   `RestoreProcess` puts the container's cpuset back; a thread pin stays a thread pin,
-//!   inside the container's cpuset. The first cpuset placer replaces after creation is
-//!   journaled, and [`CpusetJournal::restores`] gives every one back (SIGTERM).
+//!   inside the container's cpuset. The cpuset a container has when placer first changes
+//!   it after creation (placer's own from creation, else the kubelet's) is journaled, and [`CpusetJournal::restores`] gives every one back (SIGTERM).
 
 use placer_core::config::{Config, KubernetesScope, OnConflict};
 use placer_core::cpuset::CpuSet;
@@ -347,12 +347,12 @@ pub struct CpusetJournal {
 }
 
 impl CpusetJournal {
-    /// Records the cpuset a container had before placer's first change (later changes
-    /// keep the first: that is what a restore puts back).
-    pub fn record(&mut self, c: &Container) {
+    /// Records the cpuset (`cpus`, `mems`) a container had before placer's first change
+    /// after creation (later changes keep the first: that is what a restore puts back).
+    pub fn record(&mut self, id: &str, cpus: &str, mems: &str) {
         self.previous
-            .entry(c.id.clone())
-            .or_insert_with(|| (c.cpus.clone(), c.mems.clone()));
+            .entry(id.to_string())
+            .or_insert_with(|| (cpus.to_string(), mems.to_string()));
     }
 
     /// The update that puts `id` back, and forgets it.
@@ -487,7 +487,13 @@ pub fn translate(
                 }
                 match within_kubelet(scope, facts, pod, &base, cpus, &pa.policy, String::new()) {
                     Placement::Cpuset { cpus, mems, .. } => {
-                        journal.record(c);
+                        // What it has now: placer's cpuset from creation, else the kubelet's.
+                        match placed.get(&c.id) {
+                            Some(now) => {
+                                journal.record(&c.id, &now.to_list_string(), &facts.mems_of(now))
+                            }
+                            None => journal.record(&c.id, &c.cpus, &c.mems),
+                        }
                         placed.insert(c.id.clone(), cpus.clone());
                         t.updates.push((
                             i,

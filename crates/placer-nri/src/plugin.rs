@@ -22,7 +22,7 @@ use crate::placement::{
 use crate::proto::{api, api_ttrpc};
 use placer_core::cpuset::CpuSet;
 use std::os::fd::IntoRawFd;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -93,15 +93,7 @@ impl Plugin {
         })?;
         // Connection 1: the runtime calls placer. ttrpc's sync server wants a listening
         // socket: bind one privately, connect the bridge to it, unlink it.
-        std::fs::create_dir_all(&opts.private_dir)?;
-        let path = opts
-            .private_dir
-            .join(format!("nri-plugin-{}.sock", std::process::id()));
-        let _ = std::fs::remove_file(&path);
-        let listener = UnixListener::bind(&path)?;
-        let served = UnixStream::connect(&path);
-        let _ = std::fs::remove_file(&path);
-        let served = served?;
+        let (listener, served) = crate::mux::bridged_listener(&opts.private_dir)?;
         // Connection 2: placer calls the runtime.
         let (called, client_end) = UnixStream::pair()?;
         let mux = Mux::start(

@@ -1,0 +1,205 @@
+//! The plugin against a runtime written here on the same wire (mux + ttrpc, the runtime's
+//! side of each connection): registration, Configure/Synchronize, CreateContainer, and the
+//! unsolicited UpdateContainers of a later move and of the restore on stop, each naming its
+//! container and carrying only a cpuset. Every wait is bounded; the temp dir is removed
+//! even when the test fails.
+
+use placer_core::config::KubernetesScope;
+use placer_core::cpuset::CpuSet;
+use placer_core::k8s::CpuManager;
+use placer_core::plan::{Action, PlannedAction};
+use placer_core::sample::ProcKey;
+use placer_nri::mux::{bridged_listener, Mux, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN};
+use placer_nri::placement::{translate, Facts, State};
+use placer_nri::plugin::{Options, Plugin};
+use placer_nri::proto::{api, api_ttrpc};
+use std::os::fd::IntoRawFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+struct TempDir(PathBuf);
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The runtime's service: records registrations and updates.
+struct Runtime {
+    registered: Mutex<Option<mpsc::Sender<(String, String)>>>,
+    updates: Mutex<mpsc::Sender<Vec<api::ContainerUpdate>>>,
+}
+
+impl api_ttrpc::Runtime for Runtime {
+    fn register_plugin(
+        &self,
+        _: &ttrpc::TtrpcContext,
+        req: api::RegisterPluginRequest,
+    ) -> ttrpc::Result<api::Empty> {
+        if let Some(tx) = self.registered.lock().unwrap().take() {
+            let _ = tx.send((req.plugin_name, req.plugin_idx));
+        }
+        Ok(api::Empty::new())
+    }
+    fn update_containers(
+        &self,
+        _: &ttrpc::TtrpcContext,
+        req: api::UpdateContainersRequest,
+    ) -> ttrpc::Result<api::UpdateContainersResponse> {
+        let _ = self.updates.lock().unwrap().send(req.update);
+        Ok(api::UpdateContainersResponse::new())
+    }
+}
+
+fn pod() -> api::PodSandbox {
+    let mut p = api::PodSandbox::new();
+    p.id = "sb1".into();
+    p.name = "web-0".into();
+    p.uid = "uid-1".into();
+    p.namespace = "default".into();
+    p.annotations
+        .insert("policy.placer.io/pod".into(), "smt-energy".into());
+    p
+}
+
+fn container() -> api::Container {
+    let mut c = api::Container::new();
+    c.id = "c1".into();
+    c.pod_sandbox_id = "sb1".into();
+    c.name = "app".into();
+    let mut cpu = api::LinuxCPU::new();
+    cpu.cpus = "0-3".into();
+    cpu.mems = "0".into();
+    let mut r = api::LinuxResources::new();
+    r.cpu = Some(cpu).into();
+    let mut l = api::LinuxContainer::new();
+    l.resources = Some(r).into();
+    c.linux = Some(l).into();
+    c
+}
+
+fn cpus_of(u: &api::ContainerUpdate) -> (String, String) {
+    let cpu = u.linux.resources.cpu.as_ref().expect("cpu");
+    assert!(
+        cpu.shares.is_none() && cpu.quota.is_none() && cpu.period.is_none(),
+        "only a cpuset: {cpu:?}"
+    );
+    assert!(u.linux.resources.memory.is_none(), "no memory limits");
+    (cpu.cpus.clone(), cpu.mems.clone())
+}
+
+#[test]
+fn register_create_move_and_restore_through_a_runtime() {
+    let dir = TempDir(std::env::temp_dir().join(format!("placer-nri-fake-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let sock = dir.0.join("nri.sock");
+    let listener = UnixListener::bind(&sock).unwrap();
+    let (reg_tx, reg_rx) = mpsc::channel();
+    let (upd_tx, upd_rx) = mpsc::channel();
+    let (client_tx, client_rx) = mpsc::channel();
+    let bridge_dir = dir.0.join("runtime");
+    // The runtime: accept the plugin, serve the runtime service on connection 2, call the
+    // plugin service on connection 1.
+    let runtime = std::thread::spawn(move || {
+        let (trunk, _) = listener.accept().unwrap();
+        let (rl, served) = bridged_listener(&bridge_dir).unwrap();
+        let (calls, client_end) = UnixStream::pair().unwrap();
+        let mux = Mux::start(
+            trunk,
+            vec![(RUNTIME_SERVICE_CONN, served), (PLUGIN_SERVICE_CONN, calls)],
+        )
+        .unwrap();
+        let svc: Arc<dyn api_ttrpc::Runtime + Send + Sync> = Arc::new(Runtime {
+            registered: Mutex::new(Some(reg_tx)),
+            updates: Mutex::new(upd_tx),
+        });
+        let mut server = ttrpc::Server::new()
+            .add_listener(rl.into_raw_fd())
+            .unwrap()
+            .register_service(api_ttrpc::create_runtime(svc));
+        server.start().unwrap();
+        let client =
+            api_ttrpc::PluginClient::new(ttrpc::Client::new(client_end.into_raw_fd()).unwrap());
+        client_tx.send(()).unwrap();
+        (mux, server, client)
+    });
+    let plugin_dir = dir.0.join("plugin");
+    let connect = std::thread::spawn(move || {
+        let facts = Facts {
+            alloc_order: vec![0, 1, 2, 3],
+            node_of_cpu: (0..4).map(|c| (c, 0)).collect(),
+            net_cpus: CpuSet::new(),
+            kubelet: CpuManager::None,
+        };
+        Plugin::connect(
+            &Options {
+                socket: sock,
+                index: 7,
+                private_dir: plugin_dir,
+                timeout: Duration::from_secs(10),
+            },
+            State::new(KubernetesScope::default(), facts),
+        )
+    });
+    let limit = Duration::from_secs(10);
+    client_rx.recv_timeout(limit).expect("runtime up");
+    let (name, idx) = reg_rx.recv_timeout(limit).expect("registration");
+    assert_eq!((name.as_str(), idx.as_str()), ("placer", "07"));
+    let (_mux, _server, client) = runtime.join().unwrap();
+    let ctx = || ttrpc::context::with_duration(Duration::from_secs(5));
+    let cfg = client
+        .configure(ctx(), &api::ConfigureRequest::new())
+        .expect("Configure");
+    assert_ne!(cfg.events, 0);
+    client
+        .synchronize(ctx(), &api::SynchronizeRequest::new())
+        .expect("Synchronize");
+    let plugin = connect.join().unwrap().expect("plugin connected");
+
+    // Creation: a cpuset (the first CPU of the order), nothing else.
+    let mut req = api::CreateContainerRequest::new();
+    req.pod = Some(pod()).into();
+    req.container = Some(container()).into();
+    let rsp = client
+        .create_container(ctx(), &req)
+        .expect("CreateContainer");
+    let cpu = rsp.adjust.linux.resources.cpu.as_ref().expect("cpuset");
+    assert_eq!((cpu.cpus.as_str(), cpu.mems.as_str()), ("0", "0"));
+    assert!(cpu.shares.is_none() && cpu.quota.is_none());
+
+    // A later move of its process: an unsolicited update, journaled.
+    let pin = PlannedAction {
+        action: Action::PinProcess {
+            proc: ProcKey {
+                pid: 10,
+                start_time_ticks: 1,
+            },
+            comm: "app".into(),
+            cpus: CpuSet::parse_list("2-3").unwrap(),
+        },
+        policy: "smt-energy".into(),
+        reason: "test".into(),
+    };
+    let t = plugin.with_state(|st| translate(st, &[pin], &|pid| (pid == 10).then(|| "c1".into())));
+    let updates: Vec<_> = t.updates.into_iter().map(|(_, u)| u).collect();
+    assert_eq!(
+        plugin.update(&updates).expect("UpdateContainers"),
+        Vec::<String>::new()
+    );
+    let got = upd_rx.recv_timeout(limit).expect("update received");
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].container_id, "c1");
+    assert_eq!(cpus_of(&got[0]), ("2-3".into(), "0".into()));
+
+    // Stop: the cpuset the container had before the move (placer's from creation) comes
+    // back.
+    assert_eq!(plugin.restore_all().expect("restore"), 1);
+    let got = upd_rx.recv_timeout(limit).expect("restore received");
+    assert_eq!(got[0].container_id, "c1");
+    assert_eq!(cpus_of(&got[0]), ("0".into(), "0".into()));
+    assert!(plugin.with_state(|st| st.journal.restores().is_empty()));
+    assert!(!plugin.is_gone());
+}

@@ -101,3 +101,31 @@ fn nri_adaptation_drives_placer() {
     assert!(ok, "the NRI conformance test failed:\n{out}");
     assert!(out.contains("--- PASS: TestPlacerConformance"), "{out}");
 }
+
+/// The sample config of deploy/kubernetes/configmap.yaml is a valid placer config.
+#[test]
+fn the_daemonsets_sample_config_is_valid() {
+    let yaml = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/kubernetes/configmap.yaml"),
+    )
+    .expect("configmap.yaml");
+    let start = yaml.find("placer.toml: |").expect("placer.toml key") + "placer.toml: |".len();
+    let toml: String = yaml[start..]
+        .lines()
+        .skip(1)
+        .map_while(|l| {
+            l.strip_prefix("    ")
+                .or((l.trim().is_empty()).then_some(""))
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let (cfg, notes) = placer_core::config::Config::from_toml_with_notes(&toml)
+        .unwrap_or_else(|e| panic!("{e}\n{toml}"));
+    assert!(notes.is_empty(), "{notes:?}");
+    cfg.validate().expect("valid");
+    assert_eq!(
+        cfg.kubernetes.exclude_namespaces,
+        ["kube-system", "placer-system"]
+    );
+    assert!(cfg.metrics.enabled);
+}

@@ -10,9 +10,11 @@ package conformance
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -197,9 +199,14 @@ enabled = false
 		t.Errorf("CreateContainer (preserved): updates %+v", rsp.GetUpdate())
 	}
 
-	// The kubelet resizes the selected container: placer stays inside what it asks for.
+	// The kubelet resizes the selected container and offers every CPU: placer keeps its
+	// choice (inside what the kubelet asks for), so the update carries placer's cpuset.
+	all := "0"
+	if n := runtime.NumCPU(); n > 1 {
+		all = fmt.Sprintf("0-%d", n-1)
+	}
 	ask := &adaptation.LinuxResources{Cpu: &adaptation.LinuxCPU{
-		Cpus:   cpus,
+		Cpus:   all,
 		Quota:  &adaptation.OptionalInt64{Value: 100000},
 		Period: &adaptation.OptionalUInt64{Value: 100000},
 		Shares: &adaptation.OptionalUInt64{Value: 1024},
@@ -208,16 +215,21 @@ enabled = false
 	if err != nil {
 		t.Fatalf("UpdateContainer: %v", err)
 	}
+	seen := false
 	for _, u := range ursp.GetUpdate() {
 		if u.GetContainerId() == "" {
 			t.Errorf("UpdateContainer: an update without container_id: %+v", u)
 		}
 		checkCpusetOnly(t, "UpdateContainer", u.GetLinux().GetResources())
 		if u.GetContainerId() == c1.Id {
+			seen = true
 			if got := u.GetLinux().GetResources().GetCpu().GetCpus(); got != cpus {
-				t.Errorf("UpdateContainer: cpuset %q, the kubelet asked for %q", got, cpus)
+				t.Errorf("UpdateContainer: cpuset %q, want placer's %q (the kubelet offered %q)", got, cpus, all)
 			}
 		}
+	}
+	if !seen {
+		t.Errorf("UpdateContainer: no update for %s in %+v", c1.Id, ursp.GetUpdate())
 	}
 
 	for _, c := range []struct {

@@ -21,7 +21,9 @@
 //!   touched; any other choice is intersected with its shared pool and the cpuset it asks
 //!   for (`k8s::allowed_cpus`); an empty intersection leaves the container as the kubelet
 //!   set it, or refuses its creation (`on_conflict = "refuse"`). Never widened.
-//! - **Later moves.** A process pin (`PinProcess`) on a process of a managed container
+//! - **Later moves.** Actions on processes of a pod's container placer does not manage are
+//!   dropped (a preserved container is left alone entirely); processes outside any pod
+//!   stay the host engine's. A process pin (`PinProcess`) on a process of a managed container
 //!   becomes a container cpuset update (the pinned CPUs, intersected with the kubelet);
 //!   `RestoreProcess` puts the container's cpuset back; a thread pin stays a thread pin,
 //!   inside the container's cpuset. The cpuset a container has when placer first changes
@@ -465,19 +467,29 @@ pub fn translate(
     } = st;
     let mut t = Translation::default();
     for (i, pa) in actions.iter().enumerate() {
-        let managed_container = pa
+        let known = pa
             .action
             .proc()
             .and_then(|k| container_of(k.pid))
             .and_then(|id| cache.containers.get(&id))
-            .and_then(|c| {
-                let pod = cache.pod_of(c)?;
-                matches!(managed(scope, pod, c), Managed::Yes { .. }).then_some((pod, c))
-            });
-        let Some((pod, c)) = managed_container else {
+            .and_then(|c| Some((cache.pod_of(c)?, c)));
+        // Processes outside the runtime's pods are the host engine's as before.
+        let Some((pod, c)) = known else {
             t.host.push((i, pa.clone()));
             continue;
         };
+        // A pod's container placer does not manage (preserved, out of scope, no policy)
+        // is left alone entirely: no process or thread pin either.
+        if let Managed::No { why } = managed(scope, pod, c) {
+            t.dropped.push((
+                i,
+                format!(
+                    "{}/{} container {} is not placer's: {why}",
+                    pod.namespace, pod.name, c.name
+                ),
+            ));
+            continue;
+        }
         match &pa.action {
             Action::PinProcess { cpus, .. } => {
                 // The kubelet's request is the cpuset the container had before placer.
@@ -751,7 +763,18 @@ mod tests {
             pid,
             start_time_ticks: 1,
         };
-        let container_of = |pid: u32| (pid == 10).then(|| "c1".to_string());
+        let mut kept = pod(&[(k8s::POD_PRESERVE, "true")]);
+        kept.id = "sb2".into();
+        cache.upsert_pod(kept);
+        let mut c2 = ctr(None, None);
+        c2.id = "c2".into();
+        c2.pod_id = "sb2".into();
+        cache.upsert_container(c2);
+        let container_of = |pid: u32| match pid {
+            10 => Some("c1".to_string()),
+            20 => Some("c2".to_string()),
+            _ => None,
+        };
         let mut st = State::new(KubernetesScope::default(), facts());
         st.cache = cache;
         let actions = vec![
@@ -771,6 +794,11 @@ mod tests {
                 cpus: set("1"),
             }),
             planned(Action::RestoreIrq { irq: 5 }),
+            planned(Action::PinThread {
+                proc: key(20),
+                tid: 21,
+                cpus: set("1"),
+            }),
         ];
         let t = translate(&mut st, &actions, &container_of);
         assert_eq!(
@@ -788,6 +816,10 @@ mod tests {
         assert_eq!(t.host.len(), 3);
         assert!(matches!(&t.host[0].1.action, Action::PinThread { cpus, .. } if *cpus == set("3")));
         assert_eq!(t.host[1].0, 2);
+        // The preserved container's thread: not touched at all.
+        assert_eq!(t.dropped.len(), 1);
+        assert_eq!(t.dropped[0].0, 4);
+        assert!(t.dropped[0].1.contains("opts out"), "{:?}", t.dropped);
         assert_eq!(st.journal.restores()[0].cpus, "0-7");
         // A second move keeps the first original; restore puts it back and forgets it.
         let again = vec![planned(Action::PinProcess {

@@ -11,13 +11,19 @@
 //!   sampling, no file reads.
 //! - Every adjustment is a cpuset (`cpus` + `mems`); every `ContainerUpdate` names its
 //!   container (`container_id`).
+//! - The cpusets placer replaces after creation are journaled on disk too
+//!   (`Options::journal`, rewritten whole, atomically, whenever it changes: [`StateGuard`]),
+//!   so that a placer killed without its SIGTERM restore is undone by the next one: after
+//!   Synchronize, [`Plugin::connect`] puts each journaled container that still exists back
+//!   through the runtime, then forgets the file (restore, not re-adopt, as the host journal
+//!   does).
 //! - The private listening socket that hands connection 1 to the ttrpc server is unlinked as
 //!   soon as the bridge connected: nothing else can reach the plugin service.
 
 use crate::mux::{Mux, MuxError, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN};
 use crate::placement::{
-    self, decide_create, decide_update, Container, ContainerView, CpusetUpdate, Placement, Pod,
-    State,
+    self, decide_create, decide_update, Container, ContainerView, CpusetJournal, CpusetUpdate,
+    Placement, Pod, State,
 };
 use crate::proto::{api, api_ttrpc};
 use placer_core::cpuset::CpuSet;
@@ -63,6 +69,8 @@ pub struct Options {
     pub private_dir: PathBuf,
     /// How long to wait for registration, Configure and Synchronize.
     pub timeout: Duration,
+    /// The on-disk journal of container cpusets (None: memory only).
+    pub journal: Option<PathBuf>,
 }
 
 /// What the handlers share with the daemon.
@@ -74,6 +82,77 @@ struct Shared {
     /// Set when the runtime said Shutdown or the connection ended.
     gone: AtomicBool,
     runtime: Mutex<String>,
+    journal_path: Option<PathBuf>,
+}
+
+impl Shared {
+    fn state(&self) -> StateGuard<'_> {
+        let guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        StateGuard {
+            before: guard.journal.clone(),
+            guard,
+            path: self.journal_path.as_deref(),
+        }
+    }
+}
+
+/// The state under its lock; on release, the journal file follows the journal's changes.
+pub struct StateGuard<'a> {
+    guard: std::sync::MutexGuard<'a, State>,
+    before: CpusetJournal,
+    path: Option<&'a Path>,
+}
+
+impl std::ops::Deref for StateGuard<'_> {
+    type Target = State;
+    fn deref(&self) -> &State {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for StateGuard<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.guard
+    }
+}
+
+impl Drop for StateGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(path) = self.path.filter(|_| self.guard.journal != self.before) {
+            if let Err(e) = write_journal(path, &self.guard.journal) {
+                warn!("NRI: writing {}: {e}", path.display());
+            }
+        }
+    }
+}
+
+/// Replaces the journal file atomically (a crash leaves the old or the new one); an empty
+/// journal removes it.
+fn write_journal(path: &Path, j: &CpusetJournal) -> std::io::Result<()> {
+    if j.previous.is_empty() {
+        return match std::fs::remove_file(path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        };
+    }
+    let tmp = path.with_extension("tmp");
+    std::fs::write(
+        &tmp,
+        serde_json::to_vec_pretty(j).map_err(std::io::Error::other)?,
+    )?;
+    std::fs::rename(&tmp, path)
+}
+
+/// The journal a previous placer left, if any.
+fn read_journal(path: &Path) -> Option<CpusetJournal> {
+    let text = std::fs::read_to_string(path).ok()?;
+    match serde_json::from_str(&text) {
+        Ok(j) => Some(j),
+        Err(e) => {
+            warn!("NRI: ignoring unreadable {}: {e}", path.display());
+            None
+        }
+    }
 }
 
 /// A connected, registered plugin.
@@ -110,6 +189,7 @@ impl Plugin {
             synced_cv: Condvar::new(),
             gone: AtomicBool::new(false),
             runtime: Mutex::new(String::new()),
+            journal_path: opts.journal.clone(),
         });
         let service: Arc<dyn api_ttrpc::Plugin + Send + Sync> = Arc::new(Service {
             shared: Arc::clone(&shared),
@@ -151,6 +231,7 @@ impl Plugin {
             return Err(NriError::NotSynchronized(opts.timeout));
         }
         drop(synced);
+        plugin.restore_left_over();
         info!(
             "NRI: registered as {PLUGIN_NAME} (index {:02}) with {}",
             opts.index,
@@ -173,10 +254,43 @@ impl Plugin {
         self.shared.gone.load(Ordering::SeqCst) || self.mux.ended()
     }
 
-    /// Runs `f` on the state, under its lock.
+    /// Runs `f` on the state, under its lock (the journal file follows its changes).
     pub fn with_state<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
-        let mut st = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
-        f(&mut st)
+        f(&mut self.shared.state())
+    }
+
+    /// Puts back the container cpusets a previous placer journaled and could not restore
+    /// (killed); containers gone since are dropped from the journal file.
+    fn restore_left_over(&self) {
+        let Some(path) = self.shared.journal_path.as_deref() else {
+            return;
+        };
+        let Some(left) = read_journal(path) else {
+            return;
+        };
+        let present: Vec<CpusetUpdate> = self.with_state(|s| {
+            left.restores()
+                .into_iter()
+                .filter(|u| s.cache.containers.contains_key(&u.container_id))
+                .collect()
+        });
+        info!(
+            "NRI: a previous placer left {} container cpuset(s) changed; putting back the {} still there",
+            left.previous.len(),
+            present.len()
+        );
+        match self.update(&present) {
+            Ok(failed) => {
+                for id in failed {
+                    warn!("NRI: the runtime could not restore the cpuset of container {id}");
+                }
+            }
+            Err(e) => warn!("NRI: restoring the previous placer's cpusets: {e}"),
+        }
+        let current = self.with_state(|s| s.journal.clone());
+        if let Err(e) = write_journal(path, &current) {
+            warn!("NRI: writing {}: {e}", path.display());
+        }
     }
 
     pub fn explain(&self) -> Vec<ContainerView> {
@@ -318,8 +432,8 @@ struct Service {
 }
 
 impl Service {
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.shared.state.lock().unwrap_or_else(|p| p.into_inner())
+    fn state(&self) -> StateGuard<'_> {
+        self.shared.state()
     }
 }
 

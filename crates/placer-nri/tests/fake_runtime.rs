@@ -1,8 +1,9 @@
 //! The plugin against a runtime written here on the same wire (mux + ttrpc, the runtime's
-//! side of each connection): registration, Configure/Synchronize, CreateContainer, and the
+//! side of each connection): registration, Configure/Synchronize, CreateContainer, the
 //! unsolicited UpdateContainers of a later move and of the restore on stop, each naming its
-//! container and carrying only a cpuset. Every wait is bounded; the temp dir is removed
-//! even when the test fails.
+//! container and carrying only a cpuset; and a placer killed after a move is undone by the
+//! next one from the journal file. Every wait is bounded; the temp dir is removed even when
+//! the test fails.
 
 use placer_core::config::KubernetesScope;
 use placer_core::cpuset::CpuSet;
@@ -15,10 +16,12 @@ use placer_nri::plugin::{Options, Plugin};
 use placer_nri::proto::{api, api_ttrpc};
 use std::os::fd::IntoRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+const LIMIT: Duration = Duration::from_secs(10);
 
 struct TempDir(PathBuf);
 impl Drop for TempDir {
@@ -28,12 +31,12 @@ impl Drop for TempDir {
 }
 
 /// The runtime's service: records registrations and updates.
-struct Runtime {
+struct RuntimeService {
     registered: Mutex<Option<mpsc::Sender<(String, String)>>>,
     updates: Mutex<mpsc::Sender<Vec<api::ContainerUpdate>>>,
 }
 
-impl api_ttrpc::Runtime for Runtime {
+impl api_ttrpc::Runtime for RuntimeService {
     fn register_plugin(
         &self,
         _: &ttrpc::TtrpcContext,
@@ -54,6 +57,96 @@ impl api_ttrpc::Runtime for Runtime {
     }
 }
 
+/// A runtime with placer connected to it.
+struct Session {
+    _mux: Mux,
+    _server: ttrpc::Server,
+    client: api_ttrpc::PluginClient,
+    updates: mpsc::Receiver<Vec<api::ContainerUpdate>>,
+    plugin: Plugin,
+}
+
+fn ctx() -> ttrpc::context::Context {
+    ttrpc::context::with_duration(Duration::from_secs(5))
+}
+
+/// Starts a runtime on `dir/name.sock`, connects placer (journal file `journal`), and
+/// synchronizes it with `pods` and `containers`.
+fn session(
+    dir: &Path,
+    name: &str,
+    journal: &Path,
+    pods: Vec<api::PodSandbox>,
+    containers: Vec<api::Container>,
+) -> Session {
+    let sock = dir.join(format!("{name}.sock"));
+    let listener = UnixListener::bind(&sock).unwrap();
+    let (reg_tx, reg_rx) = mpsc::channel();
+    let (upd_tx, upd_rx) = mpsc::channel();
+    let bridge_dir = dir.join(format!("{name}-runtime"));
+    // The runtime: accept the plugin, serve the runtime service on connection 2, call the
+    // plugin service on connection 1.
+    let runtime = std::thread::spawn(move || {
+        let (trunk, _) = listener.accept().unwrap();
+        let (rl, served) = bridged_listener(&bridge_dir).unwrap();
+        let (calls, client_end) = UnixStream::pair().unwrap();
+        let mux = Mux::start(
+            trunk,
+            vec![(RUNTIME_SERVICE_CONN, served), (PLUGIN_SERVICE_CONN, calls)],
+        )
+        .unwrap();
+        let svc: Arc<dyn api_ttrpc::Runtime + Send + Sync> = Arc::new(RuntimeService {
+            registered: Mutex::new(Some(reg_tx)),
+            updates: Mutex::new(upd_tx),
+        });
+        let mut server = ttrpc::Server::new()
+            .add_listener(rl.into_raw_fd())
+            .unwrap()
+            .register_service(api_ttrpc::create_runtime(svc));
+        server.start().unwrap();
+        let client =
+            api_ttrpc::PluginClient::new(ttrpc::Client::new(client_end.into_raw_fd()).unwrap());
+        (mux, server, client)
+    });
+    let opts = Options {
+        socket: sock,
+        index: 7,
+        private_dir: dir.join(format!("{name}-plugin")),
+        timeout: LIMIT,
+        journal: Some(journal.to_path_buf()),
+    };
+    let connect = std::thread::spawn(move || {
+        let facts = Facts {
+            alloc_order: vec![0, 1, 2, 3],
+            node_of_cpu: (0..4).map(|c| (c, 0)).collect(),
+            net_cpus: CpuSet::new(),
+            kubelet: CpuManager::None,
+        };
+        Plugin::connect(&opts, State::new(KubernetesScope::default(), facts))
+    });
+    let (name, idx) = reg_rx.recv_timeout(LIMIT).expect("registration");
+    assert_eq!((name.as_str(), idx.as_str()), ("placer", "07"));
+    let (mux, server, client) = runtime.join().unwrap();
+    let cfg = client
+        .configure(ctx(), &api::ConfigureRequest::new())
+        .expect("Configure");
+    assert_ne!(cfg.events, 0);
+    let sync = api::SynchronizeRequest {
+        pods,
+        containers,
+        ..Default::default()
+    };
+    client.synchronize(ctx(), &sync).expect("Synchronize");
+    let plugin = connect.join().unwrap().expect("plugin connected");
+    Session {
+        _mux: mux,
+        _server: server,
+        client,
+        updates: upd_rx,
+        plugin,
+    }
+}
+
 fn pod() -> api::PodSandbox {
     let mut p = api::PodSandbox::new();
     p.id = "sb1".into();
@@ -65,13 +158,13 @@ fn pod() -> api::PodSandbox {
     p
 }
 
-fn container() -> api::Container {
+fn container(cpus: &str) -> api::Container {
     let mut c = api::Container::new();
     c.id = "c1".into();
     c.pod_sandbox_id = "sb1".into();
     c.name = "app".into();
     let mut cpu = api::LinuxCPU::new();
-    cpu.cpus = "0-3".into();
+    cpu.cpus = cpus.into();
     cpu.mems = "0".into();
     let mut r = api::LinuxResources::new();
     r.cpu = Some(cpu).into();
@@ -91,86 +184,8 @@ fn cpus_of(u: &api::ContainerUpdate) -> (String, String) {
     (cpu.cpus.clone(), cpu.mems.clone())
 }
 
-#[test]
-fn register_create_move_and_restore_through_a_runtime() {
-    let dir = TempDir(std::env::temp_dir().join(format!("placer-nri-fake-{}", std::process::id())));
-    std::fs::create_dir_all(&dir.0).unwrap();
-    let sock = dir.0.join("nri.sock");
-    let listener = UnixListener::bind(&sock).unwrap();
-    let (reg_tx, reg_rx) = mpsc::channel();
-    let (upd_tx, upd_rx) = mpsc::channel();
-    let (client_tx, client_rx) = mpsc::channel();
-    let bridge_dir = dir.0.join("runtime");
-    // The runtime: accept the plugin, serve the runtime service on connection 2, call the
-    // plugin service on connection 1.
-    let runtime = std::thread::spawn(move || {
-        let (trunk, _) = listener.accept().unwrap();
-        let (rl, served) = bridged_listener(&bridge_dir).unwrap();
-        let (calls, client_end) = UnixStream::pair().unwrap();
-        let mux = Mux::start(
-            trunk,
-            vec![(RUNTIME_SERVICE_CONN, served), (PLUGIN_SERVICE_CONN, calls)],
-        )
-        .unwrap();
-        let svc: Arc<dyn api_ttrpc::Runtime + Send + Sync> = Arc::new(Runtime {
-            registered: Mutex::new(Some(reg_tx)),
-            updates: Mutex::new(upd_tx),
-        });
-        let mut server = ttrpc::Server::new()
-            .add_listener(rl.into_raw_fd())
-            .unwrap()
-            .register_service(api_ttrpc::create_runtime(svc));
-        server.start().unwrap();
-        let client =
-            api_ttrpc::PluginClient::new(ttrpc::Client::new(client_end.into_raw_fd()).unwrap());
-        client_tx.send(()).unwrap();
-        (mux, server, client)
-    });
-    let plugin_dir = dir.0.join("plugin");
-    let connect = std::thread::spawn(move || {
-        let facts = Facts {
-            alloc_order: vec![0, 1, 2, 3],
-            node_of_cpu: (0..4).map(|c| (c, 0)).collect(),
-            net_cpus: CpuSet::new(),
-            kubelet: CpuManager::None,
-        };
-        Plugin::connect(
-            &Options {
-                socket: sock,
-                index: 7,
-                private_dir: plugin_dir,
-                timeout: Duration::from_secs(10),
-            },
-            State::new(KubernetesScope::default(), facts),
-        )
-    });
-    let limit = Duration::from_secs(10);
-    client_rx.recv_timeout(limit).expect("runtime up");
-    let (name, idx) = reg_rx.recv_timeout(limit).expect("registration");
-    assert_eq!((name.as_str(), idx.as_str()), ("placer", "07"));
-    let (_mux, _server, client) = runtime.join().unwrap();
-    let ctx = || ttrpc::context::with_duration(Duration::from_secs(5));
-    let cfg = client
-        .configure(ctx(), &api::ConfigureRequest::new())
-        .expect("Configure");
-    assert_ne!(cfg.events, 0);
-    client
-        .synchronize(ctx(), &api::SynchronizeRequest::new())
-        .expect("Synchronize");
-    let plugin = connect.join().unwrap().expect("plugin connected");
-
-    // Creation: a cpuset (the first CPU of the order), nothing else.
-    let mut req = api::CreateContainerRequest::new();
-    req.pod = Some(pod()).into();
-    req.container = Some(container()).into();
-    let rsp = client
-        .create_container(ctx(), &req)
-        .expect("CreateContainer");
-    let cpu = rsp.adjust.linux.resources.cpu.as_ref().expect("cpuset");
-    assert_eq!((cpu.cpus.as_str(), cpu.mems.as_str()), ("0", "0"));
-    assert!(cpu.shares.is_none() && cpu.quota.is_none());
-
-    // A later move of its process: an unsolicited update, journaled.
+/// Moves container c1's process (pid 10) to CPUs 2-3 and checks the runtime got it.
+fn move_c1(s: &Session) {
     let pin = PlannedAction {
         action: Action::PinProcess {
             proc: ProcKey {
@@ -183,23 +198,62 @@ fn register_create_move_and_restore_through_a_runtime() {
         policy: "smt-energy".into(),
         reason: "test".into(),
     };
-    let t = plugin.with_state(|st| translate(st, &[pin], &|pid| (pid == 10).then(|| "c1".into())));
+    let t = s
+        .plugin
+        .with_state(|st| translate(st, &[pin], &|pid| (pid == 10).then(|| "c1".into())));
     let updates: Vec<_> = t.updates.into_iter().map(|(_, u)| u).collect();
     assert_eq!(
-        plugin.update(&updates).expect("UpdateContainers"),
+        s.plugin.update(&updates).expect("UpdateContainers"),
         Vec::<String>::new()
     );
-    let got = upd_rx.recv_timeout(limit).expect("update received");
+    let got = s.updates.recv_timeout(LIMIT).expect("update received");
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].container_id, "c1");
     assert_eq!(cpus_of(&got[0]), ("2-3".into(), "0".into()));
+}
+
+#[test]
+fn register_create_move_and_restore_through_a_runtime() {
+    let dir = TempDir(std::env::temp_dir().join(format!("placer-nri-fake-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let journal = dir.0.join("nri-journal.json");
+    let s = session(&dir.0, "a", &journal, vec![], vec![]);
+
+    // Creation: a cpuset (the first CPU of the order), nothing else.
+    let mut req = api::CreateContainerRequest::new();
+    req.pod = Some(pod()).into();
+    req.container = Some(container("0-3")).into();
+    let rsp = s
+        .client
+        .create_container(ctx(), &req)
+        .expect("CreateContainer");
+    let cpu = rsp.adjust.linux.resources.cpu.as_ref().expect("cpuset");
+    assert_eq!((cpu.cpus.as_str(), cpu.mems.as_str()), ("0", "0"));
+    assert!(cpu.shares.is_none() && cpu.quota.is_none());
+
+    // A later move of its process: an unsolicited update, journaled on disk.
+    move_c1(&s);
+    assert!(journal.exists(), "the journal file follows the move");
 
     // Stop: the cpuset the container had before the move (placer's from creation) comes
-    // back.
-    assert_eq!(plugin.restore_all().expect("restore"), 1);
-    let got = upd_rx.recv_timeout(limit).expect("restore received");
+    // back, and the journal is empty again.
+    assert_eq!(s.plugin.restore_all().expect("restore"), 1);
+    let got = s.updates.recv_timeout(LIMIT).expect("restore received");
     assert_eq!(got[0].container_id, "c1");
     assert_eq!(cpus_of(&got[0]), ("0".into(), "0".into()));
-    assert!(plugin.with_state(|st| st.journal.restores().is_empty()));
-    assert!(!plugin.is_gone());
+    assert!(s.plugin.with_state(|st| st.journal.restores().is_empty()));
+    assert!(!journal.exists());
+    assert!(!s.plugin.is_gone());
+
+    // Killed after a move (no restore): the next placer, synchronized with the container
+    // still running, puts its cpuset back from the journal file.
+    let s2 = session(&dir.0, "b", &journal, vec![pod()], vec![container("0-3")]);
+    move_c1(&s2);
+    drop(s2);
+    assert!(journal.exists());
+    let s3 = session(&dir.0, "c", &journal, vec![pod()], vec![container("2-3")]);
+    let got = s3.updates.recv_timeout(LIMIT).expect("left-over restore");
+    assert_eq!(got[0].container_id, "c1");
+    assert_eq!(cpus_of(&got[0]), ("0-3".into(), "0".into()));
+    assert!(!journal.exists(), "restored: the journal is forgotten");
 }

@@ -86,6 +86,10 @@ fn kubelet_state(root: &std::path::Path) -> Result<placer_core::k8s::CpuManager>
     }
 }
 
+/// The journal of container cpusets placer changed after creation (`--nri`), in the state
+/// dir beside the host's journal.
+pub const NRI_JOURNAL_FILE: &str = "nri-journal.json";
+
 /// Registers with the runtime (`--nri`).
 fn nri_connect(
     args: &Args,
@@ -108,6 +112,7 @@ fn nri_connect(
         index: args.nri_index,
         private_dir: state_dir.to_path_buf(),
         timeout: Duration::from_secs(10),
+        journal: Some(state_dir.join(NRI_JOURNAL_FILE)),
     };
     placer_nri::plugin::Plugin::connect(&opts, State::new(cfg.kubernetes.clone(), facts))
         .context("--nri")

@@ -603,6 +603,31 @@ mod tests {
     }
 
     #[test]
+    fn facts_from_a_topology_order_nodes_and_receive_cpus() {
+        let mut topo = placer_core::machines::machine("pkg:2 node:1 core:2 pu:2").unwrap();
+        topo.nics.push(placer_core::machines::nic(
+            "eth0",
+            Some(0),
+            10_000,
+            40,
+            1,
+            |_| CpuSet::single(0),
+        ));
+        let f = Facts::new(&topo, &Config::default(), CpuManager::None);
+        let all = topo.allowed();
+        // The order covers every allowed CPU once.
+        let order: CpuSet = f.alloc_order.iter().copied().collect();
+        assert_eq!((order, f.alloc_order.len()), (all.clone(), all.len()));
+        // CPU 0 receives; its cache neighbours come with it, all on its node.
+        assert!(f.net_cpus.contains(0));
+        assert_eq!(
+            f.net_cpus,
+            topo.cache_neighbours(0).union(&CpuSet::single(0))
+        );
+        assert_eq!(f.mems_of(&f.net_cpus), topo.node_of(0).unwrap().to_string());
+    }
+
+    #[test]
     fn cpus_wanted_from_quota_then_shares_at_least_one() {
         assert_eq!(ctr(Some(250_000), Some(4096)).cpus_wanted(), 3);
         assert_eq!(ctr(None, Some(2048)).cpus_wanted(), 2);
@@ -869,7 +894,9 @@ mod tests {
             ));
         }
         let all = t0.elapsed();
-        // 500 decisions in well under 1% of one request's 2 s budget, even unoptimised.
-        assert!(all < std::time::Duration::from_millis(20), "{all:?}");
+        println!("500 decisions with 500 containers cached: {all:?}");
+        // All 500 decisions together in under 5% of ONE request's 2 s budget, even in a
+        // debug build on a loaded machine (one takes microseconds).
+        assert!(all < std::time::Duration::from_millis(100), "{all:?}");
     }
 }

@@ -278,3 +278,54 @@ fn render(e: &Explanation) -> String {
     }
     o
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use placer_nri::placement::{ContainerView, Managed};
+
+    fn explanation(container: Option<ContainerView>) -> Explanation {
+        Explanation {
+            pid: 42,
+            comm: "app".into(),
+            start_time_ticks: 1,
+            allowed_cpus_now: "0-3".into(),
+            source: "daemon",
+            journal: None,
+            decision: None,
+            disabled_policies: Vec::new(),
+            sockets_visible: true,
+            numa_pages: Default::default(),
+            memory_journal: None,
+            container,
+        }
+    }
+
+    #[test]
+    fn names_the_pod_and_container_of_a_process() {
+        let view = |managed| ContainerView {
+            namespace: "web".into(),
+            pod: "front-0".into(),
+            container: "app".into(),
+            container_id: "c0ffee".into(),
+            managed,
+            cpus: Some("0-1".into()),
+        };
+        let text = render(&explanation(Some(view(Managed::Yes {
+            policy: "smt-energy".into(),
+            from: "policy.placer.io/pod".into(),
+        }))));
+        assert!(
+            text.contains("Kubernetes: pod web/front-0 container app (c0ffee): managed by smt-energy (policy.placer.io/pod); placer set its cpuset to 0-1"),
+            "{text}"
+        );
+        let text = render(&explanation(Some(view(Managed::No {
+            why: "preserve.placer.io/pod opts out".into(),
+        }))));
+        assert!(
+            text.contains("left alone: preserve.placer.io/pod opts out"),
+            "{text}"
+        );
+        assert!(!render(&explanation(None)).contains("Kubernetes"));
+    }
+}

@@ -364,6 +364,7 @@ pub fn run(args: Args) -> Result<()> {
         ..Default::default()
     };
     let mut last_error = None;
+    let mut kubelet_error: Option<String> = None;
     let mut exit_err = None;
     let mut recorder = match &args.record {
         Some(path) => {
@@ -388,8 +389,18 @@ pub fn run(args: Args) -> Result<()> {
             // The kubelet's pins change as pods come and go: read them here, off the
             // runtime's request path.
             match kubelet_state(&args.state.root) {
-                Ok(k) => p.with_state(|s| s.facts.kubelet = k),
-                Err(e) => warn!("{e:#}; keeping the last state read"),
+                Ok(k) => {
+                    p.with_state(|s| s.facts.kubelet = k);
+                    kubelet_error = None;
+                }
+                Err(e) => {
+                    // Said once per distinct error, not every cycle.
+                    let e = format!("{e:#}");
+                    if kubelet_error.as_ref() != Some(&e) {
+                        warn!("{e}; keeping the last state read");
+                        kubelet_error = Some(e);
+                    }
+                }
             }
         }
         let mut nri_host;

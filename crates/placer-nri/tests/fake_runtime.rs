@@ -257,3 +257,106 @@ fn register_create_move_and_restore_through_a_runtime() {
     assert_eq!(cpus_of(&got[0]), ("0-3".into(), "0".into()));
     assert!(!journal.exists(), "restored: the journal is forgotten");
 }
+
+/// The host behind NriHost: records the plans it is asked to apply.
+#[derive(Default)]
+struct RecordingHost {
+    applied: Vec<PlannedAction>,
+}
+
+impl placer_core::host::Host for RecordingHost {
+    fn topology(
+        &mut self,
+    ) -> Result<placer_core::topology::Topology, placer_core::host::HostError> {
+        Err(placer_core::host::HostError::new("test", "no topology"))
+    }
+    fn sources(&mut self) -> placer_core::sample::SourceStatus {
+        Default::default()
+    }
+    fn sample(
+        &mut self,
+        _: placer_core::sample::SampleRequest,
+    ) -> Result<placer_core::sample::Sample, placer_core::host::HostError> {
+        Err(placer_core::host::HostError::new("test", "no samples"))
+    }
+    fn apply(
+        &mut self,
+        plan: &placer_core::Plan,
+        _dry_run: bool,
+    ) -> Vec<placer_core::plan::ActionReport> {
+        self.applied.extend(plan.actions.iter().cloned());
+        plan.actions
+            .iter()
+            .map(|a| placer_core::plan::ActionReport {
+                planned: a.clone(),
+                outcome: placer_core::plan::Outcome::Done,
+            })
+            .collect()
+    }
+}
+
+#[test]
+fn nri_host_sends_container_moves_to_the_runtime_and_the_rest_to_the_host() {
+    use placer_core::host::Host;
+    let dir = TempDir(std::env::temp_dir().join(format!("placer-nri-host-{}", std::process::id())));
+    std::fs::create_dir_all(dir.0.join("proc/10")).unwrap();
+    std::fs::write(
+        dir.0.join("proc/10/cgroup"),
+        "0::/kubepods/burstable/poduid-1/c1\n",
+    )
+    .unwrap();
+    let journal = dir.0.join("nri-journal.json");
+    let s = session(&dir.0, "h", &journal, vec![pod()], vec![container("0-3")]);
+    let planned = |action| PlannedAction {
+        action,
+        policy: "smt-energy".into(),
+        reason: "test".into(),
+    };
+    let plan = placer_core::Plan {
+        actions: vec![
+            planned(Action::RestoreIrq { irq: 5 }),
+            planned(Action::PinProcess {
+                proc: ProcKey {
+                    pid: 10,
+                    start_time_ticks: 1,
+                },
+                comm: "app".into(),
+                cpus: CpuSet::parse_list("1-2").unwrap(),
+            }),
+        ],
+        notes: Vec::new(),
+    };
+    let mut inner = RecordingHost::default();
+    let mut h = placer_nri::host::NriHost {
+        inner: &mut inner,
+        plugin: &s.plugin,
+        root: &dir.0,
+    };
+    // A dry run sends nothing and journals nothing.
+    let reports = h.apply(&plan, true);
+    assert!(matches!(
+        reports[1].outcome,
+        placer_core::plan::Outcome::Skipped(_)
+    ));
+    assert!(s.updates.recv_timeout(Duration::from_millis(200)).is_err());
+    assert!(!journal.exists());
+    let reports = h.apply(&plan, false);
+    // Reports in the plan's order: the IRQ by the host, the pin through the runtime.
+    assert_eq!(reports.len(), 2);
+    assert_eq!(reports[0].planned.action, Action::RestoreIrq { irq: 5 });
+    assert_eq!(reports[1].outcome, placer_core::plan::Outcome::Done);
+    assert!(
+        reports[1].planned.reason.contains("container c1"),
+        "{:?}",
+        reports[1]
+    );
+    let got = s.updates.recv_timeout(LIMIT).expect("update");
+    assert_eq!(got[0].container_id, "c1");
+    assert_eq!(cpus_of(&got[0]), ("1-2".into(), "0".into()));
+    // The host saw the IRQ action only (twice: dry run, then real).
+    assert!(inner
+        .applied
+        .iter()
+        .all(|a| a.action == Action::RestoreIrq { irq: 5 }));
+    assert!(journal.exists());
+}

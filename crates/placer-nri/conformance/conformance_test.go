@@ -100,6 +100,8 @@ func TestPlacerConformance(t *testing.T) {
 		updates <- u
 		return nil, nil
 	}
+	// External connections stay enabled (no WithDisabledExternalConnections): placer is an
+	// external plugin that dials the socket, as on a node.
 	nri, err := adaptation.New("conformance", "v0.8.0", syncFn, updateFn,
 		adaptation.WithSocketPath(sock),
 		adaptation.WithPluginPath(filepath.Join(dir, "plugins")),

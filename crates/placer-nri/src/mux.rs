@@ -307,6 +307,21 @@ mod tests {
     }
 
     #[test]
+    fn a_closed_local_end_does_not_end_the_other_connection() {
+        let (trunk_plugin, mut trunk_runtime) = UnixStream::pair().unwrap();
+        let (l1, mut u1) = UnixStream::pair().unwrap();
+        let (l2, u2) = UnixStream::pair().unwrap();
+        let mux = Mux::start(trunk_plugin, vec![(1, l1), (2, l2)]).unwrap();
+        drop(u2);
+        let mut wire = Vec::new();
+        encode(2, b"lost", &mut wire);
+        encode(1, b"kept", &mut wire);
+        trunk_runtime.write_all(&wire).unwrap();
+        assert_eq!(read_exact_timeout(&mut u1, 4), b"kept");
+        assert!(!mux.ended());
+    }
+
+    #[test]
     fn an_oversized_frame_ends_the_mux() {
         let (trunk_plugin, mut trunk_runtime) = UnixStream::pair().unwrap();
         let (l1, mut u1) = UnixStream::pair().unwrap();

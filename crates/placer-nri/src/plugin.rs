@@ -523,12 +523,23 @@ impl api_ttrpc::Plugin for Service {
                 rsp.adjust = Some(adjust).into();
                 st.placed.insert(ctr.id.clone(), cpus);
             }
-            Placement::Leave { why } => tracing::debug!(
-                "NRI: {}/{} container {}: left alone: {why}",
-                pod.namespace,
-                pod.name,
-                ctr.name
-            ),
+            Placement::Leave { why } => {
+                // An operator who annotated the pod wants to know why nothing happened.
+                let asked = pod
+                    .annotations
+                    .keys()
+                    .chain(ctr.annotations.keys())
+                    .any(|k| k.starts_with("policy.placer.io/"));
+                let line = format!(
+                    "NRI: {}/{} container {}: left alone: {why}",
+                    pod.namespace, pod.name, ctr.name
+                );
+                if asked {
+                    info!("{line}");
+                } else {
+                    tracing::debug!("{line}");
+                }
+            }
             Placement::Refuse { why } => {
                 warn!(
                     "NRI: {}/{} container {}: refused: {why}",

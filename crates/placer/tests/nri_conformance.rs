@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 fn go() -> Option<PathBuf> {
     if let Some(g) = std::env::var_os("GO") {
-        return Some(PathBuf::from(g));
+        return Some(PathBuf::from(g)).filter(|p| p.exists());
     }
     let std_path = Path::new("/usr/local/go/bin/go");
     if std_path.exists() {

@@ -34,6 +34,9 @@ pub struct Config {
     pub kernel_events: bool,
     /// Verdicts on moves: does a pin pay? (crate::verdict)
     pub verify: Verify,
+    /// Which pods' containers the NRI plugin manages (`placer daemon --nri`).
+    #[serde(default)]
+    pub kubernetes: KubernetesScope,
 }
 
 /// How moves are judged (`[verify]`): defaults for every policy, and per-policy overrides
@@ -165,6 +168,7 @@ impl Default for Config {
             topology_refresh_ms: default_topology_refresh_ms(),
             kernel_events: default_kernel_events(),
             verify: Verify::default(),
+            kubernetes: KubernetesScope::default(),
         }
     }
 }
@@ -187,7 +191,7 @@ impl Default for Metrics {
     }
 }
 
-pub use crate::scope::{comm_matches, AppMatch, Scope};
+pub use crate::scope::{comm_matches, AppMatch, KubernetesScope, OnConflict, Scope};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -408,6 +412,21 @@ impl Config {
         }
         if self.state_dir.is_empty() {
             return invalid("state_dir", "must not be empty".into());
+        }
+        for q in &self.kubernetes.qos_classes {
+            if !crate::scope::QOS_CLASS_NAMES.contains(&q.as_str()) {
+                return invalid(
+                    "kubernetes.qos_classes",
+                    format!("unknown QoS class {q:?} (guaranteed, burstable, best_effort)"),
+                );
+            }
+        }
+        let dp = self.kubernetes.default_policy.as_str();
+        if !dp.is_empty() && !POLICY_NAMES.contains(&dp) {
+            return invalid(
+                "kubernetes.default_policy",
+                format!("unknown policy {dp:?} (known: {})", POLICY_NAMES.join(", ")),
+            );
         }
         if !std::path::Path::new(&self.state_dir).is_absolute() {
             return invalid(

@@ -65,6 +65,85 @@ impl Scope {
     }
 }
 
+/// Which pods' containers placer manages as a Kubernetes node agent (`[kubernetes]`, the NRI
+/// plugin of `placer daemon --nri`). Rules: a container outside these selectors is never
+/// managed, whatever its annotations ask; inside them, its `policy.placer.io/...`
+/// annotation picks the policy, else `default_policy` (none when empty); a
+/// `preserve.placer.io/...` opt-out always wins. Plain strings here (QoS classes by name) so
+/// that this module imports nothing of `k8s`, which imports the config.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KubernetesScope {
+    /// Namespaces to include. Empty = all.
+    pub namespaces: Vec<String>,
+    /// Namespaces never to touch.
+    pub exclude_namespaces: Vec<String>,
+    /// Pod labels that must all be present with these values. Empty = all pods.
+    pub pod_labels: std::collections::BTreeMap<String, String>,
+    /// QoS classes to include (`guaranteed`, `burstable`, `best_effort`). Empty = all.
+    pub qos_classes: Vec<String>,
+    /// Policy for containers in scope without a `policy.placer.io` annotation; empty = leave
+    /// them alone.
+    pub default_policy: String,
+    /// When placer's CPUs do not meet what the kubelet allows: `leave` the container as the
+    /// kubelet set it (logged), or `refuse` its creation with the reason.
+    pub on_conflict: OnConflict,
+    /// Label metrics with pod and container names (off by default: bounded cardinality).
+    pub metrics_labels: bool,
+}
+
+/// What to do when placer's choice and the kubelet's CPUs do not meet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum OnConflict {
+    #[default]
+    Leave,
+    Refuse,
+}
+
+/// The QoS class names `[kubernetes] qos_classes` accepts.
+pub const QOS_CLASS_NAMES: [&str; 3] = ["guaranteed", "burstable", "best_effort"];
+
+impl Default for KubernetesScope {
+    fn default() -> Self {
+        KubernetesScope {
+            namespaces: Vec::new(),
+            exclude_namespaces: vec!["kube-system".into()],
+            pod_labels: Default::default(),
+            qos_classes: Vec::new(),
+            default_policy: String::new(),
+            on_conflict: OnConflict::Leave,
+            metrics_labels: false,
+        }
+    }
+}
+
+impl KubernetesScope {
+    /// Whether a pod (namespace, labels, QoS class name) is inside the selectors.
+    pub fn admits_pod(
+        &self,
+        namespace: &str,
+        labels: &std::collections::BTreeMap<String, String>,
+        qos: Option<&str>,
+    ) -> bool {
+        if self.exclude_namespaces.iter().any(|n| n == namespace) {
+            return false;
+        }
+        if !self.namespaces.is_empty() && !self.namespaces.iter().any(|n| n == namespace) {
+            return false;
+        }
+        if !self
+            .pod_labels
+            .iter()
+            .all(|(k, v)| labels.get(k) == Some(v))
+        {
+            return false;
+        }
+        // A pod whose class is unknown is in scope only when no class filter is set.
+        self.qos_classes.is_empty() || qos.is_some_and(|q| self.qos_classes.iter().any(|c| c == q))
+    }
+}
+
 /// How an app is recognised in QoS and SMT-energy rules.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
@@ -86,5 +165,31 @@ impl AppMatch {
                 .as_deref()
                 .is_none_or(|c| p.cgroup.starts_with(c))
             && self.user.is_none_or(|u| p.uid == Some(u))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn kubernetes_scope_selects_by_namespace_labels_and_qos() {
+        let none = BTreeMap::new();
+        let d = KubernetesScope::default();
+        assert!(d.admits_pod("default", &none, None));
+        assert!(!d.admits_pod("kube-system", &none, Some("burstable")));
+        let s = KubernetesScope {
+            namespaces: vec!["web".into()],
+            pod_labels: [("tier".to_string(), "front".to_string())].into(),
+            qos_classes: vec!["burstable".into()],
+            ..Default::default()
+        };
+        let front: BTreeMap<String, String> = [("tier".to_string(), "front".to_string())].into();
+        assert!(s.admits_pod("web", &front, Some("burstable")));
+        assert!(!s.admits_pod("db", &front, Some("burstable")));
+        assert!(!s.admits_pod("web", &none, Some("burstable")));
+        assert!(!s.admits_pod("web", &front, Some("guaranteed")));
+        assert!(!s.admits_pod("web", &front, None));
     }
 }

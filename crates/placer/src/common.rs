@@ -64,7 +64,8 @@ pub fn init_logging(filter: Option<&str>, format: LogFormat) {
     let filter = filter
         .map(str::to_string)
         .or_else(|| std::env::var("PLACER_LOG").ok())
-        .unwrap_or_else(|| "info".into());
+        // The ttrpc crate (NRI) logs every connection step at info.
+        .unwrap_or_else(|| "info,ttrpc=warn".into());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
         .with_writer(std::io::stderr);

@@ -9,6 +9,14 @@
 //! metrics and `decisions.json` (for `placer explain`). SIGTERM/SIGINT: restore every
 //! journaled knob, then exit.
 //!
+//! `--nri`: also a Kubernetes node agent, an NRI plugin of the container runtime
+//! (`placer_nri`, docs/kubernetes.md): containers get their cpuset at creation from the
+//! plugin, and the engine's moves of their processes become container cpuset updates sent
+//! through the runtime. No NRI socket: the daemon says so and exits non-zero (a DaemonSet
+//! restarts it until the runtime has NRI enabled). The runtime going away ends the daemon
+//! the same way, after restoring. SIGTERM puts back, through the runtime, every container
+//! cpuset placer changed after creation, then the host's knobs.
+//!
 //! `--once`: one plan (two samples one interval apart), applied and left journaled (undo
 //! with `placer restore`); `--dry-run`: prints the plans and changes nothing (no journal,
 //! no state files).
@@ -52,6 +60,62 @@ pub struct Args {
     /// same engine).
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
+    /// Run as an NRI plugin of the container runtime too (Kubernetes node agent).
+    #[arg(long, conflicts_with_all = ["once", "dry_run"])]
+    pub nri: bool,
+    /// The runtime's NRI socket.
+    #[arg(long, value_name = "PATH", default_value = placer_nri::plugin::DEFAULT_SOCKET, requires = "nri")]
+    pub nri_socket: PathBuf,
+    /// The plugin's index: plugins are called in ascending order (00-99).
+    #[arg(long, value_name = "N", default_value_t = placer_nri::plugin::DEFAULT_INDEX,
+          value_parser = clap::value_parser!(u32).range(0..=99), requires = "nri")]
+    pub nri_index: u32,
+}
+
+/// The kubelet's CPU manager state under `root` (`none` when the file is absent: no static
+/// policy); read every cycle, since its pins change as pods come and go.
+fn kubelet_state(root: &std::path::Path) -> Result<placer_core::k8s::CpuManager> {
+    let path = root.join("var/lib/kubelet/cpu_manager_state");
+    match std::fs::read_to_string(&path) {
+        Ok(text) => placer_core::k8s::parse_cpu_manager_state(&text)
+            .with_context(|| format!("reading {}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Ok(placer_core::k8s::CpuManager::None)
+        }
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
+/// The journal of container cpusets placer changed after creation (`--nri`), in the state
+/// dir beside the host's journal.
+pub const NRI_JOURNAL_FILE: &str = "nri-journal.json";
+
+/// Registers with the runtime (`--nri`).
+fn nri_connect(
+    args: &Args,
+    cfg: &Config,
+    host: &mut LinuxHost,
+    state_dir: &std::path::Path,
+) -> Result<placer_nri::plugin::Plugin> {
+    use placer_nri::placement::{Facts, State};
+    if !args.nri_socket.exists() {
+        anyhow::bail!(
+            "--nri: no NRI socket at {} (enable NRI in containerd 1.7+ or CRI-O 1.26+, or pass --nri-socket; docs/kubernetes.md)",
+            args.nri_socket.display()
+        );
+    }
+    let topo = placer_core::host::Host::topology(host).context("--nri: reading the topology")?;
+    let kubelet = kubelet_state(&args.state.root)?;
+    let facts = Facts::new(&topo, cfg, kubelet);
+    let opts = placer_nri::plugin::Options {
+        socket: args.nri_socket.clone(),
+        index: args.nri_index,
+        private_dir: state_dir.to_path_buf(),
+        timeout: Duration::from_secs(10),
+        journal: Some(state_dir.join(NRI_JOURNAL_FILE)),
+    };
+    placer_nri::plugin::Plugin::connect(&opts, State::new(cfg.kubernetes.clone(), facts))
+        .context("--nri")
 }
 
 /// The effective config: file or default, with the command-line overrides, validated.
@@ -257,6 +321,11 @@ pub fn run(args: Args) -> Result<()> {
             log_restores("start", &res);
         }
     }
+    let nri = if args.nri {
+        Some(nri_connect(&args, &cfg, &mut host, &state_dir)?)
+    } else {
+        None
+    };
     let mut engine = Engine::from_config(cfg.clone(), std::process::id());
     let names: Vec<(&str, bool)> = engine.policies().iter().map(|p| (p.0, true)).collect();
     signals::install().context("installing signal handlers")?;
@@ -295,6 +364,7 @@ pub fn run(args: Args) -> Result<()> {
         ..Default::default()
     };
     let mut last_error = None;
+    let mut kubelet_error: Option<String> = None;
     let mut exit_err = None;
     let mut recorder = match &args.record {
         Some(path) => {
@@ -315,6 +385,36 @@ pub fn run(args: Args) -> Result<()> {
     };
     loop {
         let t0 = Instant::now();
+        if let Some(p) = &nri {
+            // The kubelet's pins change as pods come and go: read them here, off the
+            // runtime's request path.
+            match kubelet_state(&args.state.root) {
+                Ok(k) => {
+                    p.with_state(|s| s.facts.kubelet = k);
+                    kubelet_error = None;
+                }
+                Err(e) => {
+                    // Said once per distinct error, not every cycle.
+                    let e = format!("{e:#}");
+                    if kubelet_error.as_ref() != Some(&e) {
+                        warn!("{e}; keeping the last state read");
+                        kubelet_error = Some(e);
+                    }
+                }
+            }
+        }
+        let mut nri_host;
+        let base: &mut dyn placer_core::host::Host = match &nri {
+            Some(plugin) => {
+                nri_host = placer_nri::host::NriHost {
+                    inner: &mut host,
+                    plugin,
+                    root: &args.state.root,
+                };
+                &mut nri_host
+            }
+            None => &mut host,
+        };
         let r = match recorder.as_mut() {
             Some(w) => {
                 let mut write = |s: &placer_core::Sample| {
@@ -323,12 +423,12 @@ pub fn run(args: Args) -> Result<()> {
                     }
                 };
                 let mut tee = placer_core::replay::RecordingHost {
-                    inner: &mut host,
+                    inner: base,
                     record: &mut write,
                 };
                 engine.step(&mut tee, dry_run)
             }
-            None => engine.step(&mut host, dry_run),
+            None => engine.step(base, dry_run),
         };
         let cycle_s = t0.elapsed().as_secs_f64();
         log_cycle(&r, &mut last_error);
@@ -347,6 +447,10 @@ pub fn run(args: Args) -> Result<()> {
                 .collect();
             let now_s = r.time_ns as f64 / 1e9;
             decisions.update(&r, &engine.held(), now_s);
+            if let Some(p) = &nri {
+                decisions.containers = p.explain();
+                metrics.set_containers(&decisions.containers, cfg.kubernetes.metrics_labels);
+            }
             if let Err(e) = decisions.write(&state_dir) {
                 debug!("writing decisions: {e:#}");
             }
@@ -358,12 +462,27 @@ pub fn run(args: Args) -> Result<()> {
             break;
         }
         signals::sleep_until(t0 + interval);
+        if nri.as_ref().is_some_and(|p| p.is_gone()) {
+            exit_err = Some(anyhow::anyhow!(
+                "--nri: the container runtime went away (shutdown or closed connection)"
+            ));
+            warn!("NRI: the container runtime went away: restoring and exiting");
+            break;
+        }
         if signals::stop_requested() {
             info!(
                 "{} received: restoring every journaled knob",
                 signals::which().unwrap_or("stop")
             );
             break;
+        }
+    }
+    if let Some(p) = &nri {
+        if !p.is_gone() {
+            match p.restore_all() {
+                Ok(n) => info!("NRI: {n} container cpuset(s) put back through the runtime"),
+                Err(e) => warn!("NRI: putting container cpusets back: {e}"),
+            }
         }
     }
     if !dry_run && !args.once {

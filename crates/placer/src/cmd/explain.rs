@@ -47,6 +47,9 @@ struct Explanation {
     /// What placer's memory placement changed (numa-local), with the pages per node before.
     #[serde(default)]
     memory_journal: Option<Entry>,
+    /// With `placer daemon --nri`: the Kubernetes container it runs in, as the plugin sees it.
+    #[serde(default)]
+    container: Option<placer_nri::placement::ContainerView>,
 }
 
 fn status_field(root: &Path, pid: u32, field: &str) -> Option<String> {
@@ -103,21 +106,24 @@ pub fn run(args: Args) -> Result<()> {
         })
         .cloned()
     });
-    let from_daemon = Decisions::read(&dir)
-        .filter(|d| state::pid_alive(d.daemon_pid) && !d.dry_run)
-        .map(|d| {
-            let disabled = d
-                .policies
-                .iter()
-                .filter_map(|(n, w)| w.clone().map(|w| (n.clone(), w)))
-                .collect::<Vec<_>>();
-            let p = d
-                .procs
-                .get(&pid)
-                .filter(|p| p.start_time_ticks == start)
-                .cloned();
-            (p, disabled)
-        });
+    let daemon = Decisions::read(&dir).filter(|d| state::pid_alive(d.daemon_pid) && !d.dry_run);
+    let container = daemon.as_ref().and_then(|d| {
+        let id = placer_nri::plugin::container_of_pid(&args.state.root, pid)?;
+        d.containers.iter().find(|c| c.container_id == id).cloned()
+    });
+    let from_daemon = daemon.map(|d| {
+        let disabled = d
+            .policies
+            .iter()
+            .filter_map(|(n, w)| w.clone().map(|w| (n.clone(), w)))
+            .collect::<Vec<_>>();
+        let p = d
+            .procs
+            .get(&pid)
+            .filter(|p| p.start_time_ticks == start)
+            .cloned();
+        (p, disabled)
+    });
     let page_bytes = placer_bufpool::numa::page_bytes() as u64;
     let numa_pages = placer_linux::numa_maps::read(&args.state.root, pid, page_bytes)
         .ok()
@@ -145,6 +151,7 @@ pub fn run(args: Args) -> Result<()> {
         disabled_policies: disabled,
         numa_pages,
         memory_journal,
+        container,
         sockets_visible: std::fs::read_dir(args.state.root.join(format!("proc/{pid}/fd"))).is_ok(),
     };
     if args.json {
@@ -188,6 +195,22 @@ fn render(e: &Explanation) -> String {
             o,
             "  placer moved its pages to nodes {} (pages per node before: {}); `placer restore` moves them back",
             m.applied, m.previous
+        );
+    }
+    if let Some(c) = &e.container {
+        use placer_nri::placement::Managed;
+        let how = match &c.managed {
+            Managed::Yes { policy, from } => format!("managed by {policy} ({from})"),
+            Managed::No { why } => format!("left alone: {why}"),
+        };
+        let cpus = c
+            .cpus
+            .as_ref()
+            .map_or(String::new(), |s| format!("; placer set its cpuset to {s}"));
+        let _ = writeln!(
+            o,
+            "  Kubernetes: pod {}/{} container {} ({}): {how}{cpus}",
+            c.namespace, c.pod, c.container, c.container_id
         );
     }
     let src = match e.source {
@@ -254,4 +277,55 @@ fn render(e: &Explanation) -> String {
         let _ = writeln!(o, "  policy {p} is disabled: {why}");
     }
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use placer_nri::placement::{ContainerView, Managed};
+
+    fn explanation(container: Option<ContainerView>) -> Explanation {
+        Explanation {
+            pid: 42,
+            comm: "app".into(),
+            start_time_ticks: 1,
+            allowed_cpus_now: "0-3".into(),
+            source: "daemon",
+            journal: None,
+            decision: None,
+            disabled_policies: Vec::new(),
+            sockets_visible: true,
+            numa_pages: Default::default(),
+            memory_journal: None,
+            container,
+        }
+    }
+
+    #[test]
+    fn names_the_pod_and_container_of_a_process() {
+        let view = |managed| ContainerView {
+            namespace: "web".into(),
+            pod: "front-0".into(),
+            container: "app".into(),
+            container_id: "c0ffee".into(),
+            managed,
+            cpus: Some("0-1".into()),
+        };
+        let text = render(&explanation(Some(view(Managed::Yes {
+            policy: "smt-energy".into(),
+            from: "policy.placer.io/pod".into(),
+        }))));
+        assert!(
+            text.contains("Kubernetes: pod web/front-0 container app (c0ffee): managed by smt-energy (policy.placer.io/pod); placer set its cpuset to 0-1"),
+            "{text}"
+        );
+        let text = render(&explanation(Some(view(Managed::No {
+            why: "preserve.placer.io/pod opts out".into(),
+        }))));
+        assert!(
+            text.contains("left alone: preserve.placer.io/pod opts out"),
+            "{text}"
+        );
+        assert!(!render(&explanation(None)).contains("Kubernetes"));
+    }
 }

@@ -28,6 +28,10 @@ struct State {
     errors: u64,
     policies: BTreeMap<String, bool>,
     dry_run: bool,
+    /// With `--nri`: containers placer manages; with `[kubernetes] metrics_labels`, each as
+    /// (namespace, pod, container, policy).
+    nri_managed: Option<usize>,
+    nri_labels: Vec<[String; 4]>,
 }
 
 /// Shared between the loop (writer) and the server thread (reader).
@@ -91,6 +95,27 @@ impl Metrics {
         if let Some(o) = &r.observation {
             s.cpu_util = o.cpus.iter().map(|c| (c.cpu, c.util)).collect();
         }
+    }
+
+    /// The NRI plugin's containers (`--nri`); one series each only with `labels` (bounded
+    /// cardinality by default).
+    pub fn set_containers(&self, views: &[placer_nri::placement::ContainerView], labels: bool) {
+        use placer_nri::placement::Managed;
+        let mut s = self.lock();
+        let managed: Vec<_> = views
+            .iter()
+            .filter_map(|v| match &v.managed {
+                Managed::Yes { policy, .. } => Some([
+                    v.namespace.clone(),
+                    v.pod.clone(),
+                    v.container.clone(),
+                    policy.clone(),
+                ]),
+                Managed::No { .. } => None,
+            })
+            .collect();
+        s.nri_managed = Some(managed.len());
+        s.nri_labels = if labels { managed } else { Vec::new() };
     }
 
     /// The text exposition.
@@ -194,8 +219,42 @@ impl Metrics {
             "1 if the daemon only prints its plans.",
         );
         let _ = writeln!(o, "placer_dry_run {}", u8::from(s.dry_run));
+        if let Some(n) = s.nri_managed {
+            head(
+                &mut o,
+                "placer_nri_managed_containers",
+                "gauge",
+                "Containers the NRI plugin manages (placer daemon --nri).",
+            );
+            let _ = writeln!(o, "placer_nri_managed_containers {n}");
+        }
+        if !s.nri_labels.is_empty() {
+            head(
+                &mut o,
+                "placer_nri_container_managed",
+                "gauge",
+                "1 for each container the NRI plugin manages ([kubernetes] metrics_labels).",
+            );
+            for [ns, pod, c, policy] in &s.nri_labels {
+                let _ = writeln!(
+                    o,
+                    "placer_nri_container_managed{{namespace=\"{}\",pod=\"{}\",container=\"{}\",policy=\"{}\"}} 1",
+                    escape(ns),
+                    escape(pod),
+                    escape(c),
+                    escape(policy)
+                );
+            }
+        }
         o
     }
+}
+
+/// A label value as the exposition format wants it (backslash, quote, newline escaped).
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 /// The most bytes of a request read (request line and headers together): a scrape needs a
@@ -345,6 +404,35 @@ mod tests {
         ] {
             assert!(text.contains(want), "missing {want} in\n{text}");
         }
+        use placer_nri::placement::{ContainerView, Managed};
+        let view = |pod: &str, managed| ContainerView {
+            namespace: "web".into(),
+            pod: pod.into(),
+            container: "app".into(),
+            container_id: "c".into(),
+            managed,
+            cpus: None,
+        };
+        let views = [
+            view(
+                "a\"b",
+                Managed::Yes {
+                    policy: "smt-energy".into(),
+                    from: "x".into(),
+                },
+            ),
+            view("b", Managed::No { why: "y".into() }),
+        ];
+        m.set_containers(&views, false);
+        let text = m.render();
+        assert!(text.contains("placer_nri_managed_containers 1"), "{text}");
+        assert!(!text.contains("placer_nri_container_managed{"), "{text}");
+        m.set_containers(&views, true);
+        let text = m.render();
+        assert!(
+            text.contains("placer_nri_container_managed{namespace=\"web\",pod=\"a\\\"b\",container=\"app\",policy=\"smt-energy\"} 1"),
+            "{text}"
+        );
         let addr = serve("127.0.0.1:0", m).expect("bind");
         let mut c = TcpStream::connect(addr).expect("connect");
         c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")

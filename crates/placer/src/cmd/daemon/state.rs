@@ -174,6 +174,9 @@ pub struct Decisions {
     pub cpu_util: BTreeMap<u32, f64>,
     /// Keyed by pid (as a string in JSON).
     pub procs: BTreeMap<u32, ProcDecision>,
+    /// With `--nri`: the containers the runtime reported, with placer's view of each.
+    #[serde(default)]
+    pub containers: Vec<placer_nri::placement::ContainerView>,
 }
 
 pub fn unix_now_s() -> f64 {

@@ -49,6 +49,10 @@ pub struct Args {
     /// it walks every mapping) and show them (`numa_pages` in the JSON).
     #[arg(long)]
     pub numa: bool,
+    /// The running daemon's state directory, where `placer daemon --nri` lists the
+    /// Kubernetes containers it sees (their pods and names are shown beside processes).
+    #[arg(long, default_value = "/run/placer")]
+    pub state_dir: PathBuf,
 }
 
 /// The JSON printed by `placer top --once --json`.
@@ -66,6 +70,89 @@ pub struct TopJson<'a> {
     /// only: the /proc path cannot see them).
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     pub exited: &'a [placer_core::sample::ExitedProc],
+    /// With `placer daemon --nri` running: the Kubernetes pod and container of each
+    /// process that runs in one the runtime reported.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    pub pods: &'a [ProcPod],
+}
+
+/// A process in a Kubernetes container, as `top` shows it.
+#[derive(Serialize, Debug, Clone, PartialEq)]
+pub struct ProcPod {
+    pub pid: u32,
+    pub namespace: String,
+    pub pod: String,
+    pub container: String,
+    pub container_id: String,
+    /// The cpuset placer set on the container, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<String>,
+}
+
+/// The running (not dry-run) daemon's containers, from its state directory; empty
+/// without `placer daemon --nri`.
+fn daemon_containers(state_dir: &std::path::Path) -> Vec<placer_nri::placement::ContainerView> {
+    use crate::cmd::daemon::state::{pid_alive, Decisions};
+    Decisions::read(state_dir)
+        .filter(|d| pid_alive(d.daemon_pid) && !d.dry_run)
+        .map(|d| d.containers)
+        .unwrap_or_default()
+}
+
+/// Each observed process in one of `containers`, by the container id in its cgroup path.
+pub fn pods_of(
+    obs: &Observation,
+    containers: &[placer_nri::placement::ContainerView],
+) -> Vec<ProcPod> {
+    if containers.is_empty() {
+        return Vec::new();
+    }
+    obs.procs
+        .iter()
+        .filter_map(|p| {
+            let id = placer_core::k8s::parse_cgroup_path(&p.cgroup)?.container_id;
+            let c = containers.iter().find(|c| c.container_id == id)?;
+            Some(ProcPod {
+                pid: p.pid,
+                namespace: c.namespace.clone(),
+                pod: c.pod.clone(),
+                container: c.container.clone(),
+                container_id: c.container_id.clone(),
+                cpus: c.cpus.clone(),
+            })
+        })
+        .collect()
+}
+
+/// The KUBERNETES section: the shown processes that run in a pod's container.
+fn pods_section(obs: &Observation, n: usize, pods: &[ProcPod]) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let shown: Vec<(&ProcObs, &ProcPod)> = busiest(obs, n)
+        .into_iter()
+        .filter_map(|p| Some((p, pods.iter().find(|x| x.pid == p.pid)?)))
+        .collect();
+    if shown.is_empty() {
+        return o;
+    }
+    let _ = writeln!(
+        o,
+        "\n{:>7} {:<16} KUBERNETES (namespace/pod container)",
+        "PID", "COMM"
+    );
+    for (p, k) in shown {
+        let comm: String = p.comm.chars().take(16).collect();
+        let cpus = k
+            .cpus
+            .as_ref()
+            .map_or(String::new(), |c| format!(" cpuset {c} (placer)"));
+        let _ = writeln!(
+            o,
+            "{:>7} {comm:<16} {}/{} {}{cpus}",
+            p.pid, k.namespace, k.pod, k.container
+        );
+    }
+    o
 }
 
 /// One line on the processes that lived within the interval (empty when none was seen).
@@ -229,6 +316,7 @@ pub fn run(mut args: Args) -> Result<()> {
         ob.step()?;
         std::thread::sleep(args.interval);
         let obs = ob.step()?.expect("second sample gives an observation");
+        let pods = pods_of(&obs, &daemon_containers(&args.state_dir));
         if args.json {
             let j = TopJson {
                 version: TOP_JSON_VERSION,
@@ -236,10 +324,12 @@ pub fn run(mut args: Args) -> Result<()> {
                 observation: &obs,
                 net_costs: ob.net_costs(),
                 exited: ob.exited(),
+                pods: &pods,
             };
             crate::common::write_stdout(&(serde_json::to_string(&j)? + "\n"));
         } else {
             let mut text = table(&obs, &src, args.count, &ob.net_costs());
+            text += &pods_section(&obs, args.count, &pods);
             text += &exited_line(ob.exited(), obs.interval_s);
             crate::common::write_stdout(&text);
         }
@@ -250,12 +340,14 @@ pub fn run(mut args: Args) -> Result<()> {
         loop {
             std::thread::sleep(args.interval);
             let obs = ob.step()?.expect("observation after the first sample");
+            let pods = pods_of(&obs, &daemon_containers(&args.state_dir));
             let j = TopJson {
                 version: TOP_JSON_VERSION,
                 sources: &src.sources,
                 observation: &obs,
                 net_costs: ob.net_costs(),
                 exited: ob.exited(),
+                pods: &pods,
             };
             crate::common::write_stdout(&(serde_json::to_string(&j)? + "\n"));
         }
@@ -454,6 +546,42 @@ mod tests {
             exited_line(&x, 2.0),
             "exited in the interval: 2 process(es) (1 never sampled), 0.15 CPUs\n"
         );
+    }
+
+    #[test]
+    fn processes_in_a_pods_container_are_named_with_their_pod() {
+        use placer_core::CpuSet;
+        use placer_nri::placement::{ContainerView, Managed};
+        let mut inside = ProcObs::bare(10, 1, "server", CpuSet::first_n(2));
+        inside.cgroup = "/kubepods/burstable/pod1a2b-3c/c0ffee".into();
+        let outside = ProcObs::bare(11, 1, "sshd", CpuSet::first_n(2));
+        let obs = Observation {
+            interval_s: 1.0,
+            procs: vec![inside, outside],
+            ..Default::default()
+        };
+        let views = [ContainerView {
+            namespace: "web".into(),
+            pod: "front-0".into(),
+            container: "app".into(),
+            container_id: "c0ffee".into(),
+            managed: Managed::No {
+                why: "no policy asked".into(),
+            },
+            cpus: Some("0-1".into()),
+        }];
+        let pods = pods_of(&obs, &views);
+        assert_eq!(pods.len(), 1, "{pods:?}");
+        assert_eq!((pods[0].pid, pods[0].pod.as_str()), (10, "front-0"));
+        let text = pods_section(&obs, 10, &pods);
+        assert!(
+            text.contains("web/front-0 app cpuset 0-1 (placer)"),
+            "{text}"
+        );
+        assert!(!text.contains("sshd"), "{text}");
+        // No daemon with --nri: no section, no field.
+        assert!(pods_of(&obs, &[]).is_empty());
+        assert_eq!(pods_section(&obs, 10, &[]), "");
     }
 
     #[test]

@@ -1,3 +1,4 @@
 fn main() {
     placer_testkit::build::emit_root_cfg();
+    placer_testkit::build::emit_cri_cfg();
 }

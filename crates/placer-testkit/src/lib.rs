@@ -82,6 +82,40 @@ pub mod build {
             );
         }
     }
+
+    /// Sets cfg `placer_cri` where a CRI end-to-end test can run: containerd 1.7 or later
+    /// (the first with NRI), runc and crictl on PATH. Without them the test is `ignored`,
+    /// visibly, with the reason in its attribute.
+    pub fn emit_cri_cfg() {
+        println!("cargo::rustc-check-cfg=cfg(placer_cri)");
+        println!("cargo::rerun-if-env-changed=PATH");
+        let out = |cmd: &str| {
+            std::process::Command::new(cmd)
+                .arg("--version")
+                .output()
+                .ok()
+                .filter(|o| o.status.success())
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        };
+        let containerd_ok = out("containerd")
+            .and_then(|v| super::containerd_version(&v))
+            .is_some_and(|v| v >= (1, 7));
+        if containerd_ok && out("runc").is_some() && out("crictl").is_some() {
+            println!("cargo::rustc-cfg=placer_cri");
+        }
+    }
+}
+
+/// (major, minor) of `containerd --version`'s output (`containerd github.com/containerd/
+/// containerd 1.7.24 <commit>`, or with a distribution's `v` prefix or `~ds1` suffix).
+pub fn containerd_version(text: &str) -> Option<(u32, u32)> {
+    text.split_whitespace().find_map(|w| {
+        let w = w.trim_start_matches('v');
+        let mut it = w.split(['.', '~', '-', '+']);
+        let major = it.next()?.parse().ok()?;
+        let minor = it.next()?.parse().ok()?;
+        Some((major, minor))
+    })
 }
 
 /// A directory under the system temp dir, named `placer-test-TAG-PID-N`, removed on drop
@@ -118,5 +152,23 @@ mod tests {
             super::missing_tool(&["placer-no-such-tool-xyz"]).as_deref(),
             Some("`placer-no-such-tool-xyz` not found")
         );
+    }
+}
+
+#[cfg(test)]
+mod version_tests {
+    #[test]
+    fn containerd_versions_are_read_from_their_banners() {
+        use super::containerd_version as v;
+        assert_eq!(
+            v("containerd github.com/containerd/containerd 1.7.24 61f9fd88"),
+            Some((1, 7))
+        );
+        assert_eq!(v("containerd containerd.io v2.0.0 207ad711"), Some((2, 0)));
+        assert_eq!(
+            v("containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1"),
+            Some((1, 6))
+        );
+        assert_eq!(v("no version here"), None);
     }
 }

@@ -904,6 +904,13 @@ impl Sampler {
             }
         }
         stats.procs_reread += 1;
+        // The last read of this very process, when it is not due for a refresh: what does
+        // not change by running (cgroup, threads' affinity, texts) is kept from it.
+        let prev: Option<&ProcSample> = self
+            .proc_cache
+            .get(&pid)
+            .map(|c| &c.sample)
+            .filter(|p| !due && p.start_time_ticks == st.start_time_ticks);
         let (mut uid, mut allowed) = (None, CpuSet::new());
         let mut cgroup: Arc<str> = Arc::from("");
         if !kernel_thread {
@@ -916,14 +923,8 @@ impl Sampler {
             // A process's cgroup does not change by running (it moves when a manager moves
             // it, mostly at exec, which makes it due; placer's own moves invalidate it):
             // a process that ran keeps its cgroup until its refresh.
-            let kept = match self.proc_cache.get(&pid) {
-                Some(c) if !due && c.sample.start_time_ticks == st.start_time_ticks => {
-                    Some(c.sample.cgroup.clone())
-                }
-                _ => None,
-            };
-            match kept {
-                Some(c) => cgroup = c,
+            match prev {
+                Some(p) => cgroup = p.cgroup.clone(),
                 None => {
                     rel.truncate(base);
                     rel.push_str("cgroup");
@@ -940,12 +941,7 @@ impl Sampler {
             // A thread's affinity does not change by running: its status is re-read when
             // the thread is new or the process is due for a refresh, else kept (with its
             // comm's shared text when unchanged).
-            let cached: Option<&Arc<[ThreadSample]>> = match self.proc_cache.get(&pid) {
-                Some(c) if !due && c.sample.start_time_ticks == st.start_time_ticks => {
-                    Some(&c.sample.threads)
-                }
-                _ => None,
-            };
+            let cached: Option<&Arc<[ThreadSample]>> = prev.map(|p| &p.threads);
             let known: PidMap<&ThreadSample> = cached
                 .map(|t| t.iter().map(|t| (t.tid, t)).collect())
                 .unwrap_or_default();
@@ -1015,10 +1011,14 @@ impl Sampler {
                 break;
             }
         }
+        let comm = match prev {
+            Some(p) if *p.comm == *st.comm => p.comm.clone(),
+            _ => st.comm.into(),
+        };
         let sample = ProcSample {
             pid,
             start_time_ticks: st.start_time_ticks,
-            comm: st.comm.into(),
+            comm,
             state: st.state,
             ppid: st.ppid,
             uid,

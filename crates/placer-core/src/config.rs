@@ -417,7 +417,10 @@ impl Config {
             if !crate::scope::QOS_CLASS_NAMES.contains(&q.as_str()) {
                 return invalid(
                     "kubernetes.qos_classes",
-                    format!("unknown QoS class {q:?} (guaranteed, burstable, best_effort)"),
+                    format!(
+                        "unknown QoS class {q:?} ({})",
+                        crate::scope::QOS_CLASS_NAMES.join(", ")
+                    ),
                 );
             }
         }

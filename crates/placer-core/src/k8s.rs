@@ -147,6 +147,17 @@ pub enum QosClass {
     BestEffort,
 }
 
+impl QosClass {
+    /// The name `[kubernetes] qos_classes` uses (one of `scope::QOS_CLASS_NAMES`).
+    pub fn name(self) -> &'static str {
+        match self {
+            QosClass::Guaranteed => "guaranteed",
+            QosClass::Burstable => "burstable",
+            QosClass::BestEffort => "best_effort",
+        }
+    }
+}
+
 /// What a container's cgroup path says.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PodCgroup {
@@ -254,6 +265,17 @@ mod tests {
         kv.iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn qos_class_names_are_the_configs() {
+        let names = [
+            QosClass::Guaranteed,
+            QosClass::Burstable,
+            QosClass::BestEffort,
+        ]
+        .map(QosClass::name);
+        assert_eq!(names, crate::scope::QOS_CLASS_NAMES);
     }
 
     #[test]

@@ -164,14 +164,6 @@ pub enum Managed {
     No { why: String },
 }
 
-fn qos_name(q: QosClass) -> &'static str {
-    match q {
-        QosClass::Guaranteed => "guaranteed",
-        QosClass::Burstable => "burstable",
-        QosClass::BestEffort => "best_effort",
-    }
-}
-
 /// The QoS class of a container, from its cgroup path or its pod's cgroup parent.
 pub fn qos_of(pod: &Pod, c: &Container) -> Option<QosClass> {
     k8s::parse_cgroup_path(&c.cgroups_path)
@@ -189,7 +181,7 @@ pub fn qos_of(pod: &Pod, c: &Container) -> Option<QosClass> {
 
 /// Whether `scope` and the annotations make placer manage container `c` of `pod`.
 pub fn managed(scope: &KubernetesScope, pod: &Pod, c: &Container) -> Managed {
-    let qos = qos_of(pod, c).map(qos_name);
+    let qos = qos_of(pod, c).map(QosClass::name);
     if !scope.admits_pod(&pod.namespace, &pod.labels, qos) {
         return Managed::No {
             why: format!(

@@ -76,17 +76,12 @@ pub struct TopJson<'a> {
     pub pods: &'a [ProcPod],
 }
 
-/// A process in a Kubernetes container, as `top` shows it.
+/// A process in a Kubernetes container: its pid beside the daemon's view of the container.
 #[derive(Serialize, Debug, Clone, PartialEq)]
 pub struct ProcPod {
     pub pid: u32,
-    pub namespace: String,
-    pub pod: String,
-    pub container: String,
-    pub container_id: String,
-    /// The cpuset placer set on the container, if any.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cpus: Option<String>,
+    #[serde(flatten)]
+    pub container: placer_nri::placement::ContainerView,
 }
 
 /// The running (not dry-run) daemon's containers, from its state directory; empty
@@ -114,11 +109,7 @@ pub fn pods_of(
             let c = containers.iter().find(|c| c.container_id == id)?;
             Some(ProcPod {
                 pid: p.pid,
-                namespace: c.namespace.clone(),
-                pod: c.pod.clone(),
-                container: c.container.clone(),
-                container_id: c.container_id.clone(),
-                cpus: c.cpus.clone(),
+                container: c.clone(),
             })
         })
         .collect()
@@ -140,7 +131,7 @@ fn pods_section(obs: &Observation, n: usize, pods: &[ProcPod]) -> String {
         "\n{:>7} {:<16} KUBERNETES (namespace/pod container)",
         "PID", "COMM"
     );
-    for (p, k) in shown {
+    for (p, ProcPod { container: k, .. }) in shown {
         let comm: String = p.comm.chars().take(16).collect();
         let cpus = k
             .cpus
@@ -572,7 +563,10 @@ mod tests {
         }];
         let pods = pods_of(&obs, &views);
         assert_eq!(pods.len(), 1, "{pods:?}");
-        assert_eq!((pods[0].pid, pods[0].pod.as_str()), (10, "front-0"));
+        assert_eq!(
+            (pods[0].pid, pods[0].container.pod.as_str()),
+            (10, "front-0")
+        );
         let text = pods_section(&obs, 10, &pods);
         assert!(
             text.contains("web/front-0 app cpuset 0-1 (placer)"),

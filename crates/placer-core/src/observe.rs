@@ -16,7 +16,8 @@
 //!   `prev`), its share over the interval is unknown and is 0. Processes only in `prev`
 //!   exited and do not appear.
 //! - **CPU share** is (utime + stime) ticks / clk_tck / dt, in CPUs (1.0 = one CPU busy).
-//!   Threads are matched by tid within the same process; a thread only in `cur` gets 0.
+//!   Threads are matched by tid within the same process; a thread only in `cur` has no
+//!   known share (0).
 //!   A process's observed threads are those that used CPU in the interval (share > 0):
 //!   a sleeping thread has nothing to say about placement, and listing only the running
 //!   ones makes the observation cost follow activity (80,000 sleeping threads would

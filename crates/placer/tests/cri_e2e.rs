@@ -50,7 +50,7 @@ fn sha256(path: &Path) -> String {
     out.split_whitespace().next().expect("a digest").to_string()
 }
 
-/// Writes `bytes` as a blob of an OCI layout; (digest, size).
+/// Copies `file` in as a blob of an OCI layout; (digest, size).
 fn blob(layout: &Path, file: &Path) -> (String, u64) {
     let hex = sha256(file);
     let dst = layout.join("blobs/sha256").join(&hex);
@@ -60,6 +60,12 @@ fn blob(layout: &Path, file: &Path) -> (String, u64) {
         format!("sha256:{hex}"),
         std::fs::metadata(&dst).expect("size").len(),
     )
+}
+
+/// Writes `value` to `file` and adds it as a blob; (digest, size).
+fn json_blob(layout: &Path, file: &Path, value: &serde_json::Value) -> (String, u64) {
+    std::fs::write(file, value.to_string()).expect("json blob");
+    blob(layout, file)
 }
 
 /// An OCI image tarball of the static busybox, named `docker.io/library/placer-e2e:1`.
@@ -88,9 +94,7 @@ fn image_tarball(d: &Path) -> PathBuf {
         "config": {"Cmd": ["/bin/sh", "-c", "sleep 3600"]},
         "rootfs": {"type": "layers", "diff_ids": [layer_digest]},
     });
-    let cfg_file = d.join("config.json");
-    std::fs::write(&cfg_file, config.to_string()).expect("config");
-    let (cfg_digest, cfg_size) = blob(&layout, &cfg_file);
+    let (cfg_digest, cfg_size) = json_blob(&layout, &d.join("config.json"), &config);
     let manifest = serde_json::json!({
         "schemaVersion": 2,
         "mediaType": "application/vnd.oci.image.manifest.v1+json",
@@ -99,9 +103,7 @@ fn image_tarball(d: &Path) -> PathBuf {
         "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar",
                     "digest": layer_digest, "size": layer_size}],
     });
-    let man_file = d.join("manifest.json");
-    std::fs::write(&man_file, manifest.to_string()).expect("manifest");
-    let (man_digest, man_size) = blob(&layout, &man_file);
+    let (man_digest, man_size) = json_blob(&layout, &d.join("manifest.json"), &manifest);
     let index = serde_json::json!({
         "schemaVersion": 2,
         "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json",
@@ -141,19 +143,20 @@ impl Cri {
             .args(["--timeout", "20s"])
             .args(args))
     }
+    fn inspect(&self, id: &str) -> serde_json::Value {
+        serde_json::from_str(&self.crictl(&["inspect", id])).expect("inspect JSON")
+    }
     /// The cpuset the runtime applied to a container (its OCI spec).
     fn cpuset(&self, id: &str) -> String {
-        let v: serde_json::Value =
-            serde_json::from_str(&self.crictl(&["inspect", id])).expect("inspect JSON");
-        v.pointer("/info/runtimeSpec/linux/resources/cpu/cpus")
+        self.inspect(id)
+            .pointer("/info/runtimeSpec/linux/resources/cpu/cpus")
             .and_then(|c| c.as_str())
             .unwrap_or_default()
             .to_string()
     }
     fn pid(&self, id: &str) -> u32 {
-        let v: serde_json::Value =
-            serde_json::from_str(&self.crictl(&["inspect", id])).expect("inspect JSON");
-        v.pointer("/info/pid")
+        self.inspect(id)
+            .pointer("/info/pid")
             .and_then(|p| p.as_u64())
             .expect("container pid") as u32
     }

@@ -3,7 +3,7 @@
 # run: builds the release binary, runs each benchmark, prints the table with the machine and
 # the date, writes it to docs/figures.md and between the figures markers of README.md, so the
 # two always agree. Needs root for `bench daemon` (network namespaces); without root that row
-# says so. Takes about 3 minutes after the build.
+# says so. Takes about 4 minutes after the build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -q -p placer
@@ -15,6 +15,11 @@ trap 'rm -rf "$out"' EXIT
 tar xjf crates/placer-linux/tests/fixtures/hwloc/256ppc-8n8s4t.tar.bz2 -C "$out"
 "$bin" bench topo --root "$out/256ppc-8n8s4t" --runs 100 --json | tail -1 >"$out/topo256.json"
 "$bin" bench cycle --runs 30 --json >"$out/cycle.json"
+# Issue 16's two cycle targets: 8,000 processes with 10% running, and the idle curve.
+"$bin" bench cycle --mode generated --gen-procs 8000 --gen-threads 80000 --runs 20 --pause 10ms \
+  --json >"$out/cycle8k.json"
+"$bin" bench cycle --curve 500,2000,8000,32000 --gen-procs 8000 --gen-threads 80000 --busy 0 \
+  --runs 20 --pause 10ms --json >"$out/curve.json"
 "$bin" bench sim --json >"$out/sim.json"
 "$bin" bench overhead --policies all --paths events,proc --duration 20s --json >"$out/overhead.json"
 if [ "$(id -u)" = 0 ]; then
@@ -42,6 +47,15 @@ rows = [
 for c in cycle:
     rows.append((f"one sample+observe cycle: {c['setup']}", "placer bench cycle --runs 30",
                  f"{c['median_cpu_ms']:.1f} ms CPU (wall {c['median_wall_ms']:.1f} ms)"))
+for c in load("cycle8k.json"):
+    rows.append((f"one sample+observe cycle: {c['setup']}",
+                 "placer bench cycle --mode generated --gen-procs 8000 --gen-threads 80000 --runs 20 --pause 10ms",
+                 f"{c['median_cpu_ms']:.1f} ms CPU (wall {c['median_wall_ms']:.1f} ms)"))
+curve = load("curve.json")
+rows.append(("one cycle, idle generated /proc: 500 / 2,000 / 8,000 / 32,000 processes (10 threads each)",
+             "placer bench cycle --curve 500,2000,8000,32000 --gen-procs 8000 --gen-threads 80000 --busy 0 --runs 20 --pause 10ms",
+             " / ".join(f"{c['median_cpu_ms']:.2f} ms" for c in curve)
+             + f" CPU ({curve[2]['median_cpu_ms'] / curve[0]['median_cpu_ms']:.2f}x at 8,000 vs 500)"))
 o = daemon.get("overhead")
 rows.append(("daemon, net-affinity, 500 sleeping processes + 200 connections, 1 s interval",
              "placer bench daemon --duration 30s",

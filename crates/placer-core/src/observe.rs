@@ -17,7 +17,9 @@
 //!   exited and do not appear.
 //! - **CPU share** is (utime + stime) ticks / clk_tck / dt, in CPUs (1.0 = one CPU busy).
 //!   Threads are matched by tid within the same process; a thread only in `cur` has no
-//!   known share (0).
+//!   known share (0). A thread's share is `d cpu_ns / dt` when both samples carry the
+//!   collector's `cpu_ns` (exact, and current where its ticks were not read again), else
+//!   its ticks' as for processes.
 //!   A process's observed threads are those that used CPU in the interval (share > 0):
 //!   a sleeping thread has nothing to say about placement, and listing only the running
 //!   ones makes the observation cost follow activity (80,000 sleeping threads would
@@ -321,14 +323,20 @@ fn derive_threads(
             } else {
                 prev.get(&t.tid).copied()
             }?;
-            let ticks = delta(
-                bt.utime_ticks + bt.stime_ticks,
-                t.utime_ticks + t.stime_ticks,
-            );
-            (ticks > 0).then(|| ThreadObs {
+            let secs = match (bt.cpu_ns, t.cpu_ns) {
+                (Some(a), Some(b)) => delta(a, b) as f64 / 1e9,
+                _ => {
+                    delta(
+                        bt.utime_ticks + bt.stime_ticks,
+                        t.utime_ticks + t.stime_ticks,
+                    ) as f64
+                        / hz
+                }
+            };
+            (secs > 0.0).then(|| ThreadObs {
                 tid: t.tid,
                 comm: t.comm.clone(),
-                cpu_share: per_s(ticks as f64 / hz),
+                cpu_share: per_s(secs),
                 last_cpu: t.last_cpu,
                 allowed_cpus: t.allowed.clone(),
             })
@@ -801,9 +809,8 @@ mod tests {
         assert!(Observation::new(&a, &b).procs[0].counters.is_none());
     }
 
-    #[test]
-    fn thread_shares_matched_by_tid() {
-        let t = |tid: u32, ticks: u64| ThreadSample {
+    fn thread(tid: u32, ticks: u64, cpu_ns: Option<u64>) -> ThreadSample {
+        ThreadSample {
             tid,
             comm: "w".into(),
             state: 'R',
@@ -811,7 +818,13 @@ mod tests {
             stime_ticks: 0,
             last_cpu: Some(0),
             allowed: CpuSet::single(0),
-        };
+            cpu_ns,
+        }
+    }
+
+    #[test]
+    fn thread_shares_matched_by_tid() {
+        let t = |tid: u32, ticks: u64| thread(tid, ticks, None);
         let mut a = sample(100);
         let mut b = sample(101);
         let mut p = proc_(10, 5, 0);
@@ -832,5 +845,30 @@ mod tests {
             .unwrap()
             .threads
             .is_empty());
+    }
+
+    #[test]
+    fn thread_share_from_collector_ns_when_both_samples_carry_it() {
+        let t = |ticks: u64, ns: Option<u64>| thread(10, ticks, ns);
+        let share = |before: ThreadSample, after: ThreadSample| {
+            let (mut a, mut b) = (sample(100), sample(101));
+            let mut p = proc_(10, 5, 0);
+            p.threads = vec![before].into();
+            a.procs.push(p.clone());
+            p.threads = vec![after].into();
+            b.procs.push(p);
+            let o = Observation::new(&a, &b);
+            o.proc(10).unwrap().threads.first().map(|t| t.cpu_share)
+        };
+        // Stale ticks (not read again), current ns: the ns decide.
+        assert_eq!(
+            share(t(7, Some(70_000_000)), t(7, Some(320_000_000))),
+            Some(0.25)
+        );
+        // ns on one side only (the collector came or went): the ticks decide.
+        assert_eq!(share(t(0, None), t(50, Some(1))), Some(0.5));
+        assert_eq!(share(t(0, Some(5)), t(50, None)), Some(0.5));
+        // ns unchanged: the thread did not run, whatever its ticks say.
+        assert_eq!(share(t(0, Some(9)), t(50, Some(9))), None);
     }
 }

@@ -196,10 +196,16 @@ pub struct ThreadSample {
     /// Shared, not copied, from sample to observation (80,000 threads make 80,000 strings).
     pub comm: std::sync::Arc<str>,
     pub state: char,
+    /// As of the thread's last `stat` read: with the eBPF collector a running thread's
+    /// stat is not read again, and [`ThreadSample::cpu_ns`] is the current figure.
     pub utime_ticks: u64,
     pub stime_ticks: u64,
     pub last_cpu: Option<u32>,
     pub allowed: CpuSet,
+    /// Cumulative CPU time kept by the sampler from the eBPF collector's per-thread time
+    /// (started at the thread's ticks when first read); `None` without the collector.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_ns: Option<u64>,
 }
 
 /// One TCP socket's counters from sock_diag (INET_DIAG_INFO, struct tcp_info).

@@ -15,8 +15,9 @@ use std::collections::HashMap;
 /// One drain of the event sources.
 #[derive(Debug, Default, Clone)]
 pub struct Activity {
-    /// Processes that ran since the previous drain (CPU ns, comm); `None` = unknown (no
-    /// collector, or it failed this time): every process's `stat` must be read.
+    /// Processes that ran since the previous drain (CPU ns, comm, the threads that ran in
+    /// tid order); `None` = unknown (no collector, or it failed this time): every
+    /// process's `stat` must be read.
     pub ran: Option<HashMap<u32, ProcCpu>>,
     /// Process births, execs and exits in order; `None` = unknown (no connector, or events
     /// were lost): /proc must be listed.
@@ -81,7 +82,7 @@ impl ActivitySource for KernelActivity {
                 available: self.cpu.is_ok(),
                 detail: match &self.cpu {
                     Ok(_) => format!(
-                        "CPU time per process from sched_switch ({}); idle processes are not read",
+                        "CPU time per thread from sched_switch ({}); idle processes are not read",
                         crate::bpf::PROG_NAME
                     ),
                     Err(e) => format!("eBPF CPU collector: {e}; reading every /proc/PID/stat"),

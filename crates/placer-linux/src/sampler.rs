@@ -40,7 +40,13 @@
 //! 4. numa_maps and fd counts are read only for processes that ran (numa_maps on the /proc
 //!    path too: for processes whose files were read again);
 //! 5. a process that ran and exited between two samples is reported in `Sample::exited`
-//!    with its CPU time (the collector) or at least its pid (the connector).
+//!    with its CPU time (the collector) or at least its pid (the connector);
+//! 6. a process that ran with the threads of its last read (same count, every thread the
+//!    collector names among them) reads no thread file: each thread's cumulative
+//!    `cpu_ns` goes on by the collector's time and its last CPU is the collector's (its
+//!    ticks and state stay as last read). A thread's `cpu_ns` starts at its ticks when the
+//!    thread is first read; a sample without the collector's word has none, and the
+//!    observation then uses ticks.
 //!
 //! Either source missing falls back to the /proc rule above for its part. The socket dump
 //! is skipped when not one TCP segment moved in this network namespace since the last one
@@ -64,6 +70,7 @@
 //! is `/` (override with [`Sampler::set_sock_diag`]).
 
 pub use crate::activity::{Activity, ActivitySource};
+use crate::bpf::ThreadCpu;
 use crate::energy::EnergySource;
 use crate::error::{LinuxError, Result};
 use crate::interrupts::{parse_interrupts, parse_softirqs};
@@ -180,6 +187,9 @@ pub struct SampleStats {
     pub exited: usize,
     /// No TCP segment moved since the last socket dump: its sockets were used again.
     pub sockets_reused: bool,
+    /// Threads of processes that ran taken from the collector's times, without reading
+    /// their files.
+    pub threads_from_collector: usize,
 }
 
 pub struct Sampler {
@@ -664,7 +674,11 @@ impl Sampler {
                 .as_ref()
                 .map(|_| refresh.contains(&pid) || execd.contains(&pid));
             let before = stats.procs_reread;
-            match self.read_proc(pid, req, due, &mut stats) {
+            let ran = act
+                .ran
+                .as_ref()
+                .map(|r| r.get(&pid).map_or(&[][..], |c| &c.threads[..]));
+            match self.read_proc(pid, req, due, ran, &mut stats) {
                 Some(p) => {
                     reread.insert(pid);
                     if stats.procs_reread > before {
@@ -861,12 +875,15 @@ impl Sampler {
         Some(p)
     }
 
-    /// Reads one process; `None` when it exited mid-read or its stat is malformed.
+    /// Reads one process; `None` when it exited mid-read or its stat is malformed. `ran`:
+    /// with the eBPF collector, its threads that ran since the previous sample (empty when
+    /// none did); `None` without the collector.
     fn read_proc(
         &mut self,
         pid: u32,
         req: SampleRequest,
         due: Option<bool>,
+        ran: Option<&[ThreadCpu]>,
         stats: &mut SampleStats,
     ) -> Option<ProcSample> {
         // Paths relative to the open proc dir: no per-process directory fd to open/close.
@@ -937,7 +954,51 @@ impl Sampler {
             }
         }
         let mut threads = Vec::new();
-        if req.threads && !kernel_thread {
+        // The collector's cumulative CPU time of each thread as of the last sample (the
+        // cache, due or not: a refresh re-reads affinities, the time goes on).
+        let ns_before: PidMap<u64> = match ran {
+            Some(_) => self
+                .proc_cache
+                .get(&pid)
+                .filter(|c| c.sample.start_time_ticks == st.start_time_ticks)
+                .map(|c| {
+                    c.sample
+                        .threads
+                        .iter()
+                        .filter_map(|t| Some((t.tid, t.cpu_ns?)))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            None => PidMap::default(),
+        };
+        let ns_per_tick = 1_000_000_000 / u64::from(self.clk_tck.max(1));
+        let ran_ns = |tid: u32| -> Option<&ThreadCpu> {
+            ran.and_then(|r| r.binary_search_by_key(&tid, |t| t.tid).ok().map(|i| &r[i]))
+        };
+        // With the collector, a process that ran with the threads of its last read (same
+        // count, each with a collector time, every one that ran among them) needs no
+        // thread file: the collector gives each thread's time and last CPU.
+        let from_collector = req.threads
+            && !kernel_thread
+            && ran.is_some_and(|r| {
+                prev.is_some_and(|p| {
+                    p.threads.len() == st.num_threads as usize
+                        && p.threads.iter().all(|t| ns_before.contains_key(&t.tid))
+                        && r.iter().all(|t| ns_before.contains_key(&t.tid))
+                })
+            });
+        if from_collector {
+            let p = prev.expect("checked above");
+            threads.extend(p.threads.iter().map(|t| match ran_ns(t.tid) {
+                Some(r) => ThreadSample {
+                    cpu_ns: t.cpu_ns.map(|ns| ns + r.cpu_ns),
+                    last_cpu: Some(r.last_cpu),
+                    ..t.clone()
+                },
+                None => t.clone(),
+            }));
+            stats.threads_from_collector += threads.len();
+        } else if req.threads && !kernel_thread {
             // A thread's affinity does not change by running: its status is re-read when
             // the thread is new or the process is due for a refresh, else kept (with its
             // comm's shared text when unchanged).
@@ -998,6 +1059,12 @@ impl Sampler {
                         Some(t) if *t.comm == *ts.comm => t.comm.clone(),
                         _ => ts.comm.into(),
                     };
+                    // The collector's time goes on from where it was; a thread it has
+                    // no time for yet starts at its ticks.
+                    let cpu_ns = ran.map(|_| match ns_before.get(&tid) {
+                        Some(&ns) => ns + ran_ns(tid).map_or(0, |r| r.cpu_ns),
+                        None => (ts.utime_ticks + ts.stime_ticks) * ns_per_tick,
+                    });
                     threads.push(ThreadSample {
                         tid,
                         comm,
@@ -1006,6 +1073,7 @@ impl Sampler {
                         stime_ticks: ts.stime_ticks,
                         last_cpu: ts.last_cpu,
                         allowed: t_allowed,
+                        cpu_ns,
                     });
                 }
                 break;
@@ -1302,12 +1370,14 @@ mod tests {
         assert_eq!(sample.procs[0].threads.len(), 1, "threads kept");
     }
 
-    #[test]
-    fn a_running_process_with_an_unchanged_thread_count_is_not_listed_again() {
-        let t = Tree::new("tids");
-        let two = |pid: u32, ut: u64| {
-            stat_line(pid, "w", 1, 0, ut, 500).replace(" 20 0 1 0 ", " 20 0 2 0 ")
-        };
+    /// A `stat` line of a process or thread of a process with two threads.
+    fn two(pid: u32, ut: u64) -> String {
+        stat_line(pid, "w", 1, 0, ut, 500).replace(" 20 0 1 0 ", " 20 0 2 0 ")
+    }
+
+    /// A tree with process 100 and its threads 100 and 101 (5 user ticks each).
+    fn two_thread_tree(tag: &str) -> Tree {
+        let t = Tree::new(tag);
         t.write("stat", "cpu0 1 2 3 4\n");
         t.write("100/stat", &two(100, 10));
         t.write("100/status", "Uid:\t0\nCpus_allowed_list:\t0-1\n");
@@ -1319,6 +1389,12 @@ mod tests {
                 "Cpus_allowed_list:\t0-1\n",
             );
         }
+        t
+    }
+
+    #[test]
+    fn a_running_process_with_an_unchanged_thread_count_is_not_listed_again() {
+        let t = two_thread_tree("tids");
         let mut s = Sampler::new(&t.0);
         s.set_refresh_every(1000);
         let req = SampleRequest {
@@ -1346,6 +1422,124 @@ mod tests {
         t.write("100/stat", &two(100, 30));
         assert_eq!(tids(&mut s), vec![100, 102]);
         assert_eq!(s.last_stats.procs_reread, 1);
+    }
+
+    #[test]
+    fn with_the_collector_a_running_process_threads_come_from_its_times_not_their_files() {
+        use crate::activity::{Activity, ScriptedActivity};
+        use crate::bpf::{ProcCpu, ThreadCpu};
+        let t = two_thread_tree("bpf-threads");
+        // Idle neighbours, so that the rotating refresh window is elsewhere for a while.
+        for pid in 200..210 {
+            t.write(
+                &format!("{pid}/stat"),
+                &stat_line(pid, "idle", 1, 0, 1, 500),
+            );
+            t.write(
+                &format!("{pid}/status"),
+                "Uid:\t0\nCpus_allowed_list:\t0-1\n",
+            );
+            t.write(&format!("{pid}/cgroup"), "0::/a\n");
+        }
+        let mut s = Sampler::new(&t.0);
+        s.set_refresh_every(1000);
+        let script = ScriptedActivity::default();
+        s.set_activity_source(Box::new(script.clone()));
+        let req = SampleRequest {
+            threads: true,
+            ..Default::default()
+        };
+        let ran = |threads: &[(u32, u64, u32)]| {
+            let threads: Vec<ThreadCpu> = threads
+                .iter()
+                .map(|&(tid, cpu_ns, last_cpu)| ThreadCpu {
+                    tid,
+                    cpu_ns,
+                    last_cpu,
+                })
+                .collect();
+            let mut m = std::collections::HashMap::new();
+            m.insert(
+                100,
+                ProcCpu {
+                    cpu_ns: threads.iter().map(|t| t.cpu_ns).sum(),
+                    comm: "w".into(),
+                    threads,
+                },
+            );
+            Activity {
+                ran: Some(m),
+                events: Some(Vec::new()),
+            }
+        };
+        let proc100 = |x: &Sample| x.procs.iter().find(|p| p.pid == 100).unwrap().clone();
+        // First sample: files read, each thread's time starts at its ticks (5 + 3 stime).
+        script.push(ran(&[]));
+        let s1 = s.sample(req).unwrap();
+        let tick_ns = 1_000_000_000 / u64::from(s1.clk_tck);
+        let ns = |x: &Sample| -> Vec<(u32, Option<u64>, Option<u32>)> {
+            proc100(x)
+                .threads
+                .iter()
+                .map(|t| (t.tid, t.cpu_ns, t.last_cpu))
+                .collect()
+        };
+        assert_eq!(
+            ns(&s1),
+            vec![
+                (100, Some(8 * tick_ns), Some(1)),
+                (101, Some(8 * tick_ns), Some(1))
+            ]
+        );
+        // It runs, both threads: their files are not read (101's is gone and would make
+        // the read fail), the collector's times and CPUs are added.
+        std::fs::remove_file(t.0.join("proc/100/task/101/stat")).unwrap();
+        t.write("100/stat", &two(100, 20));
+        script.push(ran(&[(100, 30_000_000, 0), (101, 20_000_000, 1)]));
+        let s2 = s.sample(req).unwrap();
+        assert_eq!(s.last_stats.threads_from_collector, 2);
+        assert_eq!(
+            ns(&s2),
+            vec![
+                (100, Some(8 * tick_ns + 30_000_000), Some(0)),
+                (101, Some(8 * tick_ns + 20_000_000), Some(1))
+            ]
+        );
+        let o = placer_core::Observation::new(&s1, &s2);
+        let dt_s = (s2.time_ns - s1.time_ns) as f64 / 1e9;
+        let shares: Vec<(u32, f64)> = o
+            .proc(100)
+            .unwrap()
+            .threads
+            .iter()
+            .map(|t| (t.tid, t.cpu_share * dt_s))
+            .collect();
+        assert_eq!(shares.len(), 2);
+        assert!((shares[0].1 - 0.030).abs() < 1e-9 && (shares[1].1 - 0.020).abs() < 1e-9);
+        // A thread the collector names that the last read did not know: the files are
+        // read (101's is gone: the directory is listed and 102 found); known threads'
+        // times go on, the new one starts at its ticks.
+        t.write("100/task/102/stat", &two(102, 1));
+        t.write("100/task/102/status", "Cpus_allowed_list:\t1\n");
+        t.write("100/stat", &two(100, 30));
+        script.push(ran(&[(100, 1_000_000, 1), (102, 5_000_000, 1)]));
+        let s3 = s.sample(req).unwrap();
+        assert_eq!(s.last_stats.threads_from_collector, 0);
+        assert_eq!(
+            ns(&s3),
+            vec![
+                (100, Some(8 * tick_ns + 31_000_000), Some(1)),
+                (102, Some(4 * tick_ns), Some(1))
+            ]
+        );
+        // Without the collector (its map filled): ticks only, no collector time.
+        t.write("100/stat", &two(100, 40));
+        script.push(Activity {
+            ran: None,
+            events: Some(Vec::new()),
+        });
+        let s4 = s.sample(req).unwrap();
+        assert!(ns(&s4).iter().all(|t| t.1.is_none()), "{:?}", ns(&s4));
     }
 
     #[test]
@@ -1422,6 +1616,49 @@ mod tests {
 
     use placer_testkit::proc::spinner;
 
+    /// Threads of this process that spin until stopped (at most 10 s).
+    struct SpinThreads {
+        stop: Arc<std::sync::atomic::AtomicBool>,
+        handles: Vec<std::thread::JoinHandle<u32>>,
+    }
+    impl SpinThreads {
+        fn start(n: usize) -> SpinThreads {
+            let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let handles = (0..n)
+                .map(|_| {
+                    let stop = stop.clone();
+                    std::thread::spawn(move || {
+                        let tid = fs::read_link("/proc/thread-self")
+                            .ok()
+                            .and_then(|l| l.file_name()?.to_str()?.parse().ok())
+                            .expect("/proc/thread-self");
+                        let t0 = std::time::Instant::now();
+                        while !stop.load(std::sync::atomic::Ordering::Relaxed)
+                            && t0.elapsed().as_secs() < 10
+                        {
+                            std::hint::spin_loop();
+                        }
+                        tid
+                    })
+                })
+                .collect();
+            SpinThreads { stop, handles }
+        }
+        /// Stops them; their tids.
+        fn stop(mut self) -> Vec<u32> {
+            self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            std::mem::take(&mut self.handles)
+                .into_iter()
+                .map(|h| h.join().expect("spin thread"))
+                .collect()
+        }
+    }
+    impl Drop for SpinThreads {
+        fn drop(&mut self) {
+            self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
     fn event_sampler() -> Option<Sampler> {
         let mut s = Sampler::new(Path::new("/"));
         let src = s.sources();
@@ -1492,9 +1729,11 @@ mod tests {
             threads: true,
             ..Default::default()
         };
-        // A steady load: a spinner for the whole window.
+        // A steady load: a spinner for the whole window, and two spinning threads here
+        // (the event path takes their times from the collector, the scan from their stat).
         let spin = spinner();
         let spin_pid = spin.0.id();
+        let threads = SpinThreads::start(2);
         std::thread::sleep(std::time::Duration::from_millis(200));
         let (e0, s0) = (ev.sample(req).unwrap(), scan.sample(req).unwrap());
         let (e1, s1) = (ev.sample(req).unwrap(), scan.sample(req).unwrap());
@@ -1509,8 +1748,27 @@ mod tests {
         let share = |o: &placer_core::Observation, pid: u32| {
             o.procs.iter().find(|p| p.pid == pid).map(|p| p.cpu_share)
         };
+        let tids = threads.stop();
         let (a, b) = (share(&oe, spin_pid).unwrap(), share(&os, spin_pid).unwrap());
         assert!(a > 0.3 && (a - b).abs() <= 0.05 * b, "spinner {a} vs {b}");
+        let thread_share = |o: &placer_core::Observation, tid: u32| {
+            o.proc(std::process::id())
+                .and_then(|p| p.threads.iter().find(|t| t.tid == tid))
+                .map_or(0.0, |t| t.cpu_share)
+        };
+        for tid in tids {
+            let (a, b) = (thread_share(&oe, tid), thread_share(&os, tid));
+            // Ticks are 10 ms: 0.7 point of a share over 1.5 s, beside the 5 %.
+            assert!(
+                a > 0.1 && (a - b).abs() <= 0.05 * b + 0.01,
+                "thread {tid}: {a} vs {b}"
+            );
+        }
+        assert!(
+            ev.last_stats.threads_from_collector > 0,
+            "{:?}",
+            ev.last_stats
+        );
         let total = |o: &placer_core::Observation| o.procs.iter().map(|p| p.cpu_share).sum::<f64>();
         let (ta, tb) = (total(&oe), total(&os));
         assert!((ta - tb).abs() <= 0.05 * tb, "all processes {ta} vs {tb}");

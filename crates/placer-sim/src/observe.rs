@@ -62,6 +62,7 @@ impl SimHost {
                             stime_ticks: self.ticks(t.stime_ns),
                             last_cpu: t.placed.then(|| self.m.cpus[t.cpu].id),
                             allowed: t.allowed.clone(),
+                            cpu_ns: None,
                         }
                     })
                     .collect::<std::sync::Arc<[_]>>()

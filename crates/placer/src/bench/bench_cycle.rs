@@ -365,10 +365,11 @@ fn generated(a: &Args) -> Result<Report> {
         let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
             continue;
         };
-        let tids = std::fs::read_dir(e.path().join("task"))?
+        let mut tids: Vec<u32> = std::fs::read_dir(e.path().join("task"))?
             .flatten()
             .filter_map(|t| t.file_name().to_str()?.parse().ok())
             .collect();
+        tids.sort_unstable(); // the collector's order
         layout.push((pid, tids));
     }
     layout.sort();
@@ -378,11 +379,23 @@ fn generated(a: &Args) -> Result<Report> {
         let mut ran = std::collections::HashMap::new();
         for j in 0..nbusy {
             let (pid, tids) = &layout[(k * nbusy + j) % layout.len()];
+            // Each of its threads ran 10 ticks (100 ms at 100 Hz) since the last cycle, on
+            // some CPU: what the collector would report for the files written below.
+            let tick_ns = 10_000_000;
+            let threads: Vec<placer_linux::bpf::ThreadCpu> = tids
+                .iter()
+                .map(|&tid| placer_linux::bpf::ThreadCpu {
+                    tid,
+                    cpu_ns: 10 * tick_ns,
+                    last_cpu: tid % 16,
+                })
+                .collect();
             ran.insert(
                 *pid,
                 placer_linux::bpf::ProcCpu {
-                    cpu_ns: 10_000_000,
+                    cpu_ns: threads.iter().map(|t| t.cpu_ns).sum(),
                     comm: String::new(),
+                    threads,
                 },
             );
             let comm = format!("worker {} (gen)", pid.saturating_sub(1000));

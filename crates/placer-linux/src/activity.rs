@@ -82,7 +82,7 @@ impl ActivitySource for KernelActivity {
                 available: self.cpu.is_ok(),
                 detail: match &self.cpu {
                     Ok(_) => format!(
-                        "CPU time per thread from sched_switch ({}); idle processes are not read",
+                        "CPU time per thread from sched_switch and the tick ({}); idle processes are not read",
                         crate::bpf::PROG_NAME
                     ),
                     Err(e) => format!("eBPF CPU collector: {e}; reading every /proc/PID/stat"),

@@ -4,7 +4,10 @@
 //!
 //! One raw-tracepoint program on `sched_switch` charges the time since the previous switch
 //! on this CPU to the task being switched out (the current task at that tracepoint), keyed
-//! by its thread id, with its thread-group id (the process), the CPU it ran on last, and its
+//! by its thread id; the same program on `hrtimer_expire_entry` (the scheduler tick, among
+//! other timers) charges the running task its time so far, so that a task that runs for
+//! seconds without a switch (alone on its CPU) is not left uncounted until it stops: a
+//! drain misses at most one tick of a running task's time. Each entry holds the thread id, with its thread-group id (the process), the CPU it ran on last, and its
 //! comm when first seen, in a hash map. Each sample drains the map (lookup and delete), so
 //! the map only ever holds the threads that ran since the last sample and a drain costs what
 //! is active, not what exists; the drain sums threads into processes. A process that
@@ -38,6 +41,7 @@ const BPF_PROG_GET_FD_BY_ID: libc::c_int = 13;
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_int = 15;
 const BPF_RAW_TRACEPOINT_OPEN: libc::c_int = 17;
 const BPF_MAP_LOOKUP_AND_DELETE_BATCH: libc::c_int = 25;
+const BPF_ENABLE_STATS: libc::c_int = 32;
 
 const BPF_MAP_TYPE_HASH: u32 = 1;
 const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
@@ -223,8 +227,9 @@ impl Asm {
     }
 }
 
-/// The `sched_switch` program. Stack: [fp-4] u32 key (the tid), [fp-40..fp-8] the value to
-/// insert: ns at fp-40, tgid at fp-32, CPU at fp-28, comm at fp-24.
+/// The accounting program (on `sched_switch` and on the tick). Stack: [fp-4] u32 key (the
+/// tid), [fp-40..fp-8] the value to insert: ns at fp-40, tgid at fp-32, CPU at fp-28, comm
+/// at fp-24.
 fn program(last_switch: &OwnedFd, cpu: &OwnedFd) -> Vec<Insn> {
     let mut a = Asm::default();
     a.st_w_imm(FP, -4, 0)
@@ -312,6 +317,9 @@ pub struct CpuCollector {
     _last_switch: OwnedFd,
     _prog: OwnedFd,
     _link: OwnedFd,
+    /// On the tick; `None` where the tracepoint is missing (a running task's time then
+    /// shows at its next switch).
+    tick_link: Option<OwnedFd>,
     batch: bool,
     keys: Vec<u32>,
     values: Vec<u8>,
@@ -364,11 +372,19 @@ impl CpuCollector {
             .u64(0, ptr(tp.as_ptr()))
             .u32(8, prog.as_raw_fd() as u32)
             .fd(BPF_RAW_TRACEPOINT_OPEN)?;
+        let tick = c"hrtimer_expire_entry";
+        let tick_link = Attr::new()
+            .u64(0, ptr(tick.as_ptr()))
+            .u32(8, prog.as_raw_fd() as u32)
+            .fd(BPF_RAW_TRACEPOINT_OPEN)
+            .map_err(|e| tracing::debug!("eBPF collector on hrtimer_expire_entry: {e}"))
+            .ok();
         Ok(CpuCollector {
             cpu,
             _last_switch: last_switch,
             _prog: prog,
             _link: link,
+            tick_link,
             batch: true,
             keys: vec![0; 4096],
             values: vec![0; 4096 * VALUE_LEN],
@@ -516,22 +532,59 @@ impl CpuCollector {
         Ok(())
     }
 
+    /// Whether the program also runs on the tick (a running task's time is counted
+    /// before it is switched out).
+    pub fn counts_running_tasks(&self) -> bool {
+        self.tick_link.is_some()
+    }
+
     /// Use the one-entry-at-a-time drain (what kernels before 5.6 get), for tests.
     pub fn force_per_entry_drain(&mut self) {
         self.batch = false;
     }
 }
 
-/// Ids of the loaded BPF programs with this name (tests check nothing of placer's is left
-/// loaded after it stops; needs root).
-pub fn loaded_programs_named(name: &str) -> io::Result<Vec<u32>> {
-    let mut found = Vec::new();
+/// While held, the kernel counts each BPF program's run time and runs (BPF_ENABLE_STATS;
+/// the count stops when the last holder closes it; needs root, Linux 5.8).
+pub struct RunTimeStats(#[allow(dead_code)] OwnedFd);
+
+impl RunTimeStats {
+    pub fn enable() -> io::Result<RunTimeStats> {
+        // enable_stats.type = BPF_STATS_RUN_TIME (0).
+        Attr::new().u32(0, 0).fd(BPF_ENABLE_STATS).map(RunTimeStats)
+    }
+}
+
+/// The summed run time (ns) and run count of the loaded programs with this name, as
+/// counted while [`RunTimeStats`] is held: what they cost inside the kernel, charged to
+/// whichever task they ran beside.
+pub fn programs_run_time(name: &str) -> io::Result<(u64, u64)> {
+    let (mut ns, mut runs) = (0, 0);
+    for_each_program(|info| {
+        if prog_name(info) == name.as_bytes() {
+            let at = |o: usize| u64::from_ne_bytes(info[o..o + 8].try_into().expect("8 bytes"));
+            // struct bpf_prog_info: run_time_ns at byte 192, run_cnt at 200.
+            ns += at(192);
+            runs += at(200);
+        }
+    })?;
+    Ok((ns, runs))
+}
+
+/// `struct bpf_prog_info`'s name (name[16] at byte 64), without its NULs.
+fn prog_name(info: &[u8]) -> &[u8] {
+    let n = &info[64..80];
+    &n[..n.iter().position(|&b| b == 0).unwrap_or(16)]
+}
+
+/// Calls `f` with the `struct bpf_prog_info` of every loaded program.
+fn for_each_program(mut f: impl FnMut(&[u8])) -> io::Result<()> {
     let mut id = 0u32;
     loop {
         let mut attr = Attr::new().u32(0, id);
         match attr.call(BPF_PROG_GET_NEXT_ID) {
             Ok(_) => {}
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => break,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
             Err(e) => return Err(e),
         }
         id = u32::from_ne_bytes(attr.0[4..8].try_into().expect("4 bytes"));
@@ -545,14 +598,21 @@ pub fn loaded_programs_named(name: &str) -> io::Result<Vec<u32>> {
             .u64(8, ptr(info.as_mut_ptr()))
             .call(BPF_OBJ_GET_INFO_BY_FD);
         if got.is_ok() {
-            // struct bpf_prog_info: name[16] at byte 64.
-            let n = &info[64..80];
-            let end = n.iter().position(|&b| b == 0).unwrap_or(16);
-            if &n[..end] == name.as_bytes() {
-                found.push(id);
-            }
+            f(&info);
         }
     }
+}
+
+/// Ids of the loaded BPF programs with this name (tests check nothing of placer's is left
+/// loaded after it stops; needs root).
+pub fn loaded_programs_named(name: &str) -> io::Result<Vec<u32>> {
+    let mut found = Vec::new();
+    for_each_program(|info| {
+        if prog_name(info) == name.as_bytes() {
+            // struct bpf_prog_info: id at byte 4.
+            found.push(u32::from_ne_bytes(info[4..8].try_into().expect("4 bytes")));
+        }
+    })?;
     Ok(found)
 }
 
@@ -610,6 +670,12 @@ mod tests {
         if per_entry {
             c.force_per_entry_drain();
         }
+        assert!(
+            c.counts_running_tasks(),
+            "no hrtimer_expire_entry tracepoint"
+        );
+        let stats = RunTimeStats::enable().unwrap();
+        let (ns0, runs0) = programs_run_time(PROG_NAME).unwrap();
         let ours: Vec<u32> = loaded_programs_named(PROG_NAME)
             .unwrap()
             .into_iter()
@@ -677,6 +743,13 @@ mod tests {
             );
             assert!((t.last_cpu as u64) < cpus, "{t:?}");
         }
+        // Its own cost in the kernel was counted while the stats were on.
+        let (ns1, runs1) = programs_run_time(PROG_NAME).unwrap();
+        assert!(
+            runs1 > runs0 && ns1 > ns0,
+            "{runs0}..{runs1} runs, {ns0}..{ns1} ns"
+        );
+        drop(stats);
         // Drained: a second drain right away holds only what ran since.
         let again = c.drain().unwrap();
         assert!(!again.procs.contains_key(&pid));

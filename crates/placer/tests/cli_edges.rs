@@ -291,6 +291,12 @@ fn bench_overhead_compares_with_another_agent() {
         agents.iter().all(|a| a["cpu_percent_of_one"].is_number()),
         "{v}"
     );
+    // As root the daemon's eBPF program loads and its in-kernel time is measured; the other
+    // agent has none.
+    if placer_testkit::proc::effective_uid() == Some(0) {
+        assert!(agents[0]["in_kernel_percent_of_one"].is_number(), "{v}");
+    }
+    assert!(agents[1]["in_kernel_percent_of_one"].is_null(), "{v}");
     let o = placer()
         .args([
             "bench",

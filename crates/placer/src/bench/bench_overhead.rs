@@ -6,7 +6,10 @@
 //! CPU (the run time of all its threads over the window, from `schedstat` in ns: stat's
 //! 10 ms ticks cannot resolve a share of 0.1%) and the ratio. `--paths events,proc`
 //! measures the daemon with its kernel event sources and without them (`kernel_events =
-//! false`: what it costs where eBPF cannot load), one after the other.
+//! false`: what it costs where eBPF cannot load), one after the other. On the events path
+//! the eBPF collector's own run time in the kernel is measured too (the kernel's BPF run-time
+//! stats, on during the window only): it runs beside whichever task was switched out or
+//! ticked, so the daemon's schedstat does not hold it, and the total is what placer costs.
 
 use super::bench_daemon::{idle_load, temp_dir, Kids};
 use anyhow::{bail, Context, Result};
@@ -48,11 +51,20 @@ pub struct AgentCost {
     pub command: String,
     pub window_s: f64,
     pub cpu_percent_of_one: Option<f64>,
+    /// placer's eBPF collector's run time in the kernel over the window, % of one CPU
+    /// (events path; None where the kernel's BPF stats could not be enabled).
+    pub in_kernel_percent_of_one: Option<f64>,
     /// Why it was not measured (not installed, exited at start).
     pub missing: Option<String>,
 }
 
 impl AgentCost {
+    /// Its own CPU plus its in-kernel programs' time, % of one CPU.
+    pub fn total_percent_of_one(&self) -> Option<f64> {
+        self.cpu_percent_of_one
+            .map(|c| c + self.in_kernel_percent_of_one.unwrap_or(0.0))
+    }
+
     /// `placer [events]`, or the other agent's name.
     pub fn label(&self) -> String {
         match &self.path {
@@ -68,8 +80,8 @@ pub struct Report {
     pub conns: u32,
     pub policies: Vec<String>,
     pub agents: Vec<AgentCost>,
-    /// placer's share (the first path) over the other agent's (None without a measured
-    /// other agent).
+    /// placer's share (the first path, its eBPF program's time included) over the other
+    /// agent's (None without a measured other agent).
     pub ratio: Option<f64>,
 }
 
@@ -88,7 +100,14 @@ fn cpu_s(pid: u32) -> Result<f64> {
     Ok(ns as f64 / 1e9)
 }
 
-fn measure(name: &str, mut cmd: Command, window: Duration) -> Result<AgentCost> {
+/// Measures `cmd`'s CPU over `window` after a 3 s warm-up; `bpf_prog`: the name of its eBPF
+/// program whose in-kernel run time counts too.
+fn measure(
+    name: &str,
+    mut cmd: Command,
+    window: Duration,
+    bpf_prog: Option<&str>,
+) -> Result<AgentCost> {
     let command = format!("{cmd:?}");
     let child = match cmd
         .stdin(Stdio::null())
@@ -104,6 +123,7 @@ fn measure(name: &str, mut cmd: Command, window: Duration) -> Result<AgentCost> 
                 command,
                 window_s: 0.0,
                 cpu_percent_of_one: None,
+                in_kernel_percent_of_one: None,
                 missing: Some(format!("cannot start it ({e}); Debian package {name}?")),
             })
         }
@@ -117,13 +137,20 @@ fn measure(name: &str, mut cmd: Command, window: Duration) -> Result<AgentCost> 
             command,
             window_s: 0.0,
             cpu_percent_of_one: None,
+            in_kernel_percent_of_one: None,
             missing: Some(format!("exited at start ({st})")),
         });
     }
     let pid = kids.0[0].id();
+    let bpf_ns = |name: &str| placer_linux::bpf::programs_run_time(name).ok().map(|r| r.0);
+    let stats = bpf_prog.and_then(|p| {
+        let s = placer_linux::bpf::RunTimeStats::enable().ok()?;
+        Some((s, p, bpf_ns(p)?))
+    });
     let (c0, t0) = (cpu_s(pid)?, Instant::now());
     std::thread::sleep(window);
     let (c1, w) = (cpu_s(pid)?, t0.elapsed().as_secs_f64());
+    let in_kernel = stats.and_then(|(_on, p, k0)| Some((bpf_ns(p)? - k0) as f64 / 1e9));
     drop(kids);
     Ok(AgentCost {
         agent: name.into(),
@@ -131,6 +158,7 @@ fn measure(name: &str, mut cmd: Command, window: Duration) -> Result<AgentCost> 
         command,
         window_s: w,
         cpu_percent_of_one: Some((c1 - c0) / w * 100.0),
+        in_kernel_percent_of_one: in_kernel.map(|k| k / w * 100.0),
         missing: None,
     })
 }
@@ -173,7 +201,8 @@ pub fn run(args: Args) -> Result<()> {
         .context("writing the daemon's config")?;
         let mut placer = Command::new(std::env::current_exe()?);
         placer.args(["daemon", "--dry-run", "--config"]).arg(&cfg);
-        let mut cost = measure("placer", placer, args.duration)?;
+        let prog = (path == "events").then_some(placer_linux::bpf::PROG_NAME);
+        let mut cost = measure("placer", placer, args.duration, prog)?;
         cost.path = Some(path.clone());
         agents.push(cost);
     }
@@ -195,11 +224,11 @@ pub fn run(args: Args) -> Result<()> {
                 c
             }
         };
-        agents.push(measure(vs, other, args.duration)?);
+        agents.push(measure(vs, other, args.duration, None)?);
     }
     let _ = std::fs::remove_dir_all(&dir);
     let ratio = match (agents.first(), agents.get(args.paths.len())) {
-        (Some(a), Some(b)) => match (a.cpu_percent_of_one, b.cpu_percent_of_one) {
+        (Some(a), Some(b)) => match (a.total_percent_of_one(), b.total_percent_of_one()) {
             (Some(x), Some(y)) if y > 0.0 => Some(x / y),
             _ => None,
         },
@@ -225,9 +254,13 @@ pub fn run(args: Args) -> Result<()> {
     for a in &report.agents {
         match (a.cpu_percent_of_one, &a.missing) {
             (Some(p), _) => outln!(
-                "{:<16} {p:.3}% of one CPU over {:.1} s",
+                "{:<16} {p:.3}% of one CPU over {:.1} s{}",
                 a.label(),
-                a.window_s
+                a.window_s,
+                match a.in_kernel_percent_of_one {
+                    Some(k) => format!(" + {k:.3}% in its eBPF program = {:.3}%", p + k),
+                    None => String::new(),
+                }
             ),
             (None, Some(why)) => outln!("{:<16} not measured: {why}", a.label()),
             _ => {}

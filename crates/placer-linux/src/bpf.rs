@@ -7,10 +7,11 @@
 //! by its thread id; the same program on `hrtimer_expire_entry` (the scheduler tick, among
 //! other timers) charges the running task its time so far, so that a task that runs for
 //! seconds without a switch (alone on its CPU) is not left uncounted until it stops: a
-//! drain misses at most one tick of a running task's time. Each entry holds the thread id, with its thread-group id (the process), the CPU it ran on last, and its
-//! comm when first seen, in a hash map. Each sample drains the map (lookup and delete), so
-//! the map only ever holds the threads that ran since the last sample and a drain costs what
-//! is active, not what exists; the drain sums threads into processes. A process that
+//! drain misses at most one tick of a running task's time. Each entry holds, beside the
+//! time, the thread-group id (the process), the CPU it ran on last and its comm when first
+//! seen. Each sample drains the map (lookup and delete), so the map only ever holds the
+//! threads that ran since the last sample and a drain costs what is active, not what
+//! exists; the drain sums threads into processes. A process that
 //! started, ran and exited between two samples is still in the map: its time is accounted,
 //! with the comm its main thread had when it first ran in the interval.
 //!
@@ -244,7 +245,7 @@ fn program(last_switch: &OwnedFd, cpu: &OwnedFd) -> Vec<Insn> {
         .ldx_dw(R9, R7, 0)
         .stx_dw(R7, 0, R8)
         .jeq_imm(R9, 0, "out") // first switch seen on this CPU: no start yet
-        .sub(R8, R9) // ns the outgoing task ran
+        .sub(R8, R9) // ns the current task ran since the last switch or tick here
         .call(GET_CURRENT_PID_TGID)
         .mov(R9, R0)
         .rsh_imm(R0, 32)
@@ -260,7 +261,7 @@ fn program(last_switch: &OwnedFd, cpu: &OwnedFd) -> Vec<Insn> {
         .jeq_imm(R0, 0, "insert")
         .atomic_add_dw(R0, 0, R8)
         .ldx_w(R1, FP, -28)
-        .stx_w(R0, 12, R1) // last CPU (a plain store: the latest switch wins)
+        .stx_w(R0, 12, R1) // last CPU (a plain store: the latest event wins)
         .ja("out")
         .label("insert")
         .stx_dw(FP, -40, R8)
@@ -286,7 +287,7 @@ fn program(last_switch: &OwnedFd, cpu: &OwnedFd) -> Vec<Insn> {
 pub struct ThreadCpu {
     pub tid: u32,
     pub cpu_ns: u64,
-    /// The CPU it was last switched out of.
+    /// The CPU it last ran on (at its last switch-out or tick).
     pub last_cpu: u32,
 }
 
@@ -710,10 +711,7 @@ mod tests {
         c.drain().unwrap();
         let spin = || {
             std::thread::spawn(|| {
-                let tid: u32 = std::fs::read_link("/proc/thread-self")
-                    .ok()
-                    .and_then(|l| l.file_name()?.to_str()?.parse().ok())
-                    .expect("/proc/thread-self");
+                let tid = crate::sys::gettid();
                 let t0 = std::time::Instant::now();
                 while crate::sys::thread_cpu_ns() < 100_000_000 && t0.elapsed().as_secs() < 5 {
                     std::hint::spin_loop();

@@ -958,7 +958,7 @@ impl Sampler {
         // The collector's cumulative CPU time of each thread as of the last sample (the
         // cache, due or not: a refresh re-reads affinities, the time goes on).
         let ns_before: PidMap<u64> = match ran {
-            Some(_) => self
+            Some(_) if req.threads && !kernel_thread => self
                 .proc_cache
                 .get(&pid)
                 .filter(|c| c.sample.start_time_ticks == st.start_time_ticks)
@@ -970,7 +970,7 @@ impl Sampler {
                         .collect()
                 })
                 .unwrap_or_default(),
-            None => PidMap::default(),
+            _ => PidMap::default(),
         };
         let ns_per_tick = 1_000_000_000 / u64::from(self.clk_tck.max(1));
         let ran_ns = |tid: u32| -> Option<&ThreadCpu> {
@@ -1629,10 +1629,7 @@ mod tests {
                 .map(|_| {
                     let stop = stop.clone();
                     std::thread::spawn(move || {
-                        let tid = fs::read_link("/proc/thread-self")
-                            .ok()
-                            .and_then(|l| l.file_name()?.to_str()?.parse().ok())
-                            .expect("/proc/thread-self");
+                        let tid = crate::sys::gettid();
                         let t0 = std::time::Instant::now();
                         while !stop.load(std::sync::atomic::Ordering::Relaxed)
                             && t0.elapsed().as_secs() < 10

@@ -142,15 +142,19 @@ fn measure(
         });
     }
     let pid = kids.0[0].id();
-    let bpf_ns = |name: &str| placer_linux::bpf::programs_run_time(name).ok().map(|r| r.0);
-    let stats = bpf_prog.and_then(|p| {
-        let s = placer_linux::bpf::RunTimeStats::enable().ok()?;
-        Some((s, p, bpf_ns(p)?))
-    });
+    // The program's run time so far, counted from here on (the stats stay on while held).
+    let bpf_ns = || {
+        placer_linux::bpf::programs_run_time(bpf_prog?)
+            .ok()
+            .map(|r| r.0)
+    };
+    let stats = bpf_prog
+        .and_then(|_| placer_linux::bpf::RunTimeStats::enable().ok())
+        .and_then(|on| Some((on, bpf_ns()?)));
     let (c0, t0) = (cpu_s(pid)?, Instant::now());
     std::thread::sleep(window);
     let (c1, w) = (cpu_s(pid)?, t0.elapsed().as_secs_f64());
-    let in_kernel = stats.and_then(|(_on, p, k0)| Some((bpf_ns(p)? - k0) as f64 / 1e9));
+    let in_kernel = stats.and_then(|(_on, k0)| Some((bpf_ns()? - k0) as f64 / 1e9));
     drop(kids);
     Ok(AgentCost {
         agent: name.into(),

@@ -101,6 +101,7 @@ impl SimHost {
             softirq_cycles: vec![0.0; n],
             llc_pressure: vec![0.0; m.n_llc],
             node_bw: vec![0.0; m.node_ids.len()],
+            node_bw_moved: vec![0.0; m.node_ids.len()],
             topo,
             m,
             baseline,

@@ -72,7 +72,8 @@ pub struct ContentionParams {
     /// DRAM bandwidth one core can pull alone, GB/s (a task's memory-bound fraction is its
     /// solo bandwidth over this).
     pub core_bw_gbps: f64,
-    /// Loaded-latency curve: (node bandwidth utilisation 0..1, latency multiplier) points,
+    /// Loaded-latency curve: (node bandwidth utilisation 0..1 = bandwidth moved over
+    /// `node_bw_gbps`, latency multiplier) points,
     /// linearly interpolated; a task's memory-bound fraction is slowed by the multiplier.
     pub loaded_latency: Vec<[f64; 2]>,
 }

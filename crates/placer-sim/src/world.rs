@@ -170,4 +170,5 @@ pub struct SimHost {
     pub(crate) softirq_cycles: Vec<f64>,
     pub(crate) llc_pressure: Vec<f64>,
     pub(crate) node_bw: Vec<f64>,
+    pub(crate) node_bw_moved: Vec<f64>,
 }

@@ -563,3 +563,60 @@ cpus = [4, 5, 6, 7]
     let (loud, _) = misses(0);
     assert!(loud as f64 > 0.9 * jobs as f64, "{loud} misses of {jobs}");
 }
+
+#[test]
+fn a_saturated_memory_controller_carries_the_fixed_point_bandwidth_not_the_solo_demand() {
+    // 14 streaming jobs (8 GB/s alone each, memory-bound fraction 0.8) on one 60 GB/s
+    // node of the 2x14 Xeon ask 112 GB/s. The controller's load is the bandwidth they
+    // move, which slows them through the loaded-latency curve: the load must settle at
+    // the fixed point u = n bw s(u) / cap, below the node's peak, and stay there (no
+    // tick-to-tick oscillation on the curve's steep segment). LLC term off.
+    let mut h = host(
+        r#"name = "t"
+machine = "xeon-e5-2697x2"
+duration_s = 10.0
+[params.contention]
+llc_scale = 0.0
+[[workloads]]
+kind = "cpu"
+name = "s"
+class = "streaming"
+count = 14
+cpus = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]
+mem_node = 0
+"#,
+    );
+    assert!((0..14).all(|c| h.m.cpus[c].node == h.m.node_ids[0]));
+    let streaming = h.params.archetypes["streaming"].clone();
+    let mf = machine::mem_fraction(&h.params, &streaming);
+    let (bw, cap) = (streaming.bw_gbps, h.params.contention.node_bw_gbps);
+    // Fixed point by bisection: moved(u) - u * cap is decreasing in u.
+    let speed = |u: f64| 1.0 / (1.0 + mf * (machine::loaded_latency(&h.params, u) - 1.0));
+    let (mut lo, mut hi) = (0.0f64, 2.0f64);
+    for _ in 0..60 {
+        let mid = (lo + hi) / 2.0;
+        if 14.0 * bw * speed(mid) > mid * cap {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    let u_star = (lo + hi) / 2.0;
+    assert!(u_star < 1.0, "fixed point {u_star}");
+    let moved = |h: &SimHost| h.tasks.iter().map(|t| t.mem_bytes).sum::<f64>();
+    h.run_until(1_000_000_000, false);
+    let mut rates = Vec::new();
+    for k in 3..=6u64 {
+        let before = moved(&h);
+        h.run_until(k * 500_000_000, false);
+        rates.push((moved(&h) - before) / 0.5 / 1e9);
+    }
+    for r in &rates {
+        assert!(*r <= cap, "moved {r:.1} GB/s above the node's {cap} GB/s");
+        assert!(
+            (r / (u_star * cap) - 1.0).abs() < 0.02,
+            "moved {r:.2} GB/s, fixed point {:.2} GB/s (rates {rates:?})",
+            u_star * cap
+        );
+    }
+}

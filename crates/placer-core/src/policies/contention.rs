@@ -29,7 +29,9 @@
 //!    (a) a domain where a Group 1 shares the LLC with a Group 2 while a separation exists,
 //!    or (b) a domain with at least `min_group1_sharing` (default 2) Group 1 apps where the
 //!    target has fewer in every domain; and, when per-process memory bandwidth is measured
-//!    and `min_domain_bandwidth_bytes_per_s > 0`, that domain's summed bandwidth reaches it.
+//!    and `min_domain_bandwidth_bytes_per_s > 0`, that domain's summed bandwidth reaches it
+//!    in a strict majority of the last K intervals (K = `smoothing_intervals`, as for the
+//!    classes: [`hold_domain_bandwidth`]), so one interval's spike does not move anything.
 //! 5. **Move as few processes as possible.** Among all placements satisfying the rule of
 //!    step 3, the planner picks one that keeps the most processes in their current domain:
 //!    it enumerates the protected side (all `C(D, k2)` choices up to 5,000, else the `k2`
@@ -62,7 +64,7 @@ use crate::sample::{ProcKey, SampleRequest, SourceStatus};
 use crate::scope::Scope;
 use crate::topology::Topology;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 pub const NAME: &str = "contention";
 
@@ -79,8 +81,9 @@ pub struct ContentionConfig {
     pub min_group1_sharing: usize,
     /// Sufficient contention (the paper's Fig. 7 discussion: isolating pays only under
     /// enough contention): when memory bandwidth is measured per process, a contended
-    /// domain must also move at least this many bytes/s (summed over its apps) before the
-    /// policy acts, in every case of Fig. 7. 0 = off.
+    /// domain must also move at least this many bytes/s (summed over its apps) in a strict
+    /// majority of the last `smoothing_intervals` intervals before the policy acts, in
+    /// every case of Fig. 7. 0 = off.
     pub min_domain_bandwidth_bytes_per_s: f64,
     /// A process moved to another NUMA node has its memory follow it: `BindMemory` to the
     /// new node each interval until its pages are there (bounded by
@@ -497,6 +500,36 @@ pub struct ContentionState {
     /// Processes moved to another node whose memory is following them: the node, and the
     /// intervals spent following without page counts.
     pub following: BTreeMap<ProcKey, (u32, u32)>,
+    /// Per LLC domain, its measured memory bandwidth over the last K intervals (newest
+    /// last; K = the classifier's `smoothing_intervals`), for the held value of step 4.
+    pub domain_bw: Vec<VecDeque<f64>>,
+}
+
+/// Step 4's bandwidth, held like the classes: per domain, the bandwidth it reached in a
+/// strict majority of the last `k` intervals (the `floor(k/2) + 1`-th largest of them,
+/// intervals not yet seen counting as 0). A domain passes the threshold only when a
+/// majority of the last `k` intervals did, so a one-interval spike cannot trigger a
+/// separation and a one-interval dip cannot end one; a real change counts after
+/// `floor(k/2) + 1` intervals. `history` is reset when the number of domains changes.
+pub fn hold_domain_bandwidth(history: &mut Vec<VecDeque<f64>>, bw: &[f64], k: usize) -> Vec<f64> {
+    let k = k.max(1);
+    if history.len() != bw.len() {
+        *history = vec![VecDeque::with_capacity(k); bw.len()];
+    }
+    history
+        .iter_mut()
+        .zip(bw)
+        .map(|(h, &b)| {
+            h.push_back(b);
+            while h.len() > k {
+                h.pop_front();
+            }
+            let mut v: Vec<f64> = h.iter().copied().collect();
+            v.resize(k, 0.0);
+            v.sort_by(|a, b| b.total_cmp(a));
+            v[k / 2]
+        })
+        .collect()
 }
 
 /// Intervals a process's memory is followed when its pages per node are not measured.
@@ -710,6 +743,13 @@ impl Policy for Contention {
         let measured = classes
             .iter()
             .any(|c| c.signals.mem_bandwidth_bytes_per_s.is_some());
+        let k = self.cfg.classify.smoothing_intervals.max(1);
+        let held = if measured {
+            Some(hold_domain_bandwidth(&mut st.domain_bw, &bw, k))
+        } else {
+            st.domain_bw.clear();
+            None
+        };
         if !measured && self.cfg.min_domain_bandwidth_bytes_per_s > 0.0 {
             plan.note(
                 NAME,
@@ -723,9 +763,23 @@ impl Policy for Contention {
             &items,
             &a,
             self.cfg.min_group1_sharing,
-            measured.then_some(bw.as_slice()),
+            held.as_deref(),
             self.cfg.min_domain_bandwidth_bytes_per_s,
         );
+        let why = match (why, &held) {
+            (Some(why), Some(h)) if self.cfg.min_domain_bandwidth_bytes_per_s > 0.0 => {
+                Some(format!(
+                    "{why}; domains moved {} GB/s in a majority of the last {k} intervals \
+                 (threshold {:.1})",
+                    h.iter()
+                        .map(|b| format!("{:.1}", b / 1e9))
+                        .collect::<Vec<_>>()
+                        .join(" / "),
+                    self.cfg.min_domain_bandwidth_bytes_per_s / 1e9
+                ))
+            }
+            (why, _) => why,
+        };
         for c in &classes {
             plan.note(
                 NAME,
@@ -1250,28 +1304,8 @@ mod tests {
     fn single_aggressive_app_under_low_bandwidth_is_left_alone() {
         let topo = machine("xeon-x5570x2").unwrap();
         let doms = Contention::domains(&topo);
-        let mk = |bw: f64| {
-            // lbm (G1) and sphinx (G2) on package 0, ferret (G3) on package 1.
-            let procs: Vec<_> = [("lbm", 0u32), ("sphinx", 1), ("ferret", 4)]
-                .iter()
-                .enumerate()
-                .map(|(i, (name, cpu))| {
-                    let w = PAPER.iter().find(|w| w.0 == *name).unwrap();
-                    let mut p = proc_with(200 + i as u32, name, w.2, w.3);
-                    p.last_cpu = Some(*cpu);
-                    if let Some(c) = p.counters.as_mut() {
-                        // Memory bandwidth as the counters report it.
-                        c.per_s.insert(classify::MEM_BANDWIDTH_BYTES.into(), bw);
-                    }
-                    p
-                })
-                .collect();
-            Observation {
-                procs,
-                interval_s: 2.0,
-                ..Default::default()
-            }
-        };
+        // lbm (G1) and sphinx (G2) on package 0, ferret (G3) on package 1.
+        let mk = |bw: f64| paper_apps_on(&[("lbm", 0), ("sphinx", 1), ("ferret", 4)], 200, bw);
         let pol = Contention::default();
         let mut st = PolicyState::default();
         let quiet = mk(0.5e9);
@@ -1280,13 +1314,18 @@ mod tests {
         assert!(plan.notes.iter().any(|n| n.text.contains("no contention")));
         let mut st = PolicyState::default();
         let busy = mk(6e9);
+        // The bandwidth is held over a majority of the last 3 intervals: the first busy
+        // interval is one vote, the second makes the majority.
+        let first = pol.plan(&topo, &busy, &mut st);
+        assert!(!has_pin(&first), "{:?}", first.actions);
         let plan = pol.plan(&topo, &busy, &mut st);
+        assert!(has_pin(&plan), "{:?}", plan.notes);
         assert!(
             plan.actions
                 .iter()
-                .any(|a| matches!(a.action, Action::PinProcess { .. })),
+                .any(|a| a.reason.contains("domains moved 12.0 / 6.0 GB/s")),
             "{:?}",
-            plan.notes
+            plan.actions
         );
         let budget = (pol.cfg.migrate_max_bytes_per_s as f64 * busy.interval_s) as u64;
         for a in &plan.actions {
@@ -1312,6 +1351,98 @@ mod tests {
             }
         }
         let _ = doms;
+    }
+
+    /// Paper workloads by name on the given CPUs (pids from `first_pid`), each reporting
+    /// `bw_each` bytes/s of memory bandwidth as the counters would.
+    fn paper_apps_on(apps: &[(&str, u32)], first_pid: u32, bw_each: f64) -> Observation {
+        let procs = apps
+            .iter()
+            .zip(first_pid..)
+            .map(|(&(name, cpu), pid)| {
+                let w = PAPER.iter().find(|w| w.0 == name).unwrap();
+                let mut p = proc_with(pid, name, w.2, w.3);
+                p.last_cpu = Some(cpu);
+                if let Some(c) = p.counters.as_mut() {
+                    c.per_s
+                        .insert(classify::MEM_BANDWIDTH_BYTES.into(), bw_each);
+                }
+                p
+            })
+            .collect();
+        Observation {
+            procs,
+            interval_s: 2.0,
+            ..Default::default()
+        }
+    }
+
+    fn has_pin(plan: &Plan) -> bool {
+        plan.actions
+            .iter()
+            .any(|a| matches!(a.action, Action::PinProcess { .. }))
+    }
+
+    #[test]
+    fn domain_bandwidth_is_held_over_a_majority_of_intervals() {
+        let mut h = Vec::new();
+        // k = 3: the second largest of the last 3, unseen intervals counting as 0.
+        assert_eq!(
+            hold_domain_bandwidth(&mut h, &[9.0, 1.0], 3),
+            vec![0.0, 0.0]
+        );
+        assert_eq!(
+            hold_domain_bandwidth(&mut h, &[9.0, 2.0], 3),
+            vec![9.0, 1.0]
+        );
+        assert_eq!(
+            hold_domain_bandwidth(&mut h, &[1.0, 3.0], 3),
+            vec![9.0, 2.0]
+        );
+        assert_eq!(
+            hold_domain_bandwidth(&mut h, &[1.0, 3.0], 3),
+            vec![1.0, 3.0]
+        );
+        assert!(h.iter().all(|d| d.len() == 3));
+        // A different domain count starts over.
+        assert_eq!(hold_domain_bandwidth(&mut h, &[5.0], 3), vec![0.0]);
+        // k = 1 (smoothing off): the interval's own value.
+        let mut h = Vec::new();
+        assert_eq!(hold_domain_bandwidth(&mut h, &[4.0], 1), vec![4.0]);
+        assert_eq!(hold_domain_bandwidth(&mut h, &[2.0], 1), vec![2.0]);
+        // k = 4: a strict majority is 3 of 4, the third largest.
+        let mut h = Vec::new();
+        for b in [8.0, 9.0, 1.0] {
+            hold_domain_bandwidth(&mut h, &[b], 4);
+        }
+        assert_eq!(hold_domain_bandwidth(&mut h, &[7.0], 4), vec![7.0]);
+    }
+
+    #[test]
+    fn a_one_interval_bandwidth_spike_moves_nothing() {
+        let topo = machine("xeon-x5570x2").unwrap();
+        // lbm, libquantum (G1) with sphinx, omnetpp (G2) on package 0: real contention by
+        // the group rule, the bandwidth deciding.
+        let apps = [("lbm", 0), ("libquantum", 1), ("sphinx", 2), ("omnetpp", 3)];
+        let mk = |bw_each: f64| paper_apps_on(&apps, 300, bw_each);
+        let pol = Contention::default();
+        let mut st = PolicyState::default();
+        // 1.5 GB/s each (6 in the domain), one interval at 4 GB/s each (16), then quiet.
+        for (i, bw) in [1.5e9, 4e9, 1.5e9, 1.5e9, 1.5e9].into_iter().enumerate() {
+            let plan = pol.plan(&topo, &mk(bw), &mut st);
+            assert!(!has_pin(&plan), "interval {i}: {:?}", plan.actions);
+        }
+        // Two busy intervals in three: now it is contention.
+        let plan = pol.plan(&topo, &mk(4e9), &mut st);
+        assert!(!has_pin(&plan), "{:?}", plan.actions);
+        let plan = pol.plan(&topo, &mk(4e9), &mut st);
+        assert!(has_pin(&plan), "{:?}", plan.notes);
+        // With smoothing off (K = 1) the spike alone acts, as before.
+        let mut pol1 = Contention::default();
+        pol1.cfg.classify.smoothing_intervals = 1;
+        let mut st = PolicyState::default();
+        assert!(!has_pin(&pol1.plan(&topo, &mk(1.5e9), &mut st)));
+        assert!(has_pin(&pol1.plan(&topo, &mk(4e9), &mut st)));
     }
 
     /// A host without a PMU: the registry builds `contention`, the engine reports it

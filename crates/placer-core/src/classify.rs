@@ -311,10 +311,7 @@ impl Smoother {
     /// Adds this interval's raw group; returns the (possibly unchanged) class.
     pub fn push(&mut self, raw: Group, k: usize) -> Group {
         let k = k.max(1);
-        self.votes.push_back(raw);
-        while self.votes.len() > k {
-            self.votes.pop_front();
-        }
+        crate::stats::push_bounded(&mut self.votes, raw, k);
         let current = match self.class {
             None => {
                 self.class = Some(raw);

@@ -442,11 +442,7 @@ impl Engine {
             .collect();
         self.history.retain(|k, _| present.contains_key(k));
         for (k, pt) in &present {
-            let h = self.history.entry(*k).or_default();
-            h.push_back(*pt);
-            while h.len() > window {
-                h.pop_front();
-            }
+            crate::stats::push_bounded(self.history.entry(*k).or_default(), *pt, window);
         }
         let mut undo = Vec::new();
         if dry_run {

@@ -32,6 +32,7 @@
 
 use crate::cpuset::CpuSet;
 use crate::observation::{Observation, ProcObs};
+use crate::stats::push_bounded;
 use crate::topology::Topology;
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
@@ -133,13 +134,6 @@ pub struct Learner {
     window: usize,
     rx: VecDeque<RxSample>,
     app: VecDeque<AppSample>,
-}
-
-fn push_bounded<T>(q: &mut VecDeque<T>, x: T, window: usize) {
-    q.push_back(x);
-    while q.len() > window.max(1) {
-        q.pop_front();
-    }
 }
 
 /// `(estimate, error)` of `y = a x` through the origin; the error is the larger of the

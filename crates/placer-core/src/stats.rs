@@ -1,4 +1,7 @@
-//! Small statistics over measurement series: the one median of placer.
+//! Small statistics over measurement series: the one median of placer, and the one
+//! bounded window of the last N samples.
+
+use std::collections::VecDeque;
 
 /// The median of the finite values of `values` (mean of the middle two for an even count);
 /// `None` when there are none. Non-finite values (a failed trial reads NaN) are ignored.
@@ -16,9 +19,29 @@ pub fn median(values: &[f64]) -> Option<f64> {
     })
 }
 
+/// Appends `x` to the window `q`, dropping the oldest samples beyond the last `window`
+/// (at least one is kept).
+pub fn push_bounded<T>(q: &mut VecDeque<T>, x: T, window: usize) {
+    q.push_back(x);
+    while q.len() > window.max(1) {
+        q.pop_front();
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::median;
+    use super::{median, push_bounded};
+
+    #[test]
+    fn bounded_window_keeps_the_newest() {
+        let mut q = std::collections::VecDeque::new();
+        for x in 1..=5 {
+            push_bounded(&mut q, x, 3);
+        }
+        assert_eq!(q, [3, 4, 5]);
+        push_bounded(&mut q, 6, 0);
+        assert_eq!(q, [6]);
+    }
 
     #[test]
     fn odd_even_empty() {

@@ -520,10 +520,7 @@ pub fn hold_domain_bandwidth(history: &mut Vec<VecDeque<f64>>, bw: &[f64], k: us
         .iter_mut()
         .zip(bw)
         .map(|(h, &b)| {
-            h.push_back(b);
-            while h.len() > k {
-                h.pop_front();
-            }
+            crate::stats::push_bounded(h, b, k);
             let mut v: Vec<f64> = h.iter().copied().collect();
             v.resize(k, 0.0);
             v.sort_by(|a, b| b.total_cmp(a));

@@ -269,6 +269,7 @@ impl SimHost {
         // Step 6: progress and accounting.
         let tick = self.tick_ns as f64;
         let in_window = self.time_ns >= self.window.start_ns;
+        self.node_bw_moved.iter_mut().for_each(|x| *x = 0.0);
         for c in 0..self.m.cpus.len() {
             let (mut busy, mut press, mut gain, mut user, mut sys) = (0.0, 0.0, 0.0, 0.0, 0.0);
             let list = std::mem::take(&mut self.by_cpu[c]);
@@ -280,13 +281,23 @@ impl SimHost {
                 }
                 let system = crate::network::progress(self, ti, c, share, dt, in_window);
                 let pi = self.tasks[ti].proc;
-                let a = &self.procs[pi].class;
+                let p = &self.procs[pi];
+                let a = &p.class;
                 busy += share;
                 press += share * a.pressure;
                 gain += share * a.smt_gain;
+                // DRAM traffic as the counters count it, and the memory-controller load it
+                // puts on the nodes holding the process's pages (below).
+                let moved_gbps = share * a.bw_gbps * self.speed[ti].min(1.0);
+                let total: f64 = p.mem_bytes.iter().sum();
+                if total > 0.0 {
+                    for (n, &b) in p.mem_bytes.iter().enumerate() {
+                        self.node_bw_moved[n] += moved_gbps * b / total;
+                    }
+                }
                 let t = &mut self.tasks[ti];
                 t.cycles += share * dt * khz * 1e3;
-                t.mem_bytes += share * dt * a.bw_gbps * 1e9 * self.speed[ti].min(1.0);
+                t.mem_bytes += moved_gbps * dt * 1e9;
                 t.instructions += share * dt * khz * 1e3 * a.ipc * self.speed[ti].min(1.0);
                 if system {
                     t.stime_ns += share * tick;
@@ -311,28 +322,13 @@ impl SimHost {
                 self.window.busy_ns += total_busy * tick;
             }
         }
-        // Memory-controller load for the next tick: the bandwidth the tasks moved (each
-        // one's solo bandwidth scaled by its speed, as the DRAM counters above count it),
-        // not what they would move alone: a controller cannot carry more than its peak,
-        // and a slowed task asks for less. Load and speed form a fixed point (the real
-        // queue settles within microseconds); it is reached by relaxing the load a fixed
-        // fraction of the way each tick, which stays stable where the loaded-latency
+        // Memory-controller load for the next tick: the bandwidth the tasks moved (summed
+        // in step 6, each one's solo bandwidth scaled by its speed, as the DRAM counters
+        // count it), not what they would move alone: a controller cannot carry more than
+        // its peak, and a slowed task asks for less. Load and speed form a fixed point (the
+        // real queue settles within microseconds); it is reached by relaxing the load a
+        // fixed fraction of the way each tick, which stays stable where the loaded-latency
         // curve is steep (see `BW_RELAXATION`).
-        self.node_bw_moved.iter_mut().for_each(|x| *x = 0.0);
-        for (ti, t) in self.tasks.iter().enumerate() {
-            if t.share <= 0.0 {
-                continue;
-            }
-            let p = &self.procs[t.proc];
-            let total: f64 = p.mem_bytes.iter().sum();
-            if total <= 0.0 {
-                continue;
-            }
-            let moved = t.share * p.class.bw_gbps * self.speed[ti].min(1.0);
-            for (n, &b) in p.mem_bytes.iter().enumerate() {
-                self.node_bw_moved[n] += moved * b / total;
-            }
-        }
         for (load, &moved) in self.node_bw.iter_mut().zip(&self.node_bw_moved) {
             *load += BW_RELAXATION * (moved - *load);
         }

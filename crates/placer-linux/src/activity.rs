@@ -10,7 +10,6 @@
 use crate::bpf::{CpuCollector, ProcCpu};
 use crate::proc_events::{ProcEvent, ProcEvents};
 use placer_core::sample::Source;
-use std::collections::HashMap;
 
 /// One drain of the event sources.
 #[derive(Debug, Default, Clone)]
@@ -18,7 +17,7 @@ pub struct Activity {
     /// Processes that ran since the previous drain (CPU ns, comm, the threads that ran in
     /// tid order); `None` = unknown (no collector, or it failed this time): every
     /// process's `stat` must be read.
-    pub ran: Option<HashMap<u32, ProcCpu>>,
+    pub ran: Option<crate::pid::PidMap<ProcCpu>>,
     /// Process births, execs and exits in order; `None` = unknown (no connector, or events
     /// were lost): /proc must be listed.
     pub events: Option<Vec<ProcEvent>>,
@@ -125,7 +124,7 @@ impl ActivitySource for ScriptedActivity {
             .unwrap_or_else(|e| e.into_inner())
             .pop_front();
         next.unwrap_or(Activity {
-            ran: Some(HashMap::new()),
+            ran: Some(Default::default()),
             events: Some(Vec::new()),
         })
     }

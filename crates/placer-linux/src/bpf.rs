@@ -27,6 +27,7 @@
 //! same entry (microseconds, once a second) is lost; the batch drain takes each bucket's
 //! lock, which narrows that window to the program's own lockless add.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -307,7 +308,7 @@ pub struct ProcCpu {
 #[derive(Debug, Default, Clone)]
 pub struct Drain {
     /// By thread-group id (the process id).
-    pub procs: HashMap<u32, ProcCpu>,
+    pub procs: crate::pid::PidMap<ProcCpu>,
     /// The map was full at the drain (threads beyond [`MAX_THREADS`] went unaccounted).
     pub lost_full: bool,
 }
@@ -420,15 +421,22 @@ impl CpuCollector {
         let comm = &v[16..VALUE_LEN];
         let end = comm.iter().position(|&b| b == 0).unwrap_or(COMM_LEN);
         let comm = || String::from_utf8_lossy(&comm[..end]).into_owned();
-        let e = out.procs.entry(tgid).or_insert_with(|| ProcCpu {
-            cpu_ns: 0,
-            comm: comm(),
-            threads: Vec::new(),
-        });
+        // The comm of the main thread, else of the first thread drained (converted once).
+        let e = match out.procs.entry(tgid) {
+            Entry::Vacant(v) => v.insert(ProcCpu {
+                cpu_ns: 0,
+                comm: comm(),
+                threads: Vec::new(),
+            }),
+            Entry::Occupied(o) => {
+                let e = o.into_mut();
+                if tid == tgid {
+                    e.comm = comm();
+                }
+                e
+            }
+        };
         e.cpu_ns += ns;
-        if tid == tgid {
-            e.comm = comm();
-        }
         e.threads.push(ThreadCpu {
             tid,
             cpu_ns: ns,

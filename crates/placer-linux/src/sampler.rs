@@ -659,9 +659,11 @@ impl Sampler {
         // Processes whose files were actually read again this sample (not from the cache).
         let mut fresh: PidSet = PidSet::default();
         for pid in pids {
-            if let Some(ran) = &act.ran {
-                let skip =
-                    !ran.contains_key(&pid) && !refresh.contains(&pid) && !execd.contains(&pid);
+            // What the collector saw of it: None without the collector, Some(None) when it
+            // did not run.
+            let seen = act.ran.as_ref().map(|r| r.get(&pid));
+            if let Some(seen) = seen {
+                let skip = seen.is_none() && !refresh.contains(&pid) && !execd.contains(&pid);
                 if skip {
                     if let Some(p) = self.cached_sample(pid, req) {
                         procs.push(p);
@@ -675,10 +677,7 @@ impl Sampler {
                 .as_ref()
                 .map(|_| refresh.contains(&pid) || execd.contains(&pid));
             let before = stats.procs_reread;
-            let ran = act
-                .ran
-                .as_ref()
-                .map(|r| r.get(&pid).map_or(&[][..], |c| &c.threads[..]));
+            let ran = seen.map(|c| c.map_or(&[][..], |c| &c.threads[..]));
             match self.read_proc(pid, req, due, ran, &mut stats) {
                 Some(p) => {
                     reread.insert(pid);
@@ -955,37 +954,22 @@ impl Sampler {
             }
         }
         let mut threads = Vec::new();
-        // The collector's cumulative CPU time of each thread as of the last sample (the
-        // cache, due or not: a refresh re-reads affinities, the time goes on).
-        let ns_before: PidMap<u64> = match ran {
-            Some(_) if req.threads && !kernel_thread => self
-                .proc_cache
-                .get(&pid)
-                .filter(|c| c.sample.start_time_ticks == st.start_time_ticks)
-                .map(|c| {
-                    c.sample
-                        .threads
-                        .iter()
-                        .filter_map(|t| Some((t.tid, t.cpu_ns?)))
-                        .collect()
-                })
-                .unwrap_or_default(),
-            _ => PidMap::default(),
-        };
         let ns_per_tick = 1_000_000_000 / u64::from(self.clk_tck.max(1));
         let ran_ns = |tid: u32| -> Option<&ThreadCpu> {
             ran.and_then(|r| r.binary_search_by_key(&tid, |t| t.tid).ok().map(|i| &r[i]))
         };
         // With the collector, a process that ran with the threads of its last read (same
         // count, each with a collector time, every one that ran among them) needs no
-        // thread file: the collector gives each thread's time and last CPU.
+        // thread file: the collector gives each thread's time and last CPU. (Both lists
+        // are in tid order.)
         let from_collector = req.threads
             && !kernel_thread
             && ran.is_some_and(|r| {
                 prev.is_some_and(|p| {
                     p.threads.len() == st.num_threads as usize
-                        && p.threads.iter().all(|t| ns_before.contains_key(&t.tid))
-                        && r.iter().all(|t| ns_before.contains_key(&t.tid))
+                        && p.threads.iter().all(|t| t.cpu_ns.is_some())
+                        && r.iter()
+                            .all(|t| p.threads.binary_search_by_key(&t.tid, |x| x.tid).is_ok())
                 })
             });
         if from_collector {
@@ -1000,6 +984,23 @@ impl Sampler {
             }));
             stats.threads_from_collector += threads.len();
         } else if req.threads && !kernel_thread {
+            // The collector's cumulative CPU time of each thread as of the last sample (the
+            // cache, due or not: a refresh re-reads affinities, the time goes on).
+            let ns_before: PidMap<u64> = match ran {
+                Some(_) => self
+                    .proc_cache
+                    .get(&pid)
+                    .filter(|c| c.sample.start_time_ticks == st.start_time_ticks)
+                    .map(|c| {
+                        c.sample
+                            .threads
+                            .iter()
+                            .filter_map(|t| Some((t.tid, t.cpu_ns?)))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                None => PidMap::default(),
+            };
             // A thread's affinity does not change by running: its status is re-read when
             // the thread is new or the process is due for a refresh, else kept (with its
             // comm's shared text when unchanged).
@@ -1459,7 +1460,7 @@ mod tests {
                     last_cpu,
                 })
                 .collect();
-            let mut m = std::collections::HashMap::new();
+            let mut m = PidMap::default();
             m.insert(
                 100,
                 ProcCpu {
@@ -1689,7 +1690,7 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(200));
         let truth_ns: u64 = std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
             .ok()
-            .and_then(|t| t.split_whitespace().next()?.parse().ok())
+            .and_then(|t| crate::procfs::parse_schedstat_run_ns(&t))
             .expect("the spinner's schedstat");
         drop(spin);
         let sample = s.sample(req).unwrap();

@@ -365,18 +365,14 @@ fn generated(a: &Args) -> Result<Report> {
         let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
             continue;
         };
-        let mut tids: Vec<u32> = std::fs::read_dir(e.path().join("task"))?
-            .flatten()
-            .filter_map(|t| t.file_name().to_str()?.parse().ok())
-            .collect();
-        tids.sort_unstable(); // the collector's order
-        layout.push((pid, tids));
+        // Sorted: the collector's order.
+        layout.push((pid, placer_linux::pid::task_ids(&root, pid)?));
     }
     layout.sort();
     let nbusy = ((layout.len() as f64 * a.busy).round() as usize).min(layout.len());
     let mut run_some = |k: usize| -> Result<()> {
         let proc_ = root.join("proc");
-        let mut ran = std::collections::HashMap::new();
+        let mut ran = placer_linux::pid::PidMap::default();
         for j in 0..nbusy {
             let (pid, tids) = &layout[(k * nbusy + j) % layout.len()];
             // Each of its threads ran 10 ticks (100 ms at 100 Hz) since the last cycle, on

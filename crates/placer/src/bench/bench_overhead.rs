@@ -261,9 +261,9 @@ pub fn run(args: Args) -> Result<()> {
                 "{:<16} {p:.3}% of one CPU over {:.1} s{}",
                 a.label(),
                 a.window_s,
-                match a.in_kernel_percent_of_one {
-                    Some(k) => format!(" + {k:.3}% in its eBPF program = {:.3}%", p + k),
-                    None => String::new(),
+                match (a.in_kernel_percent_of_one, a.total_percent_of_one()) {
+                    (Some(k), Some(t)) => format!(" + {k:.3}% in its eBPF program = {t:.3}%"),
+                    _ => String::new(),
                 }
             ),
             (None, Some(why)) => outln!("{:<16} not measured: {why}", a.label()),

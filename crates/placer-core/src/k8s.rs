@@ -211,7 +211,7 @@ pub fn parse_cgroup_path(path: &str) -> Option<PodCgroup> {
 }
 
 /// `kubepods-burstable-pod<uid_>.slice` -> (Burstable, uid with dashes).
-fn pod_of_slice(slice: &str) -> Option<(QosClass, String)> {
+pub fn pod_of_slice(slice: &str) -> Option<(QosClass, String)> {
     let name = slice.strip_suffix(".slice")?;
     let name = name.strip_prefix("kubepods-")?;
     let (qos, pod) = if let Some(r) = name.strip_prefix("burstable-") {
@@ -225,6 +225,20 @@ fn pod_of_slice(slice: &str) -> Option<(QosClass, String)> {
     (!uid.is_empty()).then(|| (qos, uid.replace('_', "-")))
 }
 
+/// Why placer may give a container none of the CPUs it wants.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotAllowed {
+    /// Pinned by the static CPU manager: never placer's to move, whatever the policy says.
+    #[error(
+        "the kubelet's static CPU manager pinned {container} to CPUs {cpus} exclusively: \
+         placer leaves it alone"
+    )]
+    Exclusive { container: String, cpus: CpuSet },
+    /// The kubelet allows CPUs, but none of those placer wants.
+    #[error("placer's CPUs {want} do not meet the CPUs the kubelet allows ({bound}): not moved")]
+    Conflict { want: CpuSet, bound: CpuSet },
+}
+
 /// The CPUs placer may give a container, or why none.
 pub fn allowed_cpus(
     want: &CpuSet,
@@ -232,14 +246,14 @@ pub fn allowed_cpus(
     pod_uid: &str,
     container: &str,
     requested: Option<&CpuSet>,
-) -> Result<CpuSet, String> {
+) -> Result<CpuSet, NotAllowed> {
     let mut bound = match kubelet {
         CpuManager::Static { shared, exclusive } => {
             if let Some(set) = exclusive.get(&(pod_uid.to_string(), container.to_string())) {
-                return Err(format!(
-                    "the kubelet's static CPU manager pinned {container} to CPUs {set} \
-                     exclusively: placer leaves it alone"
-                ));
+                return Err(NotAllowed::Exclusive {
+                    container: container.to_string(),
+                    cpus: set.clone(),
+                });
             }
             shared.clone()
         }
@@ -250,9 +264,10 @@ pub fn allowed_cpus(
     }
     let got = want.intersection(&bound);
     if got.is_empty() {
-        return Err(format!(
-            "placer's CPUs {want} do not meet the CPUs the kubelet allows ({bound}): not moved"
-        ));
+        return Err(NotAllowed::Conflict {
+            want: want.clone(),
+            bound,
+        });
     }
     Ok(got)
 }
@@ -393,7 +408,7 @@ mod tests {
         };
         // Exclusively pinned: refused, whatever placer wants.
         let e = allowed_cpus(&set("2-3"), &st, "pod1", "db", None).unwrap_err();
-        assert!(e.contains("exclusively"), "{e}");
+        assert!(e.to_string().contains("exclusively"), "{e}");
         // Shared pool: intersected.
         assert_eq!(
             allowed_cpus(&set("1-2"), &st, "pod2", "web", None).unwrap(),

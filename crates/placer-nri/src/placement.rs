@@ -173,9 +173,9 @@ pub fn qos_of(pod: &Pod, c: &Container) -> Option<QosClass> {
             k8s::parse_cgroup_path(&format!("{}/x", pod.cgroup_parent)).map(|p| p.qos)
         })
         .or_else(|| {
+            // The systemd form's pod slice alone ("kubepods-burstable-pod<uid>.slice").
             let p = pod.cgroup_parent.trim_end_matches('/');
-            let last = p.rsplit('/').next().unwrap_or(p);
-            k8s::parse_cgroup_path(&format!("{last}:cri-containerd:x")).map(|p| p.qos)
+            k8s::pod_of_slice(p.rsplit('/').next().unwrap_or(p)).map(|(qos, _)| qos)
         })
 }
 
@@ -275,15 +275,6 @@ fn within_kubelet(
             why: format!("{policy}: no CPUs known"),
         };
     }
-    if let CpuManager::Static { exclusive, .. } = &facts.kubelet {
-        if let Some(set) = exclusive.get(&(pod.uid.clone(), c.name.clone())) {
-            return Placement::Leave {
-                why: format!(
-                    "the kubelet's static CPU manager pinned it to CPUs {set} exclusively"
-                ),
-            };
-        }
-    }
     let requested = CpuSet::parse_list(c.cpus.trim()).ok();
     match k8s::allowed_cpus(want, &facts.kubelet, &pod.uid, &c.name, requested.as_ref()) {
         Ok(cpus) => Placement::Cpuset {
@@ -292,9 +283,13 @@ fn within_kubelet(
             policy: policy.to_string(),
             why,
         },
-        Err(why) => match scope.on_conflict {
-            OnConflict::Leave => Placement::Leave { why },
-            OnConflict::Refuse => Placement::Refuse { why },
+        // Exclusively pinned: left alone whatever `on_conflict` says.
+        Err(k8s::NotAllowed::Exclusive { cpus, .. }) => Placement::Leave {
+            why: format!("the kubelet's static CPU manager pinned it to CPUs {cpus} exclusively"),
+        },
+        Err(e) => match scope.on_conflict {
+            OnConflict::Leave => Placement::Leave { why: e.to_string() },
+            OnConflict::Refuse => Placement::Refuse { why: e.to_string() },
         },
     }
 }

@@ -22,8 +22,8 @@
 
 use crate::mux::{Mux, MuxError, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN};
 use crate::placement::{
-    self, decide_create, decide_update, Container, ContainerView, CpusetJournal, CpusetUpdate,
-    Placement, Pod, State,
+    decide_create, decide_update, Container, ContainerView, CpusetJournal, CpusetUpdate, Placement,
+    Pod, State,
 };
 use crate::proto::{api, api_ttrpc};
 use placer_core::cpuset::CpuSet;
@@ -126,8 +126,8 @@ impl Drop for StateGuard<'_> {
     }
 }
 
-/// Replaces the journal file atomically (a crash leaves the old or the new one); an empty
-/// journal removes it.
+/// Replaces the journal file durably, as the host journal is (a crash leaves the old or the
+/// new one; a private file, no link followed); an empty journal removes it.
 fn write_journal(path: &Path, j: &CpusetJournal) -> std::io::Result<()> {
     if j.previous.is_empty() {
         return match std::fs::remove_file(path) {
@@ -135,17 +135,13 @@ fn write_journal(path: &Path, j: &CpusetJournal) -> std::io::Result<()> {
             _ => Ok(()),
         };
     }
-    let tmp = path.with_extension("tmp");
-    std::fs::write(
-        &tmp,
-        serde_json::to_vec_pretty(j).map_err(std::io::Error::other)?,
-    )?;
-    std::fs::rename(&tmp, path)
+    let bytes = serde_json::to_vec_pretty(j).map_err(std::io::Error::other)?;
+    placer_linux::journal::write_durably(path, &bytes).map_err(std::io::Error::other)
 }
 
 /// The journal a previous placer left, if any.
 fn read_journal(path: &Path) -> Option<CpusetJournal> {
-    let text = std::fs::read_to_string(path).ok()?;
+    let text = placer_linux::state_dir::read_private(path).ok()?;
     match serde_json::from_str(&text) {
         Ok(j) => Some(j),
         Err(e) => {
@@ -645,9 +641,6 @@ pub fn container_of_pid(root: &Path, pid: u32) -> Option<String> {
         .map(|p| p.container_id)
 }
 
-/// Re-exported for the daemon: the pure translation of a plan.
-pub use placement::translate;
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -676,17 +669,16 @@ mod tests {
 
     #[test]
     fn pid_to_container_through_its_cgroup() {
-        let dir = std::env::temp_dir().join(format!("placer-nri-cg-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let tmp = placer_testkit::TempDir::new("nri-cg");
+        let dir = tmp.path();
         std::fs::create_dir_all(dir.join("proc/42")).unwrap();
         std::fs::write(
             dir.join("proc/42/cgroup"),
             "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-poda_b.slice/cri-containerd-c0ffee.scope\n",
         )
         .unwrap();
-        let got = container_of_pid(&dir, 42);
-        let none = container_of_pid(&dir, 43);
-        let _ = std::fs::remove_dir_all(&dir);
+        let got = container_of_pid(dir, 42);
+        let none = container_of_pid(dir, 43);
         assert_eq!(got.as_deref(), Some("c0ffee"));
         assert_eq!(none, None);
     }

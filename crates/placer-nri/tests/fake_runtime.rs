@@ -16,19 +16,12 @@ use placer_nri::plugin::{Options, Plugin};
 use placer_nri::proto::{api, api_ttrpc};
 use std::os::fd::IntoRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 const LIMIT: Duration = Duration::from_secs(10);
-
-struct TempDir(PathBuf);
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// The runtime's service: records registrations and updates.
 struct RuntimeService {
@@ -214,10 +207,9 @@ fn move_c1(s: &Session) {
 
 #[test]
 fn register_create_move_and_restore_through_a_runtime() {
-    let dir = TempDir(std::env::temp_dir().join(format!("placer-nri-fake-{}", std::process::id())));
-    std::fs::create_dir_all(&dir.0).unwrap();
-    let journal = dir.0.join("nri-journal.json");
-    let s = session(&dir.0, "a", &journal, vec![], vec![]);
+    let dir = placer_testkit::TempDir::new("nri-fake");
+    let journal = dir.path().join("nri-journal.json");
+    let s = session(dir.path(), "a", &journal, vec![], vec![]);
 
     // Creation: a cpuset (the first CPU of the order), nothing else.
     let mut req = api::CreateContainerRequest::new();
@@ -247,11 +239,23 @@ fn register_create_move_and_restore_through_a_runtime() {
 
     // Killed after a move (no restore): the next placer, synchronized with the container
     // still running, puts its cpuset back from the journal file.
-    let s2 = session(&dir.0, "b", &journal, vec![pod()], vec![container("0-3")]);
+    let s2 = session(
+        dir.path(),
+        "b",
+        &journal,
+        vec![pod()],
+        vec![container("0-3")],
+    );
     move_c1(&s2);
     drop(s2);
     assert!(journal.exists());
-    let s3 = session(&dir.0, "c", &journal, vec![pod()], vec![container("2-3")]);
+    let s3 = session(
+        dir.path(),
+        "c",
+        &journal,
+        vec![pod()],
+        vec![container("2-3")],
+    );
     let got = s3.updates.recv_timeout(LIMIT).expect("left-over restore");
     assert_eq!(got[0].container_id, "c1");
     assert_eq!(cpus_of(&got[0]), ("0-3".into(), "0".into()));
@@ -298,15 +302,21 @@ impl placer_core::host::Host for RecordingHost {
 #[test]
 fn nri_host_sends_container_moves_to_the_runtime_and_the_rest_to_the_host() {
     use placer_core::host::Host;
-    let dir = TempDir(std::env::temp_dir().join(format!("placer-nri-host-{}", std::process::id())));
-    std::fs::create_dir_all(dir.0.join("proc/10")).unwrap();
+    let dir = placer_testkit::TempDir::new("nri-host");
+    std::fs::create_dir_all(dir.path().join("proc/10")).unwrap();
     std::fs::write(
-        dir.0.join("proc/10/cgroup"),
+        dir.path().join("proc/10/cgroup"),
         "0::/kubepods/burstable/poduid-1/c1\n",
     )
     .unwrap();
-    let journal = dir.0.join("nri-journal.json");
-    let s = session(&dir.0, "h", &journal, vec![pod()], vec![container("0-3")]);
+    let journal = dir.path().join("nri-journal.json");
+    let s = session(
+        dir.path(),
+        "h",
+        &journal,
+        vec![pod()],
+        vec![container("0-3")],
+    );
     let planned = |action| PlannedAction {
         action,
         policy: "smt-energy".into(),
@@ -330,7 +340,7 @@ fn nri_host_sends_container_moves_to_the_runtime_and_the_rest_to_the_host() {
     let mut h = placer_nri::host::NriHost {
         inner: &mut inner,
         plugin: &s.plugin,
-        root: &dir.0,
+        root: dir.path(),
     };
     // A dry run sends nothing and journals nothing.
     let reports = h.apply(&plan, true);

@@ -27,9 +27,8 @@ fn go() -> Option<PathBuf> {
 
 /// Runs `cmd` for at most `limit`; (success, stdout + stderr).
 fn run(cmd: &mut Command, limit: Duration) -> (bool, String) {
-    let dir = std::env::temp_dir().join(format!("placer-nri-conf-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let log = dir.join("out.log");
+    let dir = placer_testkit::TempDir::new("nri-conf");
+    let log = dir.path().join("out.log");
     let f = std::fs::File::create(&log).expect("log file");
     let child = placer_testkit::proc::die_with_parent(
         cmd.stdout(f.try_clone().expect("dup"))
@@ -54,7 +53,6 @@ fn run(cmd: &mut Command, limit: Duration) -> (bool, String) {
     if t0.elapsed() > limit {
         out.push_str(&format!("\n(killed after {limit:?})"));
     }
-    let _ = std::fs::remove_dir_all(&dir);
     (ok, out)
 }
 
@@ -82,15 +80,13 @@ fn nri_adaptation_drives_placer() {
         ));
         return;
     }
-    let tmp = std::env::temp_dir().join(format!("placer-nri-conf-bin-{}", std::process::id()));
-    std::fs::create_dir_all(&tmp).expect("temp dir");
-    let test_bin = tmp.join("conformance.test");
+    let tmp = placer_testkit::TempDir::new("nri-conf-bin");
+    let test_bin = tmp.path().join("conformance.test");
     let (ok, out) = run(
         &mut base(&["test", "-c", "-o", test_bin.to_str().expect("utf-8 path")]),
         Duration::from_secs(240),
     );
     if !ok {
-        let _ = std::fs::remove_dir_all(&tmp);
         panic!("building the Go conformance test failed:\n{out}");
     }
     let (ok, out) = run(
@@ -100,7 +96,7 @@ fn nri_adaptation_drives_placer() {
             .env("PLACER_BIN", env!("CARGO_BIN_EXE_placer")),
         Duration::from_secs(120),
     );
-    let _ = std::fs::remove_dir_all(&tmp);
+    drop(tmp);
     println!("{out}");
     assert!(ok, "the NRI conformance test failed:\n{out}");
     assert!(out.contains("--- PASS: TestPlacerConformance"), "{out}");

@@ -106,7 +106,7 @@ pub fn run(args: Args) -> Result<()> {
         })
         .cloned()
     });
-    let daemon = Decisions::read(&dir).filter(|d| state::pid_alive(d.daemon_pid) && !d.dry_run);
+    let daemon = Decisions::read_live(&dir);
     let container = daemon.as_ref().and_then(|d| {
         let id = placer_nri::plugin::container_of_pid(&args.state.root, pid)?;
         d.containers.iter().find(|c| c.container_id == id).cloned()

@@ -87,9 +87,7 @@ pub struct ProcPod {
 /// The running (not dry-run) daemon's containers, from its state directory; empty
 /// without `placer daemon --nri`.
 fn daemon_containers(state_dir: &std::path::Path) -> Vec<placer_nri::placement::ContainerView> {
-    use crate::cmd::daemon::state::{pid_alive, Decisions};
-    Decisions::read(state_dir)
-        .filter(|d| pid_alive(d.daemon_pid) && !d.dry_run)
+    crate::cmd::daemon::state::Decisions::read_live(state_dir)
         .map(|d| d.containers)
         .unwrap_or_default()
 }

@@ -296,6 +296,11 @@ impl Decisions {
         let text = placer_linux::state_dir::read_private(&state_dir.join(DECISIONS_FILE)).ok()?;
         serde_json::from_str(&text).ok()
     }
+
+    /// Those of a daemon still running and acting (not in dry run), else None.
+    pub fn read_live(state_dir: &Path) -> Option<Decisions> {
+        Decisions::read(state_dir).filter(|d| pid_alive(d.daemon_pid) && !d.dry_run)
+    }
 }
 
 /// Whether a process with this pid exists (signal 0).

@@ -23,8 +23,9 @@
 //! - in a dry run nothing is held (nothing changed), so the next cycle plans the same again;
 //! - verdicts (crate::verdict): a pin that succeeded is judged after the policy's horizon
 //!   against the intervals before it; an undone one is restored in that cycle's plan and the
-//!   policy may not move that process again before its back-off (doubling per failure)
-//!   ends; nothing is judged in a dry run.
+//!   policy may not move that process again (its CPUs or its memory) before its back-off
+//!   (doubling per failure) ends; nothing is judged in a dry run. A policy whose pins are judged together
+//!   (contention) has one cycle's pins judged as one plan: all kept or all undone.
 
 use crate::config::Config;
 use crate::host::Host;
@@ -84,6 +85,8 @@ struct Pending {
     comm: String,
     before: Vec<crate::verdict::Point>,
     after: Vec<crate::verdict::Point>,
+    /// Pins of one cycle of a policy judged together share an id (`Expectation::together`).
+    group: Option<u64>,
 }
 
 pub use crate::verdict::Verdict;
@@ -93,6 +96,7 @@ pub struct Engine {
     /// Per process, its last intervals (verdicts' before-windows).
     history: BTreeMap<ProcKey, std::collections::VecDeque<crate::verdict::Point>>,
     pending: Vec<Pending>,
+    next_group: u64,
     /// (policy, process) -> (undone moves so far, first cycle it may move it again).
     backoff: BTreeMap<(&'static str, ProcKey), (u32, u64)>,
     slots: Vec<Slot>,
@@ -173,6 +177,7 @@ impl Engine {
             config,
             history: BTreeMap::new(),
             pending: Vec::new(),
+            next_group: 0,
             backoff: BTreeMap::new(),
             self_pid,
             topo: None,
@@ -329,7 +334,9 @@ impl Engine {
                     pa.action,
                     Action::BindMemory { .. } | Action::RestoreMemory { .. }
                 );
-                if let (Some(&(n, until)), Action::PinProcess { .. }) =
+                // Backing off, a process is not moved by that policy: neither its CPUs nor
+                // its memory.
+                if let (Some(&(n, until)), Action::PinProcess { .. } | Action::BindMemory { .. }) =
                     (self.backoff.get(&(name, k)), &pa.action)
                 {
                     if self.cycles <= until {
@@ -425,7 +432,7 @@ impl Engine {
         report: &mut CycleReport,
         dry_run: bool,
     ) -> Vec<(&'static str, ProcKey)> {
-        use crate::verdict::{judge, Expectation, Point, VerdictKind};
+        use crate::verdict::{judge, judge_together, Expectation, Point, VerdictKind};
         let window = self.config.verify.window_intervals.max(2) as usize;
         let present: BTreeMap<ProcKey, Point> = obs
             .procs
@@ -436,6 +443,11 @@ impl Engine {
                     Point {
                         cpu_share: p.cpu_share,
                         bytes_per_s: p.net_bytes_per_s(),
+                        instructions_per_s: p
+                            .counters
+                            .as_ref()
+                            .and_then(|c| c.per_s.get(crate::classify::INSTRUCTIONS))
+                            .copied(),
                     },
                 )
             })
@@ -449,6 +461,10 @@ impl Engine {
             return undo;
         }
         let mut still = Vec::new();
+        // Ready to judge: alone, or by group (a group's members were pinned in one cycle,
+        // so they reach the horizon together).
+        let mut alone = Vec::new();
+        let mut groups: BTreeMap<u64, Vec<Pending>> = BTreeMap::new();
         for mut p in std::mem::take(&mut self.pending) {
             let held = self.slots.iter().any(|s| {
                 s.policy.name() == p.policy && s.policy.shared().held.contains_key(&p.proc)
@@ -460,32 +476,55 @@ impl Engine {
                 continue;
             }
             p.after.push(*pt);
-            let (_, horizon, min_effect) = self.config.verify.for_policy(p.policy);
+            let (_, horizon, _) = self.config.verify.for_policy(p.policy);
             if p.after.len() < horizon as usize {
                 still.push(p);
-                continue;
+            } else if let Some(g) = p.group {
+                groups.entry(g).or_default().push(p);
+            } else {
+                alone.push(p);
             }
-            let Some(exp) = Expectation::of_policy(p.policy) else {
-                continue;
-            };
-            let judgement = judge(exp, &p.before, &p.after, min_effect);
-            let mut backoff_intervals = None;
-            if judgement.kind == VerdictKind::Undone {
-                let base = self.config.verify.backoff_intervals;
-                let e = self.backoff.entry((p.policy, p.proc)).or_insert((0, 0));
-                e.0 += 1;
-                let wait = crate::verdict::backoff_intervals(base, e.0);
-                e.1 = self.cycles + wait;
-                backoff_intervals = Some(wait);
-                undo.push((p.policy, p.proc));
+        }
+        let judged = alone
+            .into_iter()
+            .filter_map(|p| {
+                let exp = Expectation::of_policy(p.policy)?;
+                let (_, _, min_effect) = self.config.verify.for_policy(p.policy);
+                let j = judge(exp, &p.before, &p.after, min_effect);
+                Some((vec![p], j))
+            })
+            .chain(groups.into_values().filter_map(|members| {
+                let policy = members.first()?.policy;
+                let exp = Expectation::of_policy(policy)?;
+                let (_, _, min_effect) = self.config.verify.for_policy(policy);
+                let windows: Vec<(&[Point], &[Point])> = members
+                    .iter()
+                    .map(|p| (p.before.as_slice(), p.after.as_slice()))
+                    .collect();
+                let j = judge_together(exp, &windows, min_effect);
+                Some((members, j))
+            }))
+            .collect::<Vec<_>>();
+        for (members, judgement) in judged {
+            for p in members {
+                let mut backoff_intervals = None;
+                if judgement.kind == VerdictKind::Undone {
+                    let base = self.config.verify.backoff_intervals;
+                    let e = self.backoff.entry((p.policy, p.proc)).or_insert((0, 0));
+                    e.0 += 1;
+                    let wait = crate::verdict::backoff_intervals(base, e.0);
+                    e.1 = self.cycles + wait;
+                    backoff_intervals = Some(wait);
+                    undo.push((p.policy, p.proc));
+                }
+                report.verdicts.push(Verdict {
+                    policy: p.policy.to_string(),
+                    proc: p.proc,
+                    comm: p.comm,
+                    judgement: judgement.clone(),
+                    backoff_intervals,
+                });
             }
-            report.verdicts.push(Verdict {
-                policy: p.policy.to_string(),
-                proc: p.proc,
-                comm: p.comm,
-                judgement,
-                backoff_intervals,
-            });
         }
         self.pending = still;
         self.backoff.retain(|(_, k), _| present.contains_key(k));
@@ -494,6 +533,7 @@ impl Engine {
 
     /// Starts judging each pin that took effect (a policy with an expectation, verify on).
     fn start_judging(&mut self, reports: &[ActionReport]) {
+        let mut groups: BTreeMap<&'static str, u64> = BTreeMap::new();
         for r in reports {
             let (Action::PinProcess { proc, comm, .. }, Outcome::Done) =
                 (&r.planned.action, &r.outcome)
@@ -509,9 +549,16 @@ impl Engine {
             };
             let policy = slot.policy.name();
             let (on, _, _) = self.config.verify.for_policy(policy);
-            if !on || crate::verdict::Expectation::of_policy(policy).is_none() {
+            let Some(exp) = crate::verdict::Expectation::of_policy(policy).filter(|_| on) else {
                 continue;
-            }
+            };
+            // One group per policy per cycle: the cycle's pins of that policy share the id.
+            let group = exp.together.then(|| {
+                *groups.entry(policy).or_insert_with(|| {
+                    self.next_group += 1;
+                    self.next_group
+                })
+            });
             self.pending
                 .retain(|p| p.proc != *proc || p.policy != policy);
             self.pending.push(Pending {
@@ -524,6 +571,7 @@ impl Engine {
                     .map(|h| h.iter().copied().collect())
                     .unwrap_or_default(),
                 after: Vec::new(),
+                group,
             });
         }
     }
@@ -987,17 +1035,20 @@ mod tests {
     }
 
     /// Pins every process to `cpu` once the clock reaches `from_s` (so verdicts have a
-    /// before-window).
+    /// before-window), as policy `name` (whose expectation judges the pins).
     struct PinLater {
+        name: &'static str,
         cpu: u32,
         from_s: f64,
+        /// Also move each pinned process's memory (to node 0).
+        bind: bool,
     }
 
     impl Policy for PinLater {
         type State = ();
 
         fn name(&self) -> &'static str {
-            "contention"
+            self.name
         }
         fn plan(&self, _topo: &Topology, obs: &Observation, state: &mut PolicyState) -> Plan {
             let mut plan = Plan::default();
@@ -1008,7 +1059,7 @@ mod tests {
                 let k = p.key();
                 if !state.held.contains_key(&k) {
                     plan.push(
-                        "contention",
+                        self.name,
                         Action::PinProcess {
                             proc: k,
                             comm: p.comm.to_string(),
@@ -1016,6 +1067,17 @@ mod tests {
                         },
                         "test",
                     );
+                    if self.bind {
+                        plan.push(
+                            self.name,
+                            Action::BindMemory {
+                                proc: k,
+                                nodes: vec![0],
+                                migrate_max_bytes: 1 << 20,
+                            },
+                            "test",
+                        );
+                    }
                 }
             }
             plan
@@ -1031,7 +1093,12 @@ mod tests {
         cfg.verify.backoff_intervals = 3;
         // The fake clock starts at 2 s and steps 1 s: the first observation is at 3 s.
         let from_s = 3.0 + before.len() as f64 - 1.0;
-        let p: Box<dyn AnyPolicy> = boxed(PinLater { cpu: 2, from_s });
+        let p: Box<dyn AnyPolicy> = boxed(PinLater {
+            name: "smt-energy",
+            cpu: 2,
+            from_s,
+            bind: false,
+        });
         let mut e = Engine::new(vec![p], cfg, 1);
         let mut h = FakeHost::new(vec![proc_sample(10, "x")]);
         let mut out = vec![e.step(&mut h, false)];
@@ -1090,7 +1157,7 @@ mod tests {
             .actions
             .iter()
             .all(|a| !matches!(a.action, Action::RestoreProcess { .. }))));
-        assert_eq!(e.state("contention").expect("state").held.len(), 1);
+        assert_eq!(e.state("smt-energy").expect("state").held.len(), 1);
     }
 
     #[test]
@@ -1098,7 +1165,98 @@ mod tests {
         use crate::verdict::VerdictKind;
         let (rs, e) = run_verdict(&[40, 60, 45, 55], &[60, 40, 55, 45, 50]);
         assert_eq!(verdicts(&rs), vec![VerdictKind::Inconclusive]);
-        assert_eq!(e.state("contention").expect("state").held.len(), 1);
+        assert_eq!(e.state("smt-energy").expect("state").held.len(), 1);
+    }
+
+    /// Runs PinLater as `contention` (judged together, by instructions per CPU-second) over
+    /// processes whose instructions per step are `before[i]` until the pin and `after[i]`
+    /// from it, each busy on a full CPU; returns every report.
+    fn run_together(before: &[u64], after: &[u64]) -> (Vec<CycleReport>, Engine) {
+        use crate::sample::{CounterEvent, CounterValue};
+        let mut cfg = Config::default();
+        cfg.verify.horizon_intervals = 4;
+        cfg.verify.window_intervals = 4;
+        cfg.verify.backoff_intervals = 3;
+        let p: Box<dyn AnyPolicy> = boxed(PinLater {
+            name: "contention",
+            cpu: 2,
+            from_s: 6.0,
+            bind: true,
+        });
+        let mut e = Engine::new(vec![p], cfg, 1);
+        let procs = (0..before.len() as u32)
+            .map(|i| proc_sample(10 + i, &format!("app{i}")))
+            .collect();
+        let mut h = FakeHost::new(procs);
+        let mut out = vec![e.step(&mut h, false)];
+        let mut instructions = vec![0u64; before.len()];
+        for step in 0..14 {
+            for (i, p) in h.procs.iter_mut().enumerate() {
+                let pinned = p.allowed == CpuSet::single(2);
+                // +-1% alternating noise, so the windows have a variance.
+                let base = if pinned { after[i] } else { before[i] };
+                instructions[i] += base + if step % 2 == 0 { base / 100 } else { 0 };
+                p.utime_ticks += 100;
+                p.counters = vec![CounterValue {
+                    event: CounterEvent::Instructions,
+                    value: instructions[i],
+                    time_enabled_ns: (step + 1) * 1_000_000_000,
+                    time_running_ns: (step + 1) * 1_000_000_000,
+                }];
+            }
+            out.push(e.step(&mut h, false));
+        }
+        (out, e)
+    }
+
+    #[test]
+    fn one_cycles_pins_judged_together_stand_or_fall_as_one() {
+        use crate::verdict::VerdictKind;
+        // Two moved processes lose 5%, two protected ones gain 25%: all four kept.
+        let (rs, e) = run_together(&[2000, 2000, 1000, 1000], &[1900, 1900, 1250, 1250]);
+        let v: Vec<&Verdict> = rs.iter().flat_map(|r| &r.verdicts).collect();
+        assert_eq!(v.len(), 4, "{v:?}");
+        assert!(
+            v.iter().all(|v| v.judgement.kind == VerdictKind::Kept),
+            "{v:?}"
+        );
+        assert!(v[0]
+            .judgement
+            .why
+            .contains("4 of 4 processes judged together"));
+        assert_eq!(e.state("contention").expect("state").held.len(), 4);
+        // Everyone loses 10%: all four undone in one cycle, each backed off.
+        let (rs, e) = run_together(&[2000, 2000, 1000, 1000], &[1800, 1800, 900, 900]);
+        let at = rs
+            .iter()
+            .position(|r| !r.verdicts.is_empty())
+            .expect("verdicts");
+        let r = &rs[at];
+        assert_eq!(r.verdicts.len(), 4);
+        assert!(r
+            .verdicts
+            .iter()
+            .all(|v| v.judgement.kind == VerdictKind::Undone && v.backoff_intervals == Some(3)));
+        let restores = r
+            .plan
+            .actions
+            .iter()
+            .filter(|a| matches!(a.action, Action::RestoreProcess { .. }))
+            .count();
+        assert_eq!(restores, 4);
+        assert_eq!(e.backoff.len(), 4);
+        assert!(rs[at + 1..].iter().all(|r| r.verdicts.is_empty()));
+        // Backing off, neither their CPUs nor their memory are moved.
+        let next = &rs[at + 1];
+        assert!(next.plan.actions.is_empty(), "{:?}", next.plan.actions);
+        assert_eq!(
+            next.plan
+                .notes
+                .iter()
+                .filter(|n| n.text.contains("backing off"))
+                .count(),
+            8
+        );
     }
 
     #[test]
@@ -1106,8 +1264,10 @@ mod tests {
         let mut cfg = Config::default();
         cfg.verify.enabled = false;
         let p: Box<dyn AnyPolicy> = boxed(PinLater {
+            name: "smt-energy",
             cpu: 2,
             from_s: 4.0,
+            bind: false,
         });
         let mut e = Engine::new(vec![p], cfg, 1);
         let mut h = FakeHost::new(vec![proc_sample(10, "x")]);

@@ -18,7 +18,13 @@
 //! 5. a guard metric (throughput for net-affinity) that falls beyond noise and `min_effect`
 //!    undoes the move even when the main metric improved;
 //! 6. the back-off after an undone move doubles with each failure of the same (policy,
-//!    process), up to [`MAX_BACKOFF_INTERVALS`].
+//!    process), up to [`MAX_BACKOFF_INTERVALS`];
+//! 7. judged together ([`Expectation::together`], [`judge_together`]), a plan's pins stand or
+//!    fall as one: per interval, the mean over its processes of each one's metric relative
+//!    to its own before-mean (a per-app speedup), so a separation that slows the moved
+//!    processes and speeds the protected ones more is kept, one whose mean falls is undone;
+//!    a process with fewer than 2 values before does not count, and none counting is
+//!    inconclusive (invariant 1).
 
 use serde::{Deserialize, Serialize};
 
@@ -32,6 +38,12 @@ pub enum Metric {
     Throughput,
     /// CPU share the process gets (its progress without a PMU); higher is better.
     CpuShare,
+    /// Instructions retired per CPU-second it ran (where a PMU counts them): what the
+    /// process gets from its CPU time, which a neighbour in its cache or on its memory
+    /// controller takes away. Not per wall second, so that the kernel's balancing of CPU
+    /// time around the move (a start-up's time-sharing ending) is neither credited nor
+    /// blamed; higher is better.
+    InstructionsPerCpuSecond,
 }
 
 impl Metric {
@@ -44,15 +56,22 @@ impl Metric {
             Metric::CpuPerByte => "CPU per byte",
             Metric::Throughput => "throughput",
             Metric::CpuShare => "CPU share",
+            Metric::InstructionsPerCpuSecond => "instructions per CPU-second",
         }
     }
 }
+
+/// The least CPU share over which instructions per CPU-second is defined.
+pub const MIN_CPU_SHARE_FOR_IPC: f64 = 0.05;
 
 /// One interval's values of a process.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 pub struct Point {
     pub cpu_share: f64,
     pub bytes_per_s: f64,
+    /// None without a PMU's instruction count.
+    #[serde(default)]
+    pub instructions_per_s: Option<f64>,
 }
 
 impl Point {
@@ -64,6 +83,11 @@ impl Point {
             }
             Metric::Throughput => Some(self.bytes_per_s),
             Metric::CpuShare => Some(self.cpu_share),
+            // Below a twentieth of a CPU the ratio is mostly the counters' noise.
+            Metric::InstructionsPerCpuSecond => self
+                .instructions_per_s
+                .filter(|_| self.cpu_share >= MIN_CPU_SHARE_FOR_IPC)
+                .map(|i| i / self.cpu_share),
         }
     }
 }
@@ -74,6 +98,10 @@ pub struct Expectation {
     pub metric: Metric,
     /// A metric that must not get worse (net-affinity: throughput must not fall).
     pub guard: Option<Metric>,
+    /// The pins the policy makes in one cycle are judged as one plan (invariant 7): a
+    /// separation moves some processes to help others, so each alone would be judged by
+    /// the wrong measure.
+    pub together: bool,
 }
 
 impl Expectation {
@@ -83,14 +111,24 @@ impl Expectation {
             "net-affinity" => Some(Expectation {
                 metric: Metric::CpuPerByte,
                 guard: Some(Metric::Throughput),
+                together: false,
             }),
             "numa-local" => Some(Expectation {
                 metric: Metric::Throughput,
                 guard: None,
+                together: false,
             }),
-            "contention" | "smt-energy" => Some(Expectation {
+            // Contention runs only with a PMU, so instructions are counted; what it promises
+            // is the mix's per-app progress, not each moved process's.
+            "contention" => Some(Expectation {
+                metric: Metric::InstructionsPerCpuSecond,
+                guard: None,
+                together: true,
+            }),
+            "smt-energy" => Some(Expectation {
                 metric: Metric::CpuShare,
                 guard: None,
+                together: false,
             }),
             _ => None,
         }
@@ -238,6 +276,70 @@ pub fn judge(exp: Expectation, before: &[Point], after: &[Point], min_effect: f6
     let guard = exp
         .guard
         .and_then(|g| compare(g, &values(before, g), &values(after, g), min_effect));
+    conclude(main, guard, String::new())
+}
+
+/// Judges a plan's pins together (invariant 7): `members` holds each process's points
+/// before and after. Per interval (the before-windows aligned at their ends, the
+/// after-windows at their starts), the mean over the processes of value / own before-mean;
+/// then the two series are compared as in [`judge`], so `change` is the mean per-app change.
+pub fn judge_together(
+    exp: Expectation,
+    members: &[(&[Point], &[Point])],
+    min_effect: f64,
+) -> Judgement {
+    let series = |m: Metric| -> (Vec<f64>, Vec<f64>, usize) {
+        let mut before: Vec<(f64, usize)> = Vec::new();
+        let mut after: Vec<(f64, usize)> = Vec::new();
+        let mut counted = 0;
+        for (b, a) in members {
+            let b = values(b, m);
+            let base = b.iter().sum::<f64>() / b.len().max(1) as f64;
+            if b.len() < 2 || base <= 0.0 {
+                continue;
+            }
+            counted += 1;
+            let add = |acc: &mut Vec<(f64, usize)>, i: usize, v: f64| {
+                if acc.len() <= i {
+                    acc.resize(i + 1, (0.0, 0));
+                }
+                acc[i].0 += v / base;
+                acc[i].1 += 1;
+            };
+            // Position 0 of `before` is the interval just before the move.
+            for (i, v) in b.iter().rev().enumerate() {
+                add(&mut before, i, *v);
+            }
+            for (i, v) in values(a, m).iter().enumerate() {
+                add(&mut after, i, *v);
+            }
+        }
+        let mean = |acc: Vec<(f64, usize)>| -> Vec<f64> {
+            acc.into_iter()
+                .filter(|(_, n)| *n > 0)
+                .map(|(sum, n)| sum / n as f64)
+                .collect()
+        };
+        let mut before = mean(before);
+        before.reverse();
+        (before, mean(after), counted)
+    };
+    let (b, a, counted) = series(exp.metric);
+    let main = compare(exp.metric, &b, &a, min_effect);
+    let guard = exp.guard.and_then(|g| {
+        let (b, a, _) = series(g);
+        compare(g, &b, &a, min_effect)
+    });
+    let prefix = format!(
+        "{counted} of {} processes judged together: {}",
+        members.len(),
+        if main.is_some() { "mean per-app " } else { "" }
+    );
+    conclude(main, guard, prefix)
+}
+
+/// The verdict from the comparisons, and its line (`prefix` before the first).
+fn conclude(main: Option<Comparison>, guard: Option<Comparison>, prefix: String) -> Judgement {
     let worse = |c: &Comparison| {
         c.significant
             && if c.metric.lower_is_better() {
@@ -260,7 +362,7 @@ pub fn judge(exp: Expectation, before: &[Point], after: &[Point], min_effect: f6
     }
     Judgement {
         kind,
-        why: format!("{}: {}", parts.join(", "), kind.name()),
+        why: format!("{prefix}{}: {}", parts.join(", "), kind.name()),
         main,
         guard,
     }
@@ -299,6 +401,7 @@ mod tests {
             .map(|(&cpu_share, &bytes_per_s)| Point {
                 cpu_share,
                 bytes_per_s,
+                instructions_per_s: None,
             })
             .collect()
     }
@@ -306,6 +409,7 @@ mod tests {
     const NET: Expectation = Expectation {
         metric: Metric::CpuPerByte,
         guard: Some(Metric::Throughput),
+        together: false,
     };
 
     #[test]
@@ -350,6 +454,92 @@ mod tests {
         let a = pts(&[0.30, 0.31, 0.29, 0.30], &[0.80e8, 0.81e8, 0.79e8, 0.80e8]);
         let j = judge(NET, &b, &a, 0.05);
         assert_eq!(j.kind, VerdictKind::Undone, "{}", j.why);
+    }
+
+    fn prog(v: &[f64]) -> Vec<Point> {
+        v.iter()
+            .map(|&i| Point {
+                cpu_share: 1.0,
+                bytes_per_s: 0.0,
+                instructions_per_s: Some(i),
+            })
+            .collect()
+    }
+
+    const SEPARATION: Expectation = Expectation {
+        metric: Metric::InstructionsPerCpuSecond,
+        guard: None,
+        together: true,
+    };
+
+    /// `n` intervals around `level` with +-1% alternating noise.
+    fn noisy(level: f64, n: usize) -> Vec<f64> {
+        (0..n)
+            .map(|i| level * if i % 2 == 0 { 1.01 } else { 0.99 })
+            .collect()
+    }
+
+    #[test]
+    fn a_plan_judged_together_stands_by_its_mean_per_app_change() {
+        // Two moved processes lose 5%, two protected ones gain 25%: each moved one alone
+        // would be undone, the plan is kept (mean +10%).
+        let moved_b = prog(&noisy(2e9, 5));
+        let moved_a = prog(&noisy(1.9e9, 5));
+        let prot_b = prog(&noisy(1e9, 5));
+        let prot_a = prog(&noisy(1.25e9, 5));
+        assert_eq!(
+            judge(SEPARATION, &moved_b, &moved_a, 0.05).kind,
+            VerdictKind::Undone
+        );
+        let members: Vec<(&[Point], &[Point])> = vec![
+            (&moved_b, &moved_a),
+            (&moved_b, &moved_a),
+            (&prot_b, &prot_a),
+            (&prot_b, &prot_a),
+        ];
+        let j = judge_together(SEPARATION, &members, 0.05);
+        assert_eq!(j.kind, VerdictKind::Kept, "{}", j.why);
+        let c = j.main.expect("compared");
+        assert!((c.change - 0.10).abs() < 0.005, "{}", j.why);
+        assert!(
+            j.why
+                .starts_with("4 of 4 processes judged together: mean per-app"),
+            "{}",
+            j.why
+        );
+        // The protected ones gain only 5%: the mean is level, so inconclusive.
+        let prot_a = prog(&noisy(1.05e9, 5));
+        let members: Vec<(&[Point], &[Point])> = vec![(&moved_b, &moved_a), (&prot_b, &prot_a)];
+        assert_eq!(
+            judge_together(SEPARATION, &members, 0.05).kind,
+            VerdictKind::Inconclusive
+        );
+        // Everyone loses 10%: undone.
+        let prot_a = prog(&noisy(0.9e9, 5));
+        let moved_a = prog(&noisy(1.8e9, 5));
+        let members: Vec<(&[Point], &[Point])> = vec![(&moved_b, &moved_a), (&prot_b, &prot_a)];
+        let j = judge_together(SEPARATION, &members, 0.05);
+        assert_eq!(j.kind, VerdictKind::Undone, "{}", j.why);
+    }
+
+    #[test]
+    fn a_member_without_a_before_window_does_not_count() {
+        // The newcomer "lost" 90% against its single value before; it is not counted, and
+        // the others are level: inconclusive, not undone.
+        let new_b = prog(&[1e9]);
+        let new_a = prog(&noisy(1e8, 5));
+        let b = prog(&noisy(1e9, 5));
+        let a = prog(&noisy(1e9, 5));
+        let members: Vec<(&[Point], &[Point])> = vec![(&new_b, &new_a), (&b, &a), (&b, &a)];
+        let j = judge_together(SEPARATION, &members, 0.05);
+        assert_eq!(j.kind, VerdictKind::Inconclusive, "{}", j.why);
+        assert!(j.why.starts_with("2 of 3 processes"), "{}", j.why);
+        // None counts (no instructions measured): inconclusive with the reason.
+        let none = pts(&[1.0; 5], &[0.0; 5]);
+        let members: Vec<(&[Point], &[Point])> = vec![(&none, &none)];
+        let j = judge_together(SEPARATION, &members, 0.05);
+        assert_eq!(j.kind, VerdictKind::Inconclusive);
+        assert!(j.why.contains("too few intervals"), "{}", j.why);
     }
 
     #[test]

@@ -590,6 +590,10 @@ pub fn run_one(
             for n in &rep.plan.notes {
                 tracing::debug!(time_s = host.time_s(), policy = %n.policy, "{}", n.text);
             }
+            for v in &rep.verdicts {
+                tracing::debug!(time_s = host.time_s(), policy = %v.policy, comm = %v.comm,
+                    "verdict: {}", v.judgement.why);
+            }
             actions += rep
                 .reports
                 .iter()

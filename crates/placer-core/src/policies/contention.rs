@@ -58,7 +58,7 @@
 use crate::classify::{self, Classified, Classifier, ClassifyConfig, Group};
 use crate::cpuset::CpuSet;
 use crate::observation::Observation;
-use crate::plan::{Action, Plan};
+use crate::plan::{Action, Outcome, Plan};
 use crate::policy::{Policy, PolicyState};
 use crate::sample::{ProcKey, SampleRequest, SourceStatus};
 use crate::scope::Scope;
@@ -500,6 +500,9 @@ pub struct ContentionState {
     /// Processes moved to another node whose memory is following them: the node, and the
     /// intervals spent following without page counts.
     pub following: BTreeMap<ProcKey, (u32, u32)>,
+    /// Processes whose memory this policy moved (a `BindMemory` planned): when the engine
+    /// undoes a move on its verdict, their memory goes back too.
+    pub moved_memory: std::collections::BTreeSet<ProcKey>,
     /// Per LLC domain, its measured memory bandwidth over the last K intervals (newest
     /// last; K = the classifier's `smoothing_intervals`), for the held value of step 4.
     pub domain_bw: Vec<VecDeque<f64>>,
@@ -591,6 +594,7 @@ impl Contention {
 /// Starts following `key`'s memory to `node`.
 fn st_following(state: &mut PolicyState<ContentionState>, key: ProcKey, node: u32) {
     state.private.following.insert(key, (node, 0));
+    state.private.moved_memory.insert(key);
 }
 
 fn domain_of(doms: &[(CpuSet, usize)], allowed: &CpuSet, last_cpu: Option<u32>) -> Option<usize> {
@@ -646,7 +650,31 @@ impl Policy for Contention {
         // Processes released (lease broken) or held by an earlier policy are not ours.
         let skip: std::collections::BTreeSet<ProcKey> =
             state.released.union(&state.taken).copied().collect();
+        // Step 0: a move the engine undid on its verdict (the mix's progress fell; this
+        // policy never restores a process itself) is undone whole: the memory that followed
+        // goes back too, and is followed no more.
+        let undone: Vec<(ProcKey, String)> = state
+            .last_reports
+            .iter()
+            .filter_map(|r| match (&r.planned.action, &r.outcome) {
+                (Action::RestoreProcess { proc, comm }, Outcome::Done) => {
+                    Some((*proc, comm.clone()))
+                }
+                _ => None,
+            })
+            .collect();
+        let held: std::collections::BTreeSet<ProcKey> = state.held.keys().copied().collect();
         let st = &mut state.private;
+        for (key, comm) in undone {
+            st.following.remove(&key);
+            if st.moved_memory.remove(&key) {
+                plan.push(
+                    NAME,
+                    Action::RestoreMemory { proc: key },
+                    format!("{comm}'s memory goes back: its move was undone on the verdict"),
+                );
+            }
+        }
         let procs = obs
             .procs
             .iter()
@@ -663,7 +691,8 @@ impl Policy for Contention {
             (self.cfg.migrate_max_bytes_per_s as f64 * obs.interval_s.max(0.0)).round() as u64;
         let mut follow_actions = Vec::new();
         st.following.retain(|key, (node, blind)| {
-            let Some(p) = by_key.get(key) else {
+            // Only a process still pinned here is followed (a failed pin, a broken lease).
+            let (Some(p), true) = (by_key.get(key), held.contains(key)) else {
                 return false;
             };
             let off_pages: u64 = p
@@ -1188,10 +1217,8 @@ mod tests {
         assert!(p.disabled_reason(&one, &yes).is_some());
     }
 
-    #[test]
-    fn plan_on_paper_mix_separates_and_explains() {
-        // Basic-like 8-app mix on xeon-x5570x2 with Linux's interleaving: lbm, sphinx, ...
-        let topo = machine("xeon-x5570x2").unwrap();
+    /// A Basic-like 8-app mix on xeon-x5570x2 with Linux's interleaving: lbm, sphinx, ...
+    fn paper_mix() -> Observation {
         let pick = [
             "lbm",
             "sphinx",
@@ -1212,11 +1239,17 @@ mod tests {
                 p
             })
             .collect();
-        let obs = Observation {
+        Observation {
             procs,
             interval_s: 10.0,
             ..Default::default()
-        };
+        }
+    }
+
+    #[test]
+    fn plan_on_paper_mix_separates_and_explains() {
+        let topo = machine("xeon-x5570x2").unwrap();
+        let obs = paper_mix();
         let pol = Contention::default();
         let mut st = PolicyState::default();
         let plan = pol.plan(&topo, &obs, &mut st);
@@ -1256,6 +1289,7 @@ mod tests {
         }
         assert_eq!(Contention::last_classes(&mut st).len(), 8);
         assert!(plan.notes.iter().any(|n| n.text.contains("Group 1")));
+        hold_pins(&mut st, &plan);
         // Applying the plan and planning again moves nothing (stability).
         let mut obs2 = obs.clone();
         for p in &mut obs2.procs {
@@ -1292,6 +1326,88 @@ mod tests {
         assert!(pol.plan(&topo, &obs2, &mut st).actions.is_empty());
         assert!(st.private.following.is_empty());
         assert!(!pol.wants().numa_pages, "and not once it is home");
+    }
+
+    /// Restore puts both back: when the engine undoes a separation on its verdict (a
+    /// `RestoreProcess` this policy never plans itself), the memory that followed a moved
+    /// process goes back (`RestoreMemory`) and is followed no more; a process whose memory
+    /// was not moved gets no memory action.
+    #[test]
+    fn a_move_undone_on_its_verdict_gives_its_memory_back() {
+        let topo = machine("xeon-x5570x2").unwrap();
+        let obs = paper_mix();
+        let pol = Contention::default();
+        let mut st = PolicyState::default();
+        let plan = pol.plan(&topo, &obs, &mut st);
+        hold_pins(&mut st, &plan);
+        let moved: Vec<ProcKey> = st.private.moved_memory.iter().copied().collect();
+        assert!(!moved.is_empty(), "a cross-node move: {:?}", plan.actions);
+        // The engine undoes every pin (verdict: the mix's progress fell).
+        let mut restored = Vec::new();
+        for a in &plan.actions {
+            if let Action::PinProcess { proc, comm, .. } = &a.action {
+                restored.push(crate::plan::ActionReport {
+                    planned: crate::plan::PlannedAction {
+                        policy: "contention".into(),
+                        action: Action::RestoreProcess {
+                            proc: *proc,
+                            comm: comm.clone(),
+                        },
+                        reason: "verdict".into(),
+                    },
+                    outcome: Outcome::Done,
+                });
+                st.held.remove(proc);
+            }
+        }
+        st.last_reports = restored;
+        let plan2 = pol.plan(&topo, &obs, &mut st);
+        let mut given_back: Vec<ProcKey> = plan2
+            .actions
+            .iter()
+            .filter_map(|a| match &a.action {
+                Action::RestoreMemory { proc } => Some(*proc),
+                _ => None,
+            })
+            .collect();
+        given_back.sort();
+        assert_eq!(given_back, moved);
+        // The memory goes back before anything else is planned for the process (the
+        // policy plans the separation again; the engine drops it while backing off).
+        for k in &given_back {
+            let first = plan2
+                .actions
+                .iter()
+                .position(|a| a.action.proc() == Some(*k))
+                .unwrap();
+            assert!(matches!(
+                plan2.actions[first].action,
+                Action::RestoreMemory { .. }
+            ));
+        }
+        // Without a verdict's restore, nothing goes back.
+        st.last_reports.clear();
+        let plan3 = pol.plan(&topo, &obs, &mut st);
+        assert!(!plan3
+            .actions
+            .iter()
+            .any(|a| matches!(a.action, Action::RestoreMemory { .. })));
+    }
+
+    /// What the engine does once a plan's pins are done: the policy holds them.
+    fn hold_pins(st: &mut PolicyState<ContentionState>, plan: &Plan) {
+        for a in &plan.actions {
+            if let Action::PinProcess { proc, comm, cpus } = &a.action {
+                st.held.insert(
+                    *proc,
+                    crate::policy::Held {
+                        cpus: cpus.clone(),
+                        since_s: 0.0,
+                        comm: comm.clone(),
+                    },
+                );
+            }
+        }
     }
 
     /// Sufficient contention: a single aggressive app beside a sensitive one in a domain

@@ -50,9 +50,39 @@ pub struct Args {
     #[arg(long)]
     pub numa: bool,
     /// The running daemon's state directory, where `placer daemon --nri` lists the
-    /// Kubernetes containers it sees (their pods and names are shown beside processes).
-    #[arg(long, default_value = "/run/placer")]
-    pub state_dir: PathBuf,
+    /// Kubernetes containers it sees (their pods and names are shown beside processes);
+    /// default: the config's `state_dir`.
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
+    /// The daemon's TOML config, read for its `state_dir` only; default
+    /// /etc/placer/placer.toml when it exists, else the built-in default.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+}
+
+impl Args {
+    /// Where the daemon keeps its decisions: --state-dir, else the config's `state_dir`
+    /// (the daemon's own resolution). A config that cannot be read is said once and the
+    /// built-in default used: top observes without the daemon's state too.
+    fn state_dir(&self) -> PathBuf {
+        if let Some(d) = &self.state_dir {
+            return d.clone();
+        }
+        let state = crate::cmd::daemon::state::StateArgs {
+            config: self.config.clone(),
+            no_config: false,
+            state_dir: None,
+            root: self.root.clone(),
+        };
+        match state.config() {
+            Ok(cfg) => PathBuf::from(cfg.state_dir),
+            Err(e) => {
+                let fallback = placer_core::config::Config::default().state_dir;
+                eprintln!("placer top: {e:#}; reading the daemon's state from {fallback}");
+                PathBuf::from(fallback)
+            }
+        }
+    }
 }
 
 /// The JSON printed by `placer top --once --json`.
@@ -301,11 +331,12 @@ pub fn run(mut args: Args) -> Result<()> {
     }
     let mut ob = Observer::new(&args.root, args.threads, args.numa);
     let src = ob.sources();
+    let state_dir = args.state_dir();
     if args.once {
         ob.step()?;
         std::thread::sleep(args.interval);
         let obs = ob.step()?.expect("second sample gives an observation");
-        let pods = pods_of(&obs, &daemon_containers(&args.state_dir));
+        let pods = pods_of(&obs, &daemon_containers(&state_dir));
         if args.json {
             let j = TopJson {
                 version: TOP_JSON_VERSION,
@@ -329,7 +360,7 @@ pub fn run(mut args: Args) -> Result<()> {
         loop {
             std::thread::sleep(args.interval);
             let obs = ob.step()?.expect("observation after the first sample");
-            let pods = pods_of(&obs, &daemon_containers(&args.state_dir));
+            let pods = pods_of(&obs, &daemon_containers(&state_dir));
             let j = TopJson {
                 version: TOP_JSON_VERSION,
                 sources: &src.sources,
@@ -493,6 +524,41 @@ mod live {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(clap::Parser)]
+    struct TopCli {
+        #[command(flatten)]
+        top: Args,
+    }
+
+    fn top_args(argv: &[&str]) -> Args {
+        use clap::Parser;
+        TopCli::try_parse_from(std::iter::once("top").chain(argv.iter().copied()))
+            .expect("parses")
+            .top
+    }
+
+    #[test]
+    fn state_dir_is_the_flag_then_the_configs_then_the_default() {
+        let dir = placer_testkit::TempDir::new("top-state-dir");
+        let cfg = dir.path().join("placer.toml");
+        std::fs::write(&cfg, "state_dir = \"/run/placer-elsewhere\"\n").expect("write");
+        let cfg = cfg.to_str().expect("utf-8");
+        assert_eq!(
+            top_args(&["--config", cfg]).state_dir(),
+            PathBuf::from("/run/placer-elsewhere")
+        );
+        assert_eq!(
+            top_args(&["--config", cfg, "--state-dir", "/tmp/x"]).state_dir(),
+            PathBuf::from("/tmp/x")
+        );
+        // An unreadable config: said, and the built-in default used.
+        let missing = dir.path().join("missing.toml");
+        assert_eq!(
+            top_args(&["--config", missing.to_str().expect("utf-8")]).state_dir(),
+            PathBuf::from(placer_core::config::Config::default().state_dir)
+        );
+    }
 
     #[test]
     fn missing_sources_are_named_with_reasons() {

@@ -43,6 +43,7 @@ def summarise(rows):
             "sd_min": min(sds) if sds else None,
             "sd_max": max(sds) if sds else None,
             "actions": statistics.mean(x["metrics"]["actions"] for x in runs),
+            "undone": statistics.mean(x["metrics"].get("undone", 0) for x in runs),
             "mk_range": max(mk) - min(mk) if mk else None,
             "by_seed": {x["seed"]: completions(x) for x in runs},
         }
@@ -71,7 +72,7 @@ def app_speedup(base, pol):
 def main(paths):
     print(f"{'scenario':16} {'variant':15} {'policy':14} {'makespan s':>10} {'mean compl s':>12} "
           f"{'gain mk %':>9} {'gain mean %':>11} {'per-app % (seeds)':>21} {'run-to-run sd s':>16} "
-          f"{'mk range s':>10} {'actions':>7}")
+          f"{'mk range s':>10} {'actions':>7} {'undone':>6}")
     for path in paths:
         data = load(path)
         rows = data["rows"] if isinstance(data, dict) else data
@@ -89,7 +90,7 @@ def main(paths):
             sd = f"{v['sd_min']:.1f}..{v['sd_max']:.1f}" if v["sd_min"] is not None else "-"
             rng = f"{v['mk_range']:.1f}" if v["mk_range"] is not None else "-"
             print(f"{name:16} {var:15} {pol:14} {v['makespan']:>10.1f} {v['completion']:>12.1f} "
-                  f"{g_mk:>9} {g_cm:>11} {app:>21} {sd:>16} {rng:>10} {v['actions']:>7.1f}")
+                  f"{g_mk:>9} {g_cm:>11} {app:>21} {sd:>16} {rng:>10} {v['actions']:>7.1f} {v['undone']:>6.1f}")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ use placer_core::config::Config;
 use placer_core::engine::Engine;
 use placer_core::plan::Outcome;
 use placer_core::policy::AnyPolicy;
+use placer_core::verdict::VerdictKind;
 use placer_core::CpuSet;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -319,6 +320,10 @@ pub struct Metrics {
     pub deadline_misses: u64,
     /// Placer actions applied (done).
     pub actions: u64,
+    /// Moves the engine undid on their verdict (one per process; a plan judged together
+    /// counts each of its processes).
+    #[serde(default)]
+    pub undone: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -584,6 +589,7 @@ pub fn run_one(
         Some(Engine::new(factory(&cfg)?, cfg, 0))
     };
     let mut actions = 0u64;
+    let mut undone = 0u64;
     let mut cycle = |host: &mut SimHost, engine: &mut Option<Engine>| {
         if let Some(e) = engine.as_mut() {
             let rep = e.step(host, false);
@@ -593,6 +599,7 @@ pub fn run_one(
             for v in &rep.verdicts {
                 tracing::debug!(time_s = host.time_s(), policy = %v.policy, comm = %v.comm,
                     "verdict: {}", v.judgement.why);
+                undone += u64::from(v.judgement.kind == VerdictKind::Undone);
             }
             actions += rep
                 .reports
@@ -632,7 +639,10 @@ pub fn run_one(
     }
     Ok(RunResult {
         seed,
-        metrics: metrics_of(&host, actions),
+        metrics: Metrics {
+            undone,
+            ..metrics_of(&host, actions)
+        },
         procs: host
             .procs
             .iter()
@@ -717,6 +727,7 @@ pub fn metrics_of(host: &SimHost, actions: u64) -> Metrics {
         periodic_jobs: jobs,
         deadline_misses: misses,
         actions,
+        undone: 0,
     }
 }
 
@@ -781,6 +792,7 @@ fn mean_metrics(runs: &[RunResult]) -> Metrics {
         periodic_jobs: (avg(&|m| m.periodic_jobs as f64)).round() as u64,
         deadline_misses: (avg(&|m| m.deadline_misses as f64)).round() as u64,
         actions: (avg(&|m| m.actions as f64)).round() as u64,
+        undone: (avg(&|m| m.undone as f64)).round() as u64,
     }
 }
 

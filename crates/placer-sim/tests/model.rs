@@ -398,6 +398,60 @@ impl Policy for PinToIrq {
     }
 }
 
+/// A test policy judged alone by CPU share (as smt-energy): crowds every process onto CPU 0
+/// from 4 s on.
+struct CrowdLater;
+
+impl Policy for CrowdLater {
+    type State = ();
+
+    fn name(&self) -> &'static str {
+        "smt-energy"
+    }
+    fn plan(&self, _topo: &Topology, obs: &Observation, st: &mut PolicyState) -> Plan {
+        let mut plan = Plan::default();
+        if st.now_s < 4.0 {
+            return plan;
+        }
+        for p in obs.procs.iter().filter(|p| !st.held.contains_key(&p.key())) {
+            plan.push(
+                "smt-energy",
+                Action::PinProcess {
+                    proc: p.key(),
+                    comm: p.comm.to_string(),
+                    cpus: placer_core::CpuSet::single(0),
+                },
+                "test",
+            );
+        }
+        plan
+    }
+}
+
+#[test]
+fn the_simulator_counts_moves_undone_on_their_verdict() {
+    let text = r#"name = "t"
+machine = "xeon-x5570x2"
+duration_s = 12.0
+policies = ["linux-default", "smt-energy"]
+policy_interval_ms = 500
+[[workloads]]
+kind = "cpu"
+name = "busy{i}"
+count = 2
+work_s = 100.0
+"#;
+    let sc = scenario(text);
+    let factory = |_: &placer_core::config::Config| -> Result<Vec<Box<dyn AnyPolicy>>, String> {
+        Ok(vec![boxed(CrowdLater)])
+    };
+    let rows = scenario::run(&sc, &factory);
+    let (base, pol) = (&rows[0].mean, &rows[1].mean);
+    assert_eq!(base.undone, 0);
+    // Two busy processes on one CPU halve their CPU share: both pins undone.
+    assert_eq!(pol.undone, 2, "{pol:?}");
+}
+
 #[test]
 fn placer_policies_run_through_the_sample_observe_apply_loop() {
     let text = r#"name = "t"

@@ -24,8 +24,9 @@
 //! - verdicts (crate::verdict): a pin that succeeded is judged after the policy's horizon
 //!   against the intervals before it; an undone one is restored in that cycle's plan and the
 //!   policy may not move that process again (its CPUs or its memory) before its back-off
-//!   (doubling per failure) ends; nothing is judged in a dry run. A policy whose pins are judged together
-//!   (contention) has one cycle's pins judged as one plan: all kept or all undone.
+//!   (doubling per failure) ends; nothing is judged in a dry run. A policy whose pins are
+//!   judged together (contention) has one cycle's pins judged as one plan: all kept or all
+//!   undone.
 
 use crate::config::Config;
 use crate::host::Host;
@@ -85,7 +86,8 @@ struct Pending {
     comm: String,
     before: Vec<crate::verdict::Point>,
     after: Vec<crate::verdict::Point>,
-    /// Pins of one cycle of a policy judged together share an id (`Expectation::together`).
+    /// The cycle of the pin, for a policy whose pins of one cycle are judged together
+    /// (`Expectation::together`): with the policy, the group's key.
     group: Option<u64>,
 }
 
@@ -96,7 +98,6 @@ pub struct Engine {
     /// Per process, its last intervals (verdicts' before-windows).
     history: BTreeMap<ProcKey, std::collections::VecDeque<crate::verdict::Point>>,
     pending: Vec<Pending>,
-    next_group: u64,
     /// (policy, process) -> (undone moves so far, first cycle it may move it again).
     backoff: BTreeMap<(&'static str, ProcKey), (u32, u64)>,
     slots: Vec<Slot>,
@@ -177,7 +178,6 @@ impl Engine {
             config,
             history: BTreeMap::new(),
             pending: Vec::new(),
-            next_group: 0,
             backoff: BTreeMap::new(),
             self_pid,
             topo: None,
@@ -464,7 +464,7 @@ impl Engine {
         // Ready to judge: alone, or by group (a group's members were pinned in one cycle,
         // so they reach the horizon together).
         let mut alone = Vec::new();
-        let mut groups: BTreeMap<u64, Vec<Pending>> = BTreeMap::new();
+        let mut groups: BTreeMap<(&'static str, u64), Vec<Pending>> = BTreeMap::new();
         for mut p in std::mem::take(&mut self.pending) {
             let held = self.slots.iter().any(|s| {
                 s.policy.name() == p.policy && s.policy.shared().held.contains_key(&p.proc)
@@ -479,8 +479,8 @@ impl Engine {
             let (_, horizon, _) = self.config.verify.for_policy(p.policy);
             if p.after.len() < horizon as usize {
                 still.push(p);
-            } else if let Some(g) = p.group {
-                groups.entry(g).or_default().push(p);
+            } else if let Some(cycle) = p.group {
+                groups.entry((p.policy, cycle)).or_default().push(p);
             } else {
                 alone.push(p);
             }
@@ -493,8 +493,7 @@ impl Engine {
                 let j = judge(exp, &p.before, &p.after, min_effect);
                 Some((vec![p], j))
             })
-            .chain(groups.into_values().filter_map(|members| {
-                let policy = members.first()?.policy;
+            .chain(groups.into_iter().filter_map(|((policy, _), members)| {
                 let exp = Expectation::of_policy(policy)?;
                 let (_, _, min_effect) = self.config.verify.for_policy(policy);
                 let windows: Vec<(&[Point], &[Point])> = members
@@ -533,7 +532,6 @@ impl Engine {
 
     /// Starts judging each pin that took effect (a policy with an expectation, verify on).
     fn start_judging(&mut self, reports: &[ActionReport]) {
-        let mut groups: BTreeMap<&'static str, u64> = BTreeMap::new();
         for r in reports {
             let (Action::PinProcess { proc, comm, .. }, Outcome::Done) =
                 (&r.planned.action, &r.outcome)
@@ -552,13 +550,7 @@ impl Engine {
             let Some(exp) = crate::verdict::Expectation::of_policy(policy).filter(|_| on) else {
                 continue;
             };
-            // One group per policy per cycle: the cycle's pins of that policy share the id.
-            let group = exp.together.then(|| {
-                *groups.entry(policy).or_insert_with(|| {
-                    self.next_group += 1;
-                    self.next_group
-                })
-            });
+            let group = exp.together.then_some(self.cycles);
             self.pending
                 .retain(|p| p.proc != *proc || p.policy != policy);
             self.pending.push(Pending {

@@ -653,24 +653,18 @@ impl Policy for Contention {
         // Step 0: a move the engine undid on its verdict (the mix's progress fell; this
         // policy never restores a process itself) is undone whole: the memory that followed
         // goes back too, and is followed no more.
-        let undone: Vec<(ProcKey, String)> = state
-            .last_reports
-            .iter()
-            .filter_map(|r| match (&r.planned.action, &r.outcome) {
-                (Action::RestoreProcess { proc, comm }, Outcome::Done) => {
-                    Some((*proc, comm.clone()))
-                }
-                _ => None,
-            })
-            .collect();
-        let held: std::collections::BTreeSet<ProcKey> = state.held.keys().copied().collect();
-        let st = &mut state.private;
-        for (key, comm) in undone {
-            st.following.remove(&key);
-            if st.moved_memory.remove(&key) {
+        let (shared, st) = (&state.shared, &mut state.private);
+        for r in &shared.last_reports {
+            let (Action::RestoreProcess { proc, comm }, Outcome::Done) =
+                (&r.planned.action, &r.outcome)
+            else {
+                continue;
+            };
+            st.following.remove(proc);
+            if st.moved_memory.remove(proc) {
                 plan.push(
                     NAME,
-                    Action::RestoreMemory { proc: key },
+                    Action::RestoreMemory { proc: *proc },
                     format!("{comm}'s memory goes back: its move was undone on the verdict"),
                 );
             }
@@ -692,7 +686,7 @@ impl Policy for Contention {
         let mut follow_actions = Vec::new();
         st.following.retain(|key, (node, blind)| {
             // Only a process still pinned here is followed (a failed pin, a broken lease).
-            let (Some(p), true) = (by_key.get(key), held.contains(key)) else {
+            let (Some(p), true) = (by_key.get(key), shared.held.contains_key(key)) else {
                 return false;
             };
             let off_pages: u64 = p

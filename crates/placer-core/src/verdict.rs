@@ -163,7 +163,11 @@ pub struct Comparison {
     pub change: f64,
     /// Welch's t statistic (after - before).
     pub t: f64,
+    /// Beyond noise (Welch) *and* at least `min_effect`: the change counts.
     pub significant: bool,
+    /// Beyond noise alone: a real change, perhaps smaller than `min_effect`.
+    #[serde(default)]
+    pub beyond_noise: bool,
 }
 
 /// A verdict with the numbers behind it.
@@ -248,6 +252,7 @@ pub fn compare(
         change,
         t,
         significant: significant && change.abs() >= min_effect,
+        beyond_noise: significant,
     })
 }
 
@@ -261,7 +266,12 @@ fn describe(c: &Comparison) -> String {
         c.metric.name(),
         c.change * 100.0,
         c.t,
-        if c.significant { "" } else { ", within noise" }
+        match (c.significant, c.beyond_noise) {
+            (true, _) => "",
+            // Real, but too small to act on: saying "noise" would hide a measured change.
+            (false, true) => ", below the minimum effect",
+            (false, false) => ", within noise",
+        }
     )
 }
 
@@ -391,6 +401,39 @@ pub struct Verdict {
     pub backoff_intervals: Option<u64>,
 }
 
+/// The verdicts of one report gathered for people: those sharing their policy, judgement
+/// and back-off (the members of a plan judged together) form one group, groups in the order
+/// of their first member. A log says a 28-process verdict once; the records stay one per
+/// process (journal label, `placer explain`, the verdict counters).
+pub fn same_judgement(verdicts: &[Verdict]) -> Vec<Vec<&Verdict>> {
+    let mut groups: Vec<Vec<&Verdict>> = Vec::new();
+    for v in verdicts {
+        let same = |g: &&mut Vec<&Verdict>| {
+            let first = g[0];
+            first.policy == v.policy
+                && first.judgement == v.judgement
+                && first.backoff_intervals == v.backoff_intervals
+        };
+        match groups.iter_mut().find(same) {
+            Some(g) => g.push(v),
+            None => groups.push(vec![v]),
+        }
+    }
+    groups
+}
+
+/// "pid 12 (lbm)", or "3 processes: pid 12 (lbm), pid 13 (mcf), pid 14 (lu.B)".
+pub fn who(group: &[&Verdict]) -> String {
+    let each: Vec<String> = group
+        .iter()
+        .map(|v| format!("pid {} ({})", v.proc.pid, v.comm))
+        .collect();
+    match each.len() {
+        1 => each.join(""),
+        n => format!("{n} processes: {}", each.join(", ")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -404,6 +447,57 @@ mod tests {
                 instructions_per_s: None,
             })
             .collect()
+    }
+
+    fn verdict(pid: u32, policy: &str, why: &str) -> Verdict {
+        Verdict {
+            policy: policy.into(),
+            proc: crate::sample::ProcKey {
+                pid,
+                start_time_ticks: 1,
+            },
+            comm: format!("p{pid}"),
+            judgement: Judgement {
+                kind: VerdictKind::Kept,
+                main: None,
+                guard: None,
+                why: why.into(),
+            },
+            backoff_intervals: None,
+        }
+    }
+
+    #[test]
+    fn verdicts_sharing_a_judgement_are_said_once() {
+        let mut undone = verdict(5, "contention", "2 of 2 judged together: -9%: undone");
+        undone.judgement.kind = VerdictKind::Undone;
+        undone.backoff_intervals = Some(4);
+        let vs = vec![
+            verdict(1, "contention", "3 of 3 judged together: +12%: kept"),
+            verdict(9, "net-affinity", "CPU per byte -20%: kept"),
+            verdict(2, "contention", "3 of 3 judged together: +12%: kept"),
+            verdict(3, "contention", "3 of 3 judged together: +12%: kept"),
+            // Same text, another policy: its own group.
+            verdict(4, "smt-energy", "3 of 3 judged together: +12%: kept"),
+            undone.clone(),
+            // Same text and policy but no back-off: not the same verdict.
+            verdict(6, "contention", "2 of 2 judged together: -9%: undone"),
+        ];
+        let groups = same_judgement(&vs);
+        let pids: Vec<Vec<u32>> = groups
+            .iter()
+            .map(|g| g.iter().map(|v| v.proc.pid).collect())
+            .collect();
+        assert_eq!(
+            pids,
+            vec![vec![1, 2, 3], vec![9], vec![4], vec![5], vec![6]]
+        );
+        assert_eq!(
+            who(&groups[0]),
+            "3 processes: pid 1 (p1), pid 2 (p2), pid 3 (p3)"
+        );
+        assert_eq!(who(&groups[1]), "pid 9 (p9)");
+        assert!(same_judgement(&[]).is_empty());
     }
 
     const NET: Expectation = Expectation {
@@ -440,11 +534,18 @@ mod tests {
         // Same distribution on both sides: alternating values, equal means.
         let b = pts(&[0.40, 0.60, 0.45, 0.55, 0.50], &[1e8; 5]);
         let a = pts(&[0.60, 0.40, 0.55, 0.45, 0.50], &[1e8; 5]);
-        assert_eq!(judge(NET, &b, &a, 0.05).kind, VerdictKind::Inconclusive);
-        // A significant but tiny change (below min_effect) is noise too.
+        let j = judge(NET, &b, &a, 0.05);
+        assert_eq!(j.kind, VerdictKind::Inconclusive);
+        assert!(j.why.contains("within noise"), "{}", j.why);
+        // A change beyond noise but below min_effect is not acted on either, and the
+        // verdict says which of the two it was.
         let b = pts(&[0.500, 0.501, 0.500, 0.501], &[1e8; 4]);
         let a = pts(&[0.505, 0.506, 0.505, 0.506], &[1e8; 4]);
-        assert_eq!(judge(NET, &b, &a, 0.05).kind, VerdictKind::Inconclusive);
+        let j = judge(NET, &b, &a, 0.05);
+        assert_eq!(j.kind, VerdictKind::Inconclusive);
+        assert!(j.why.contains("below the minimum effect"), "{}", j.why);
+        let m = j.main.unwrap();
+        assert!(m.beyond_noise && !m.significant);
     }
 
     #[test]

@@ -90,10 +90,19 @@ impl Cache {
         self.pods.insert(p.id.clone(), p);
     }
 
-    /// Forgets a pod and its containers.
-    pub fn remove_pod(&mut self, id: &str) {
+    /// Forgets a pod and its containers, in one pass; returns the ids of the containers
+    /// forgotten (their journal entries and cpusets go with them).
+    pub fn remove_pod(&mut self, id: &str) -> Vec<String> {
         self.pods.remove(id);
-        self.containers.retain(|_, c| c.pod_id != id);
+        let mut gone = Vec::new();
+        self.containers.retain(|cid, c| {
+            let keep = c.pod_id != id;
+            if !keep {
+                gone.push(cid.clone());
+            }
+            keep
+        });
+        gone
     }
 
     pub fn upsert_container(&mut self, c: Container) {
@@ -256,16 +265,20 @@ pub fn decide_create(
             }
         }
     };
-    within_kubelet(scope, facts, pod, c, &want, &policy, why)
+    within_kubelet(scope, facts, pod, c, &c.cpus, &want, &policy, why)
 }
 
 /// `want` intersected with what the kubelet allows for `c` (its current cpuset as the
 /// request), or the reason it cannot be.
+/// `kubelet_cpus` is the cpuset the kubelet asked for `c` (its own, or the one placer
+/// replaced, from the journal), passed apart so a move does not clone the container.
+#[allow(clippy::too_many_arguments)]
 fn within_kubelet(
     scope: &KubernetesScope,
     facts: &Facts,
     pod: &Pod,
     c: &Container,
+    kubelet_cpus: &str,
     want: &CpuSet,
     policy: &str,
     why: String,
@@ -275,7 +288,7 @@ fn within_kubelet(
             why: format!("{policy}: no CPUs known"),
         };
     }
-    let requested = CpuSet::parse_list(c.cpus.trim()).ok();
+    let requested = CpuSet::parse_list(kubelet_cpus.trim()).ok();
     match k8s::allowed_cpus(want, &facts.kubelet, &pod.uid, &c.name, requested.as_ref()) {
         Ok(cpus) => Placement::Cpuset {
             mems: facts.mems_of(&cpus),
@@ -313,6 +326,7 @@ pub fn decide_update(
             facts,
             pod,
             c,
+            &c.cpus,
             cur,
             &policy,
             "kept inside the kubelet's new cpuset".into(),
@@ -480,11 +494,21 @@ pub fn translate(
         match &pa.action {
             Action::PinProcess { cpus, .. } => {
                 // The kubelet's request is the cpuset the container had before placer.
-                let mut base = c.clone();
-                if let Some((cpus0, _)) = journal.previous.get(&c.id) {
-                    base.cpus = cpus0.clone();
-                }
-                match within_kubelet(scope, facts, pod, &base, cpus, &pa.policy, String::new()) {
+                let kubelet_cpus = match journal.previous.get(&c.id) {
+                    Some((cpus0, _)) => cpus0.as_str(),
+                    None => c.cpus.as_str(),
+                };
+                let placement = within_kubelet(
+                    scope,
+                    facts,
+                    pod,
+                    c,
+                    kubelet_cpus,
+                    cpus,
+                    &pa.policy,
+                    String::new(),
+                );
+                match placement {
                     Placement::Cpuset { cpus, mems, .. } => {
                         // What it has now: placer's cpuset from creation, else the kubelet's.
                         match placed.get(&c.id) {
@@ -587,6 +611,26 @@ mod tests {
             cpu_shares: shares,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn removing_a_pod_forgets_its_containers_and_only_them() {
+        let mut cache = Cache::default();
+        cache.upsert_pod(pod(&[]));
+        let mut other_pod = pod(&[]);
+        other_pod.id = "sb2".into();
+        cache.upsert_pod(other_pod);
+        for (id, pod_id) in [("c1", "sb1"), ("c2", "sb1"), ("c3", "sb2")] {
+            let mut c = ctr(None, None);
+            (c.id, c.pod_id) = (id.into(), pod_id.into());
+            cache.upsert_container(c);
+        }
+        let mut gone = cache.remove_pod("sb1");
+        gone.sort();
+        assert_eq!(gone, ["c1", "c2"]);
+        assert_eq!(cache.containers.keys().collect::<Vec<_>>(), ["c3"]);
+        assert!(!cache.pods.contains_key("sb1") && cache.pods.contains_key("sb2"));
+        assert!(cache.remove_pod("sb1").is_empty());
     }
 
     #[test]
@@ -834,12 +878,17 @@ mod tests {
         assert!(t.dropped[0].1.contains("opts out"), "{:?}", t.dropped);
         assert_eq!(st.journal.restores()[0].cpus, "0-7");
         // A second move keeps the first original; restore puts it back and forgets it.
+        // The runtime now reports placer's cpuset for the container: the move is still
+        // bounded by what the kubelet asked (the journal's 0-7), not by placer's own 2-3.
+        st.cache.containers.get_mut("c1").unwrap().cpus = "2-3".into();
         let again = vec![planned(Action::PinProcess {
             proc: key(10),
             comm: "app".into(),
             cpus: set("5"),
         })];
-        translate(&mut st, &again, &container_of);
+        let t = translate(&mut st, &again, &container_of);
+        assert_eq!(t.updates.len(), 1, "{:?}", t.dropped);
+        assert_eq!(t.updates[0].1.cpus, "5");
         assert_eq!(st.journal.restores()[0].cpus, "0-7");
         let restore = vec![planned(Action::RestoreProcess {
             proc: key(10),

@@ -601,17 +601,9 @@ impl api_ttrpc::Plugin for Service {
             }
             E::REMOVE_POD_SANDBOX => {
                 if let Some(p) = ev.pod.as_ref() {
-                    let gone: Vec<String> = st
-                        .cache
-                        .containers
-                        .values()
-                        .filter(|c| c.pod_id == p.id)
-                        .map(|c| c.id.clone())
-                        .collect();
-                    for id in gone {
+                    for id in st.cache.remove_pod(&p.id) {
                         forget(&mut st, &id);
                     }
-                    st.cache.remove_pod(&p.id);
                 }
             }
             E::REMOVE_CONTAINER => {

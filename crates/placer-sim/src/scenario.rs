@@ -596,11 +596,16 @@ pub fn run_one(
             for n in &rep.plan.notes {
                 tracing::debug!(time_s = host.time_s(), policy = %n.policy, "{}", n.text);
             }
-            for v in &rep.verdicts {
-                tracing::debug!(time_s = host.time_s(), policy = %v.policy, comm = %v.comm,
-                    "verdict: {}", v.judgement.why);
-                undone += u64::from(v.judgement.kind == VerdictKind::Undone);
+            for g in placer_core::verdict::same_judgement(&rep.verdicts) {
+                let v = g[0];
+                tracing::debug!(time_s = host.time_s(), policy = %v.policy,
+                    "verdict on {}: {}", placer_core::verdict::who(&g), v.judgement.why);
             }
+            undone += rep
+                .verdicts
+                .iter()
+                .filter(|v| v.judgement.kind == VerdictKind::Undone)
+                .count() as u64;
             actions += rep
                 .reports
                 .iter()

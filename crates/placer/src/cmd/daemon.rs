@@ -240,12 +240,13 @@ fn log_cycle(r: &CycleReport, last_error: &mut Option<String>) {
         }
         *last_error = r.error.clone();
     }
-    for v in &r.verdicts {
+    // A plan judged together is one verdict for people: one line naming its processes.
+    for g in placer_core::verdict::same_judgement(&r.verdicts) {
+        let v = g[0];
         let line = format!(
-            "verdict on [{}] pid {} ({}): {}{}",
+            "verdict on [{}] {}: {}{}",
             v.policy,
-            v.proc.pid,
-            v.comm,
+            placer_core::verdict::who(&g),
             v.judgement.why,
             v.backoff_intervals.map_or(String::new(), |n| format!(
                 "; restored, not moved again for {n} interval(s)"

@@ -314,6 +314,16 @@ pub fn kill(pid: u32, sig: libc::c_int) -> io::Result<()> {
     check(unsafe { libc::kill(pid as libc::pid_t, sig) })
 }
 
+/// Sends `sig` to every process of group `pgid`.
+pub fn kill_group(pgid: u32, sig: libc::c_int) -> io::Result<()> {
+    if pgid == 0 {
+        // kill(0, ...) would signal placer's own group.
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
+    // SAFETY: kill has no memory preconditions; a negative pid names a process group.
+    check(unsafe { libc::kill(-(pgid as libc::pid_t), sig) })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

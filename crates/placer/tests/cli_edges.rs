@@ -393,3 +393,87 @@ fn bench_contention_measures_and_fits() {
     assert!(o.status.success());
     assert!(String::from_utf8_lossy(&o.stdout).contains("x86-16core-llc"));
 }
+
+/// `placer bench contention --app ...`: the pairwise matrix (seed 003's Fig. 1) is measured
+/// here, each cell a victim's slowdown beside a partner kept running, fitted to pressure and
+/// sensitivity; a partner still running when its victim ends, and a victim past
+/// `--pairs-timeout`, are stopped with their whole process group; the saved report fits
+/// again with `--fit-pairs`.
+#[test]
+fn bench_contention_measures_a_pairwise_matrix() {
+    // The sleeper's duration marks its processes (a child of the shell, not the shell).
+    let marker = format!("2.{}", std::process::id());
+    // Its stderr away from ours: an orphan holding our pipe would make `output()` wait
+    // for it and hide it.
+    let sleeper = format!("sleeper=sleep {marker} 2>/dev/null; true");
+    let dir = placer_testkit::TempDir::new("pairs-cli");
+    let left = || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+            .filter(|c| String::from_utf8_lossy(c).contains(&marker))
+            .count()
+    };
+    let none_left = |what: &str| {
+        // Well under the sleep's own 2 s: an orphan left to end by itself is caught.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(700);
+        while left() > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        assert_eq!(left(), 0, "{what} left its processes behind");
+    };
+    let o = placer()
+        .args([
+            "bench",
+            "contention",
+            // The sleeper first: the last cells are the spin's, beside a sleeper stopped
+            // when the spin ends, and checked for before its sleep could end by itself.
+            "--app",
+            &sleeper,
+            "--app",
+            "spin=i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done",
+            "--pairs-rounds",
+            "1",
+            "--pairs-timeout",
+            "20s",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    none_left("a partner outliving its victim");
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = j["matrix"]["slowdown"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{j}");
+    for r in rows {
+        let cells = r.as_array().unwrap();
+        assert_eq!(cells.len(), 2);
+        assert!(cells.iter().all(|c| c.as_f64().unwrap().is_finite()), "{j}");
+    }
+    // The sleeper takes its 2.x s whoever runs beside it.
+    assert!(j["alone_s"][0].as_f64().unwrap() >= 2.0, "{j}");
+    assert_eq!(j["fits"].as_array().unwrap().len(), 2, "{j}");
+    let saved = dir.path().join("pairs.json");
+    std::fs::write(&saved, &o.stdout).unwrap();
+    let o = placer()
+        .args(["bench", "contention", "--fit-pairs"])
+        .arg(&saved)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        out.contains("[params.archetypes.spin] pressure = "),
+        "{out}"
+    );
+    // A run past the timeout fails, says so, and is stopped whole.
+    let o = placer()
+        .args(["bench", "contention", "--app", &sleeper])
+        .args(["--pairs-rounds", "1", "--pairs-timeout", "300ms"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("--pairs-timeout"), "{err}");
+    none_left("a timed-out run");
+}

@@ -13,8 +13,11 @@
 //! saturating and power shapes are fitted to the local sweep ([`placer_sim::harm_fit`]).
 //! `--json` gives the points and fits; `--plot FILE` draws slowdown against co-runners.
 //! `--fit` prints the fits of the data sets shipped in calibration/contention.toml and exits.
+//! With `--app NAME=COMMAND` (repeated) it measures a pairwise slowdown matrix instead
+//! ([`super::contention_pairs`]); `--fit-pairs FILE` fits a saved one.
 
 use super::ab::{latest_count, spawn_self, Kid};
+use super::contention_pairs;
 use anyhow::{bail, Context, Result};
 use placer_core::CpuSet;
 use placer_sim::harm_fit::{self, HarmFit, HarmPoint};
@@ -49,6 +52,21 @@ pub struct Args {
     /// Print the fits of the shipped data sets (calibration/contention.toml) and exit.
     #[arg(long)]
     pub fit: bool,
+    /// Pairwise mode (seed 003's Fig. 1): an app as NAME=COMMAND, repeated; each runs to
+    /// completion alone and beside each app in turn, and the slowdown matrix is fitted to
+    /// the simulator's pressure and sensitivity per app.
+    #[arg(long = "app", value_name = "NAME=COMMAND", value_parser = super::contention_pairs::parse_app)]
+    pub apps: Vec<(String, String)>,
+    /// Runs per pairwise cell (and alone); the cell is their median.
+    #[arg(long, default_value_t = 3)]
+    pub pairs_rounds: u32,
+    /// Longest a pairwise run may take.
+    #[arg(long, default_value = "10m", value_parser = crate::common::duration_arg)]
+    pub pairs_timeout: Duration,
+    /// Fit a saved pairwise matrix (a `--app ... --json` report, or {names, slowdown}) and
+    /// exit.
+    #[arg(long, value_name = "FILE")]
+    pub fit_pairs: Option<PathBuf>,
     /// Internal: `chase:BYTES:MILLIS` or `stream:BYTES`.
     #[arg(long, hide = true)]
     pub worker: Option<String>,
@@ -240,13 +258,35 @@ pub fn run(args: Args) -> Result<()> {
         }
         return Ok(());
     }
-    let topo =
-        placer_linux::topology::read(std::path::Path::new("/")).context("reading the topology")?;
+    if let Some(path) = &args.fit_pairs {
+        let m = contention_pairs::read_matrix(path)?;
+        let fits = contention_pairs::fits(&m);
+        if args.json {
+            outln!("{}", serde_json::to_string_pretty(&fits)?);
+        } else {
+            contention_pairs::print(&m, &fits);
+        }
+        return Ok(());
+    }
+    if !args.apps.is_empty() {
+        let r = contention_pairs::measure(&args.apps, args.pairs_rounds, args.pairs_timeout)?;
+        if args.json {
+            outln!("{}", serde_json::to_string_pretty(&r)?);
+        } else {
+            outln!(
+                "victims on CPU {}, partners on CPU {}",
+                r.victim_cpu,
+                r.partner_cpu
+            );
+            contention_pairs::print(&r.matrix, &r.fits);
+            for n in &r.notes {
+                outln!("note: {n}");
+            }
+        }
+        return Ok(());
+    }
+    let (topo, local) = contention_pairs::llc_domain_zero()?;
     let doms = topo.llc_domains();
-    let Some(local) = doms.first().filter(|d| !d.is_empty()) else {
-        bail!("no LLC domain with an allowed CPU");
-    };
-    let local: Vec<u32> = local.iter().collect();
     let victim = local[0];
     let mut notes = Vec::new();
     let mut others: Vec<u32> = local[1..].to_vec();

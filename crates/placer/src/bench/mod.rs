@@ -10,3 +10,4 @@ pub mod bench_overhead;
 pub mod bench_qos;
 pub mod bench_sim;
 pub mod bench_topo;
+pub mod contention_pairs;

@@ -1,0 +1,328 @@
+//! `placer bench contention --app NAME=COMMAND ...`: seed 003's Fig. 1 on this machine. Each
+//! app runs to completion pinned to the first CPU of LLC domain 0, alone and then beside
+//! each app in turn (the partner pinned to the domain's second CPU and restarted whenever
+//! it ends, so it presses for the victim's whole run). A cell is the victim's slowdown,
+//! `T(beside) / T(alone) - 1`. The matrix is fitted to the simulator's harm model
+//! ([`placer_sim::harm_fit::fit_pairs`]): per app, the pressure P and sensitivity S a
+//! scenario's `[params.archetypes.NAME]` takes, in place of estimates.
+//!
+//! Each cell is the median of `--pairs-rounds` runs (alone too). Every run is bounded by
+//! `--pairs-timeout`; a command is started in its own process group
+//! (all of it is stopped with the run) and pinned before it starts (its shell waits on a
+//! line from placer that comes only after the pin).
+
+use anyhow::{bail, Context, Result};
+use placer_core::CpuSet;
+use placer_sim::harm_fit::{self, PairFit, PairMatrix, Shape};
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// `NAME=COMMAND`, split.
+pub fn parse_app(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((n, c)) if !n.trim().is_empty() && !c.trim().is_empty() => {
+            Ok((n.trim().to_string(), c.to_string()))
+        }
+        _ => Err(format!("{s:?}: expected NAME=COMMAND")),
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct PairsReport {
+    pub victim_cpu: u32,
+    pub partner_cpu: u32,
+    /// Seconds alone, per app.
+    pub alone_s: Vec<f64>,
+    /// Runs per cell (the cell is their median).
+    #[serde(default)]
+    pub rounds: u32,
+    pub matrix: PairMatrix,
+    #[serde(default)]
+    pub fits: Vec<PairFit>,
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+/// A command's process group, stopped (TERM, then KILL) when dropped.
+struct Group(Child);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        let pgid = self.0.id();
+        let _ = placer_linux::sys::kill_group(pgid, libc::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                // The shell is gone; its children may not be.
+                let _ = placer_linux::sys::kill_group(pgid, libc::SIGKILL);
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = placer_linux::sys::kill_group(pgid, libc::SIGKILL);
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `cmd` in its own process group, pinned to `cpu` before the command itself runs.
+fn start(cmd: &str, cpu: u32) -> Result<Group> {
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(format!("read _placer_gate; {cmd}"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .with_context(|| format!("starting {cmd:?}"))?;
+    let mut gate = child.stdin.take().context("the gate")?;
+    let g = Group(child);
+    placer_linux::sys::set_affinity(g.0.id(), &CpuSet::from_iter([cpu]))
+        .with_context(|| format!("pinning {cmd:?} to CPU {cpu}"))?;
+    gate.write_all(b"go\n").context("opening the gate")?;
+    Ok(g)
+}
+
+/// Runs `cmd` on `cpu` to completion; its wall time.
+fn timed(cmd: &str, cpu: u32, timeout: Duration) -> Result<f64> {
+    let mut g = start(cmd, cpu)?;
+    let t0 = Instant::now();
+    loop {
+        if let Some(st) = g.0.try_wait()? {
+            if !st.success() {
+                bail!("{cmd:?} failed: {st}");
+            }
+            return Ok(t0.elapsed().as_secs_f64());
+        }
+        if t0.elapsed() > timeout {
+            bail!("{cmd:?} ran past {timeout:?} (--pairs-timeout)");
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Keeps `cmd` running on `cpu` (restarted when it ends) until dropped.
+struct Partner {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Result<()>>>,
+}
+
+impl Partner {
+    fn start(cmd: &str, cpu: u32, timeout: Duration) -> Partner {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (cmd, flag) = (cmd.to_string(), stop.clone());
+        let thread = std::thread::spawn(move || -> Result<()> {
+            let t0 = Instant::now();
+            while !flag.load(Ordering::Relaxed) && t0.elapsed() < timeout {
+                let mut g = start(&cmd, cpu)?;
+                while !flag.load(Ordering::Relaxed) && t0.elapsed() < timeout {
+                    if g.0.try_wait()?.is_some() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            }
+            Ok(())
+        });
+        Partner {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Partner {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Both fits of a matrix, in the units a scenario's archetypes use (the simulator's
+/// default LLC scales: `placer sim --params MACHINE`).
+pub fn fits(m: &PairMatrix) -> Vec<PairFit> {
+    let c = placer_sim::params::Params::for_machine("", None).contention;
+    vec![
+        harm_fit::fit_pairs(m, Shape::Saturating, c.llc_scale),
+        harm_fit::fit_pairs(m, Shape::Additive, c.llc_additive_per_pressure),
+    ]
+}
+
+/// The median of `rounds` timed runs.
+fn median_time(cmd: &str, cpu: u32, rounds: u32, timeout: Duration) -> Result<f64> {
+    let mut ts = (0..rounds.max(1))
+        .map(|_| timed(cmd, cpu, timeout))
+        .collect::<Result<Vec<f64>>>()?;
+    ts.sort_by(f64::total_cmp);
+    let n = ts.len();
+    Ok(if n % 2 == 1 {
+        ts[n / 2]
+    } else {
+        (ts[n / 2 - 1] + ts[n / 2]) / 2.0
+    })
+}
+
+/// This machine's topology and the allowed CPUs of its first LLC domain (at least one):
+/// where both contention benchmarks put their victim and its neighbours.
+pub fn llc_domain_zero() -> Result<(placer_core::Topology, Vec<u32>)> {
+    let topo = placer_linux::topology::read(Path::new("/")).context("reading the topology")?;
+    let local: Vec<u32> = match topo.llc_domains().first() {
+        Some(d) if !d.is_empty() => d.iter().collect(),
+        _ => bail!("no LLC domain with an allowed CPU"),
+    };
+    Ok((topo, local))
+}
+
+/// Measures the matrix of `apps` on this machine, each time the median of `rounds` runs.
+pub fn measure(apps: &[(String, String)], rounds: u32, timeout: Duration) -> Result<PairsReport> {
+    let (_, local) = llc_domain_zero()?;
+    let victim = local[0];
+    let mut notes = Vec::new();
+    let partner = match local.get(1) {
+        Some(&c) => c,
+        None => {
+            notes.push(format!(
+                "LLC domain 0 has one CPU: the partner time-shares CPU {victim} with the victim, \
+                 so the cells measure time-sharing, not contention"
+            ));
+            victim
+        }
+    };
+    let mut alone = Vec::new();
+    for (name, cmd) in apps {
+        let t = median_time(cmd, victim, rounds, timeout)?;
+        eprintln!("{name} alone: {t:.2} s");
+        alone.push(t);
+    }
+    let mut rows = Vec::new();
+    for (i, (name, cmd)) in apps.iter().enumerate() {
+        let mut row = Vec::new();
+        for (other, partner_cmd) in apps {
+            let _p = Partner::start(partner_cmd, partner, timeout);
+            let t = median_time(cmd, victim, rounds, timeout)?;
+            let s = t / alone[i] - 1.0;
+            eprintln!("{name} beside {other}: {t:.2} s ({:+.1}%)", 100.0 * s);
+            row.push(Some(s));
+        }
+        rows.push(row);
+    }
+    let matrix = PairMatrix {
+        names: apps.iter().map(|(n, _)| n.clone()).collect(),
+        slowdown: rows,
+    };
+    Ok(PairsReport {
+        victim_cpu: victim,
+        partner_cpu: partner,
+        alone_s: alone,
+        rounds,
+        fits: fits(&matrix),
+        matrix,
+        notes,
+    })
+}
+
+/// Reads a matrix from FILE: a pairs report (`--json`) or a bare `{names, slowdown}`.
+pub fn read_matrix(path: &Path) -> Result<PairMatrix> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    if let Ok(r) = serde_json::from_str::<PairsReport>(&text) {
+        return Ok(r.matrix);
+    }
+    let m: PairMatrix = serde_json::from_str(&text)
+        .with_context(|| format!("{}: neither a pairs report nor a matrix", path.display()))?;
+    let n = m.names.len();
+    if m.slowdown.len() != n || m.slowdown.iter().any(|r| r.len() != n) {
+        bail!("{}: the matrix is not {n} x {n}", path.display());
+    }
+    Ok(m)
+}
+
+/// The matrix and its fits, for people.
+pub fn print(m: &PairMatrix, fits: &[PairFit]) {
+    let w = m.names.iter().map(|n| n.len()).max().unwrap_or(4).max(8);
+    outln!("slowdown of the row app beside the column app:");
+    let head: Vec<String> = m.names.iter().map(|n| format!("{n:>w$}")).collect();
+    outln!("{:<w$} {}", "", head.join(" "));
+    for (name, row) in m.names.iter().zip(&m.slowdown) {
+        let cells: Vec<String> = row
+            .iter()
+            .map(|c| match c {
+                Some(s) => format!("{:>w$}", format!("{:+.1}%", 100.0 * s)),
+                None => format!("{:>w$}", "-"),
+            })
+            .collect();
+        outln!("{name:<w$} {}", cells.join(" "));
+    }
+    for f in fits {
+        outln!(
+            "fit, llc_shape = \"{}\" (RMS residual {:.1} points; S of the most sensitive app = 1):",
+            format!("{:?}", f.shape).to_lowercase(),
+            100.0 * f.rms_residual
+        );
+        for (k, name) in f.names.iter().enumerate() {
+            outln!(
+                "  [params.archetypes.{}] pressure = {:.3}, sensitivity = {:.3}",
+                name.replace('.', "_"),
+                f.pressure[k],
+                f.sensitivity[k]
+            );
+        }
+        if !f.clamped.is_empty() {
+            outln!(
+                "  note: harm beyond the saturating ceiling from {} (pressure clamped)",
+                f.clamped.join(", ")
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn apps_are_name_equals_command() {
+        assert_eq!(
+            parse_app("lbm=./lbm 3000 ref.in"),
+            Ok(("lbm".into(), "./lbm 3000 ref.in".into()))
+        );
+        // Only the first '=' splits: the command may hold more.
+        assert_eq!(parse_app("a=X=1 run").unwrap().1, "X=1 run");
+        assert!(parse_app("noequals").is_err());
+        assert!(parse_app("=cmd").is_err() && parse_app("name=").is_err());
+    }
+
+    #[test]
+    fn a_saved_report_or_a_bare_matrix_reads_back() {
+        let tmp = placer_testkit::TempDir::new("pairs");
+        let m = PairMatrix {
+            names: vec!["a".into(), "b".into()],
+            slowdown: vec![vec![Some(0.1), Some(0.5)], vec![None, Some(0.0)]],
+        };
+        let bare = tmp.path().join("m.json");
+        std::fs::write(&bare, serde_json::to_string(&m).unwrap()).unwrap();
+        assert_eq!(read_matrix(&bare).unwrap(), m);
+        let report = PairsReport {
+            victim_cpu: 0,
+            partner_cpu: 1,
+            alone_s: vec![1.0, 2.0],
+            rounds: 3,
+            fits: fits(&m),
+            matrix: m.clone(),
+            notes: vec![],
+        };
+        let saved = tmp.path().join("r.json");
+        std::fs::write(&saved, serde_json::to_string(&report).unwrap()).unwrap();
+        assert_eq!(read_matrix(&saved).unwrap(), m);
+        let ragged = tmp.path().join("bad.json");
+        std::fs::write(&ragged, r#"{"names":["a","b"],"slowdown":[[0.1]]}"#).unwrap();
+        assert!(read_matrix(&ragged).is_err());
+    }
+}

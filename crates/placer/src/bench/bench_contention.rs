@@ -6,8 +6,9 @@
 //! LLC: every load depends on the previous one, so its time per access is the memory
 //! hierarchy's latency) runs pinned to the first CPU of LLC domain 0, alone and then beside
 //! N streaming co-runners (each sweeps its own `--stream-bytes` buffer, read and write)
-//! pinned round-robin to the domain's other CPUs, for each N of `--points`; then, where the
-//! machine has a second LLC domain, with the co-runners there instead (the same harm should
+//! pinned round-robin to the domain's other CPUs (one per other physical core first, the
+//! chase's own SMT sibling last: [`super::contention_pairs::fill_order`]), for each N of
+//! `--points`; then, where the machine has a second LLC domain, with the co-runners there instead (the same harm should
 //! mostly vanish). Each point reports the chase's time per access, its slowdown against the
 //! alone point, and the co-runners' total bandwidth over the same window. The additive,
 //! saturating and power shapes are fitted to the local sweep ([`placer_sim::harm_fit`]).
@@ -289,7 +290,7 @@ pub fn run(args: Args) -> Result<()> {
     let doms = topo.llc_domains();
     let victim = local[0];
     let mut notes = Vec::new();
-    let mut others: Vec<u32> = local[1..].to_vec();
+    let (mut others, other_cores) = contention_pairs::fill_order(&topo, &local, victim);
     if others.is_empty() {
         notes.push(format!(
             "LLC domain 0 has one CPU: the co-runners share CPU {victim} with the chase"
@@ -312,6 +313,12 @@ pub fn run(args: Args) -> Result<()> {
         args.points.clone()
     };
     if let Some(&max) = points.iter().max() {
+        if max as usize > other_cores && other_cores < others.len() {
+            notes.push(format!(
+                "beyond {other_cores} co-runners they share cores (SMT) with each other or \
+                 with the chase"
+            ));
+        }
         if max as usize > others.len() {
             notes.push(format!(
                 "{max} co-runners on {} CPU(s) of domain 0: beyond {} they time-share CPUs",

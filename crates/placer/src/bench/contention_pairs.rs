@@ -1,8 +1,9 @@
 //! `placer bench contention --app NAME=COMMAND ...`: seed 003's Fig. 1 on this machine. Each
 //! app runs to completion pinned to the first CPU of LLC domain 0, alone and then beside
-//! each app in turn (the partner pinned to the domain's second CPU and restarted whenever
+//! each app in turn (the partner pinned to another core of the domain and restarted whenever
 //! it ends, so it presses for the victim's whole run). A cell is the victim's slowdown,
-//! `T(beside) / T(alone) - 1`. The matrix is fitted to the simulator's harm model
+//! `T(beside) / T(alone) - 1`. The partner's CPU is on another physical core where the
+//! domain has one ([`fill_order`]). The matrix is fitted to the simulator's harm model
 //! ([`placer_sim::harm_fit::fit_pairs`]): per app, the pressure P and sensitivity S a
 //! scenario's `[params.archetypes.NAME]` takes, in place of estimates.
 //!
@@ -180,13 +181,47 @@ pub fn llc_domain_zero() -> Result<(placer_core::Topology, Vec<u32>)> {
     Ok((topo, local))
 }
 
+/// The CPUs beside `victim` in its LLC domain `local`, in the order a contention benchmark
+/// fills them: one per other physical core first, then those cores' other threads, the
+/// victim's own SMT siblings last (they share its core, not only its LLC, so they would
+/// measure SMT contention). Also how many other cores there are.
+pub fn fill_order(topo: &placer_core::Topology, local: &[u32], victim: u32) -> (Vec<u32>, usize) {
+    let own_core = topo.siblings(victim);
+    let mut cores_seen: Vec<CpuSet> = Vec::new();
+    let (mut first, mut more, mut own) = (Vec::new(), Vec::new(), Vec::new());
+    for &c in local.iter().filter(|&&c| c != victim) {
+        let core = topo.siblings(c);
+        if own_core.contains(c) {
+            own.push(c);
+        } else if cores_seen.contains(&core) {
+            more.push(c);
+        } else {
+            cores_seen.push(core);
+            first.push(c);
+        }
+    }
+    let cores = first.len();
+    first.extend(more);
+    first.extend(own);
+    (first, cores)
+}
+
 /// Measures the matrix of `apps` on this machine, each time the median of `rounds` runs.
 pub fn measure(apps: &[(String, String)], rounds: u32, timeout: Duration) -> Result<PairsReport> {
-    let (_, local) = llc_domain_zero()?;
+    let (topo, local) = llc_domain_zero()?;
     let victim = local[0];
     let mut notes = Vec::new();
-    let partner = match local.get(1) {
-        Some(&c) => c,
+    let (order, other_cores) = fill_order(&topo, &local, victim);
+    let partner = match order.first() {
+        Some(&c) => {
+            if other_cores == 0 {
+                notes.push(format!(
+                    "LLC domain 0 has no other core: the partner runs on CPU {c}, an SMT \
+                     sibling of the victim's, so the cells include core sharing"
+                ));
+            }
+            c
+        }
         None => {
             notes.push(format!(
                 "LLC domain 0 has one CPU: the partner time-shares CPU {victim} with the victim, \
@@ -286,6 +321,33 @@ pub fn print(m: &PairMatrix, fits: &[PairFit]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn neighbours_fill_other_cores_first_and_the_victims_sibling_last() {
+        let topo = placer_core::machines::machine("pkg:1 node:1 core:4 pu:2").unwrap();
+        let local: Vec<u32> = topo.llc_domains()[0].iter().collect();
+        let victim = local[0];
+        let (order, cores) = fill_order(&topo, &local, victim);
+        assert_eq!(cores, 3);
+        assert_eq!(order.len(), local.len() - 1);
+        assert!(!order.contains(&victim));
+        // The first `cores` are on distinct cores, none the victim's.
+        let firsts: Vec<CpuSet> = order[..cores].iter().map(|&c| topo.siblings(c)).collect();
+        for (k, core) in firsts.iter().enumerate() {
+            assert!(!core.contains(victim), "{order:?}");
+            assert!(!firsts[..k].contains(core), "{order:?}");
+        }
+        // The victim's own sibling comes last.
+        let last = *order.last().unwrap();
+        assert!(topo.siblings(victim).contains(last), "{order:?}");
+        // Without SMT the order is the domain's.
+        let flat = placer_core::machines::machine("pkg:1 node:1 core:4 pu:1").unwrap();
+        let local: Vec<u32> = flat.llc_domains()[0].iter().collect();
+        assert_eq!(
+            fill_order(&flat, &local, local[0]),
+            (local[1..].to_vec(), 3)
+        );
+    }
 
     #[test]
     fn apps_are_name_equals_command() {

@@ -476,4 +476,19 @@ fn bench_contention_measures_a_pairwise_matrix() {
     assert!(!o.status.success());
     assert!(err.contains("--pairs-timeout"), "{err}");
     none_left("a timed-out run");
+    // A partner that fails (here: every run after its first, alone) fails the cell instead
+    // of leaving the victim to run alone.
+    let flag = dir.path().join("ran-once");
+    let flaky = format!(
+        "flaky=if [ -e {f} ]; then exit 3; fi; touch {f}",
+        f = flag.display()
+    );
+    let o = placer()
+        .args(["bench", "contention", "--app", "ok=true", "--app", &flaky])
+        .args(["--pairs-rounds", "1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("partner") && err.contains("failed"), "{err}");
 }

@@ -107,32 +107,53 @@ fn timed(cmd: &str, cpu: u32, timeout: Duration) -> Result<f64> {
     }
 }
 
-/// Keeps `cmd` running on `cpu` (restarted when it ends) until dropped.
+/// `cmd` kept running on `cpu` (restarted whenever it ends) until [`Partner::stop`], or at
+/// most `bound`; dropping it stops it too.
 struct Partner {
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<Result<()>>>,
 }
 
 impl Partner {
-    fn start(cmd: &str, cpu: u32, timeout: Duration) -> Partner {
+    /// Returns once the partner runs, so the victim never starts alone.
+    fn start(cmd: &str, cpu: u32, bound: Duration) -> Result<Partner> {
         let stop = Arc::new(AtomicBool::new(false));
         let (cmd, flag) = (cmd.to_string(), stop.clone());
+        let (running, first) = std::sync::mpsc::channel::<()>();
         let thread = std::thread::spawn(move || -> Result<()> {
             let t0 = Instant::now();
-            while !flag.load(Ordering::Relaxed) && t0.elapsed() < timeout {
-                let mut g = start(&cmd, cpu)?;
-                while !flag.load(Ordering::Relaxed) && t0.elapsed() < timeout {
-                    if g.0.try_wait()?.is_some() {
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(2));
+            let mut g = start(&cmd, cpu)?;
+            let _ = running.send(());
+            while !flag.load(Ordering::Relaxed) && t0.elapsed() < bound {
+                match g.0.try_wait()? {
+                    // A partner that fails would press nothing: the cell would be wrong.
+                    Some(st) if !st.success() => bail!("partner {cmd:?} failed: {st}"),
+                    Some(_) => g = start(&cmd, cpu)?,
+                    None => std::thread::sleep(Duration::from_millis(2)),
                 }
             }
             Ok(())
         });
-        Partner {
+        let p = Partner {
             stop,
             thread: Some(thread),
+        };
+        match first.recv_timeout(Duration::from_secs(10)) {
+            Ok(()) => Ok(p),
+            Err(_) => {
+                p.stop()?;
+                bail!("the partner did not start within 10 s")
+            }
+        }
+    }
+
+    /// Stops the partner; its failure, if it failed while the victim ran.
+    fn stop(mut self) -> Result<()> {
+        self.stop.store(true, Ordering::Relaxed);
+        match self.thread.take().map(|t| t.join()) {
+            Some(Ok(r)) => r,
+            Some(Err(_)) => bail!("the partner's thread panicked"),
+            None => Ok(()),
         }
     }
 }
@@ -240,8 +261,10 @@ pub fn measure(apps: &[(String, String)], rounds: u32, timeout: Duration) -> Res
     for (i, (name, cmd)) in apps.iter().enumerate() {
         let mut row = Vec::new();
         for (other, partner_cmd) in apps {
-            let _p = Partner::start(partner_cmd, partner, timeout);
+            // The partner presses for as long as the victim's rounds may take.
+            let p = Partner::start(partner_cmd, partner, timeout * rounds.max(1))?;
             let t = median_time(cmd, victim, rounds, timeout)?;
+            p.stop()?;
             let s = t / alone[i] - 1.0;
             eprintln!("{name} beside {other}: {t:.2} s ({:+.1}%)", 100.0 * s);
             row.push(Some(s));

@@ -301,6 +301,10 @@ fn fault_injection_trials_leave_no_knob_changed() {
     );
 }
 
+/// Tests that run `placer ab` (it sets loopback's RPS and puts it back) take turns: two at
+/// once would each see the other's RPS as the one to restore.
+static LO_RPS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn rps_lo() -> String {
     std::fs::read_to_string("/sys/class/net/lo/queues/rx-0/rps_cpus")
         .unwrap_or_default()
@@ -328,6 +332,7 @@ fn helpers_of(ab_pid: u32) -> usize {
 #[cfg_attr(not(placer_root), ignore = "needs root")]
 fn ab_runs_reports_and_leaves_nothing_behind() {
     placer_testkit::require_root();
+    let _turn = LO_RPS.lock().unwrap_or_else(|e| e.into_inner());
     let before = rps_lo();
     let dir = TempDir::new("ab");
     let svg = dir.path().join("ab.svg");
@@ -414,4 +419,54 @@ fn ab_runs_reports_and_leaves_nothing_behind() {
         assert!(Instant::now() < deadline, "helpers outlived placer ab");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// scripts/multicore.sh (the multi-core measurements for a machine of 8+ cores) keeps
+/// working: in its quick mode every step runs here and writes a JSON report of the expected
+/// kind, and RPS is left as it was.
+#[test]
+#[cfg_attr(not(placer_root), ignore = "needs root")]
+fn multicore_script_runs_every_step() {
+    placer_testkit::require_root();
+    let _turn = LO_RPS.lock().unwrap_or_else(|e| e.into_inner());
+    let before = rps_lo();
+    let dir = TempDir::new("multicore");
+    let o = Command::new("bash")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../scripts/multicore.sh"
+        ))
+        .arg(dir.path())
+        .env("PLACER_BIN", PLACER)
+        .env("PLACER_MULTICORE_QUICK", "1")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let read = |name: &str| -> serde_json::Value {
+        let text = std::fs::read_to_string(dir.path().join(name)).expect(name);
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"))
+    };
+    for ab in ["ab1.json", "ab4.json"] {
+        assert!(read(ab)["ratios"].as_array().is_some(), "{ab}");
+    }
+    assert!(read("overhead.json")["agents"].is_array());
+    assert!(read("cycle.json").as_array().is_some_and(|a| !a.is_empty()));
+    assert!(read("contention.json")["points"]
+        .as_array()
+        .is_some_and(|p| p.len() >= 2));
+    let machine = std::fs::read_to_string(dir.path().join("machine.txt")).unwrap();
+    assert!(machine.starts_with("cpus "), "{machine}");
+    assert_eq!(rps_lo(), before, "RPS left changed");
+    // An unknown step is refused, not skipped.
+    let o = Command::new("bash")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../scripts/multicore.sh"
+        ))
+        .args([dir.path().to_str().unwrap(), "nosuchstep"])
+        .env("PLACER_BIN", PLACER)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
 }

@@ -19,6 +19,7 @@
 //! few percent, and that shape chosen, or additive for a power curve with `b` = 1); the fit
 //! is independent of the order of the points; residuals are reported per point.
 
+use crate::params::LlcShape;
 use serde::{Deserialize, Serialize};
 
 /// Smallest per-point RMS residual a fit is credited with: 0.1 point of slowdown, below what
@@ -247,7 +248,7 @@ pub struct PairMatrix {
 /// [`PairMatrix`] for one LLC shape of the simulator (`params.contention`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PairFit {
-    pub shape: Shape,
+    pub shape: LlcShape,
     pub names: Vec<String>,
     pub pressure: Vec<f64>,
     pub sensitivity: Vec<f64>,
@@ -287,7 +288,7 @@ fn least_squares_factor(measured: impl Iterator<Item = (usize, f64)>, other: &[f
 ///
 /// Invariants (tested): a matrix generated from known S and P (either shape, S normalised
 /// as above) is recovered, with or without a missing cell; noise shows in the residuals.
-pub fn fit_pairs(m: &PairMatrix, shape: Shape, scale: f64) -> PairFit {
+pub fn fit_pairs(m: &PairMatrix, shape: LlcShape, scale: f64) -> PairFit {
     let n = m.names.len();
     let cell = |i: usize, j: usize| m.slowdown.get(i).and_then(|r| r.get(j)).copied().flatten();
     // Start from each victim's mean slowdown and equal aggressors.
@@ -320,22 +321,22 @@ pub fn fit_pairs(m: &PairMatrix, shape: Shape, scale: f64) -> PairFit {
         .iter()
         .enumerate()
         .map(|(j, &h)| match shape {
-            Shape::Saturating => {
+            LlcShape::Saturating => {
                 let g = h / scale;
                 if g > MAX_SATURATION {
                     clamped.push(m.names[j].clone());
                 }
                 -(1.0 - g.min(MAX_SATURATION)).ln()
             }
-            _ => h / scale,
+            LlcShape::Additive => h / scale,
         })
         .collect();
     // What the fitted S and P predict (a clamped pressure predicts less than was measured).
     let harm: Vec<f64> = pressure
         .iter()
         .map(|&p| match shape {
-            Shape::Saturating => scale * (1.0 - (-p).exp()),
-            _ => scale * p,
+            LlcShape::Saturating => scale * (1.0 - (-p).exp()),
+            LlcShape::Additive => scale * p,
         })
         .collect();
     let (mut sq, mut cells) = (0.0, 0usize);
@@ -411,7 +412,7 @@ mod tests {
         }
     }
 
-    fn matrix(shape: Shape, scale: f64, s: &[f64], p: &[f64], noise: f64) -> PairMatrix {
+    fn matrix(shape: LlcShape, scale: f64, s: &[f64], p: &[f64], noise: f64) -> PairMatrix {
         let n = s.len();
         PairMatrix {
             names: (0..n).map(|i| format!("app{i}")).collect(),
@@ -420,8 +421,8 @@ mod tests {
                     (0..n)
                         .map(|j| {
                             let unit = match shape {
-                                Shape::Saturating => 1.0 - (-p[j]).exp(),
-                                _ => p[j],
+                                LlcShape::Saturating => 1.0 - (-p[j]).exp(),
+                                LlcShape::Additive => p[j],
                             };
                             let wobble = if (i + j) % 2 == 0 { noise } else { -noise };
                             Some(scale * s[i] * unit + wobble)
@@ -443,7 +444,7 @@ mod tests {
         // The seed-003 estimates' orders of magnitude: aggressive, sensitive, insensitive.
         let s = [0.5, 1.0, 0.15, 0.05];
         let p = [0.9, 0.1, 0.5, 0.05];
-        for (shape, scale) in [(Shape::Additive, 0.031), (Shape::Saturating, 2.0)] {
+        for (shape, scale) in [(LlcShape::Additive, 0.031), (LlcShape::Saturating, 2.0)] {
             let mut m = matrix(shape, scale, &s, &p, 0.0);
             let f = fit_pairs(&m, shape, scale);
             assert!(close(&f, &s, &p, 1e-6, 1e-6), "{shape:?} {f:?}");
@@ -457,8 +458,8 @@ mod tests {
             }
         }
         // Noise of +-0.5 point: recovered within a few hundredths, and it shows.
-        let m = matrix(Shape::Saturating, 2.0, &s, &p, 0.005);
-        let f = fit_pairs(&m, Shape::Saturating, 2.0);
+        let m = matrix(LlcShape::Saturating, 2.0, &s, &p, 0.005);
+        let f = fit_pairs(&m, LlcShape::Saturating, 2.0);
         assert!(close(&f, &s, &p, 0.03, 0.05), "{f:?}");
         assert!(f.rms_residual > 0.001 && f.rms_residual < 0.006, "{f:?}");
     }
@@ -470,7 +471,7 @@ mod tests {
             names: vec!["victim".into(), "bully".into()],
             slowdown: vec![vec![Some(0.0), Some(2.5)], vec![Some(0.0), Some(0.0)]],
         };
-        let f = fit_pairs(&m, Shape::Saturating, 2.0);
+        let f = fit_pairs(&m, LlcShape::Saturating, 2.0);
         assert_eq!(f.clamped, ["bully"]);
         assert!(f.pressure[1].is_finite() && f.residuals[0][1].unwrap() > 0.4);
     }

@@ -14,7 +14,8 @@
 
 use anyhow::{bail, Context, Result};
 use placer_core::CpuSet;
-use placer_sim::harm_fit::{self, PairFit, PairMatrix, Shape};
+use placer_sim::harm_fit::{self, PairFit, PairMatrix};
+use placer_sim::params::LlcShape;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::os::unix::process::CommandExt;
@@ -172,8 +173,8 @@ impl Drop for Partner {
 pub fn fits(m: &PairMatrix) -> Vec<PairFit> {
     let c = placer_sim::params::Params::for_machine("", None).contention;
     vec![
-        harm_fit::fit_pairs(m, Shape::Saturating, c.llc_scale),
-        harm_fit::fit_pairs(m, Shape::Additive, c.llc_additive_per_pressure),
+        harm_fit::fit_pairs(m, LlcShape::Saturating, c.llc_scale),
+        harm_fit::fit_pairs(m, LlcShape::Additive, c.llc_additive_per_pressure),
     ]
 }
 

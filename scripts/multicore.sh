@@ -39,7 +39,7 @@ fi
   echo "kernel $(uname -r)"
   grep -m1 "model name" /proc/cpuinfo || true
   echo "date $(date -u +%FT%TZ)"
-  echo "placer $("$bin" --version)"
+  "$bin" --version
 } >"$out/machine.txt"
 for s in "${steps[@]}"; do
   case "$s" in

@@ -268,10 +268,10 @@ pub fn decide_create(
     within_kubelet(scope, facts, pod, c, &c.cpus, &want, &policy, why)
 }
 
-/// `want` intersected with what the kubelet allows for `c` (its current cpuset as the
-/// request), or the reason it cannot be.
-/// `kubelet_cpus` is the cpuset the kubelet asked for `c` (its own, or the one placer
-/// replaced, from the journal), passed apart so a move does not clone the container.
+/// `want` intersected with what the kubelet allows for `c`, or the reason it cannot be.
+/// `kubelet_cpus` is the cpuset the kubelet asked for `c`: its current one, or for a later
+/// move the one placer replaced (from the journal), passed apart so that a move does not
+/// clone the container.
 #[allow(clippy::too_many_arguments)]
 fn within_kubelet(
     scope: &KubernetesScope,

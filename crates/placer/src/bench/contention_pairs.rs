@@ -180,16 +180,10 @@ pub fn fits(m: &PairMatrix) -> Vec<PairFit> {
 
 /// The median of `rounds` timed runs.
 fn median_time(cmd: &str, cpu: u32, rounds: u32, timeout: Duration) -> Result<f64> {
-    let mut ts = (0..rounds.max(1))
+    let ts = (0..rounds.max(1))
         .map(|_| timed(cmd, cpu, timeout))
         .collect::<Result<Vec<f64>>>()?;
-    ts.sort_by(f64::total_cmp);
-    let n = ts.len();
-    Ok(if n % 2 == 1 {
-        ts[n / 2]
-    } else {
-        (ts[n / 2 - 1] + ts[n / 2]) / 2.0
-    })
+    placer_core::stats::median(&ts).context("no finite run time")
 }
 
 /// This machine's topology and the allowed CPUs of its first LLC domain (at least one):

@@ -224,6 +224,9 @@ pub struct Sampler {
     /// TCP segments in and out at the last socket dump, and that dump.
     last_tcp_segments: Option<(u64, u64)>,
     last_sockets: Vec<placer_core::sample::SocketSample>,
+    /// Processes to read again in full at the next sample ([`Sampler::invalidate`]): kept
+    /// in the cache meanwhile, since on the events path the cache is the process set.
+    stale: PidSet,
 }
 
 /// An open directory; files under it are opened relative to it (`openat`), which spares
@@ -415,6 +418,7 @@ impl Sampler {
             last_alive: PidSet::default(),
             last_tcp_segments: None,
             last_sockets: Vec::new(),
+            stale: PidSet::default(),
         }
     }
 
@@ -449,8 +453,13 @@ impl Sampler {
 
     /// Forget what is cached about `pid` (call after changing its affinity or cgroup), so
     /// the next sample re-reads it.
+    ///
+    /// The process stays in the cache until then: on the events path the process set is the
+    /// cache plus the connector's forks, so dropping it would make a process placer just
+    /// moved vanish from the samples until the next full listing, and the engine would take
+    /// it for exited and lose its hold.
     pub fn invalidate(&mut self, pid: u32) {
-        self.proc_cache.remove(&pid);
+        self.stale.insert(pid);
         self.fd_cache.remove(&pid);
     }
 
@@ -662,8 +671,10 @@ impl Sampler {
             // What the collector saw of it: None without the collector, Some(None) when it
             // did not run.
             let seen = act.ran.as_ref().map(|r| r.get(&pid));
+            let stale = self.stale.contains(&pid);
             if let Some(seen) = seen {
-                let skip = seen.is_none() && !refresh.contains(&pid) && !execd.contains(&pid);
+                let skip =
+                    seen.is_none() && !refresh.contains(&pid) && !execd.contains(&pid) && !stale;
                 if skip {
                     if let Some(p) = self.cached_sample(pid, req) {
                         procs.push(p);
@@ -672,10 +683,13 @@ impl Sampler {
                     }
                 }
             }
-            let due = act
-                .ran
-                .as_ref()
-                .map(|_| refresh.contains(&pid) || execd.contains(&pid));
+            let due = if stale {
+                Some(true)
+            } else {
+                act.ran
+                    .as_ref()
+                    .map(|_| refresh.contains(&pid) || execd.contains(&pid))
+            };
             let before = stats.procs_reread;
             let ran = seen.map(|c| c.map_or(&[][..], |c| &c.threads[..]));
             match self.read_proc(pid, req, due, ran, &mut stats) {
@@ -689,6 +703,7 @@ impl Sampler {
                 None => stats.dropped_procs += 1,
             }
         }
+        self.stale.clear();
         stats.procs = procs.len();
         let alive: PidSet = procs.iter().map(|p| p.pid).collect();
         if stats.dropped_procs > 0 || self.proc_cache.len() > procs.len() {
@@ -1542,6 +1557,44 @@ mod tests {
         });
         let s4 = s.sample(req).unwrap();
         assert!(ns(&s4).iter().all(|t| t.1.is_none()), "{:?}", ns(&s4));
+    }
+
+    #[test]
+    fn on_the_events_path_an_invalidated_process_is_read_again_not_dropped() {
+        use crate::activity::{Activity, ScriptedActivity};
+        let t = Tree::new("events-invalidate");
+        t.write("stat", "cpu0 1 2 3 4\n");
+        for pid in [100, 200] {
+            t.write(&format!("{pid}/stat"), &stat_line(pid, "w", 1, 0, 10, 500));
+            t.write(
+                &format!("{pid}/status"),
+                "Uid:\t0\nCpus_allowed_list:\t0-1\n",
+            );
+            t.write(&format!("{pid}/cgroup"), "0::/a\n");
+        }
+        let mut s = Sampler::new(&t.0);
+        s.set_refresh_every(1000);
+        let script = ScriptedActivity::default();
+        s.set_activity_source(Box::new(script.clone()));
+        let quiet = || Activity {
+            ran: Some(PidMap::default()),
+            events: Some(Vec::new()),
+        };
+        let req = SampleRequest::default();
+        script.push(quiet());
+        assert_eq!(s.sample(req).unwrap().procs.len(), 2);
+        // placer pins the sleeping 100 and invalidates it: the next sample, which takes its
+        // process set from the cache and the (empty) events, still has it, read again.
+        t.write("100/status", "Uid:\t0\nCpus_allowed_list:\t1\n");
+        s.invalidate(100);
+        script.push(quiet());
+        let x = s.sample(req).unwrap();
+        assert!(!s.last_stats.listed);
+        let p = x.procs.iter().find(|p| p.pid == 100).expect("100 dropped");
+        assert_eq!(p.allowed.to_vec(), vec![1]);
+        // And in the samples after.
+        script.push(quiet());
+        assert_eq!(s.sample(req).unwrap().procs.len(), 2);
     }
 
     #[test]

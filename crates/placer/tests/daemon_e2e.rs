@@ -180,6 +180,51 @@ struct Net {
     _pair: placer_linux::testnet::VethPair,
 }
 
+/// A python3 receiver renamed `comm`, listening on `addr:port`, started by `prefix` (a
+/// namespace's `ip netns exec`, or `env` in the host's own namespace).
+fn receiver_in(mut prefix: Command, comm: &str, addr: &str, port: &str) -> Kid {
+    let code = "import socket,sys\n\
+        open('/proc/self/comm','w').write(sys.argv[1])\n\
+        s=socket.socket(); s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n\
+        s.bind((sys.argv[2],int(sys.argv[3]))); s.listen(4)\n\
+        print('listening',flush=True)\n\
+        while True:\n\
+        \x20c,_=s.accept()\n\
+        \x20while c.recv(1<<16): pass\n\
+        \x20c.close()\n";
+    let k = Kid::spawn(prefix.args(["python3", "-c", code, comm, addr, port]));
+    k.expect_line("listening", Duration::from_secs(10));
+    k
+}
+
+/// Connects, idles `idle_s`, prints `start`, streams `stream_s` at about
+/// SENDER_BYTES_PER_S (far above the intensity threshold, without saturating a CPU on
+/// this 2-CPU machine), prints `stop`, idles with the connection open.
+fn sender_in(mut prefix: Command, addr: &str, port: &str, idle_s: f64, stream_s: f64) -> Kid {
+    let code = "import socket,sys,time\n\
+        open('/proc/self/comm','w').write('plrtx')\n\
+        c=socket.create_connection((sys.argv[1],int(sys.argv[2])))\n\
+        time.sleep(float(sys.argv[3]))\n\
+        print('start',flush=True)\n\
+        b=b'x'*65536; t0=time.time(); end=t0+float(sys.argv[4]); n=0; rate=float(sys.argv[5])\n\
+        while time.time()<end:\n\
+        \x20c.sendall(b); n+=len(b)\n\
+        \x20ahead=n/rate-(time.time()-t0)\n\
+        \x20if ahead>0: time.sleep(ahead)\n\
+        print('stop',flush=True)\n\
+        time.sleep(3600)\n";
+    Kid::spawn(prefix.args([
+        "python3",
+        "-c",
+        code,
+        addr,
+        port,
+        &idle_s.to_string(),
+        &stream_s.to_string(),
+        &SENDER_BYTES_PER_S.to_string(),
+    ]))
+}
+
 const PORT: &str = "5001";
 
 impl Net {
@@ -211,53 +256,17 @@ impl Net {
     }
 
     fn receiver(&self, comm: &str) -> Kid {
-        let code = "import socket,sys\n\
-            open('/proc/self/comm','w').write(sys.argv[1])\n\
-            s=socket.socket(); s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n\
-            s.bind((sys.argv[2],int(sys.argv[3]))); s.listen(4)\n\
-            print('listening',flush=True)\n\
-            while True:\n\
-            \x20c,_=s.accept()\n\
-            \x20while c.recv(1<<16): pass\n\
-            \x20c.close()\n";
-        let k = Kid::spawn(self.in_ns(&self.rx_ns).args([
-            "python3",
-            "-c",
-            code,
-            comm,
-            &self.rx_addr,
-            PORT,
-        ]));
-        k.expect_line("listening", Duration::from_secs(10));
-        k
+        receiver_in(self.in_ns(&self.rx_ns), comm, &self.rx_addr, PORT)
     }
 
-    /// Connects, idles `idle_s`, prints `start`, streams `stream_s` at about
-    /// SENDER_BYTES_PER_S (far above the intensity threshold, without saturating a CPU on
-    /// this 2-CPU machine), prints `stop`, idles with the connection open.
     fn sender(&self, idle_s: f64, stream_s: f64) -> Kid {
-        let code = "import socket,sys,time\n\
-            open('/proc/self/comm','w').write('plrtx')\n\
-            c=socket.create_connection((sys.argv[1],int(sys.argv[2])))\n\
-            time.sleep(float(sys.argv[3]))\n\
-            print('start',flush=True)\n\
-            b=b'x'*65536; t0=time.time(); end=t0+float(sys.argv[4]); n=0; rate=float(sys.argv[5])\n\
-            while time.time()<end:\n\
-            \x20c.sendall(b); n+=len(b)\n\
-            \x20ahead=n/rate-(time.time()-t0)\n\
-            \x20if ahead>0: time.sleep(ahead)\n\
-            print('stop',flush=True)\n\
-            time.sleep(3600)\n";
-        Kid::spawn(self.in_ns(&self.tx_ns).args([
-            "python3",
-            "-c",
-            code,
+        sender_in(
+            self.in_ns(&self.tx_ns),
             &self.rx_addr,
             PORT,
-            &idle_s.to_string(),
-            &stream_s.to_string(),
-            &SENDER_BYTES_PER_S.to_string(),
-        ]))
+            idle_s,
+            stream_s,
+        )
     }
 
     fn config(&self, comm: &str, extra: &str) -> PathBuf {
@@ -761,4 +770,138 @@ fn explain_from_the_daemon_and_without_one() {
         "{e}"
     );
     assert_eq!(affinity(rx.pid()), original, "explain changed something");
+}
+
+const LO_RPS: &str = "/sys/class/net/lo/queues/rx-0/rps_cpus";
+
+/// Loopback's RPS mask, put back however the test ends.
+struct LoRps(String);
+
+impl LoRps {
+    fn steer_to(cpu: u32) -> LoRps {
+        let before = std::fs::read_to_string(LO_RPS).expect("lo's RPS mask");
+        std::fs::write(LO_RPS, format!("{:x}", 1u64 << cpu)).expect("set lo's RPS");
+        LoRps(before.trim().to_string())
+    }
+}
+
+impl Drop for LoRps {
+    fn drop(&mut self) {
+        let _ = std::fs::write(LO_RPS, &self.0);
+    }
+}
+
+/// A port on 127.0.0.1 that was free a moment ago.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// `name value` of one metric in a Prometheus text scrape of `port`.
+fn scrape(port: u16, name: &str) -> Option<f64> {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    c.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    c.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        .ok()?;
+    let mut body = String::new();
+    c.read_to_string(&mut body).ok()?;
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// Issue 30, item 1: the default path. In the host's own network namespace (where the
+/// process-events connector and the eBPF collector load) and with the built-in config
+/// (only scope, state dir and metrics port set; `kernel_events` on), a loopback receiver
+/// whose receive processing RPS steers to CPU 1 is pinned, stays managed while it
+/// receives, is judged, and gets its affinity back within `idle_timeout` + 2 intervals
+/// of its stream stopping. The events path once dropped a process placer had just moved
+/// from its samples, so it was never judged nor given back.
+#[test]
+#[cfg_attr(not(placer_root), ignore = "needs root")]
+fn default_config_in_the_host_namespace_pins_judges_and_restores() {
+    placer_testkit::require_root();
+    let Some(_g) = setup() else { return };
+    if !Path::new(LO_RPS).exists() {
+        placer_testkit::skip("needs RPS on loopback");
+        return;
+    }
+    // Built-in timing: 1 s interval, idle_timeout 5 s, verdict after 5 intervals.
+    let interval = Duration::from_secs(1);
+    let idle_timeout = Duration::from_secs(5);
+    let dir = placer_testkit::TempDir::new("e2e-host");
+    let _rps = LoRps::steer_to(1);
+    let comm = format!("plrhx{}", std::process::id() % 10_000);
+    let port = free_port().to_string();
+    let rx = receiver_in(Command::new("env"), &comm, "127.0.0.1", &port);
+    let original = affinity(rx.pid());
+    let metrics_port = free_port();
+    let cfg = dir.path().join("placer.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "state_dir = {:?}\n[scope]\ninclude_comm = [{comm:?}]\n\
+             [metrics]\nlisten = \"127.0.0.1:{metrics_port}\"\n",
+            dir.path().join("state").display().to_string()
+        ),
+    )
+    .unwrap();
+    let log_path = dir.path().join("daemon.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut d = Kid::spawn(
+        Command::new(PLACER)
+            .args(["daemon", "--config"])
+            .arg(&cfg)
+            .env("PLACER_LOG", "info")
+            .stderr(log),
+    );
+    let logs = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    // The daemon sees the idle connection for 2 intervals first, then a 12 s stream: long
+    // enough to be judged (horizon 5 intervals after the pin) while it still receives.
+    let tx = sender_in(Command::new("env"), "127.0.0.1", &port, 2.0, 12.0);
+    tx.expect_line("start", Duration::from_secs(10));
+    let pinned = wait_for(interval * 4, || affinity(rx.pid()) == "1");
+    assert!(
+        pinned.is_some(),
+        "not pinned to CPU 1 (now {}); log:\n{}",
+        affinity(rx.pid()),
+        logs()
+    );
+    // Still managed cycles later, while it receives (the bug: 0 one cycle after the pin).
+    std::thread::sleep(interval * 3);
+    let managed = scrape(metrics_port, "placer_managed_processes");
+    assert_eq!(managed, Some(1.0), "log:\n{}", logs());
+    assert_eq!(affinity(rx.pid()), "1");
+    // Judged: a verdict line naming the policy, before the stream ends.
+    let judged = wait_for(interval * 8, || {
+        logs().contains("verdict on [net-affinity]")
+    });
+    assert!(judged.is_some(), "no verdict logged; log:\n{}", logs());
+    let stopped = tx.expect_line("stop", Duration::from_secs(20));
+    // Given back, unless the verdict undid the pin already (then it is back anyway).
+    let limit = idle_timeout + interval * 2;
+    let back = wait_for(limit + interval * 2, || affinity(rx.pid()) == original);
+    let Some(back) = back else {
+        panic!(
+            "not restored (now {}); log:\n{}",
+            affinity(rx.pid()),
+            logs()
+        );
+    };
+    let took = back.saturating_duration_since(stopped);
+    assert!(
+        took <= limit + Duration::from_millis(200),
+        "restored {took:?} after the stream stopped (limit {limit:?}); log:\n{}",
+        logs()
+    );
+    // The events path really was the one taken (not a fallback to /proc).
+    let text = logs();
+    assert!(
+        !text.contains("source proc_events unavailable"),
+        "the connector did not load, so this did not test the events path:\n{text}"
+    );
+    d.signal(libc::SIGTERM);
+    assert!(d.wait_exit(Duration::from_secs(10)).is_some());
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds placer's .deb: the binary, the systemd unit, the default config (commented), man
-# pages, bash/zsh/fish completions and the licences. Needs cargo-deb (`cargo install
+# Builds placer's .deb: the stripped binary, the systemd unit with its maintainer scripts,
+# the config with every setting commented out, man pages (placer.toml(5) too), bash/zsh/fish
+# completions, the docs and the copyright. Needs cargo-deb (`cargo install
 # cargo-deb`). Usage: scripts/package.sh [release|dev] (dev reuses a debug build: for tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,9 +22,9 @@ mkdir -p "$gen/man" "$gen/completions"
 "$bin" completions bash >"$gen/completions/placer.bash"
 "$bin" completions zsh >"$gen/completions/_placer"
 "$bin" completions fish >"$gen/completions/placer.fish"
-"$bin" daemon --no-config --print-default-config >"$gen/placer.toml"
+"$bin" daemon --no-config --print-default-config --commented-out >"$gen/placer.toml"
 out="$target/debian"
 mkdir -p "$out"
-cargo deb -q -p placer --no-build --profile "$profile" -o "$out" 2>&1 | grep -v '^warning: .*license-file' >&2 || true
+cargo deb -q -p placer --no-build --strip --profile "$profile" -o "$out" >&2
 deb=$(ls -t "$out"/placer_*.deb | head -1)
 echo "$deb"

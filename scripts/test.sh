@@ -10,6 +10,9 @@ missing=()
 need ip || missing+=(iproute2)
 need tc || missing+=(iproute2)
 need python3 || missing+=(python3)
+# The package test runs lintian on the .deb and readelf on its binary.
+need lintian || missing+=(lintian)
+need readelf || missing+=(binutils)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && need apt-get; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null

@@ -47,18 +47,72 @@ fn deb_holds_everything_and_its_unit_verifies() {
     let list = String::from_utf8_lossy(&list.stdout);
     for want in [
         "./usr/bin/placer",
-        "./lib/systemd/system/placer.service",
+        "./usr/lib/systemd/system/placer.service",
         "./etc/placer/placer.toml",
         "./usr/share/man/man1/placer.1.gz",
         "./usr/share/man/man1/placer-daemon.1.gz",
+        "./usr/share/man/man5/placer.toml.5.gz",
         "./usr/share/bash-completion/completions/placer",
         "./usr/share/zsh/vendor-completions/_placer",
         "./usr/share/fish/vendor_completions.d/placer.fish",
-        "./usr/share/doc/placer/LICENSE-MIT",
-        "./usr/share/doc/placer/LICENSE-APACHE",
         "./usr/share/doc/placer/copyright",
+        "./usr/share/doc/placer/changelog.Debian.gz",
+        "./usr/share/doc/placer/README.md",
+        "./usr/share/doc/placer/docs/config.md",
+        "./usr/share/doc/placer/docs/daemon.md",
     ] {
         assert!(list.contains(want), "{want} missing from the .deb:\n{list}");
+    }
+    // No placer-help(1): clap's help subcommand has no page.
+    assert!(!list.contains("placer-help"), "{list}");
+
+    // Maintainer scripts: daemon-reload after install and removal, stop before removal, and
+    // the unit neither enabled nor started by the package.
+    let ctl = TempDir::new("deb-control");
+    assert!(ok(Command::new("dpkg-deb")
+        .arg("-e")
+        .arg(&deb)
+        .arg(ctl.path())));
+    let script = |name: &str| std::fs::read_to_string(ctl.path().join(name)).unwrap_or_default();
+    assert!(
+        script("postinst").contains("daemon-reload"),
+        "{}",
+        script("postinst")
+    );
+    assert!(
+        script("postrm").contains("daemon-reload"),
+        "{}",
+        script("postrm")
+    );
+    let prerm = script("prerm");
+    assert!(
+        prerm.contains("stop placer.service") && prerm.contains("remove"),
+        "{prerm}"
+    );
+    // Enabled again only where it was enabled before an upgrade; never started.
+    let postinst = script("postinst");
+    assert!(
+        postinst.contains("was-enabled placer.service")
+            && !postinst.contains("deb-systemd-invoke start"),
+        "the package enables or starts the unit:\n{postinst}"
+    );
+
+    // lintian: no errors (warnings are printed, not failed on).
+    if ok(Command::new("lintian").arg("--version")) {
+        let o = Command::new("lintian")
+            .args(["--fail-on", "error"])
+            .arg(&deb)
+            .output()
+            .expect("lintian");
+        let said = String::from_utf8_lossy(&o.stdout);
+        eprintln!("lintian: {said}");
+        assert!(
+            o.status.success() && !said.lines().any(|l| l.starts_with("E:")),
+            "lintian errors:\n{said}{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    } else {
+        placer_testkit::skip("lintian not installed (apt-get install lintian)");
     }
 
     let root = TempDir::new("deb");
@@ -66,10 +120,32 @@ fn deb_holds_everything_and_its_unit_verifies() {
         .arg("-x")
         .arg(&deb)
         .arg(root.path())));
-    // The shipped config is the commented default, and the shipped binary accepts it.
+    // The installed binary is stripped: no DWARF left in it.
+    let bin = root.path().join("usr/bin/placer");
+    let sections = Command::new("readelf")
+        .arg("-S")
+        .arg(&bin)
+        .output()
+        .expect("readelf (binutils)");
+    let sections = String::from_utf8_lossy(&sections.stdout);
+    assert!(sections.contains(".text"), "{sections}");
+    // (.debug_gdb_scripts is loaded data, not debug information: it stays.)
+    for unstripped in [".debug_info", ".debug_line", ".symtab"] {
+        assert!(
+            !sections.contains(unstripped),
+            "unstripped binary ({unstripped}):\n{sections}"
+        );
+    }
+    // The shipped config sets nothing (defaults follow upgrades), and the shipped binary
+    // accepts it.
     let cfg = root.path().join("etc/placer/placer.toml");
     let text = std::fs::read_to_string(&cfg).expect("config");
     assert!(text.lines().filter(|l| l.starts_with('#')).count() > 20);
+    assert!(
+        text.lines().all(|l| l.is_empty() || l.starts_with('#')),
+        "a setting is not commented out:\n{text}"
+    );
+    assert!(text.contains("#interval = \"1s\""), "{text}");
     let o = Command::new(root.path().join("usr/bin/placer"))
         .args([
             "daemon",
@@ -90,7 +166,7 @@ fn deb_holds_everything_and_its_unit_verifies() {
     }
     // verify resolves the unit's dependencies (sysinit.target, ...) inside --root: give it
     // the host's target units beside ours.
-    let units = root.path().join("lib/systemd/system");
+    let units = root.path().join("usr/lib/systemd/system");
     for e in std::fs::read_dir("/lib/systemd/system")
         .expect("host units")
         .flatten()
@@ -100,10 +176,14 @@ fn deb_holds_everything_and_its_unit_verifies() {
             let _ = std::fs::copy(e.path(), units.join(name));
         }
     }
+    // ExecReload's kill (procps, a dependency of the package).
+    let kill = root.path().join("bin/kill");
+    std::fs::create_dir_all(kill.parent().unwrap()).unwrap();
+    std::fs::copy("/bin/kill", &kill).expect("the host's /bin/kill");
     let o = Command::new("systemd-analyze")
         .args(["verify", "--man=no"])
         .arg(format!("--root={}", root.path().display()))
-        .arg("/lib/systemd/system/placer.service")
+        .arg("/usr/lib/systemd/system/placer.service")
         .output()
         .expect("systemd-analyze");
     let said = format!(
@@ -114,20 +194,52 @@ fn deb_holds_everything_and_its_unit_verifies() {
     assert!(o.status.success() && said.trim().is_empty(), "unit: {said}");
 }
 
-#[test]
-fn install_unit_writes_the_shipped_unit() {
-    let root = TempDir::new("unit");
-    let o = Command::new(env!("CARGO_BIN_EXE_placer"))
+fn install_unit(root: &Path, exec: &str) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_placer"))
         .args(["install-unit", "--root"])
-        .arg(root.path())
+        .arg(root)
+        .args(["--exec", exec])
         .output()
-        .expect("install-unit");
+        .expect("install-unit")
+}
+
+#[test]
+fn install_unit_writes_the_shipped_unit_running_the_given_binary() {
+    let root = TempDir::new("unit");
+    let o = install_unit(root.path(), "/opt/placer/bin/placer");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let got = std::fs::read_to_string(root.path().join("etc/systemd/system/placer.service"))
         .expect("unit written");
     let shipped = std::fs::read_to_string(repo().join("dist/placer.service")).expect("dist");
-    assert_eq!(got, shipped);
+    assert_eq!(
+        got,
+        shipped.replace(
+            "ExecStart=/usr/bin/placer daemon",
+            "ExecStart=/opt/placer/bin/placer daemon"
+        )
+    );
     assert!(got.contains("RuntimeDirectory=placer") && got.contains("CapabilityBoundingSet="));
+    assert!(got.contains("ExecReload=/bin/kill -HUP $MAINPID"), "{got}");
+}
+
+#[test]
+fn install_unit_refuses_a_binary_the_sandbox_hides() {
+    let root = TempDir::new("unit-refused");
+    for (exec, why) in [
+        ("/root/.cargo/bin/placer", "ProtectHome=yes"),
+        ("/home/me/.cargo/bin/placer", "ProtectHome=yes"),
+        ("/tmp/placer", "PrivateTmp=yes"),
+        ("/opt/my placer/placer", "split"),
+        ("bin/placer", "absolute"),
+    ] {
+        let o = install_unit(root.path(), exec);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains(why), "{exec}: {err}");
+    }
+    assert!(!root
+        .path()
+        .join("etc/systemd/system/placer.service")
+        .exists());
 }
 
 #[test]
@@ -141,6 +253,62 @@ fn man_pages_and_completions_come_from_the_cli() {
     assert!(o.status.success());
     let page = std::fs::read_to_string(dir.path().join("placer-daemon.1")).expect("daemon page");
     assert!(page.contains("dry\\-run"), "{page}");
+    for name in ["placer.1", "placer-daemon.1"] {
+        let page = std::fs::read_to_string(dir.path().join(name)).expect(name);
+        for section in ["FILES", "SIGNALS", "EXIT STATUS", "ENVIRONMENT", "SEE ALSO"] {
+            assert!(
+                page.contains(&format!(".SH {section}")),
+                "{name} lacks {section}"
+            );
+        }
+        assert!(
+            page.contains("SIGHUP") && page.contains("journal.json"),
+            "{page}"
+        );
+    }
+    // Every page: the sections of every page, and no page names a page that is not there.
+    let written: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    for name in written.iter().filter(|n| n.ends_with(".1")) {
+        let page = std::fs::read_to_string(dir.path().join(name)).unwrap();
+        for section in ["EXIT STATUS", "ENVIRONMENT", "SEE ALSO"] {
+            assert!(
+                page.contains(&format!(".SH {section}")),
+                "{name} lacks {section}"
+            );
+        }
+        for referred in page.match_indices("placer\\-").map(|(i, _)| &page[i..]) {
+            // "placer\-daemon(1)" -> placer-daemon.1
+            let Some(end) = referred.find("(1)") else {
+                continue;
+            };
+            let target = referred[..end].replace("\\-", "-");
+            if target
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-')
+            {
+                assert!(
+                    written.contains(&format!("{target}.1")),
+                    "{name} refers to {target}(1), which has no page"
+                );
+            }
+        }
+    }
+    let cfg = std::fs::read_to_string(dir.path().join("placer.toml.5")).expect("placer.toml(5)");
+    assert!(cfg.starts_with(".TH placer.toml 5"), "{cfg}");
+    for field in [
+        "interval",
+        "idle_timeout",
+        "min_domain_bandwidth_bytes_per_s",
+    ] {
+        assert!(
+            cfg.contains(&format!("\\fB{field} = ")),
+            "{field} missing:\n{cfg}"
+        );
+    }
     for shell in ["bash", "zsh", "fish"] {
         let o = Command::new(env!("CARGO_BIN_EXE_placer"))
             .args(["completions", shell])

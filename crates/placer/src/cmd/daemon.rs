@@ -52,6 +52,10 @@ pub struct Args {
     /// Print the built-in default config (TOML) and exit.
     #[arg(long)]
     pub print_default_config: bool,
+    /// With --print-default-config: every setting commented out, as the package installs it
+    /// (defaults then follow upgrades).
+    #[arg(long, requires = "print_default_config")]
+    pub commented_out: bool,
     /// Print plans (with --once or --dry-run) as JSON lines.
     #[arg(long)]
     pub json: bool,
@@ -285,7 +289,14 @@ fn log_cycle(r: &CycleReport, last_error: &mut Option<String>) {
 
 pub fn run(args: Args) -> Result<()> {
     if args.print_default_config {
-        out!("{}", placer_core::config_doc::commented_default_toml());
+        out!(
+            "{}",
+            if args.commented_out {
+                placer_core::config_doc::shipped_config_toml()
+            } else {
+                placer_core::config_doc::commented_default_toml()
+            }
+        );
         return Ok(());
     }
     let cfg = effective_config(&args)?;

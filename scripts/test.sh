@@ -13,6 +13,8 @@ need python3 || missing+=(python3)
 # The package test runs lintian on the .deb and readelf on its binary.
 need lintian || missing+=(lintian)
 need readelf || missing+=(binutils)
+# top's live view is tested in a real terminal.
+need tmux || missing+=(tmux)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && need apt-get; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null

@@ -218,6 +218,61 @@ enum OldUnit {
     Us,
 }
 
+/// serde's "unknown field `x`, expected one of `a`, `b`" names the fields as the struct has
+/// them, which for durations are the deprecated keys (`interval_ms`): say the current names
+/// instead, and the nearest one when the unknown key looks like a typo of it.
+fn current_key_names(message: &str) -> String {
+    const EXPECTED: &str = ", expected one of ";
+    let Some(at) = message.find(EXPECTED) else {
+        return message.to_string();
+    };
+    let list_start = at + EXPECTED.len();
+    let list_end = message[list_start..]
+        .find('\n')
+        .map_or(message.len(), |i| list_start + i);
+    let names: Vec<&str> = message[list_start..list_end]
+        .split(", ")
+        .map(|n| n.trim_matches('`'))
+        .map(|n| DURATION_KEYS.iter().find(|k| k.2 == n).map_or(n, |k| k.1))
+        .collect();
+    let unknown = message[..at]
+        .rsplit_once("unknown field `")
+        .map(|(_, rest)| rest.trim_end_matches('`'));
+    let nearest = unknown.and_then(|u| {
+        names
+            .iter()
+            .map(|n| (edit_distance(u, n), *n))
+            .min()
+            .filter(|(d, n)| *d <= (n.len() / 3).max(2))
+            .map(|(_, n)| n)
+    });
+    let listed: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
+    let mut out = format!("{}{EXPECTED}{}", &message[..at], listed.join(", "));
+    if let Some(n) = nearest {
+        out += &format!(" (did you mean `{n}`?)");
+    }
+    out += &message[list_end..];
+    out
+}
+
+/// Levenshtein distance (insertions, deletions, substitutions), for key suggestions.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diag = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let next = (row[j + 1] + 1)
+                .min(row[j] + 1)
+                .min(diag + usize::from(ca != *cb));
+            diag = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
+}
+
 /// Duration keys in the one grammar (`"250ms"`, `"1s"`, `"2m"`, or a number of seconds) and
 /// the numeric keys they replace, which are still read with a deprecation note:
 /// (table path, `[]` = each table of an array, new key, old key, old key's unit).
@@ -346,7 +401,7 @@ impl Config {
 
     /// [`Config::from_toml`], also returning notes for deprecated keys (to be logged).
     pub fn from_toml_with_notes(text: &str) -> Result<(Config, Vec<String>), ConfigError> {
-        let parse = |e: toml::de::Error| ConfigError::Parse(e.to_string());
+        let parse = |e: toml::de::Error| ConfigError::Parse(current_key_names(&e.to_string()));
         let mut table: toml::Table = text.parse().map_err(parse)?;
         let uses_new_keys = DURATION_KEYS.iter().any(|&(path, new, _, _)| {
             tables_at(&mut table, path)
@@ -485,6 +540,30 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unknown_key_is_answered_with_current_names_and_the_nearest() {
+        let e = Config::from_toml("interval_m = \"1s\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`interval`") && !e.contains("`interval_ms`"),
+            "{e}"
+        );
+        assert!(e.contains("did you mean `interval`?"), "{e}");
+        let e = Config::from_toml("[net_affinity]\nidle_timeot = \"1s\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("did you mean `idle_timeout`?"), "{e}");
+        assert!(
+            !e.contains("idle_timeout_ms") && !e.contains("min_hold_ms"),
+            "{e}"
+        );
+        // Nothing near: no suggestion.
+        let e = Config::from_toml("zzzzzzzz = 1\n").unwrap_err().to_string();
+        assert!(!e.contains("did you mean"), "{e}");
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
 
     #[test]
     fn duration_keys_take_the_cli_grammar() {

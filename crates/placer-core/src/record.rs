@@ -72,7 +72,8 @@ impl RecordHeader {
 
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
-    #[error("reading the record: {0}")]
+    // The io error is the source: callers print the chain, so it is not repeated here.
+    #[error("reading the record")]
     Io(#[from] io::Error),
     #[error("not a placer record (line 1: {0})")]
     NotARecord(String),

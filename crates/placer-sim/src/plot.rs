@@ -81,26 +81,64 @@ pub fn objective_title(obj: Objective) -> &'static str {
     }
 }
 
+/// The image formats a plot can be written in, by file extension.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlotFormat {
+    Svg,
+    Png,
+}
+
+impl PlotFormat {
+    /// The format of `path` from its extension, or why it cannot be a plot's file: an
+    /// unknown extension, or a directory that does not exist. Cheap: commands call it
+    /// before their work, so a typo does not cost a whole run.
+    pub fn of(path: &Path) -> Result<PlotFormat, PlotError> {
+        let ext = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        let format = match ext.as_str() {
+            "svg" => PlotFormat::Svg,
+            "png" => PlotFormat::Png,
+            other => {
+                return Err(PlotError(format!(
+                    "unknown plot format {other:?} of {}: use a .svg or .png file name",
+                    path.display()
+                )))
+            }
+        };
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        if !dir.is_dir() {
+            return Err(PlotError(format!(
+                "cannot write {}: no directory {}",
+                path.display(),
+                dir.display()
+            )));
+        }
+        Ok(format)
+    }
+}
+
 /// Draws `report` to `path` (format from the extension).
 pub fn draw(report: &Report, path: &Path) -> Result<PlotSummary, PlotError> {
-    let ext = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .unwrap_or("")
-        .to_ascii_lowercase();
+    let format = PlotFormat::of(path)?;
     let size = (1500u32, 560u32);
     // Both backends lay text out with ab_glyph; the font is bundled, so this cannot miss.
     // Registering twice is harmless.
     plotters::style::register_font("sans-serif", FontStyle::Normal, FONT)
         .map_err(|_| PlotError("bundled font does not load".into()))?;
-    match ext.as_str() {
-        "svg" => {
+    match format {
+        PlotFormat::Svg => {
             let root = SVGBackend::new(path, size).into_drawing_area();
             let s = panels(report, &root)?;
             root.present().map_err(err)?;
             Ok(s)
         }
-        "png" => {
+        PlotFormat::Png => {
             let font = ab_glyph::FontRef::try_from_slice(FONT)
                 .map_err(|_| PlotError("bundled font does not load".into()))?;
             let root = glyphs::FixedText {
@@ -112,9 +150,6 @@ pub fn draw(report: &Report, path: &Path) -> Result<PlotSummary, PlotError> {
             root.present().map_err(err)?;
             Ok(s)
         }
-        other => Err(PlotError(format!(
-            "unknown plot format {other:?}: use a .svg or .png file name"
-        ))),
     }
 }
 
@@ -420,20 +455,16 @@ where
 
 /// Draws with an SVG or PNG backend chosen by the file's extension.
 fn with_backend(path: &Path, size: (u32, u32), what: &impl Draw) -> Result<(), PlotError> {
-    let ext = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .unwrap_or("")
-        .to_ascii_lowercase();
+    let format = PlotFormat::of(path)?;
     plotters::style::register_font("sans-serif", FontStyle::Normal, FONT)
         .map_err(|_| PlotError("bundled font does not load".into()))?;
-    match ext.as_str() {
-        "svg" => {
+    match format {
+        PlotFormat::Svg => {
             let root = SVGBackend::new(path, size).into_drawing_area();
             what.draw(&root)?;
             root.present().map_err(err)
         }
-        "png" => {
+        PlotFormat::Png => {
             let font = ab_glyph::FontRef::try_from_slice(FONT)
                 .map_err(|_| PlotError("bundled font does not load".into()))?;
             let root = glyphs::FixedText {
@@ -444,9 +475,6 @@ fn with_backend(path: &Path, size: (u32, u32), what: &impl Draw) -> Result<(), P
             what.draw(&root)?;
             root.present().map_err(err)
         }
-        other => Err(PlotError(format!(
-            "unknown plot format {other:?}: use a .svg or .png file name"
-        ))),
     }
 }
 

@@ -79,6 +79,50 @@ pub fn init_logging(filter: Option<&str>, format: LogFormat) {
     };
 }
 
+/// A value parser that accepts `names` (for help and shell completions) and any other text
+/// the command itself checks later: a built-in machine or a synthetic spec, a built-in
+/// scenario or a file.
+#[derive(Clone)]
+pub struct Offered(pub fn() -> Vec<&'static str>);
+
+impl clap::builder::TypedValueParser for Offered {
+    type Value = String;
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<String, clap::Error> {
+        clap::builder::StringValueParser::new().parse_ref(cmd, arg, value)
+    }
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        Some(Box::new(
+            (self.0)()
+                .into_iter()
+                .map(clap::builder::PossibleValue::new),
+        ))
+    }
+}
+
+/// The built-in machine models, offered for `--machine`.
+pub fn machine_names() -> Vec<&'static str> {
+    placer_core::machines::MACHINES
+        .iter()
+        .map(|m| m.0)
+        .collect()
+}
+
+/// clap value parser for an allocation order: its four names, completed by the shells.
+pub fn alloc_policy_arg() -> impl clap::builder::TypedValueParser<Value = AllocPolicy> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(AllocPolicy::ALL.map(AllocPolicy::name))
+        .try_map(|s| s.parse::<AllocPolicy>())
+}
+
+use placer_core::alloc::AllocPolicy;
+
 /// Where the topology comes from: a filesystem root or a built-in machine model.
 #[derive(clap::Args, Debug, Clone)]
 pub struct MachineArgs {
@@ -87,7 +131,7 @@ pub struct MachineArgs {
     pub root: PathBuf,
     /// A built-in machine model (see `placer topo --list-machines`) or a synthetic spec
     /// such as "pkg:2 node:1 core:4 pu:2".
-    #[arg(long)]
+    #[arg(long, value_parser = Offered(machine_names))]
     pub machine: Option<String>,
 }
 

@@ -2,7 +2,7 @@
 //! of `--runs` reads after one warm-up read (the page cache is warm, as it is for the
 //! daemon, which re-reads the topology on hotplug).
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -14,7 +14,7 @@ pub struct Args {
     /// Number of timed reads.
     #[arg(long, default_value_t = 50)]
     pub runs: usize,
-    /// Print the raw run times as JSON as well.
+    /// Print the result, with the raw run times, as one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
 }
@@ -29,10 +29,12 @@ use placer_core::stats::median;
 
 pub fn run(args: Args) -> Result<()> {
     let runs = args.runs.max(1);
-    let read = || {
-        placer_linux::topology::read(&args.root)
-            .with_context(|| format!("reading the topology under {}", args.root.display()))
+    // A root without CPUs is a mistake (a typo, a snapshot not unpacked): refused.
+    let machine = crate::common::MachineArgs {
+        root: args.root.clone(),
+        machine: None,
     };
+    let read = || machine.topology();
     let topo = read()?;
     let mut ms = Vec::with_capacity(runs);
     let mut cpu_ms = Vec::with_capacity(runs);
@@ -46,6 +48,21 @@ pub fn run(args: Args) -> Result<()> {
     let raw = ms.clone();
     let med = median(&ms).unwrap_or(f64::NAN);
     let cpu_med = median(&cpu_ms).unwrap_or(f64::NAN);
+    if args.json {
+        let v = serde_json::json!({
+            "bench": "topo",
+            "root": args.root,
+            "cpus": topo.cpus.len(),
+            "caches": topo.caches.len(),
+            "nodes": topo.nodes.len(),
+            "nics": topo.nics.len(),
+            "median_ms": med,
+            "median_cpu_ms": cpu_med,
+            "runs_ms": raw,
+        });
+        outln!("{v}");
+        return Ok(());
+    }
     outln!(
         "topology read of {} ({} CPUs, {} caches, {} nodes, {} NICs): median {:.2} ms \
          (CPU time {cpu_med:.2} ms), min {:.2} ms, max {:.2} ms over {} runs",
@@ -59,16 +76,5 @@ pub fn run(args: Args) -> Result<()> {
         ms.iter().copied().fold(0.0, f64::max),
         runs
     );
-    if args.json {
-        let v = serde_json::json!({
-            "bench": "topo",
-            "root": args.root,
-            "cpus": topo.cpus.len(),
-            "median_ms": med,
-            "median_cpu_ms": cpu_med,
-            "runs_ms": raw,
-        });
-        outln!("{v}");
-    }
     Ok(())
 }

@@ -31,7 +31,7 @@ pub struct Args {
 pub struct JobArgs {
     /// Allocation order: speedup (policy 1), efficiency (policy 2), compact, scatter
     /// (default: speedup for `plan`, efficiency for `run`).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::common::alloc_policy_arg())]
     pub policy: Option<AllocPolicy>,
     /// Units (hardware threads) the job gets (default: every allowed CPU).
     #[arg(short = 'n', long = "units")]

@@ -31,7 +31,7 @@ pub struct Args {
     /// and 2 the second. Or a `placer record` file (JSON lines with power readings).
     pub file: std::path::PathBuf,
     /// For `units,watts` rows: the order the units were taken in.
-    #[arg(long, default_value = "speedup")]
+    #[arg(long, default_value = "speedup", value_parser = crate::common::alloc_policy_arg())]
     pub policy: AllocPolicy,
     #[command(flatten)]
     pub machine: MachineArgs,

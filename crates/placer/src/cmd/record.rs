@@ -55,6 +55,14 @@ pub fn run(args: Args) -> Result<()> {
     if args.replay {
         return replay(&args.file);
     }
+    if args.interval > args.duration {
+        anyhow::bail!(
+            "--interval {:?} is longer than --duration {:?}: that records a single sample, \
+             which replays to no observation; use a --duration of at least one interval",
+            args.interval,
+            args.duration
+        );
+    }
     let mut sampler = Sampler::new(&args.root);
     let header = placer_linux::record::header(
         &args.root,

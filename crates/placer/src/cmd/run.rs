@@ -60,7 +60,7 @@ pub struct Args {
     #[arg(long)]
     pub dry_run: bool,
     /// With --dry-run: print the plan (CPUs, order, environment) as JSON.
-    #[arg(long)]
+    #[arg(long, requires = "dry_run")]
     pub json: bool,
     /// Do not print the pinning log.
     #[arg(long, short)]
@@ -324,9 +324,19 @@ pub fn run(args: Args) -> Result<()> {
     }
     placer_linux::sys::set_affinity_on_spawn(&mut cmd, &all)
         .with_context(|| format!("CPUs {}", all.to_list_string()))?;
-    let mut child = cmd
-        .spawn()
-        .with_context(|| format!("starting {:?}", args.cmd[0]))?;
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        // The statuses of env(1), taskset(1) and shells, so that scripts can tell a missing
+        // or unrunnable command from one that ran and failed.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            eprintln!("placer run: {}: command not found", args.cmd[0]);
+            std::process::exit(127)
+        }
+        Err(e) => {
+            eprintln!("placer run: {}: cannot run: {e}", args.cmd[0]);
+            std::process::exit(126)
+        }
+    };
     let pid = child.id();
     if !args.quiet {
         eprintln!(
@@ -377,10 +387,19 @@ pub fn run(args: Args) -> Result<()> {
         let pause = if Instant::now() < fast_until { 2 } else { 50 };
         std::thread::sleep(Duration::from_millis(pause));
     };
-    match status.code() {
-        Some(0) => Ok(()),
-        Some(c) => std::process::exit(c),
-        None => bail!("{:?} was killed by a signal ({status})", args.cmd[0]),
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(0), _) => Ok(()),
+        (Some(c), _) => std::process::exit(c),
+        // As a shell reports it: 128 + the signal's number.
+        (None, Some(sig)) => {
+            eprintln!(
+                "placer run: {:?} was killed by a signal ({status})",
+                args.cmd[0]
+            );
+            std::process::exit(128 + sig)
+        }
+        (None, None) => bail!("{:?} ended without a status ({status})", args.cmd[0]),
     }
 }
 

@@ -11,6 +11,7 @@ use placer_sim::scenario::{self, Scenario, BUILTIN};
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// A built-in scenario (see --list) or a scenario TOML file.
+    #[arg(value_parser = crate::common::Offered(scenario_names))]
     pub scenario: Option<String>,
     /// List the built-in scenarios.
     #[arg(long)]
@@ -36,6 +37,10 @@ pub struct Args {
     /// Also run the exhaustive oracle (always on when the scenario has an [oracle] table).
     #[arg(long)]
     pub oracle: bool,
+}
+
+fn scenario_names() -> Vec<&'static str> {
+    BUILTIN.iter().map(|(n, _)| *n).collect()
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -66,6 +71,9 @@ pub fn run(args: Args) -> Result<()> {
     let Some(name) = &args.scenario else {
         bail!("name a scenario (placer sim --list shows the built-in ones) or a TOML file");
     };
+    if let Some(path) = &args.plot {
+        placer_sim::plot::PlotFormat::of(path)?;
+    }
     let mut sc = Scenario::load(name).with_context(|| format!("loading scenario {name}"))?;
     if !args.seeds.is_empty() {
         sc.seeds = args.seeds.clone();

@@ -3,16 +3,18 @@
 //! Live (default): a terminal view (ratatui) refreshed each `--interval`: CPUs (utilisation,
 //! softirq share, device IRQs/s, NET_RX softirqs/s), the busiest processes (CPU share,
 //! allowed CPUs, last CPU, receive/send rates, flows) and a line naming the sources that
-//! are missing and why. `q` or Esc quits.
+//! are missing and why. `q`, Esc, Ctrl-C or a SIGINT/SIGTERM quits, restoring the
+//! terminal.
 //!
 //! `--once`: two samples `--interval` apart, one observation, printed as a table, or with
 //! `--json` as the documented JSON contract ([`TopJson`], docs/observation.md):
 //! `{"version":1, "sources":[...], "time_ns", "interval_s", "cpus":[...], "procs":[...],
 //! "irqs":[...], "power_w", "power_by_domain_w"}`, each process with at least `pid`,
 //! `comm`, `cpu_share`, `allowed_cpus` (array of CPU ids), `last_cpu`, `rx_bytes_per_s`,
-//! `tx_bytes_per_s`, `flows`. `--json` without `--once` prints one such line per interval.
+//! `tx_bytes_per_s`, `flows`. `--json` alone is `--once --json`; `--json --follow` prints
+//! one such line per interval until SIGINT/SIGTERM (then exits 0).
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use placer_core::observation::{Observation, ProcObs};
 use placer_core::sample::{Source, SourceStatus};
 use serde::Serialize;
@@ -36,9 +38,14 @@ pub struct Args {
     /// One observation (two samples an interval apart), then exit.
     #[arg(long)]
     pub once: bool,
-    /// Machine-readable JSON instead of the table or the live view.
+    /// Machine-readable JSON instead of the table or the live view: one observation (as
+    /// --once), or one line per interval with --follow.
     #[arg(long)]
     pub json: bool,
+    /// With --json: one JSON line per interval until interrupted (SIGINT/SIGTERM end it
+    /// with status 0).
+    #[arg(long, requires = "json", conflicts_with = "once")]
+    pub follow: bool,
     /// Processes shown in the table or live view.
     #[arg(long, short = 'n', default_value_t = 25)]
     pub count: usize,
@@ -323,6 +330,9 @@ fn table(
 pub fn run(mut args: Args) -> Result<()> {
     use std::io::IsTerminal;
     let terminal = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
+    if args.json && !args.follow {
+        args.once = true;
+    }
     if !(args.once || args.json || terminal) {
         // The live view needs a terminal for keys and drawing; without one, print what
         // `--once` prints rather than failing.
@@ -355,10 +365,15 @@ pub fn run(mut args: Args) -> Result<()> {
         }
         return Ok(());
     }
+    // SIGINT/SIGTERM end --follow and the live view cleanly (the terminal restored).
+    crate::cmd::daemon::signals::install().context("installing signal handlers")?;
     if args.json {
         ob.step()?;
         loop {
-            std::thread::sleep(args.interval);
+            crate::cmd::daemon::signals::sleep_until(Instant::now() + args.interval);
+            if crate::cmd::daemon::signals::stop_requested() {
+                return Ok(());
+            }
             let obs = ob.step()?.expect("observation after the first sample");
             let pods = pods_of(&obs, &daemon_containers(&state_dir));
             let j = TopJson {
@@ -389,21 +404,35 @@ mod live {
         let r = (|| -> Result<()> {
             let mut obs: Option<Observation> = None;
             let mut next = Instant::now() + interval;
+            let mut redraw = true;
             loop {
-                let costs = cost_line(&ob.net_costs());
-                term.draw(|f| draw(f, obs.as_ref(), &src, n, interval, &costs))?;
-                let wait = next.saturating_duration_since(Instant::now());
+                if redraw {
+                    let costs = cost_line(&ob.net_costs());
+                    term.draw(|f| draw(f, obs.as_ref(), &src, n, interval, &costs))?;
+                    redraw = false;
+                }
+                if crate::cmd::daemon::signals::stop_requested() {
+                    return Ok(());
+                }
+                // Short polls, so that a signal (which does not end the poll) is seen soon.
+                let wait = next
+                    .saturating_duration_since(Instant::now())
+                    .min(Duration::from_millis(100));
                 if event::poll(wait)? {
-                    if let Event::Key(k) = event::read()? {
-                        if k.kind == KeyEventKind::Press
-                            && matches!(k.code, KeyCode::Char('q') | KeyCode::Esc)
-                        {
-                            return Ok(());
+                    match event::read()? {
+                        Event::Key(k) if k.kind == KeyEventKind::Press && quits(&k) => {
+                            return Ok(())
                         }
+                        Event::Resize(..) => redraw = true,
+                        _ => {}
                     }
                     continue;
                 }
+                if Instant::now() < next {
+                    continue;
+                }
                 obs = ob.step()?;
+                redraw = true;
                 next += interval;
                 if next < Instant::now() {
                     next = Instant::now() + interval;
@@ -412,6 +441,13 @@ mod live {
         })();
         ratatui::restore();
         r
+    }
+
+    /// q, Esc, or Ctrl-C (a key in raw mode, not a signal).
+    fn quits(k: &event::KeyEvent) -> bool {
+        use ratatui::crossterm::event::KeyModifiers;
+        matches!(k.code, KeyCode::Char('q') | KeyCode::Esc)
+            || (k.code == KeyCode::Char('c') && k.modifiers.contains(KeyModifiers::CONTROL))
     }
 
     /// "receive costs: eth0 2310 ns/packet + 0.0 ns/byte (learned)" for the live view.
@@ -445,23 +481,30 @@ mod live {
         costs: &str,
     ) {
         let ncpu = obs.map_or(0, |o| o.cpus.len()) as u16;
+        let power = obs
+            .and_then(|o| o.power_w)
+            .map(|w| format!("  power {w:.1} W"))
+            .unwrap_or_default();
+        let header = format!(
+            "placer top — every {:.1}s (q quits){power}\n{}\n{costs}",
+            iv.as_secs_f64(),
+            missing_line(src)
+        );
+        // Wrapped, the header takes as many rows as its lines need at this width.
+        let width = f.area().width.max(1) as usize;
+        let head_rows: usize = header
+            .lines()
+            .map(|l| l.chars().count().div_ceil(width).max(1))
+            .sum();
         let [head, cpus, procs] = Layout::vertical([
-            Constraint::Length(3),
+            Constraint::Length(head_rows as u16),
             Constraint::Length(ncpu + 3),
             Constraint::Min(5),
         ])
         .areas(f.area());
         let bold = Style::default().add_modifier(Modifier::BOLD);
-        let power = obs
-            .and_then(|o| o.power_w)
-            .map(|w| format!("  power {w:.1} W"))
-            .unwrap_or_default();
         f.render_widget(
-            Paragraph::new(format!(
-                "placer top — every {:.1}s (q quits){power}\n{}\n{costs}",
-                iv.as_secs_f64(),
-                missing_line(src)
-            )),
+            Paragraph::new(header).wrap(ratatui::widgets::Wrap { trim: false }),
             head,
         );
         let Some(o) = obs else {

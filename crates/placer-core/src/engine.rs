@@ -756,6 +756,14 @@ mod tests {
                 })
                 .collect()
         }
+        fn journal(&mut self) -> Result<Vec<crate::journal::Entry>, HostError> {
+            Ok(Vec::new())
+        }
+        fn restore_all(
+            &mut self,
+        ) -> Result<Vec<(crate::journal::Entry, crate::journal::Restored)>, HostError> {
+            Ok(Vec::new())
+        }
     }
 
     /// A policy that pins every process it sees to `cpu` (unless held or taken), and

@@ -1,6 +1,7 @@
 //! The one interface between placer's loop and a machine, real (`placer_linux::LinuxHost`)
 //! or modelled (`placer_sim::SimHost`).
 
+use crate::journal::{Entry, Restored};
 use crate::plan::{ActionReport, Plan};
 use crate::sample::{Sample, SampleRequest, SourceStatus};
 use crate::topology::Topology;
@@ -32,4 +33,10 @@ pub trait Host {
     fn apply(&mut self, plan: &Plan, dry_run: bool) -> Vec<ActionReport>;
     /// A move was judged (the real host notes it in the journal entry of the knob).
     fn record_verdict(&mut self, _verdict: &crate::verdict::Verdict) {}
+    /// What this host changed and has not put back yet (what a dead agent left, at start).
+    fn journal(&mut self) -> Result<Vec<Entry>, HostError>;
+    /// Puts back every journaled knob, newest first, only where placer's value still holds;
+    /// one outcome per entry. Restore has this one owner: the agent calls it at start and
+    /// stop, `placer restore` on demand.
+    fn restore_all(&mut self) -> Result<Vec<(Entry, Restored)>, HostError>;
 }

@@ -12,6 +12,7 @@ pub mod counter_trace;
 pub mod cpuset;
 pub mod engine;
 pub mod host;
+pub mod journal;
 pub mod k8s;
 pub mod machines;
 pub mod net_costs;

@@ -60,6 +60,16 @@ impl Host for ReplayHost {
             })
             .collect()
     }
+    /// A replay applies nothing, so it has nothing to put back: its start and stop restore
+    /// nothing, as the recorded run's did not need to for the plans it replays.
+    fn journal(&mut self) -> Result<Vec<crate::journal::Entry>, HostError> {
+        Ok(Vec::new())
+    }
+    fn restore_all(
+        &mut self,
+    ) -> Result<Vec<(crate::journal::Entry, crate::journal::Restored)>, HostError> {
+        Ok(Vec::new())
+    }
 }
 
 /// A host that passes everything through to `inner` and hands each sample to `record`
@@ -86,6 +96,14 @@ impl<H: Host + ?Sized> Host for RecordingHost<'_, H> {
     }
     fn record_verdict(&mut self, v: &crate::engine::Verdict) {
         self.inner.record_verdict(v)
+    }
+    fn journal(&mut self) -> Result<Vec<crate::journal::Entry>, HostError> {
+        self.inner.journal()
+    }
+    fn restore_all(
+        &mut self,
+    ) -> Result<Vec<(crate::journal::Entry, crate::journal::Restored)>, HostError> {
+        self.inner.restore_all()
     }
 }
 

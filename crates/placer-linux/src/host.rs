@@ -60,4 +60,18 @@ impl Host for LinuxHost {
         }
         reports
     }
+    fn journal(&mut self) -> Result<Vec<placer_core::journal::Entry>, HostError> {
+        let j = self
+            .actuator
+            .journal()
+            .map_err(|e| HostError::new("journal", e))?;
+        Ok(j.entries().to_vec())
+    }
+    fn restore_all(
+        &mut self,
+    ) -> Result<Vec<(placer_core::journal::Entry, placer_core::journal::Restored)>, HostError> {
+        self.actuator
+            .restore_all()
+            .map_err(|e| HostError::new("restore", e))
+    }
 }

@@ -11,33 +11,7 @@ use placer_core::plan::{Action, Outcome};
 use placer_core::CpuSet;
 use std::path::{Path, PathBuf};
 
-/// What became of one journaled knob on restore.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Restored {
-    /// Put back to its previous value.
-    Restored,
-    /// Its object no longer exists (the process exited, the device is gone).
-    Gone(String),
-    /// Someone else changed it since placer did: left as they set it.
-    ChangedElsewhere(String),
-    /// Could not be restored now; the entry stays in the journal.
-    Failed(String),
-}
-
-impl Restored {
-    /// Whether the entry leaves the journal.
-    pub fn settled(&self) -> bool {
-        !matches!(self, Restored::Failed(_))
-    }
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Restored::Restored => "restored",
-            Restored::Gone(_) => "gone",
-            Restored::ChangedElsewhere(_) => "changed_elsewhere",
-            Restored::Failed(_) => "failed",
-        }
-    }
-}
+pub use placer_core::journal::Restored;
 
 /// The knob kind of the handler that takes `action`: an exhaustive match (no catch-all), so
 /// an action added without a handler does not compile.

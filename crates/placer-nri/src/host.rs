@@ -88,4 +88,13 @@ impl<H: Host + ?Sized> Host for NriHost<'_, H> {
             })
             .collect()
     }
+    /// The host's journal; the containers' cpusets have their own (`Plugin::restore_all`).
+    fn journal(&mut self) -> Result<Vec<placer_core::journal::Entry>, HostError> {
+        self.inner.journal()
+    }
+    fn restore_all(
+        &mut self,
+    ) -> Result<Vec<(placer_core::journal::Entry, placer_core::journal::Restored)>, HostError> {
+        self.inner.restore_all()
+    }
 }

@@ -297,6 +297,19 @@ impl placer_core::host::Host for RecordingHost {
             })
             .collect()
     }
+    fn journal(
+        &mut self,
+    ) -> Result<Vec<placer_core::journal::Entry>, placer_core::host::HostError> {
+        Ok(Vec::new())
+    }
+    fn restore_all(
+        &mut self,
+    ) -> Result<
+        Vec<(placer_core::journal::Entry, placer_core::journal::Restored)>,
+        placer_core::host::HostError,
+    > {
+        Ok(Vec::new())
+    }
 }
 
 #[test]

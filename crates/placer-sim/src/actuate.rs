@@ -253,3 +253,74 @@ impl SimHost {
         self.topo.freq_domains.iter().position(|d| d.id == id)
     }
 }
+
+/// The simulator's journal: what it keeps the original of (a process's and an IRQ's
+/// affinity), as the real host's journal lists them, so the agent's start and stop restore
+/// through a `SimHost` as they do through the real host.
+impl SimHost {
+    pub(crate) fn journal_entries(&self) -> Vec<placer_core::journal::Entry> {
+        use placer_core::journal::{Entry, Knob};
+        let procs = self.procs.iter().filter(|p| !p.exited).filter_map(|p| {
+            let orig = p.orig_allowed.as_ref()?;
+            Some(Entry {
+                knob: Knob::ProcAffinity {
+                    pid: p.pid,
+                    start_time_ticks: p.start_ticks,
+                },
+                previous: orig.to_string(),
+                applied: self.tasks[*p.threads.first()?].allowed.to_string(),
+                label: p.comm.clone(),
+                since_unix_s: 0,
+                thread_previous: Default::default(),
+            })
+        });
+        let irqs = self.irq_orig.iter().filter_map(|(irq, orig)| {
+            let (n, q) = self.queue_of_irq(*irq)?;
+            Some(Entry {
+                knob: Knob::IrqAffinity { irq: *irq },
+                previous: orig.to_string(),
+                applied: self.topo.nics[n].queues[q].irq_cpus.to_string(),
+                label: String::new(),
+                since_unix_s: 0,
+                thread_previous: Default::default(),
+            })
+        });
+        procs.chain(irqs).collect()
+    }
+
+    /// Puts every journaled knob back, through the same paths as the restore actions.
+    pub(crate) fn restore_journal(
+        &mut self,
+    ) -> Vec<(placer_core::journal::Entry, placer_core::journal::Restored)> {
+        use placer_core::journal::{Knob, Restored};
+        let entries = self.journal_entries();
+        entries
+            .into_iter()
+            .map(|e| {
+                let action = match &e.knob {
+                    Knob::ProcAffinity {
+                        pid,
+                        start_time_ticks,
+                    } => Action::RestoreProcess {
+                        proc: ProcKey {
+                            pid: *pid,
+                            start_time_ticks: *start_time_ticks,
+                        },
+                        comm: e.label.clone(),
+                    },
+                    Knob::IrqAffinity { irq } => Action::RestoreIrq { irq: *irq },
+                    other => {
+                        let r = Restored::Failed(format!("the simulator does not journal {other}"));
+                        return (e, r);
+                    }
+                };
+                let r = match self.apply_one(&action) {
+                    Outcome::Done => Restored::Restored,
+                    Outcome::Skipped(w) | Outcome::Permanent(w) => Restored::Gone(w),
+                    Outcome::Transient(w) => Restored::Failed(w),
+                };
+                (e, r)
+            })
+            .collect()
+    }
+}

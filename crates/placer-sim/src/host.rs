@@ -313,4 +313,14 @@ impl Host for SimHost {
             })
             .collect()
     }
+
+    fn journal(&mut self) -> Result<Vec<placer_core::journal::Entry>, HostError> {
+        Ok(self.journal_entries())
+    }
+
+    fn restore_all(
+        &mut self,
+    ) -> Result<Vec<(placer_core::journal::Entry, placer_core::journal::Restored)>, HostError> {
+        Ok(self.restore_journal())
+    }
 }

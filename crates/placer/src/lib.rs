@@ -1,10 +1,10 @@
 //! placer's library half: the helpers every command shares (`common`: stdout that survives
 //! a closed pipe, the one duration grammar, logging, the machine choice), the observer
-//! behind `placer top` and `placer ab` (`observer`), and the benchmarks (`bench`). The
+//! behind `placer top` and `placer ab` (`observer`, re-exported from `placer-agent`), and the benchmarks (`bench`). The
 //! binary (`main.rs`, `cmd/`) is arguments and wiring around this and the other crates.
 #![forbid(unsafe_code)]
 
 #[macro_use]
 pub mod common;
 pub mod bench;
-pub mod observer;
+pub use placer_agent::observer;

@@ -1590,6 +1590,15 @@ mod tests {
             fn apply(&mut self, _p: &Plan, _dry: bool) -> Vec<ActionReport> {
                 vec![]
             }
+            fn journal(&mut self) -> Result<Vec<crate::journal::Entry>, HostError> {
+                Ok(Vec::new())
+            }
+            fn restore_all(
+                &mut self,
+            ) -> Result<Vec<(crate::journal::Entry, crate::journal::Restored)>, HostError>
+            {
+                Ok(Vec::new())
+            }
         }
         let cfg = Config {
             policies: vec![

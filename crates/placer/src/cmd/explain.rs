@@ -4,20 +4,16 @@
 //! `decisions.json`; with no daemon running, from one observation over one interval and the
 //! configured policies in dry-run.
 
-use crate::cmd::daemon::state::{self, Decisions, ProcDecision};
-use anyhow::{bail, Context, Result};
-use placer_core::engine::Engine;
-use placer_linux::journal::{Entry, Journal, Knob};
-use placer_linux::LinuxHost;
-use serde::Serialize;
-use std::path::{Path, PathBuf};
+use crate::cmd::config::StateArgs;
+use anyhow::Result;
+use placer_agent::explain::{self, Explanation};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// The process to explain.
     pub pid: u32,
     #[command(flatten)]
-    pub state: state::StateArgs,
+    pub state: StateArgs,
     /// Observation length when no daemon runs (e.g. 500ms), default the config's interval.
     #[arg(long, value_parser = crate::common::duration_arg)]
     pub interval: Option<std::time::Duration>,
@@ -26,134 +22,12 @@ pub struct Args {
     pub json: bool,
 }
 
-#[derive(Serialize)]
-struct Explanation {
-    pid: u32,
-    comm: String,
-    start_time_ticks: u64,
-    allowed_cpus_now: String,
-    /// `daemon` (its latest cycle) or `dry_run` (one observation now, no daemon).
-    source: &'static str,
-    journal: Option<Entry>,
-    decision: Option<ProcDecision>,
-    /// Policies that do not run, with why.
-    disabled_policies: Vec<(String, String)>,
-    /// Whether its sockets can be seen (/proc/PID/fd readable): false for another user's
-    /// process when not root, where its traffic would read as none.
-    sockets_visible: bool,
-    /// Resident pages (4 KiB units on x86-64) per NUMA node, from /proc/PID/numa_maps.
-    #[serde(default)]
-    numa_pages: std::collections::BTreeMap<u32, u64>,
-    /// What placer's memory placement changed (numa-local), with the pages per node before.
-    #[serde(default)]
-    memory_journal: Option<Entry>,
-    /// With `placer daemon --nri`: the Kubernetes container it runs in, as the plugin sees it.
-    #[serde(default)]
-    container: Option<placer_nri::placement::ContainerView>,
-}
-
-fn status_field(root: &Path, pid: u32, field: &str) -> Option<String> {
-    let text = std::fs::read_to_string(root.join(format!("proc/{pid}/status"))).ok()?;
-    text.lines().find_map(|l| {
-        l.strip_prefix(field)?
-            .strip_prefix(':')
-            .map(|v| v.trim().to_string())
-    })
-}
-
-/// Disabled policies with their reason.
-type Disabled = Vec<(String, String)>;
-
-fn one_shot(
-    args: &Args,
-    cfg: &placer_core::config::Config,
-    dir: &Path,
-) -> Result<(Option<ProcDecision>, Disabled)> {
-    let interval = match &args.interval {
-        Some(i) => *i,
-        None => std::time::Duration::from_millis(cfg.interval_ms),
-    };
-    let mut host = LinuxHost::new(&args.state.root, dir);
-    let mut engine = Engine::from_config(cfg.clone(), std::process::id());
-    let first = engine.step(&mut host, true);
-    if let Some(e) = first.error {
-        bail!("observing: {e}");
-    }
-    std::thread::sleep(interval);
-    let r = engine.step(&mut host, true);
-    if let Some(e) = &r.error {
-        bail!("observing: {e}");
-    }
-    let mut d = Decisions::default();
-    d.update(&r, &[], 0.0);
-    Ok((d.procs.remove(&args.pid), first.disabled))
-}
-
 pub fn run(args: Args) -> Result<()> {
     let cfg = args.state.config()?;
-    let dir = PathBuf::from(&cfg.state_dir);
-    let pid = args.pid;
-    let start = placer_linux::actuator::start_time_ticks(&args.state.root, pid)
-        .with_context(|| format!("no process {pid}"))?;
-    let comm = std::fs::read_to_string(args.state.root.join(format!("proc/{pid}/comm")))
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default();
-    let allowed = status_field(&args.state.root, pid, "Cpus_allowed_list").unwrap_or_default();
-    let journal = Journal::load(&dir).ok().and_then(|j| {
-        j.get(&Knob::ProcAffinity {
-            pid,
-            start_time_ticks: start,
-        })
-        .cloned()
-    });
-    let daemon = Decisions::read_live(&dir);
-    let container = daemon.as_ref().and_then(|d| {
-        let id = placer_nri::plugin::container_of_pid(&args.state.root, pid)?;
-        d.containers.iter().find(|c| c.container_id == id).cloned()
-    });
-    let from_daemon = daemon.map(|d| {
-        let disabled = d
-            .policies
-            .iter()
-            .filter_map(|(n, w)| w.clone().map(|w| (n.clone(), w)))
-            .collect::<Vec<_>>();
-        let p = d
-            .procs
-            .get(&pid)
-            .filter(|p| p.start_time_ticks == start)
-            .cloned();
-        (p, disabled)
-    });
-    let page_bytes = placer_bufpool::numa::page_bytes() as u64;
-    let numa_pages = placer_linux::numa_maps::read(&args.state.root, pid, page_bytes)
-        .ok()
-        .flatten()
-        .unwrap_or_default();
-    let memory_journal = Journal::load(&dir).ok().and_then(|j| {
-        j.get(&Knob::MemPolicy {
-            pid,
-            start_time_ticks: start,
-        })
-        .cloned()
-    });
-    let (source, (decision, disabled)) = match from_daemon {
-        Some(x) => ("daemon", x),
-        None => ("dry_run", one_shot(&args, &cfg, &dir)?),
-    };
-    let e = Explanation {
-        pid,
-        comm,
-        start_time_ticks: start,
-        allowed_cpus_now: allowed,
-        source,
-        journal,
-        decision,
-        disabled_policies: disabled,
-        numa_pages,
-        memory_journal,
-        container,
-        sockets_visible: std::fs::read_dir(args.state.root.join(format!("proc/{pid}/fd"))).is_ok(),
-    };
+    let interval = args
+        .interval
+        .unwrap_or(std::time::Duration::from_millis(cfg.interval_ms));
+    let e = explain::gather(&args.state.root, &cfg, args.pid, interval)?;
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&e)?);
         return Ok(());

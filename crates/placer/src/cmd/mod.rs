@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod bench;
+pub mod config;
 pub mod daemon;
 pub mod explain;
 pub mod install;

@@ -105,7 +105,7 @@ fn replay_plans(args: &Args) -> Result<()> {
         placer_linux::record::open(path).with_context(|| format!("opening {}", path.display()))?;
     let samples = r.read_all()?;
     let config = match (&args.config, &r.header.config) {
-        (Some(p), _) => crate::cmd::daemon::state::load_config(Some(p))?,
+        (Some(p), _) => crate::cmd::config::load_config(Some(p))?,
         (None, Some(c)) => c.clone(),
         (None, None) => placer_core::config::Config::default(),
     };
@@ -125,7 +125,7 @@ fn replay_plans(args: &Args) -> Result<()> {
                 "cycle {cycle}: [{}] {} {}: {}",
                 a.policy,
                 a.action.kind(),
-                crate::cmd::daemon::describe_target(&a.action),
+                placer_agent::agent::describe_target(&a.action),
                 a.reason
             );
         }

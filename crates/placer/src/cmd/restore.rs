@@ -2,16 +2,18 @@
 //! not restore: after `--once`, a crash, or a SIGKILL). Knobs someone else changed since
 //! are left as they are; knobs whose object is gone are dropped; failures stay journaled.
 
-use crate::cmd::daemon::state;
+use crate::cmd::config::StateArgs;
 use anyhow::{bail, Result};
-use placer_linux::actuator::{Actuator, Restored};
+use placer_agent::state;
+use placer_core::host::Host;
+use placer_core::journal::Restored;
 use serde::Serialize;
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
     #[command(flatten)]
-    pub state: state::StateArgs,
+    pub state: StateArgs,
     /// Restore even though a daemon is running on this state dir (it would keep
     /// re-applying its plans; stop it with SIGTERM instead, which restores too).
     #[arg(long)]
@@ -49,8 +51,8 @@ pub fn run(args: Args) -> Result<()> {
         }
         return Ok(());
     }
-    let mut act = Actuator::new(&args.state.root, &dir);
-    let res = act.restore_all()?;
+    let mut host = placer_linux::LinuxHost::new(&args.state.root, &dir);
+    let res = host.restore_all()?;
     let mut failed = 0;
     let lines: Vec<Line> = res
         .iter()

@@ -75,7 +75,7 @@ impl Args {
         if let Some(d) = &self.state_dir {
             return d.clone();
         }
-        let state = crate::cmd::daemon::state::StateArgs {
+        let state = crate::cmd::config::StateArgs {
             config: self.config.clone(),
             no_config: false,
             state_dir: None,
@@ -124,7 +124,7 @@ pub struct ProcPod {
 /// The running (not dry-run) daemon's containers, from its state directory; empty
 /// without `placer daemon --nri`.
 fn daemon_containers(state_dir: &std::path::Path) -> Vec<placer_nri::placement::ContainerView> {
-    crate::cmd::daemon::state::Decisions::read_live(state_dir)
+    placer_agent::state::Decisions::read_live(state_dir)
         .map(|d| d.containers)
         .unwrap_or_default()
 }

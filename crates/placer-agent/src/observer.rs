@@ -1,7 +1,7 @@
 //! The observer behind `placer top` and `placer ab`: samples this machine (or a root),
 //! derives observations, and learns the receive costs of its interfaces as it goes.
 
-use anyhow::{Context, Result};
+use crate::{AgentError, Result};
 use placer_core::observation::{Observation, ProcObs};
 use placer_core::sample::{SampleRequest, SourceStatus};
 use placer_linux::sampler::Sampler;
@@ -76,7 +76,10 @@ impl Observer {
 
     /// Takes a sample; returns the observation since the previous one (None the first time).
     pub fn step(&mut self) -> Result<Option<Observation>> {
-        let cur = self.sampler.sample(self.req).context("sampling")?;
+        let cur = self
+            .sampler
+            .sample(self.req)
+            .map_err(AgentError::Sampling)?;
         let obs = self.prev.as_ref().map(|p| Observation::new(p, &cur));
         self.prev = Some(cur);
         if let (Some(o), Some(topo)) = (&obs, &self.topo) {

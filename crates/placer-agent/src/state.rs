@@ -1,87 +1,18 @@
 //! What the daemon keeps in its state directory besides the journal: a lock (one daemon
 //! per state dir; `placer restore` refuses to race a running daemon) and its latest
-//! per-process decisions (`decisions.json`, read by `placer explain`). Also config loading
-//! and duration parsing shared by daemon, restore and explain.
+//! per-process decisions (`decisions.json`, read by `placer explain` and `placer top`).
 
-use anyhow::{bail, Context, Result};
-use placer_core::config::Config;
+use crate::{AgentError, Result};
 use placer_core::engine::CycleReport;
 use placer_core::plan::Outcome;
 use placer_core::CpuSet;
 use placer_linux::sys;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 pub const LOCK_FILE: &str = "daemon.lock";
 pub const DECISIONS_FILE: &str = "decisions.json";
-/// The config read when no --config is given and the file exists (what the .deb installs).
-pub const SYSTEM_CONFIG: &str = "/etc/placer/placer.toml";
-
-/// Where the config, the state and the machine are: shared by daemon, restore, explain.
-#[derive(clap::Args, Debug, Clone)]
-pub struct StateArgs {
-    /// TOML config (docs/config.md); default /etc/placer/placer.toml when it exists, else
-    /// the built-in default.
-    #[arg(long, conflicts_with = "no_config")]
-    pub config: Option<PathBuf>,
-    /// Use the built-in default config even when /etc/placer/placer.toml exists.
-    #[arg(long)]
-    pub no_config: bool,
-    /// State directory (journal, lock, decisions), overriding the config's state_dir.
-    #[arg(long)]
-    pub state_dir: Option<PathBuf>,
-    /// Filesystem root for /proc and /sys.
-    #[arg(long, default_value = "/")]
-    pub root: PathBuf,
-}
-
-impl StateArgs {
-    /// The config (file or default) with --state-dir applied, validated.
-    pub fn config(&self) -> Result<Config> {
-        let system = Path::new(SYSTEM_CONFIG);
-        let path = match &self.config {
-            Some(p) => Some(p.as_path()),
-            None if !self.no_config && system.exists() => Some(system),
-            None => None,
-        };
-        let mut cfg = load_config(path)?;
-        if let Some(d) = &self.state_dir {
-            cfg.state_dir = d.display().to_string();
-        }
-        cfg.validate().context("with the command-line overrides")?;
-        Ok(cfg)
-    }
-}
-
-/// Reads the config file (or the built-in default), rejecting unknown keys and bad values
-/// with the field's name.
-pub fn load_config(path: Option<&Path>) -> Result<Config> {
-    match path {
-        None => Ok(Config::default()),
-        Some(p) => {
-            let text =
-                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-            let (mut cfg, notes) = Config::from_toml_with_notes(&text)
-                .with_context(|| format!("in {}", p.display()))?;
-            for n in notes {
-                tracing::warn!("{}: {n}", p.display());
-            }
-            if let Some(t) = cfg.energy_qos.power_table.clone() {
-                // Relative to the config file, like every path a config names.
-                let t = p.parent().unwrap_or(Path::new(".")).join(t);
-                cfg.energy_qos.power_table_model = Some(load_power_table(&t)?);
-            }
-            Ok(cfg)
-        }
-    }
-}
-
-/// Reads a power table (`energy_qos.power_table`), naming the line at fault when it is
-/// malformed.
-pub fn load_power_table(path: &Path) -> Result<placer_core::policies::energy_qos::StatePowerTable> {
-    placer_linux::power_meter::read_table(path).map_err(|e| anyhow::anyhow!("power table {e}"))
-}
 
 /// The exclusive lock of a state directory, held for the daemon's life (released by the
 /// kernel when the daemon dies, even by SIGKILL).
@@ -109,19 +40,18 @@ impl StateLock {
         let path = state_dir.join(LOCK_FILE);
         let mut file = placer_linux::state_dir::open_private(&path)?;
         if !sys::try_flock(&file, sys::Lock::Exclusive)
-            .with_context(|| format!("locking {}", path.display()))?
+            .map_err(|e| AgentError::io(format!("locking {}", path.display()), e))?
         {
             let holder = placer_linux::state_dir::read_private(&path).unwrap_or_default();
-            bail!(
-                "another placer daemon (pid {}) uses the state dir {}",
-                holder.trim(),
-                state_dir.display()
-            );
+            return Err(AgentError::Locked {
+                holder: holder.trim().to_string(),
+                state_dir: state_dir.to_path_buf(),
+            });
         }
         file.set_len(0).ok();
         use std::io::Write;
         writeln!(file, "{}", std::process::id())
-            .with_context(|| format!("writing {}", path.display()))?;
+            .map_err(|e| AgentError::io(format!("writing {}", path.display()), e))?;
         Ok(StateLock { _file: file })
     }
 }
@@ -287,8 +217,9 @@ impl Decisions {
         let mut f = placer_linux::state_dir::create_new_private(&tmp)?;
         use std::io::Write;
         f.write_all(text.as_bytes())
-            .with_context(|| format!("writing {}", tmp.display()))?;
-        std::fs::rename(&tmp, &path).with_context(|| format!("renaming to {}", path.display()))?;
+            .map_err(|e| AgentError::io(format!("writing {}", tmp.display()), e))?;
+        std::fs::rename(&tmp, &path)
+            .map_err(|e| AgentError::io(format!("renaming to {}", path.display()), e))?;
         Ok(())
     }
 
@@ -326,17 +257,5 @@ mod tests {
         drop(l);
         assert_eq!(lock_holder(&d), None);
         let _ = std::fs::remove_dir_all(&d);
-    }
-
-    #[test]
-    fn bad_config_names_the_field() {
-        let d = std::env::temp_dir().join(format!("placer-cfg-{}.toml", std::process::id()));
-        std::fs::write(&d, "interval_ms = 5\n").expect("write");
-        let e = format!("{:#}", load_config(Some(&d)).expect_err("too small"));
-        assert!(e.contains("interval_ms"), "{e}");
-        std::fs::write(&d, "[metrics]\nlisten_on = \"x\"\n").expect("write");
-        let e = format!("{:#}", load_config(Some(&d)).expect_err("unknown"));
-        assert!(e.contains("listen_on"), "{e}");
-        let _ = std::fs::remove_file(&d);
     }
 }

@@ -1,0 +1,263 @@
+//! The agent's life in-process, without root: on the simulator (`SimHost`) and on the real
+//! host over a temporary root (`LinuxHost`). A new agent restores what a dead one left;
+//! stop restores; a dry run changes nothing.
+
+use placer_agent::{Agent, Options};
+use placer_core::config::Config;
+use placer_core::host::Host;
+use placer_core::journal::{Knob, Restored};
+use placer_core::plan::{Action, Plan, PlannedAction};
+use placer_core::policies::PolicyKind;
+use placer_core::CpuSet;
+use placer_linux::LinuxHost;
+use placer_sim::host::SimHost;
+use placer_sim::scenario::Scenario;
+use placer_testkit::TempDir;
+
+/// Two receivers on their own NICs, each NIC's receive processing on its own CPU:
+/// net-affinity pins each to its NIC's CPU within a few intervals.
+const RX: &str = r#"name = "t"
+machine = "xeon-5355x2"
+duration_s = 3.0
+policies = ["net-affinity"]
+policy_interval_ms = 500
+[[variants]]
+name = "v"
+irq = { eth0 = "0", eth1 = "1" }
+[[workloads]]
+kind = "rx"
+name = "recv{i}"
+count = 2
+nic = "eth{i}"
+rate_mbps = 300.0
+"#;
+
+fn sim() -> (SimHost, Config) {
+    let sc = Scenario::from_toml("t", RX).expect("scenario");
+    let host = sc
+        .host(
+            sc.variant_list()[0],
+            placer_sim::host::Baseline::LinuxDefault,
+            1,
+        )
+        .expect("host");
+    let mut cfg = sc.placer_config().expect("config");
+    cfg.policies = vec![PolicyKind::NetAffinity];
+    cfg.metrics.enabled = false;
+    (host, cfg)
+}
+
+fn sim_opts(dry_run: bool) -> Options {
+    Options {
+        dry_run,
+        ..Default::default()
+    }
+}
+
+/// Steps the agent, the simulated machine running one interval between steps, until the
+/// host's journal lists something (at most 20 intervals).
+fn step_until_journaled(agent: &mut Agent<SimHost>) {
+    let interval_ns = agent.configured().interval.as_nanos() as u64;
+    for _ in 0..20 {
+        agent.step();
+        if !agent.host_mut().journal().expect("journal").is_empty() {
+            return;
+        }
+        let next = agent.host().time_ns + interval_ns;
+        agent.host_mut().run_until(next, false);
+    }
+    panic!("net-affinity pinned nothing in 20 intervals");
+}
+
+/// Every simulated process's affinity, by pid.
+fn affinities(host: &SimHost) -> Vec<(u32, CpuSet)> {
+    host.procs
+        .iter()
+        .map(|p| (p.pid, host.tasks[p.threads[0]].allowed.clone()))
+        .collect()
+}
+
+#[test]
+fn on_the_simulator_a_new_agent_restores_what_a_dead_one_left() {
+    let (host, cfg) = sim();
+    let before = affinities(&host);
+    let mut agent = Agent::start(host, cfg.clone(), sim_opts(false)).expect("start");
+    step_until_journaled(&mut agent);
+    // Dies: no stop, no restore.
+    let mut host = agent.into_host();
+    let left = host.journal().expect("journal");
+    assert!(
+        left.iter()
+            .any(|e| matches!(e.knob, Knob::ProcAffinity { .. })),
+        "{left:?}"
+    );
+    assert_ne!(affinities(&host), before, "the dead agent pinned something");
+    let agent = Agent::start(host, cfg, sim_opts(false)).expect("second start");
+    let mut host = agent.into_host();
+    assert!(host.journal().expect("journal").is_empty());
+    assert_eq!(affinities(&host), before);
+}
+
+#[test]
+fn on_the_simulator_stop_restores() {
+    let (host, cfg) = sim();
+    let before = affinities(&host);
+    let mut agent = Agent::start(host, cfg, sim_opts(false)).expect("start");
+    step_until_journaled(&mut agent);
+    let (mut host, restored) = agent.stop().expect("stop");
+    assert!(!restored.is_empty());
+    assert!(
+        restored.iter().all(|(_, r)| *r == Restored::Restored),
+        "{restored:?}"
+    );
+    assert!(host.journal().expect("journal").is_empty());
+    assert_eq!(affinities(&host), before);
+}
+
+#[test]
+fn on_the_simulator_a_dry_run_changes_nothing() {
+    let (host, cfg) = sim();
+    let before = affinities(&host);
+    let mut agent = Agent::start(host, cfg.clone(), sim_opts(false)).expect("start");
+    step_until_journaled(&mut agent);
+    // What a dead agent left stays as it is under a dry run, start and stop included.
+    let host = agent.into_host();
+    let pinned = affinities(&host);
+    assert_ne!(pinned, before);
+    let mut agent = Agent::start(host, cfg, sim_opts(true)).expect("dry start");
+    let interval_ns = agent.configured().interval.as_nanos() as u64;
+    let mut planned = 0;
+    for _ in 0..6 {
+        planned += agent.step().reports.len();
+        let next = agent.host().time_ns + interval_ns;
+        agent.host_mut().run_until(next, false);
+    }
+    let (mut host, restored) = agent.stop().expect("stop");
+    assert!(restored.is_empty());
+    assert_eq!(affinities(&host), pinned, "{planned} planned action(s)");
+    assert!(!host.journal().expect("journal").is_empty());
+}
+
+/// A temporary root with one IRQ whose affinity placer set to CPU 1 from 0-3, as a dead
+/// daemon leaves it; the state dir beside it.
+struct TempHost {
+    root: TempDir,
+    state: TempDir,
+}
+
+const IRQ: u32 = 5;
+
+impl TempHost {
+    fn new() -> TempHost {
+        let t = TempHost {
+            root: TempDir::new("agent-root"),
+            state: TempDir::new("agent-state"),
+        };
+        let irq = t.root.path().join(format!("proc/irq/{IRQ}"));
+        std::fs::create_dir_all(&irq).expect("mkdir");
+        std::fs::write(irq.join("smp_affinity_list"), "0-3\n").expect("write");
+        t
+    }
+    fn irq_cpus(&self) -> String {
+        let p = self
+            .root
+            .path()
+            .join(format!("proc/irq/{IRQ}/smp_affinity_list"));
+        std::fs::read_to_string(p).expect("read").trim().to_string()
+    }
+    fn host(&self) -> LinuxHost {
+        LinuxHost::new(self.root.path(), self.state.path())
+    }
+    fn opts(&self, dry_run: bool) -> Options {
+        Options {
+            root: self.root.path().to_path_buf(),
+            state_dir: Some(self.state.path().to_path_buf()),
+            dry_run,
+            ..Default::default()
+        }
+    }
+    fn config(&self) -> Config {
+        let mut cfg = Config {
+            state_dir: self.state.path().display().to_string(),
+            ..Default::default()
+        };
+        cfg.metrics.enabled = false;
+        cfg
+    }
+    /// Sets the IRQ's affinity through the host, journaled, as an agent's plan does.
+    fn set_irq(host: &mut LinuxHost) {
+        let plan = Plan {
+            actions: vec![PlannedAction {
+                action: Action::SetIrqAffinity {
+                    irq: IRQ,
+                    cpus: CpuSet::parse_list("1").expect("cpus"),
+                },
+                policy: "net-affinity".into(),
+                reason: "test".into(),
+            }],
+            notes: Vec::new(),
+        };
+        let r = host.apply(&plan, false);
+        assert_eq!(r[0].outcome, placer_core::Outcome::Done, "{r:?}");
+    }
+}
+
+#[test]
+fn on_a_temporary_root_a_new_agent_restores_what_a_dead_one_left() {
+    let t = TempHost::new();
+    let mut agent = Agent::start(t.host(), t.config(), t.opts(false)).expect("start");
+    TempHost::set_irq(agent.host_mut());
+    assert_eq!(t.irq_cpus(), "1");
+    drop(agent.into_host());
+    let mut agent = Agent::start(t.host(), t.config(), t.opts(false)).expect("second start");
+    assert_eq!(t.irq_cpus(), "0-3");
+    assert!(agent.host_mut().journal().expect("journal").is_empty());
+}
+
+#[test]
+fn on_a_temporary_root_stop_restores() {
+    let t = TempHost::new();
+    let mut agent = Agent::start(t.host(), t.config(), t.opts(false)).expect("start");
+    TempHost::set_irq(agent.host_mut());
+    assert_eq!(t.irq_cpus(), "1");
+    let (mut host, restored) = agent.stop().expect("stop");
+    assert_eq!(restored.len(), 1);
+    assert_eq!(restored[0].1, Restored::Restored);
+    assert_eq!(t.irq_cpus(), "0-3");
+    assert!(host.journal().expect("journal").is_empty());
+}
+
+#[test]
+fn on_a_temporary_root_a_dry_run_changes_nothing() {
+    let t = TempHost::new();
+    let mut agent = Agent::start(t.host(), t.config(), t.opts(false)).expect("start");
+    TempHost::set_irq(agent.host_mut());
+    drop(agent.into_host());
+    let files = |t: &TempHost| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(t.state.path())
+            .expect("state dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let state_before = files(&t);
+    let journal_before =
+        std::fs::read(t.state.path().join(placer_linux::journal::JOURNAL_FILE)).expect("journal");
+    let mut agent = Agent::start(t.host(), t.config(), t.opts(true)).expect("dry start");
+    assert_eq!(
+        placer_agent::state::lock_holder(t.state.path()),
+        None,
+        "a dry run takes no lock"
+    );
+    agent.step();
+    agent.step();
+    let (_, restored) = agent.stop().expect("stop");
+    assert!(restored.is_empty());
+    assert_eq!(t.irq_cpus(), "1", "a dry run restores nothing");
+    assert_eq!(files(&t), state_before, "a dry run writes no state file");
+    assert_eq!(
+        std::fs::read(t.state.path().join(placer_linux::journal::JOURNAL_FILE)).expect("journal"),
+        journal_before
+    );
+}

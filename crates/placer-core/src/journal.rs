@@ -1,0 +1,106 @@
+//! What a host changed and how it put it back: the journal's entries ([`Knob`], [`Entry`])
+//! and a restore's outcome ([`Restored`]). Types only: each host keeps its own journal (the
+//! real host durably in its state dir, `placer_linux::journal`; the simulator in memory), and
+//! `Host::journal` / `Host::restore_all` expose it so the agent restores through any host.
+
+use serde::{Deserialize, Serialize};
+
+/// A knob placer can change.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(tag = "knob", rename_all = "snake_case")]
+pub enum Knob {
+    /// CPU affinity of every thread of a process (value: CPU list).
+    ProcAffinity { pid: u32, start_time_ticks: u64 },
+    /// /proc/irq/N/smp_affinity_list (value: CPU list).
+    IrqAffinity { irq: u32 },
+    /// /sys/class/net/DEV/queues/QUEUE/rps_cpus (value: hex mask as the kernel prints it).
+    Rps { dev: String, queue: String },
+    /// cpufreq policyN/scaling_max_freq (value: kHz).
+    CpufreqMax { domain: u32 },
+    /// cpufreq policyN/scaling_governor (value: governor, and `name:speed_khz` for userspace).
+    CpufreqGovernor { domain: u32 },
+    /// Root qdisc setup of a device (value: JSON the tc handler understands).
+    TcQdisc { dev: String, netns: Option<String> },
+    /// Memory policy of a process (value: JSON the memory handler understands).
+    MemPolicy { pid: u32, start_time_ticks: u64 },
+}
+
+impl Knob {
+    /// Kind name, the key restorers are registered under.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Knob::ProcAffinity { .. } => "proc_affinity",
+            Knob::IrqAffinity { .. } => "irq_affinity",
+            Knob::Rps { .. } => "rps",
+            Knob::CpufreqMax { .. } => "cpufreq_max",
+            Knob::CpufreqGovernor { .. } => "cpufreq_governor",
+            Knob::TcQdisc { .. } => "tc_qdisc",
+            Knob::MemPolicy { .. } => "mem_policy",
+        }
+    }
+}
+
+impl std::fmt::Display for Knob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Knob::ProcAffinity { pid, .. } => write!(f, "affinity of pid {pid}"),
+            Knob::IrqAffinity { irq } => write!(f, "affinity of IRQ {irq}"),
+            Knob::Rps { dev, queue } => write!(f, "RPS CPUs of {dev}/{queue}"),
+            Knob::CpufreqMax { domain } => write!(f, "scaling_max_freq of policy{domain}"),
+            Knob::CpufreqGovernor { domain } => write!(f, "governor of policy{domain}"),
+            Knob::TcQdisc { dev, netns } => match netns {
+                Some(ns) => write!(f, "qdisc of {dev} in netns {ns}"),
+                None => write!(f, "qdisc of {dev}"),
+            },
+            Knob::MemPolicy { pid, .. } => write!(f, "memory policy of pid {pid}"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    #[serde(flatten)]
+    pub knob: Knob,
+    /// The value before placer's first change.
+    pub previous: String,
+    /// What placer last set.
+    pub applied: String,
+    /// Context for people: the process's comm, the policy.
+    #[serde(default)]
+    pub label: String,
+    /// When placer first changed it (Unix time, seconds).
+    #[serde(default)]
+    pub since_unix_s: u64,
+    /// Process affinity: threads whose own value before placer differed from `previous`
+    /// (an app that pins its threads itself), by tid. Restore gives each its own back.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub thread_previous: std::collections::BTreeMap<u32, String>,
+}
+
+/// What became of one journaled knob on restore.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Restored {
+    /// Put back to its previous value.
+    Restored,
+    /// Its object no longer exists (the process exited, the device is gone).
+    Gone(String),
+    /// Someone else changed it since placer did: left as they set it.
+    ChangedElsewhere(String),
+    /// Could not be restored now; the entry stays in the journal.
+    Failed(String),
+}
+
+impl Restored {
+    /// Whether the entry leaves the journal.
+    pub fn settled(&self) -> bool {
+        !matches!(self, Restored::Failed(_))
+    }
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Restored::Restored => "restored",
+            Restored::Gone(_) => "gone",
+            Restored::ChangedElsewhere(_) => "changed_elsewhere",
+            Restored::Failed(_) => "failed",
+        }
+    }
+}

@@ -54,6 +54,9 @@ pub struct Options {
     pub record: Option<PathBuf>,
     /// Also an NRI plugin of the container runtime (Kubernetes node agent).
     pub nri: Option<NriOptions>,
+    /// Where the config came from ("config /etc/placer/placer.toml", "the built-in
+    /// config"), named in the start line.
+    pub config_source: String,
 }
 
 #[derive(Debug, Clone)]
@@ -77,6 +80,17 @@ impl Configured {
             config,
         }
     }
+}
+
+/// What a config reload did ([`Agent::reload`]).
+#[derive(Debug, Default)]
+pub struct Reloaded {
+    /// Policies the new config no longer lists, each with its knobs put back.
+    pub switched_off: Vec<(&'static str, Vec<(Entry, Restored)>)>,
+    /// Policies it lists that were not running.
+    pub switched_on: Vec<&'static str>,
+    /// Settings that take effect only at a restart: they keep their running values.
+    pub needs_restart: Vec<&'static str>,
 }
 
 /// Why the loop ended.
@@ -155,8 +169,13 @@ impl<H: Host> Agent<H> {
             }
         }
         info!(
-            "placer daemon pid {} started: interval {} ms, policies [{}], state dir {}{}",
+            "placer daemon pid {} started with {}: interval {} ms, policies [{}], state dir {}{}",
             std::process::id(),
+            if opts.config_source.is_empty() {
+                "its config"
+            } else {
+                &opts.config_source
+            },
             cfg.interval_ms,
             cfg.policies
                 .iter()
@@ -222,6 +241,63 @@ impl<H: Host> Agent<H> {
 
     pub fn configured(&self) -> &Configured {
         &self.configured
+    }
+
+    /// Applies a new (already parsed and validated) config to the running agent without
+    /// putting back what stays valid: policies still listed keep what they hold and run on
+    /// with their new settings; the knobs of a policy no longer listed are put back (said in
+    /// the log); a newly listed one starts. The state dir, the metrics endpoint,
+    /// `kernel_events` and, with `--nri`, `[kubernetes]` are fixed at start: a change to
+    /// them is kept for the next restart and said.
+    pub fn reload(&mut self, mut config: Config) -> Result<Reloaded> {
+        let old = &self.configured.config;
+        let mut out = Reloaded::default();
+        if config.state_dir != old.state_dir {
+            config.state_dir = old.state_dir.clone();
+            out.needs_restart.push("state_dir");
+        }
+        if config.metrics != old.metrics {
+            config.metrics = old.metrics.clone();
+            out.needs_restart.push("[metrics]");
+        }
+        if config.kernel_events != old.kernel_events {
+            config.kernel_events = old.kernel_events;
+            out.needs_restart.push("kernel_events");
+        }
+        if self.nri.is_some() && config.kubernetes != old.kubernetes {
+            config.kubernetes = old.kubernetes.clone();
+            out.needs_restart.push("[kubernetes]");
+        }
+        let before: Vec<&'static str> = self
+            .configured
+            .engine
+            .policies()
+            .iter()
+            .map(|p| p.0)
+            .collect();
+        let removed = self.configured.engine.reconfigure(config.clone());
+        for (name, held) in removed {
+            let restored = match placer_core::policies::PolicyKind::parse(name) {
+                Some(kind) if !self.opts.dry_run => self
+                    .host
+                    .restore_where(&|e| placer_core::journal::set_by(e, kind, &held))?,
+                _ => Vec::new(),
+            };
+            self.sinks.metrics.set_policy(name, false);
+            out.switched_off.push((name, restored));
+        }
+        for (name, _) in self.configured.engine.policies() {
+            if !before.contains(&name) {
+                self.sinks.metrics.set_policy(name, true);
+                out.switched_on.push(name);
+            }
+        }
+        self.configured.interval = Duration::from_millis(config.interval_ms);
+        self.configured.config = config;
+        if let Some((decisions, _)) = self.sinks.decisions.as_mut() {
+            decisions.interval_ms = self.configured.config.interval_ms;
+        }
+        Ok(out)
     }
 
     /// Leaves without restoring, as a killed daemon does (tests play a crash with it; the
@@ -316,13 +392,13 @@ impl<H: Host> Agent<H> {
     /// sleeps until the deadline it is given) says stop. `each` sees every report.
     pub fn run(
         &mut self,
-        mut each: impl FnMut(&CycleReport),
+        mut each: impl FnMut(&mut Self, &CycleReport),
         mut wait: impl FnMut(Instant) -> bool,
     ) -> Ended {
         loop {
             let t0 = Instant::now();
             let r = self.step();
-            each(&r);
+            each(self, &r);
             if self.opts.once && !r.warming_up {
                 return Ended::Once(r.error);
             }

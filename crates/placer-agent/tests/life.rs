@@ -261,3 +261,54 @@ fn on_a_temporary_root_a_dry_run_changes_nothing() {
         journal_before
     );
 }
+
+/// Issue 30, item 2: a reload that keeps net-affinity (with another setting) puts nothing
+/// back and the pins stay held; a reload that switches it off puts its pins back.
+#[test]
+fn on_the_simulator_a_reload_keeps_what_stays_valid_and_restores_a_policy_switched_off() {
+    let (host, cfg) = sim();
+    let before = affinities(&host);
+    let mut agent = Agent::start(host, cfg.clone(), sim_opts(false)).expect("start");
+    step_until_journaled(&mut agent);
+    let pinned = affinities(agent.host());
+    let held = agent.configured().engine.held().len();
+    assert!(held > 0);
+    // Same policy, another setting (and one fixed at start, kept and said).
+    let mut changed = cfg.clone();
+    changed.net_affinity.cpu_load_threshold = 0.9;
+    changed.state_dir = "/elsewhere".into();
+    let r = agent.reload(changed).expect("reload");
+    assert!(
+        r.switched_off.is_empty() && r.switched_on.is_empty(),
+        "{r:?}"
+    );
+    assert_eq!(r.needs_restart, vec!["state_dir"]);
+    assert_eq!(
+        agent.configured().config.net_affinity.cpu_load_threshold,
+        0.9
+    );
+    assert_eq!(agent.configured().config.state_dir, cfg.state_dir);
+    assert_eq!(
+        affinities(agent.host()),
+        pinned,
+        "a reload put something back"
+    );
+    assert_eq!(agent.configured().engine.held().len(), held, "holds lost");
+    assert!(!agent.host_mut().journal().expect("journal").is_empty());
+    // The next step neither re-pins nor restores: the policy kept its state.
+    agent.step();
+    assert_eq!(affinities(agent.host()), pinned);
+    // Switched off: its pins are put back, and nothing is journaled any more.
+    let mut off = cfg;
+    off.policies = vec![PolicyKind::SmtEnergy];
+    let r = agent.reload(off).expect("reload");
+    assert_eq!(r.switched_on, vec!["smt-energy"]);
+    let (name, restored) = &r.switched_off[0];
+    assert_eq!(*name, "net-affinity");
+    assert!(
+        !restored.is_empty() && restored.iter().all(|(_, r)| *r == Restored::Restored),
+        "{restored:?}"
+    );
+    assert_eq!(affinities(agent.host()), before);
+    assert!(agent.host_mut().journal().expect("journal").is_empty());
+}

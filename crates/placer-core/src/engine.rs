@@ -188,6 +188,50 @@ impl Engine {
         }
     }
 
+    /// Takes a reloaded config without losing what stays valid: a policy still configured
+    /// keeps its state (what it holds, its hysteresis, its verdicts pending) and runs with
+    /// its new settings; a policy no longer listed is dropped and returned (with the
+    /// processes it held), so that the caller puts back the knobs it set; a newly listed
+    /// one starts fresh, and which policies can run here is decided again at the next step.
+    pub fn reconfigure(&mut self, config: Config) -> Vec<(&'static str, Vec<ProcKey>)> {
+        let mut old: Vec<Slot> = std::mem::take(&mut self.slots);
+        for policy in policies_from_config(&config, self.self_pid) {
+            let name = policy.name();
+            let slot = match old.iter().position(|s| s.policy.name() == name) {
+                Some(i) => {
+                    let mut slot = old.remove(i);
+                    let adopted = slot.policy.adopt_config(policy);
+                    debug_assert!(adopted, "the same name is the same policy type");
+                    slot
+                }
+                None => Slot {
+                    policy,
+                    disabled: None,
+                },
+            };
+            self.slots.push(slot);
+        }
+        let removed: Vec<(&'static str, Vec<ProcKey>)> = old
+            .iter()
+            .map(|s| {
+                (
+                    s.policy.name(),
+                    s.policy.shared().held.keys().copied().collect(),
+                )
+            })
+            .collect();
+        // Their pins wait for no verdict, and no back-off keeps a later policy off them.
+        self.pending
+            .retain(|p| !removed.iter().any(|(name, _)| *name == p.policy));
+        self.backoff
+            .retain(|(policy, _), _| !removed.iter().any(|(name, _)| name == policy));
+        self.config = config;
+        // Re-decide which policies can run here (a new one may lack its source).
+        self.topo = None;
+        self.topo_read_ns = 0;
+        removed
+    }
+
     /// The pid never to touch (placer's own; in the simulator, whatever it likes).
     pub fn config(&self) -> &Config {
         &self.config
@@ -761,6 +805,12 @@ mod tests {
         }
         fn restore_all(
             &mut self,
+        ) -> Result<Vec<(crate::journal::Entry, crate::journal::Restored)>, HostError> {
+            Ok(Vec::new())
+        }
+        fn restore_where(
+            &mut self,
+            _which: &dyn Fn(&crate::journal::Entry) -> bool,
         ) -> Result<Vec<(crate::journal::Entry, crate::journal::Restored)>, HostError> {
             Ok(Vec::new())
         }

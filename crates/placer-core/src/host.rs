@@ -39,4 +39,10 @@ pub trait Host {
     /// one outcome per entry. Restore has this one owner: the agent calls it at start and
     /// stop, `placer restore` on demand.
     fn restore_all(&mut self) -> Result<Vec<(Entry, Restored)>, HostError>;
+    /// Puts back the journaled knobs `which` selects, as [`Host::restore_all`] does for all
+    /// (a policy switched off by a config reload: [`crate::journal::set_by`]).
+    fn restore_where(
+        &mut self,
+        which: &dyn Fn(&Entry) -> bool,
+    ) -> Result<Vec<(Entry, Restored)>, HostError>;
 }

@@ -104,3 +104,84 @@ impl Restored {
         }
     }
 }
+
+/// Whether `entry` is a knob that `policy` set, given the processes it held: what a policy
+/// switched off by a config reload leaves to put back. Process affinity and memory policy
+/// are set by whichever policy holds the process; frequency caps, governors and qdiscs only
+/// by energy-qos; no policy sets IRQ affinity or RPS. A match per knob kind, so a new kind
+/// cannot compile without saying who sets it.
+pub fn set_by(entry: &Entry, policy: crate::policies::PolicyKind, held: &[crate::ProcKey]) -> bool {
+    use crate::policies::PolicyKind;
+    let holds = |pid: u32, start_time_ticks: u64| {
+        held.iter()
+            .any(|k| k.pid == pid && k.start_time_ticks == start_time_ticks)
+    };
+    match entry.knob {
+        Knob::ProcAffinity {
+            pid,
+            start_time_ticks,
+        }
+        | Knob::MemPolicy {
+            pid,
+            start_time_ticks,
+        } => holds(pid, start_time_ticks),
+        Knob::CpufreqMax { .. } | Knob::CpufreqGovernor { .. } | Knob::TcQdisc { .. } => {
+            policy == PolicyKind::EnergyQos
+        }
+        Knob::IrqAffinity { .. } | Knob::Rps { .. } => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policies::PolicyKind;
+    use crate::ProcKey;
+
+    fn entry(knob: Knob) -> Entry {
+        Entry {
+            knob,
+            previous: String::new(),
+            applied: String::new(),
+            label: String::new(),
+            since_unix_s: 0,
+            thread_previous: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_policy_set_the_knobs_of_what_it_held_and_only_energy_qos_sets_caps_and_qdiscs() {
+        let held = [ProcKey {
+            pid: 7,
+            start_time_ticks: 70,
+        }];
+        let mine = entry(Knob::ProcAffinity {
+            pid: 7,
+            start_time_ticks: 70,
+        });
+        let reused_pid = entry(Knob::ProcAffinity {
+            pid: 7,
+            start_time_ticks: 71,
+        });
+        let memory = entry(Knob::MemPolicy {
+            pid: 7,
+            start_time_ticks: 70,
+        });
+        let cap = entry(Knob::CpufreqMax { domain: 0 });
+        let qdisc = entry(Knob::TcQdisc {
+            dev: "eth0".into(),
+            netns: None,
+        });
+        let irq = entry(Knob::IrqAffinity { irq: 3 });
+        for kind in PolicyKind::ALL {
+            assert!(set_by(&mine, kind, &held) && set_by(&memory, kind, &held));
+            assert!(!set_by(&reused_pid, kind, &held) && !set_by(&mine, kind, &[]));
+            let qos = kind == PolicyKind::EnergyQos;
+            assert_eq!(
+                (set_by(&cap, kind, &[]), set_by(&qdisc, kind, &[])),
+                (qos, qos)
+            );
+            assert!(!set_by(&irq, kind, &held));
+        }
+    }
+}

@@ -95,6 +95,11 @@ pub trait AnyPolicy: Send {
     fn plan(&mut self, topo: &Topology, obs: &Observation) -> Plan;
     fn shared(&self) -> &Shared;
     fn shared_mut(&mut self) -> &mut Shared;
+    /// Takes `other`'s configuration (the same policy built from a reloaded config) and
+    /// keeps this one's state: what it holds, its history. False when `other` is another
+    /// policy.
+    fn adopt_config(&mut self, other: Box<dyn AnyPolicy>) -> bool;
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any>;
 }
 
 struct WithState<P: Policy> {
@@ -102,7 +107,7 @@ struct WithState<P: Policy> {
     state: PolicyState<P::State>,
 }
 
-impl<P: Policy> AnyPolicy for WithState<P> {
+impl<P: Policy + 'static> AnyPolicy for WithState<P> {
     fn name(&self) -> &'static str {
         self.policy.name()
     }
@@ -124,6 +129,18 @@ impl<P: Policy> AnyPolicy for WithState<P> {
     }
     fn shared_mut(&mut self) -> &mut Shared {
         &mut self.state.shared
+    }
+    fn adopt_config(&mut self, other: Box<dyn AnyPolicy>) -> bool {
+        match other.into_any().downcast::<WithState<P>>() {
+            Ok(o) => {
+                self.policy = o.policy;
+                true
+            }
+            Err(_) => false,
+        }
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any> {
+        self
     }
 }
 

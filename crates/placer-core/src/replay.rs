@@ -70,6 +70,12 @@ impl Host for ReplayHost {
     ) -> Result<Vec<(crate::journal::Entry, crate::journal::Restored)>, HostError> {
         Ok(Vec::new())
     }
+    fn restore_where(
+        &mut self,
+        _which: &dyn Fn(&crate::journal::Entry) -> bool,
+    ) -> Result<Vec<(crate::journal::Entry, crate::journal::Restored)>, HostError> {
+        Ok(Vec::new())
+    }
 }
 
 /// A host that passes everything through to `inner` and hands each sample to `record`
@@ -104,6 +110,12 @@ impl<H: Host + ?Sized> Host for RecordingHost<'_, H> {
         &mut self,
     ) -> Result<Vec<(crate::journal::Entry, crate::journal::Restored)>, HostError> {
         self.inner.restore_all()
+    }
+    fn restore_where(
+        &mut self,
+        which: &dyn Fn(&crate::journal::Entry) -> bool,
+    ) -> Result<Vec<(crate::journal::Entry, crate::journal::Restored)>, HostError> {
+        self.inner.restore_where(which)
     }
 }
 

@@ -77,9 +77,25 @@ pub fn restore_all(
     journal: &mut Journal,
     handlers: &mut Handlers,
 ) -> Vec<(Entry, Restored)> {
+    restore_where(root, journal, handlers, &|_| true)
+}
+
+/// [`restore_all`] for the entries `which` selects; the others stay journaled.
+pub fn restore_where(
+    root: &Path,
+    journal: &mut Journal,
+    handlers: &mut Handlers,
+    which: &dyn Fn(&Entry) -> bool,
+) -> Vec<(Entry, Restored)> {
     let mut out: Vec<(Entry, Restored)> = Vec::new();
     // Newest first: a knob changed twice by different actions is put back in reverse.
-    let entries: Vec<Entry> = journal.entries().iter().rev().cloned().collect();
+    let entries: Vec<Entry> = journal
+        .entries()
+        .iter()
+        .rev()
+        .filter(|e| which(e))
+        .cloned()
+        .collect();
     // Settled entries leave the journal in batches, one durable write each: restoring is
     // idempotent (a knob already back reads as settled again), so a crash between a
     // restore and its batch's write only repeats work.
@@ -143,9 +159,22 @@ impl Actuator {
 
     /// Puts back every journaled knob.
     pub fn restore_all(&mut self) -> crate::Result<Vec<(Entry, Restored)>> {
+        self.restore_where(&|_| true)
+    }
+
+    /// Puts back the journaled knobs `which` selects.
+    pub fn restore_where(
+        &mut self,
+        which: &dyn Fn(&Entry) -> bool,
+    ) -> crate::Result<Vec<(Entry, Restored)>> {
         self.journal()?;
         let journal = self.journal.as_mut().expect("opened above");
-        Ok(restore_all(&self.root, journal, &mut self.handlers))
+        Ok(restore_where(
+            &self.root,
+            journal,
+            &mut self.handlers,
+            which,
+        ))
     }
 
     /// Per-cycle upkeep: pins threads that held processes created since with another

@@ -74,4 +74,12 @@ impl Host for LinuxHost {
             .restore_all()
             .map_err(|e| HostError::new("restore", e))
     }
+    fn restore_where(
+        &mut self,
+        which: &dyn Fn(&placer_core::journal::Entry) -> bool,
+    ) -> Result<Vec<(placer_core::journal::Entry, placer_core::journal::Restored)>, HostError> {
+        self.actuator
+            .restore_where(which)
+            .map_err(|e| HostError::new("restore", e))
+    }
 }

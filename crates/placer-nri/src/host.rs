@@ -97,4 +97,10 @@ impl<H: Host + ?Sized> Host for NriHost<'_, H> {
     ) -> Result<Vec<(placer_core::journal::Entry, placer_core::journal::Restored)>, HostError> {
         self.inner.restore_all()
     }
+    fn restore_where(
+        &mut self,
+        which: &dyn Fn(&placer_core::journal::Entry) -> bool,
+    ) -> Result<Vec<(placer_core::journal::Entry, placer_core::journal::Restored)>, HostError> {
+        self.inner.restore_where(which)
+    }
 }

@@ -310,6 +310,15 @@ impl placer_core::host::Host for RecordingHost {
     > {
         Ok(Vec::new())
     }
+    fn restore_where(
+        &mut self,
+        _which: &dyn Fn(&placer_core::journal::Entry) -> bool,
+    ) -> Result<
+        Vec<(placer_core::journal::Entry, placer_core::journal::Restored)>,
+        placer_core::host::HostError,
+    > {
+        Ok(Vec::new())
+    }
 }
 
 #[test]

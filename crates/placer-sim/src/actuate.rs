@@ -291,11 +291,13 @@ impl SimHost {
     /// Puts every journaled knob back, through the same paths as the restore actions.
     pub(crate) fn restore_journal(
         &mut self,
+        which: &dyn Fn(&placer_core::journal::Entry) -> bool,
     ) -> Vec<(placer_core::journal::Entry, placer_core::journal::Restored)> {
         use placer_core::journal::{Knob, Restored};
         let entries = self.journal_entries();
         entries
             .into_iter()
+            .filter(|e| which(e))
             .map(|e| {
                 let action = match &e.knob {
                     Knob::ProcAffinity {

@@ -321,6 +321,12 @@ impl Host for SimHost {
     fn restore_all(
         &mut self,
     ) -> Result<Vec<(placer_core::journal::Entry, placer_core::journal::Restored)>, HostError> {
-        Ok(self.restore_journal())
+        Ok(self.restore_journal(&|_| true))
+    }
+    fn restore_where(
+        &mut self,
+        which: &dyn Fn(&placer_core::journal::Entry) -> bool,
+    ) -> Result<Vec<(placer_core::journal::Entry, placer_core::journal::Restored)>, HostError> {
+        Ok(self.restore_journal(which))
     }
 }

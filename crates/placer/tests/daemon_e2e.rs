@@ -905,3 +905,69 @@ fn default_config_in_the_host_namespace_pins_judges_and_restores() {
     d.signal(libc::SIGTERM);
     assert!(d.wait_exit(Duration::from_secs(10)).is_some());
 }
+
+/// Issue 30, item 2: SIGHUP re-reads the config. A changed valid config is applied with the
+/// daemon running and nothing put back; a broken one is refused with the reason and the
+/// daemon runs on with the old one; switching the policy off puts its pin back.
+#[test]
+#[cfg_attr(not(placer_root), ignore = "needs root")]
+fn sighup_reloads_the_config_keeping_what_stays_valid() {
+    placer_testkit::require_root();
+    let Some(_g) = setup() else { return };
+    let net = Net::new();
+    let (rx, d, _tx, original, _started) = scenario(&net, ANY_LOAD, &[], 60.0);
+    assert!(
+        wait_for(interval() * 4, || affinity(rx.pid()) == "1").is_some(),
+        "not pinned; log:\n{}",
+        net.logs()
+    );
+    let comm = format!("plrrx{}", SEQ.load(Ordering::SeqCst));
+    let hup = |what: &str| {
+        d.signal(libc::SIGHUP);
+        wait_for(Duration::from_secs(5), || net.logs().contains(what))
+    };
+    // A valid change (another threshold): applied, the daemon runs on, the pin stays.
+    net.config(&comm, "cpu_load_threshold = 0.95\n");
+    assert!(
+        hup("SIGHUP: config").is_some() && net.logs().contains("applied; nothing else put back"),
+        "no reload logged:\n{}",
+        net.logs()
+    );
+    std::thread::sleep(interval() * 3);
+    assert_eq!(affinity(rx.pid()), "1", "a reload put the pin back");
+    assert!(!net.journal_empty());
+    // A broken config: refused with the reason, the old one kept.
+    std::fs::write(
+        net.dir.join("placer.toml"),
+        "interval = \"not a duration\"\n",
+    )
+    .unwrap();
+    assert!(
+        hup("refused, keeping the running config").is_some(),
+        "no refusal logged:\n{}",
+        net.logs()
+    );
+    std::thread::sleep(interval() * 3);
+    assert_eq!(affinity(rx.pid()), "1");
+    // net-affinity switched off: its pin is put back at once, the daemon still runs.
+    net.config(&comm, "");
+    let cfg = net.dir.join("placer.toml");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, format!("policies = []\n{text}")).unwrap();
+    assert!(
+        hup("policy net-affinity switched off").is_some(),
+        "no switch-off logged:\n{}",
+        net.logs()
+    );
+    assert!(
+        wait_for(interval() * 2, || affinity(rx.pid()) == original).is_some(),
+        "the switched-off policy's pin stays (now {}); log:\n{}",
+        affinity(rx.pid()),
+        net.logs()
+    );
+    assert!(net.journal_empty());
+    assert!(
+        Path::new(&format!("/proc/{}", d.pid())).exists(),
+        "the daemon stopped on SIGHUP"
+    );
+}

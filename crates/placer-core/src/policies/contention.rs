@@ -1599,6 +1599,13 @@ mod tests {
             {
                 Ok(Vec::new())
             }
+            fn restore_where(
+                &mut self,
+                _which: &dyn Fn(&crate::journal::Entry) -> bool,
+            ) -> Result<Vec<(crate::journal::Entry, crate::journal::Restored)>, HostError>
+            {
+                Ok(Vec::new())
+            }
         }
         let cfg = Config {
             policies: vec![

@@ -27,15 +27,28 @@ pub struct StateArgs {
 }
 
 impl StateArgs {
-    /// The config (file or default) with --state-dir applied, validated.
-    pub fn config(&self) -> Result<Config> {
+    /// The config file read: --config, else /etc/placer/placer.toml when it exists, else
+    /// none (the built-in default).
+    pub fn path(&self) -> Option<&Path> {
         let system = Path::new(SYSTEM_CONFIG);
-        let path = match &self.config {
+        match &self.config {
             Some(p) => Some(p.as_path()),
             None if !self.no_config && system.exists() => Some(system),
             None => None,
-        };
-        let mut cfg = load_config(path)?;
+        }
+    }
+
+    /// Where the config comes from, for the log: "config FILE" or "the built-in config".
+    pub fn source(&self) -> String {
+        match self.path() {
+            Some(p) => format!("config {}", p.display()),
+            None => "the built-in config".to_string(),
+        }
+    }
+
+    /// The config (file or default) with --state-dir applied, validated.
+    pub fn config(&self) -> Result<Config> {
+        let mut cfg = load_config(self.path())?;
         if let Some(d) = &self.state_dir {
             cfg.state_dir = d.display().to_string();
         }

@@ -71,6 +71,41 @@ pub fn effective_config(args: &Args) -> Result<Config> {
     Ok(cfg)
 }
 
+/// SIGHUP: reads the config again (the same file, or the built-in default, with the same
+/// command-line overrides) and applies it; a config that does not load is refused, said,
+/// and the running one kept.
+fn reload(agent: &mut Agent<LinuxHost>, args: &Args) {
+    let source = args.state.source();
+    let cfg = match effective_config(args) {
+        Ok(c) => c,
+        Err(e) => {
+            warn!("SIGHUP: {source} refused, keeping the running config: {e:#}");
+            return;
+        }
+    };
+    match agent.reload(cfg) {
+        Ok(r) => {
+            for (policy, restored) in &r.switched_off {
+                info!(
+                    "SIGHUP: policy {policy} switched off: {} of its knob(s) put back",
+                    restored.len()
+                );
+            }
+            for policy in &r.switched_on {
+                info!("SIGHUP: policy {policy} switched on");
+            }
+            if !r.needs_restart.is_empty() {
+                warn!(
+                    "SIGHUP: {} changed: kept as running until the next restart",
+                    r.needs_restart.join(", ")
+                );
+            }
+            info!("SIGHUP: {source} applied; nothing else put back");
+        }
+        Err(e) => warn!("SIGHUP: applying {source}: {e}"),
+    }
+}
+
 /// One cycle as printed by --dry-run/--once --json.
 #[derive(Serialize)]
 struct PrintedCycle<'a> {
@@ -154,13 +189,18 @@ pub fn run(args: Args) -> Result<()> {
             socket: args.nri_socket.clone(),
             index: args.nri_index,
         }),
+        config_source: args.state.source(),
     };
     let mut agent = Agent::start(host, cfg, opts)?;
     signals::install().context("installing signal handlers")?;
+    signals::install_reload().context("installing the SIGHUP handler")?;
     let ended = agent.run(
-        |r| {
+        |agent, r| {
             if (dry_run || once) && !r.warming_up {
                 print_cycle(r, dry_run, args.json);
+            }
+            if signals::take_reload() {
+                reload(agent, &args);
             }
         },
         |deadline| {

@@ -718,4 +718,45 @@ mod tests {
         assert!(matches!(res[0].1, Restored::Gone(_)), "{:?}", res[0].1);
         assert!(Journal::load(&root.state()).expect("j").is_empty());
     }
+    /// Issue 36: the RPS restorer itself (whatever the journal says) refuses a device name
+    /// with `..` or `/`, a symbolic link as the knob file, and a `previous` that is not a
+    /// mask; nothing is written.
+    #[test]
+    fn crafted_rps_entries_write_nothing() {
+        let r = TempRoot::new("rps-crafted");
+        let outside = r.file("outside/queues/rx-0/rps_cpus", "1\n");
+        let f = r.file("sys/class/net/eth0/queues/rx-0/rps_cpus", "1\n");
+        let target = r.file("target", "1\n");
+        std::fs::create_dir_all(r.0.join("sys/class/net/evil/queues/rx-0")).unwrap();
+        std::os::unix::fs::symlink(&target, r.0.join("sys/class/net/evil/queues/rx-0/rps_cpus"))
+            .unwrap();
+        let entry = |dev: &str, previous: &str| Entry {
+            knob: Knob::Rps {
+                dev: dev.into(),
+                queue: "rx-0".into(),
+            },
+            previous: previous.into(),
+            applied: "1".into(),
+            label: String::new(),
+            since_unix_s: 0,
+            thread_previous: Default::default(),
+        };
+        let mut h = RpsHandler;
+        for e in [
+            entry("../../../outside", "3"),
+            entry("eth0/../../../../outside", "3"),
+            entry("evil", "3"),
+            entry("eth0", "hello world"),
+            entry("eth0", "3\nanything"),
+        ] {
+            let got = crate::knob::KnobHandler::restore(&mut h, &r.0, &e);
+            assert!(!got.settled(), "{e:?}: {got:?}");
+        }
+        for p in [&outside, &f, &target] {
+            assert_eq!(read(p), "1", "{} written", p.display());
+        }
+        let ok = crate::knob::KnobHandler::restore(&mut h, &r.0, &entry("eth0", "3"));
+        assert_eq!(ok, Restored::Restored);
+        assert_eq!(read(&f), "3");
+    }
 }

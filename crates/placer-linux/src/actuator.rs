@@ -759,4 +759,61 @@ mod tests {
         assert_eq!(ok, Restored::Restored);
         assert_eq!(read(&f), "3");
     }
+    /// Issue 36: a thread that sets its own affinity after placer pinned its process is a
+    /// lease break for that thread: a later pin (the policy repeating its plan), the
+    /// per-cycle upkeep and the restore all leave its mask as it set it.
+    #[test]
+    #[cfg_attr(not(placer_root), ignore = "needs root")]
+    fn a_thread_that_pins_itself_late_keeps_its_mask() {
+        placer_testkit::require_root();
+        let Some(all) = can_pin() else {
+            placer_testkit::skip("needs 2 allowed CPUs");
+            return;
+        };
+        let (first, last) = (all.iter().next().expect("cpu"), all.last().expect("cpu"));
+        let Some(kid) = spawn_threads(4) else {
+            placer_testkit::skip("python3 not available");
+            return;
+        };
+        let pid = kid.0.id();
+        let k = ProcKey {
+            pid,
+            start_time_ticks: start_time_ticks(Path::new("/"), pid).expect("start"),
+        };
+        let root = TempRoot::new("latepin");
+        let mut a = Actuator::new(Path::new("/"), &root.state());
+        let pin = |a: &mut Actuator| {
+            a.apply(
+                &plan(vec![Action::PinProcess {
+                    proc: k,
+                    comm: "py".into(),
+                    cpus: CpuSet::single(last),
+                }]),
+                false,
+            )[0]
+            .outcome
+            .clone()
+        };
+        assert_eq!(pin(&mut a), Outcome::Done);
+        let own = *task_ids(Path::new("/"), pid)
+            .expect("tasks")
+            .iter()
+            .find(|&&t| t != pid)
+            .expect("a thread");
+        set_affinity(own, &CpuSet::single(first)).expect("the thread pins itself");
+        let again = pin(&mut a);
+        assert!(matches!(again, Outcome::Skipped(_)), "{again:?}");
+        a.maintain();
+        assert_eq!(get_affinity(own).expect("aff"), CpuSet::single(first));
+        let res = a.restore_all().expect("restore");
+        assert!(res.iter().all(|(_, r)| r.settled()), "{res:?}");
+        for tid in task_ids(Path::new("/"), pid).expect("tasks") {
+            let want = if tid == own {
+                CpuSet::single(first)
+            } else {
+                all.clone()
+            };
+            assert_eq!(get_affinity(tid).expect("aff"), want, "thread {tid}");
+        }
+    }
 }

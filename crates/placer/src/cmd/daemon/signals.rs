@@ -1,7 +1,13 @@
-//! Every common terminating signal (SIGTERM, SIGINT, SIGQUIT, SIGHUP, SIGUSR1, SIGUSR2,
-//! SIGALRM) sets a flag the loop polls; the loop then restores every knob and exits. Their
-//! default action would kill the daemon with its knobs changed. SIGHUP restores and exits
-//! too (no reload: a restarted unit reads the config again).
+//! Every catchable signal whose default action ends the process (SIGTERM, SIGINT, SIGQUIT,
+//! SIGHUP, SIGUSR1, SIGUSR2, SIGALRM; SIGXCPU and SIGXFSZ, which the kernel sends under
+//! `LimitCPU=`/`LimitFSIZE=`; SIGVTALRM, SIGPROF, SIGPWR, SIGIO, SIGSTKFLT, SIGSYS, SIGTRAP
+//! and every real-time signal) sets a flag the loop polls; the loop then restores every knob
+//! and exits. Their default action would kill the daemon with its knobs changed. SIGHUP
+//! restores and exits too (no reload: a restarted unit reads the config again). Not here:
+//! SIGKILL and SIGSTOP (cannot be caught; the next start restores), the faults (SIGSEGV,
+//! SIGBUS, SIGILL, SIGFPE, SIGABRT: returning from their handler re-runs the fault), and
+//! SIGPIPE (ignored by Rust's runtime). The handlers are installed before anything is
+//! touched, the start-up restore included.
 
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
@@ -14,8 +20,9 @@ extern "C" fn on_signal(sig: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
 }
 
-/// The signals that stop the daemon (after restoring), with their names.
-pub const STOP_SIGNALS: [(libc::c_int, &str); 7] = [
+/// The signals that stop the daemon (after restoring), with their names; and every
+/// real-time signal ([`stop_signals`]).
+pub const STOP_SIGNALS: [(libc::c_int, &str); 16] = [
     (libc::SIGTERM, "SIGTERM"),
     (libc::SIGINT, "SIGINT"),
     (libc::SIGQUIT, "SIGQUIT"),
@@ -23,12 +30,29 @@ pub const STOP_SIGNALS: [(libc::c_int, &str); 7] = [
     (libc::SIGUSR1, "SIGUSR1"),
     (libc::SIGUSR2, "SIGUSR2"),
     (libc::SIGALRM, "SIGALRM"),
+    (libc::SIGXCPU, "SIGXCPU"),
+    (libc::SIGXFSZ, "SIGXFSZ"),
+    (libc::SIGVTALRM, "SIGVTALRM"),
+    (libc::SIGPROF, "SIGPROF"),
+    (libc::SIGPWR, "SIGPWR"),
+    (libc::SIGIO, "SIGIO"),
+    (libc::SIGSTKFLT, "SIGSTKFLT"),
+    (libc::SIGSYS, "SIGSYS"),
+    (libc::SIGTRAP, "SIGTRAP"),
 ];
 
-/// Installs the handler for every signal of [`STOP_SIGNALS`].
+/// Every signal that stops the daemon: [`STOP_SIGNALS`] and SIGRTMIN..=SIGRTMAX.
+pub fn stop_signals() -> Vec<libc::c_int> {
+    STOP_SIGNALS
+        .iter()
+        .map(|s| s.0)
+        .chain(libc::SIGRTMIN()..=libc::SIGRTMAX())
+        .collect()
+}
+
+/// Installs the handler for every signal of [`stop_signals`].
 pub fn install() -> std::io::Result<()> {
-    let sigs: Vec<libc::c_int> = STOP_SIGNALS.iter().map(|s| s.0).collect();
-    placer_linux::sys::set_signal_handler(&sigs, on_signal)
+    placer_linux::sys::set_signal_handler(&stop_signals(), on_signal)
 }
 
 pub fn stop_requested() -> bool {
@@ -36,9 +60,22 @@ pub fn stop_requested() -> bool {
 }
 
 /// Name of the signal that asked to stop, if any.
-pub fn which() -> Option<&'static str> {
-    let sig = SIGNAL.load(Ordering::SeqCst);
-    STOP_SIGNALS.iter().find(|s| s.0 == sig).map(|s| s.1)
+pub fn which() -> Option<String> {
+    name(SIGNAL.load(Ordering::SeqCst))
+}
+
+/// A stop signal's name (`SIGRTMIN+3` for a real-time one).
+pub fn name(sig: libc::c_int) -> Option<String> {
+    if let Some(s) = STOP_SIGNALS.iter().find(|s| s.0 == sig) {
+        return Some(s.1.to_string());
+    }
+    let (min, max) = (libc::SIGRTMIN(), libc::SIGRTMAX());
+    match sig {
+        s if s == min => Some("SIGRTMIN".into()),
+        s if s == max => Some("SIGRTMAX".into()),
+        s if s > min && s < max => Some(format!("SIGRTMIN+{}", s - min)),
+        _ => None,
+    }
 }
 
 /// Sleeps until `deadline` or a stop request, whichever comes first. A stop signal cuts the

@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# Fault injection (issue 17): crash and signal trials against a real daemon holding a
+# Fault injection (issues 17, 36): crash and signal trials against a real daemon holding a
 # 1,000-thread process pinned, then `placer restore`; checks that every thread got its
 # affinity back. TRIALS of each kind: SIGTERM then SIGKILL 0-30 ms later (a restore cut
-# short), SIGKILL at a random moment, and a terminating signal (HUP, USR1, USR2, ALRM, QUIT,
-# INT, TERM in turn). Prints "N trials, K knobs left changed" and fails when K > 0.
+# short), SIGKILL at a random moment, a terminating signal (USR1, USR2, ALRM, QUIT,
+# INT, TERM, XCPU, XFSZ, VTALRM, PROF, PWR, IO, STKFLT, SYS, TRAP, RTMIN, RTMAX in turn;
+# the daemon alone must restore, before `placer restore`), SIGTERM to the next daemon
+# while it restores what a SIGKILLed one left (the daemon alone must restore), and a
+# planted journal entry (an RPS device name with `..` reaching a file outside /sys, a
+# non-mask value) that `placer restore` must refuse without writing.
+# Prints "N tried, M failed" (", nothing lost" when M = 0) and fails when M > 0.
 # Usage: scripts/faults.sh [TRIALS]   (root; PLACER_BIN=path skips the build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -65,10 +70,27 @@ threads_not_back() {
     /proc/"$victim"/task/*/status 2>/dev/null
 }
 
-signals=(HUP USR1 USR2 ALRM QUIT INT TERM)
+signals=(USR1 USR2 ALRM QUIT INT TERM XCPU XFSZ VTALRM PROF PWR IO STKFLT SYS TRAP RTMIN RTMAX)
+kinds=5
 left=0
-total=$((trials * 3))
+total=$((trials * kinds))
+# The file a planted `..` device name reaches from /sys/class/net.
+mkdir -p "$work/outside/queues/rx-0"
+planted_dev="../../..$work/outside"
 for i in $(seq "$total"); do
+  if [ $((i % kinds)) = 4 ]; then
+    echo 1 >"$work/outside/queues/rx-0/rps_cpus"
+    mkdir -p "$work/state" && chmod 700 "$work/state"
+    printf '{"version":1,"entries":[{"knob":"rps","dev":"%s","queue":"rx-0","previous":"written by a planted journal","applied":"1"},{"knob":"rps","dev":"lo","queue":"rx-0","previous":"0\\nmore","applied":"1"}]}' \
+      "$planted_dev" >"$work/state/journal.json"
+    "$bin" restore --no-config --state-dir "$work/state" >>"$work/restore.log" 2>&1 || true
+    if [ "$(cat "$work/outside/queues/rx-0/rps_cpus")" != 1 ]; then
+      left=$((left + 1))
+      echo "trial $i (planted journal): a file outside /sys was written" >&2
+    fi
+    rm -f "$work/state/journal.json"
+    continue
+  fi
   "$bin" daemon --config "$work/c.toml" --state-dir "$work/state" 2>>"$work/daemon.log" &
   daemon=$!
   # Wait until the victim is pinned (every thread: the daemon walks them all).
@@ -76,7 +98,7 @@ for i in $(seq "$total"); do
     [ "$(threads_not_back)" -ge 1000 ] && break
     sleep 0.05
   done
-  case $((i % 3)) in
+  case $((i % kinds)) in
     0)
       kill -TERM "$daemon"
       sleep "0.0$((RANDOM % 3))$((RANDOM % 10))"
@@ -89,13 +111,36 @@ for i in $(seq "$total"); do
       what="SIGKILL"
       ;;
     2)
-      sig=${signals[$(((i / 3) % ${#signals[@]}))]}
+      sig=${signals[$(((i / kinds) % ${#signals[@]}))]}
       kill -"$sig" "$daemon"
       what="SIG$sig"
+      ;;
+    3)
+      # A crash leaves the journal; the next daemon is stopped while it restores it.
+      kill -KILL "$daemon"
+      wait "$daemon" 2>/dev/null || true
+      "$bin" daemon --config "$work/c.toml" --state-dir "$work/state" 2>>"$work/daemon.log" &
+      daemon=$!
+      for _ in $(seq 2000); do
+        [ "$(cat "$work/state/daemon.lock" 2>/dev/null)" = "$daemon" ] && break
+        sleep 0.001
+      done
+      kill -TERM "$daemon"
+      what="SIGTERM during the start-up restore"
       ;;
   esac
   wait "$daemon" 2>/dev/null || true
   daemon=""
+  if [ $((i % kinds)) -ge 2 ]; then
+    # A signal the daemon catches: it must have restored on its own.
+    n=$(threads_not_back)
+    if [ "$n" -ne 0 ]; then
+      left=$((left + 1))
+      echo "trial $i ($what): $n thread(s) left pinned by the daemon itself" >&2
+      "$bin" restore --no-config --state-dir "$work/state" >>"$work/restore.log" 2>&1 || true
+      continue
+    fi
+  fi
   "$bin" restore --no-config --state-dir "$work/state" >>"$work/restore.log" 2>&1 || true
   n=$(threads_not_back)
   if [ "$n" -ne 0 ]; then
@@ -103,5 +148,9 @@ for i in $(seq "$total"); do
     echo "trial $i ($what): $n thread(s) left pinned" >&2
   fi
 done
-echo "$total trials, $left knobs left changed"
+if [ "$left" -eq 0 ]; then
+  echo "$total tried, 0 failed, nothing lost"
+else
+  echo "$total tried, $left failed"
+fi
 [ "$left" -eq 0 ]

@@ -432,7 +432,9 @@ impl<H: Host> Agent<H> {
         let res = self.host.restore_all()?;
         log_restores("stop", &res);
         if let Some((_, dir)) = &self.sinks.decisions {
-            let _ = std::fs::remove_file(dir.join(state::DECISIONS_FILE));
+            if let Ok(d) = placer_linux::state_dir::StateDir::open(dir) {
+                let _ = d.remove(state::DECISIONS_FILE);
+            }
         }
         let failed = res
             .iter()

@@ -261,38 +261,77 @@ fn escape(v: &str) -> String {
 /// few hundred; an endless line must not grow the daemon.
 pub const MAX_REQUEST_BYTES: u64 = 8 * 1024;
 /// Connections answered at once; more are closed at once. A slow client holds one slot.
-pub const MAX_CONNECTIONS: usize = 8;
+pub const MAX_CONNECTIONS: usize = 16;
+/// Connections one peer address may hold at once, so that one client (a local user, a pod)
+/// cannot take every slot from the scraper.
+pub const MAX_CONNECTIONS_PER_PEER: usize = 4;
 /// The time a client has to send its whole request (not per read: a client trickling a
-/// byte at a time is cut off here).
-pub const REQUEST_DEADLINE: Duration = Duration::from_secs(3);
+/// byte at a time is cut off here). A scraper sends its few hundred bytes at once.
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(1);
+
+/// Connections held, in all and per peer address.
+#[derive(Default)]
+struct Slots {
+    total: usize,
+    per_peer: std::collections::HashMap<std::net::IpAddr, usize>,
+}
+
+impl Slots {
+    /// Takes a slot for `peer`, unless the server or the peer is at its limit.
+    fn take(&mut self, peer: std::net::IpAddr) -> bool {
+        let n = self.per_peer.entry(peer).or_default();
+        if self.total >= MAX_CONNECTIONS || *n >= MAX_CONNECTIONS_PER_PEER {
+            return false;
+        }
+        *n += 1;
+        self.total += 1;
+        true
+    }
+
+    /// The slots under their lock (a panicked holder poisons nothing that matters here).
+    fn of(s: &std::sync::Mutex<Slots>) -> std::sync::MutexGuard<'_, Slots> {
+        s.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn give_back(&mut self, peer: std::net::IpAddr) {
+        if let Some(n) = self.per_peer.get_mut(&peer) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_peer.remove(&peer);
+            }
+        }
+        self.total = self.total.saturating_sub(1);
+    }
+}
 
 /// Binds `listen` and serves `metrics` from a background thread, one short-lived thread
-/// per connection (at most [`MAX_CONNECTIONS`]). Returns the bound address (useful with
-/// port 0).
+/// per connection (at most [`MAX_CONNECTIONS`], [`MAX_CONNECTIONS_PER_PEER`] from one
+/// address). Returns the bound address (useful with port 0).
 pub fn serve(listen: &str, metrics: Metrics) -> std::io::Result<SocketAddr> {
     let l = TcpListener::bind(listen)?;
     let addr = l.local_addr()?;
-    let active = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let slots = std::sync::Arc::new(std::sync::Mutex::new(Slots::default()));
     std::thread::Builder::new()
         .name("placer-metrics".into())
         .spawn(move || {
-            use std::sync::atomic::Ordering;
             for conn in l.incoming().flatten() {
-                if active.load(Ordering::SeqCst) >= MAX_CONNECTIONS {
+                let Ok(peer) = conn.peer_addr().map(|a| a.ip()) else {
+                    continue;
+                };
+                if !Slots::of(&slots).take(peer) {
                     // Busy: close at once rather than queue behind slow clients.
                     drop(conn);
                     continue;
                 }
-                active.fetch_add(1, Ordering::SeqCst);
-                let (m, a) = (metrics.clone(), active.clone());
+                let (m, s) = (metrics.clone(), slots.clone());
                 let spawned = std::thread::Builder::new()
                     .name("placer-metrics-conn".into())
                     .spawn(move || {
                         let _ = answer(conn, &m);
-                        a.fetch_sub(1, Ordering::SeqCst);
+                        Slots::of(&s).give_back(peer);
                     });
                 if spawned.is_err() {
-                    active.fetch_sub(1, Ordering::SeqCst);
+                    Slots::of(&slots).give_back(peer);
                 }
             }
         })?;

@@ -22,13 +22,15 @@ pub struct StateLock {
 
 /// Who holds the lock, if anyone.
 pub fn lock_holder(state_dir: &Path) -> Option<u32> {
-    let path = state_dir.join(LOCK_FILE);
-    let f = placer_linux::state_dir::open_private(&path).ok()?;
+    // Opened, never created: asking must not change the directory (nor one that fails
+    // the checks).
+    let dir = placer_linux::state_dir::StateDir::open(state_dir).ok()?;
+    let f = dir.open_existing(LOCK_FILE).ok()??;
     if sys::try_flock(&f, sys::Lock::Shared).unwrap_or(false) {
         let _ = sys::unflock(&f);
         return None;
     }
-    placer_linux::state_dir::read_private(&path)
+    dir.read(LOCK_FILE)
         .ok()
         .and_then(|t| t.trim().parse().ok())
         .or(Some(0))
@@ -36,13 +38,13 @@ pub fn lock_holder(state_dir: &Path) -> Option<u32> {
 
 impl StateLock {
     pub fn acquire(state_dir: &Path) -> Result<StateLock> {
-        placer_linux::state_dir::prepare(state_dir)?;
+        let dir = placer_linux::state_dir::StateDir::prepare(state_dir)?;
         let path = state_dir.join(LOCK_FILE);
-        let mut file = placer_linux::state_dir::open_private(&path)?;
+        let mut file = dir.open_file(LOCK_FILE)?;
         if !sys::try_flock(&file, sys::Lock::Exclusive)
             .map_err(|e| AgentError::io(format!("locking {}", path.display()), e))?
         {
-            let holder = placer_linux::state_dir::read_private(&path).unwrap_or_default();
+            let holder = dir.read(LOCK_FILE).unwrap_or_default();
             return Err(AgentError::Locked {
                 holder: holder.trim().to_string(),
                 state_dir: state_dir.to_path_buf(),
@@ -211,20 +213,14 @@ impl Decisions {
     /// and only informative, unlike the journal.
     pub fn write(&self, state_dir: &Path) -> Result<()> {
         let text = serde_json::to_string(self)?;
-        let path = state_dir.join(DECISIONS_FILE);
-        let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-        let _ = std::fs::remove_file(&tmp);
-        let mut f = placer_linux::state_dir::create_new_private(&tmp)?;
-        use std::io::Write;
-        f.write_all(text.as_bytes())
-            .map_err(|e| AgentError::io(format!("writing {}", tmp.display()), e))?;
-        std::fs::rename(&tmp, &path)
-            .map_err(|e| AgentError::io(format!("renaming to {}", path.display()), e))?;
+        placer_linux::state_dir::StateDir::open(state_dir)?
+            .write_replace(DECISIONS_FILE, text.as_bytes())?;
         Ok(())
     }
 
     pub fn read(state_dir: &Path) -> Option<Decisions> {
-        let text = placer_linux::state_dir::read_private(&state_dir.join(DECISIONS_FILE)).ok()?;
+        let dir = placer_linux::state_dir::StateDir::open(state_dir).ok()?;
+        let text = dir.read(DECISIONS_FILE).ok()?;
         serde_json::from_str(&text).ok()
     }
 

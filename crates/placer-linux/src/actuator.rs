@@ -747,4 +747,102 @@ mod tests {
         assert!(matches!(res[0].1, Restored::Gone(_)), "{:?}", res[0].1);
         assert!(Journal::load(&root.state()).expect("j").is_empty());
     }
+    /// Issue 36: the RPS restorer itself (whatever the journal says) refuses a device name
+    /// with `..` or `/`, a symbolic link as the knob file, and a `previous` that is not a
+    /// mask; nothing is written.
+    #[test]
+    fn crafted_rps_entries_write_nothing() {
+        let r = TempRoot::new("rps-crafted");
+        let outside = r.file("outside/queues/rx-0/rps_cpus", "1\n");
+        let f = r.file("sys/class/net/eth0/queues/rx-0/rps_cpus", "1\n");
+        let target = r.file("target", "1\n");
+        std::fs::create_dir_all(r.0.join("sys/class/net/evil/queues/rx-0")).unwrap();
+        std::os::unix::fs::symlink(&target, r.0.join("sys/class/net/evil/queues/rx-0/rps_cpus"))
+            .unwrap();
+        let entry = |dev: &str, previous: &str| Entry {
+            knob: Knob::Rps {
+                dev: dev.into(),
+                queue: "rx-0".into(),
+            },
+            previous: previous.into(),
+            applied: "1".into(),
+            label: String::new(),
+            since_unix_s: 0,
+            thread_previous: Default::default(),
+        };
+        let mut h = RpsHandler;
+        for e in [
+            entry("../../../outside", "3"),
+            entry("eth0/../../../../outside", "3"),
+            entry("evil", "3"),
+            entry("eth0", "hello world"),
+            entry("eth0", "3\nanything"),
+        ] {
+            let got = crate::knob::KnobHandler::restore(&mut h, &r.0, &e);
+            assert!(!got.settled(), "{e:?}: {got:?}");
+        }
+        for p in [&outside, &f, &target] {
+            assert_eq!(read(p), "1", "{} written", p.display());
+        }
+        let ok = crate::knob::KnobHandler::restore(&mut h, &r.0, &entry("eth0", "3"));
+        assert_eq!(ok, Restored::Restored);
+        assert_eq!(read(&f), "3");
+    }
+    /// Issue 36: a thread that sets its own affinity after placer pinned its process is a
+    /// lease break for that thread: a later pin (the policy repeating its plan), the
+    /// per-cycle upkeep and the restore all leave its mask as it set it.
+    #[test]
+    #[cfg_attr(not(placer_root), ignore = "needs root")]
+    fn a_thread_that_pins_itself_late_keeps_its_mask() {
+        placer_testkit::require_root();
+        let Some(all) = can_pin() else {
+            placer_testkit::skip("needs 2 allowed CPUs");
+            return;
+        };
+        let (first, last) = (all.iter().next().expect("cpu"), all.last().expect("cpu"));
+        let Some(kid) = spawn_threads(4) else {
+            placer_testkit::skip("python3 not available");
+            return;
+        };
+        let pid = kid.0.id();
+        let k = ProcKey {
+            pid,
+            start_time_ticks: start_time_ticks(Path::new("/"), pid).expect("start"),
+        };
+        let root = TempRoot::new("latepin");
+        let mut a = Actuator::new(Path::new("/"), &root.state());
+        let pin = |a: &mut Actuator| {
+            a.apply(
+                &plan(vec![Action::PinProcess {
+                    proc: k,
+                    comm: "py".into(),
+                    cpus: CpuSet::single(last),
+                }]),
+                false,
+            )[0]
+            .outcome
+            .clone()
+        };
+        assert_eq!(pin(&mut a), Outcome::Done);
+        let own = *task_ids(Path::new("/"), pid)
+            .expect("tasks")
+            .iter()
+            .find(|&&t| t != pid)
+            .expect("a thread");
+        set_affinity(own, &CpuSet::single(first)).expect("the thread pins itself");
+        let again = pin(&mut a);
+        assert!(matches!(again, Outcome::Skipped(_)), "{again:?}");
+        a.maintain();
+        assert_eq!(get_affinity(own).expect("aff"), CpuSet::single(first));
+        let res = a.restore_all().expect("restore");
+        assert!(res.iter().all(|(_, r)| r.settled()), "{res:?}");
+        for tid in task_ids(Path::new("/"), pid).expect("tasks") {
+            let want = if tid == own {
+                CpuSet::single(first)
+            } else {
+                all.clone()
+            };
+            assert_eq!(get_affinity(tid).expect("aff"), want, "thread {tid}");
+        }
+    }
 }

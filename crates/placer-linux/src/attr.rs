@@ -3,6 +3,7 @@
 //! fixture tree, a FIFO) from making us read without end.
 
 use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 /// Most bytes read from one attribute file.
@@ -10,13 +11,28 @@ pub const MAX_ATTR_BYTES: u64 = 64 << 10;
 
 /// The file's text, trimmed; None when it cannot be read (absent, vanished, not text).
 pub fn read(path: &Path) -> Option<String> {
+    read_capped(path, MAX_ATTR_BYTES)
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// The file's text, at most `max_bytes` (more is an `InvalidData` error, not a truncated
+/// text), opened without blocking (a FIFO under a root we do not trust must not hang us).
+pub fn read_capped(path: &Path, max_bytes: u64) -> std::io::Result<String> {
     let mut s = String::new();
-    std::fs::File::open(path)
-        .ok()?
-        .take(MAX_ATTR_BYTES)
-        .read_to_string(&mut s)
-        .ok()?;
-    Some(s.trim().to_string())
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?
+        .take(max_bytes + 1)
+        .read_to_string(&mut s)?;
+    if s.len() as u64 > max_bytes {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{}: larger than {max_bytes} bytes", path.display()),
+        ));
+    }
+    Ok(s)
 }
 
 /// The file's one decimal number.
@@ -39,6 +55,9 @@ mod tests {
         assert_eq!(read_u64(&p), None);
         assert_eq!(read(&dir.path().join("missing")), None);
         std::fs::write(&p, "7".repeat(MAX_ATTR_BYTES as usize + 10)).unwrap();
+        // Over the bound: refused, not cut to a wrong number.
+        assert_eq!(read(&p), None);
+        std::fs::write(&p, "7".repeat(MAX_ATTR_BYTES as usize)).unwrap();
         assert_eq!(read(&p).unwrap().len() as u64, MAX_ATTR_BYTES);
     }
 }

@@ -47,10 +47,9 @@ impl EnergySource {
                 continue;
             }
             let e = path.join("energy_uj");
-            match fs::read_to_string(&e) {
+            match crate::attr::read_capped(&e, crate::attr::MAX_ATTR_BYTES) {
                 Ok(t) if parse_u64(&t).is_some() => {
-                    let range = fs::read_to_string(path.join("max_energy_range_uj"))
-                        .ok()
+                    let range = crate::attr::read(&path.join("max_energy_range_uj"))
                         .and_then(|t| parse_u64(&t));
                     src.rapl.push((name, e, range));
                 }
@@ -84,16 +83,13 @@ impl EnergySource {
         };
         let hw = root.join("sys/class/hwmon");
         for (hname, hpath) in sorted_dir(&hw) {
-            let label = fs::read_to_string(hpath.join("name"))
-                .map(|s| s.trim().to_string())
-                .unwrap_or_default();
+            let label = crate::attr::read(&hpath.join("name")).unwrap_or_default();
             for (fname, fpath) in sorted_dir(&hpath) {
                 if let Some(k) = fname
                     .strip_prefix("power")
                     .and_then(|s| s.strip_suffix("_input"))
                 {
-                    if fs::read_to_string(&fpath)
-                        .ok()
+                    if crate::attr::read(&fpath)
                         .and_then(|t| parse_u64(&t))
                         .is_some()
                     {
@@ -118,7 +114,7 @@ impl EnergySource {
         self.rapl
             .iter()
             .filter_map(|(domain, path, range)| {
-                let v = parse_u64(&fs::read_to_string(path).ok()?)?;
+                let v = parse_u64(&crate::attr::read(path)?)?;
                 Some(EnergyCounter {
                     domain: domain.clone(),
                     energy_uj: v,
@@ -134,7 +130,7 @@ impl EnergySource {
             .filter_map(|(sensor, path)| {
                 Some(PowerReading {
                     sensor: sensor.clone(),
-                    power_uw: parse_u64(&fs::read_to_string(path).ok()?)?,
+                    power_uw: parse_u64(&crate::attr::read(path)?)?,
                 })
             })
             .collect()

@@ -17,8 +17,8 @@
 //! (a CPU list, a hex mask, kHz, a governor name, JSON for a qdisc setup).
 
 use crate::error::{LinuxError, Result};
+use crate::state_dir::StateDir;
 use serde::{Deserialize, Serialize};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 pub const JOURNAL_FILE: &str = "journal.json";
@@ -26,17 +26,16 @@ pub const JOURNAL_VERSION: u32 = 1;
 
 pub use placer_core::journal::{Entry, Knob};
 
-#[derive(Debug, Serialize, Deserialize)]
-struct File {
-    version: u32,
-    entries: Vec<Entry>,
-}
-
 /// The journal in memory, mirrored durably to its file on every change.
 #[derive(Debug)]
 pub struct Journal {
     path: PathBuf,
+    /// The checked state dir (None: read-only and the directory does not exist).
+    dir: Option<std::sync::Arc<StateDir>>,
     entries: Vec<Entry>,
+    /// Entries that failed validation on read: kept (written back as read) for a person
+    /// to inspect, never acted on.
+    refused: Vec<Refused>,
     read_only: bool,
 }
 
@@ -49,44 +48,53 @@ fn unix_now_s() -> u64 {
 impl Journal {
     /// Opens (creating the state directory if needed) the journal for writing.
     pub fn open(state_dir: &Path) -> Result<Journal> {
-        crate::state_dir::prepare(state_dir)?;
-        crate::state_dir::remove_stale_temporaries(state_dir);
-        let mut j = Journal::load(state_dir)?;
+        let dir = std::sync::Arc::new(StateDir::prepare(state_dir)?);
+        Journal::open_in(dir)
+    }
+
+    /// Opens the journal of an already checked state dir for writing.
+    pub fn open_in(dir: std::sync::Arc<StateDir>) -> Result<Journal> {
+        dir.remove_stale_temporaries();
+        let mut j = Journal::read_in(dir)?;
         j.read_only = false;
         Ok(j)
     }
 
     /// Reads the journal without the right to change it (dry runs, `explain`). A missing
-    /// file is an empty journal.
+    /// directory or file is an empty journal; a directory that fails the checks is an error
+    /// (a journal is trusted only in a state dir no one else could have written).
     pub fn load(state_dir: &Path) -> Result<Journal> {
-        let path = state_dir.join(JOURNAL_FILE);
-        // A journal is trusted only in a state dir no one else could have written.
-        if std::fs::symlink_metadata(state_dir).is_ok() {
-            crate::state_dir::check(state_dir)?;
+        if std::fs::symlink_metadata(state_dir).is_err() {
+            return Ok(Journal {
+                path: state_dir.join(JOURNAL_FILE),
+                dir: None,
+                entries: Vec::new(),
+                refused: Vec::new(),
+                read_only: true,
+            });
         }
-        let entries = match crate::state_dir::read_private(&path) {
-            Ok(text) => {
-                let f: File =
-                    serde_json::from_str(&text).map_err(|e| LinuxError::parse(&path, e))?;
-                if f.version != JOURNAL_VERSION {
-                    return Err(LinuxError::parse(
-                        &path,
-                        format!(
-                            "journal version {} (this placer reads {JOURNAL_VERSION})",
-                            f.version
-                        ),
-                    ));
-                }
-                f.entries
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Journal::read_in(std::sync::Arc::new(StateDir::open(state_dir)?))
+    }
+
+    fn read_in(dir: std::sync::Arc<StateDir>) -> Result<Journal> {
+        let path = dir.display(JOURNAL_FILE);
+        let (entries, refused) = match dir.read(JOURNAL_FILE) {
+            Ok(text) => parse_file(&path, &text)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (Vec::new(), Vec::new()),
             Err(e) => return Err(LinuxError::io(&path, e)),
         };
         Ok(Journal {
             path,
+            dir: Some(dir),
             entries,
+            refused,
             read_only: true,
         })
+    }
+
+    /// Entries refused on read (position in the file, why), never acted on.
+    pub fn refused(&self) -> &[Refused] {
+        &self.refused
     }
 
     pub fn path(&self) -> &Path {
@@ -128,6 +136,7 @@ impl Journal {
         label: &str,
         threads: &std::collections::BTreeMap<u32, String>,
     ) -> Result<bool> {
+        let before = self.entries.clone();
         let new = match self.entries.iter_mut().find(|e| e.knob == knob) {
             Some(e) => {
                 e.applied = applied.to_string();
@@ -148,7 +157,12 @@ impl Journal {
                 true
             }
         };
-        self.save()?;
+        // A record that did not reach the disk must not stay in memory: the caller does not
+        // change the knob, and the next cycle records it again from the start.
+        if let Err(e) = self.save() {
+            self.entries = before;
+            return Err(e);
+        }
         Ok(new)
     }
 
@@ -212,45 +226,181 @@ impl Journal {
         Ok(())
     }
 
-    /// Writes the whole journal atomically and durably.
+    /// Writes the whole journal atomically and durably, refused entries included as read.
     fn save(&self) -> Result<()> {
-        if self.read_only {
+        let (false, Some(dir)) = (self.read_only, self.dir.as_ref()) else {
             return Err(LinuxError::Other(format!(
                 "{}: journal opened read-only",
                 self.path.display()
             )));
+        };
+        #[derive(Serialize)]
+        #[serde(untagged)]
+        enum Out<'a> {
+            Entry(&'a Entry),
+            Refused(&'a serde_json::Value),
         }
-        let file = File {
+        #[derive(Serialize)]
+        struct FileOut<'a> {
+            version: u32,
+            entries: Vec<Out<'a>>,
+        }
+        let file = FileOut {
             version: JOURNAL_VERSION,
-            entries: self.entries.clone(),
+            entries: (self.entries.iter().map(Out::Entry))
+                .chain(self.refused.iter().map(|r| Out::Refused(&r.raw)))
+                .collect(),
         };
         let text = serde_json::to_string_pretty(&file)
             .map_err(|e| LinuxError::Other(format!("serializing the journal: {e}")))?;
-        write_durably(&self.path, text.as_bytes())
+        dir.write_durably(JOURNAL_FILE, text.as_bytes())
     }
 }
 
-/// Writes `bytes` to `path` via a temporary file, fsync and rename, then fsyncs the
-/// directory so the rename itself survives a crash.
-pub fn write_durably(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-    let io = |p: &Path| {
-        let p = p.to_path_buf();
-        move |e| LinuxError::io(p, e)
+/// A journal entry refused on read.
+#[derive(Debug, Clone)]
+pub struct Refused {
+    /// Its position in the file's `entries` (from 0).
+    pub index: usize,
+    pub why: String,
+    raw: serde_json::Value,
+}
+
+/// The largest CPU number a journaled value may name (the kernel's NR_CPUS is at most 8192).
+const MAX_CPU: u32 = 8191;
+
+/// A network device name as the kernel allows it (`dev_valid_name`): 1-15 bytes, not `.` or
+/// `..`, no `/`, `:` or whitespace.
+pub fn valid_dev_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() < 16
+        && name != "."
+        && name != ".."
+        && !name
+            .bytes()
+            .any(|b| b == b'/' || b == b':' || b.is_ascii_whitespace() || b == 0)
+}
+
+/// A queue directory of /sys/class/net/DEV/queues: `rx-N` or `tx-N`.
+pub fn valid_queue_name(name: &str) -> bool {
+    let n = name
+        .strip_prefix("rx-")
+        .or_else(|| name.strip_prefix("tx-"));
+    n.is_some_and(|n| !n.is_empty() && n.len() <= 5 && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+fn cpu_list_ok(v: &str) -> bool {
+    placer_core::CpuSet::parse_list(v.trim()).is_ok_and(|c| c.iter().all(|c| c <= MAX_CPU))
+}
+
+fn cpu_mask_ok(v: &str) -> bool {
+    // A mask of at most NR_CPUS bits: 8192 / 4 hex digits and the commas between words.
+    v.trim().len() <= 2048 + 256 && placer_core::CpuSet::parse_mask(v.trim()).is_ok()
+}
+
+fn governor_ok(v: &str) -> bool {
+    let (name, speed) = match v.split_once(':') {
+        Some((n, s)) => (n, Some(s)),
+        None => (v, None),
     };
-    {
-        // Ours from an earlier attempt (same pid) at most; never follow or reuse a name.
-        let _ = std::fs::remove_file(&tmp);
-        let mut f = crate::state_dir::create_new_private(&tmp)?;
-        f.write_all(bytes).map_err(io(&tmp))?;
-        f.sync_all().map_err(io(&tmp))?;
+    !name.is_empty()
+        && name.len() < 16
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        && speed.is_none_or(|s| s.parse::<u64>().is_ok())
+}
+
+/// Checks an entry's names and values against its knob's format; the reason when not.
+pub fn validate(e: &Entry) -> std::result::Result<(), String> {
+    let values = |ok: fn(&str) -> bool, what: &str| -> std::result::Result<(), String> {
+        for (name, v) in [("previous", &e.previous), ("applied", &e.applied)] {
+            if !ok(v) {
+                return Err(format!("{name} {v:?} is not {what}"));
+            }
+        }
+        Ok(())
+    };
+    match &e.knob {
+        Knob::ProcAffinity { pid, .. } | Knob::MemPolicy { pid, .. } if *pid == 0 => {
+            Err("pid 0".into())
+        }
+        Knob::ProcAffinity { .. } => {
+            values(cpu_list_ok, "a CPU list")?;
+            match e.thread_previous.iter().find(|(_, v)| !cpu_list_ok(v)) {
+                Some((tid, v)) => Err(format!("thread {tid}'s previous {v:?} is not a CPU list")),
+                None => Ok(()),
+            }
+        }
+        Knob::IrqAffinity { .. } => values(cpu_list_ok, "a CPU list"),
+        Knob::Rps { dev, queue } => {
+            if !valid_dev_name(dev) {
+                return Err(format!("device name {dev:?} is not one the kernel allows"));
+            }
+            if !valid_queue_name(queue) {
+                return Err(format!("queue name {queue:?} is not rx-N or tx-N"));
+            }
+            values(cpu_mask_ok, "a CPU mask")
+        }
+        Knob::CpufreqMax { .. } => values(|v| v.trim().parse::<u64>().is_ok(), "kHz"),
+        Knob::CpufreqGovernor { .. } => values(governor_ok, "a governor"),
+        Knob::TcQdisc { dev, netns } => {
+            if !valid_dev_name(dev) {
+                return Err(format!("device name {dev:?} is not one the kernel allows"));
+            }
+            match netns {
+                Some(ns) if !valid_netns_name(ns) => {
+                    Err(format!("network namespace name {ns:?} is not a plain name"))
+                }
+                _ => Ok(()),
+            }
+        }
+        Knob::MemPolicy { .. } => Ok(()),
     }
-    std::fs::rename(&tmp, path).map_err(io(path))?;
-    if let Ok(d) = std::fs::File::open(dir) {
-        let _ = d.sync_all();
+}
+
+/// A name of /run/netns: one path component, not `.` or `..`.
+pub fn valid_netns_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() < 256
+        && name != "."
+        && name != ".."
+        && !name.contains(['/', '\0'])
+}
+
+/// Parses a journal file: entries that fail to parse or validate are refused, with their
+/// position, and kept.
+fn parse_file(path: &Path, text: &str) -> Result<(Vec<Entry>, Vec<Refused>)> {
+    #[derive(Deserialize)]
+    struct Raw {
+        version: u32,
+        entries: Vec<serde_json::Value>,
     }
-    Ok(())
+    let f: Raw = serde_json::from_str(text).map_err(|e| LinuxError::parse(path, e))?;
+    if f.version != JOURNAL_VERSION {
+        return Err(LinuxError::parse(
+            path,
+            format!(
+                "journal version {} (this placer reads {JOURNAL_VERSION})",
+                f.version
+            ),
+        ));
+    }
+    let (mut entries, mut refused) = (Vec::new(), Vec::new());
+    for (index, raw) in f.entries.into_iter().enumerate() {
+        let checked = serde_json::from_value::<Entry>(raw.clone())
+            .map_err(|e| e.to_string())
+            .and_then(|e| validate(&e).map(|()| e));
+        match checked {
+            Ok(e) => entries.push(e),
+            Err(why) => {
+                tracing::warn!(
+                    "{}: entry {index} refused ({why}): kept, never acted on",
+                    path.display()
+                );
+                refused.push(Refused { index, why, raw });
+            }
+        }
+    }
+    Ok((entries, refused))
 }
 
 #[cfg(test)]
@@ -311,7 +461,15 @@ mod tests {
             },
         ];
         for k in &knobs {
-            j.record(k.clone(), "a", "b", "").expect("record");
+            // Each in its knob's format (validated on read).
+            let (prev, applied) = match k {
+                Knob::Rps { .. } => ("0", "3"),
+                Knob::CpufreqMax { .. } => ("2000000", "1000000"),
+                Knob::CpufreqGovernor { .. } => ("schedutil", "userspace:1000000"),
+                Knob::TcQdisc { .. } | Knob::MemPolicy { .. } => ("{}", "{}"),
+                _ => ("0-3", "1"),
+            };
+            j.record(k.clone(), prev, applied, "").expect("record");
         }
         let j2 = Journal::load(&d).expect("load");
         let back: Vec<Knob> = j2.entries().iter().map(|e| e.knob.clone()).collect();
@@ -394,5 +552,135 @@ mod tests {
         assert!(j.get(&live).is_some() && j.get(&dead).is_none());
         assert_eq!(Journal::load(&d).unwrap().entries().len(), 2);
         let _ = std::fs::remove_dir_all(&d);
+    }
+    /// Issue 36: crafted entries (`..` or `/` in a device name, a bad queue name, a
+    /// non-mask or non-list value, a non-numeric pid, an unknown kind) are refused with
+    /// their position, kept in the file for inspection, and never reach a restorer.
+    #[test]
+    fn crafted_entries_are_refused_with_their_position_and_kept() {
+        let d = tmpdir("crafted");
+        std::fs::create_dir_all(&d).expect("mkdir");
+        std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .expect("chmod");
+        let text = r#"{"version":1,"entries":[
+            {"knob":"irq_affinity","irq":3,"previous":"0-3","applied":"1"},
+            {"knob":"rps","dev":"../../../tmp","queue":"rx-0","previous":"0","applied":"1"},
+            {"knob":"rps","dev":"eth0","queue":"..","previous":"0","applied":"1"},
+            {"knob":"rps","dev":"eth0","queue":"rx-0","previous":"hello world","applied":"1"},
+            {"knob":"proc_affinity","pid":"1; rm","start_time_ticks":1,"previous":"0","applied":"1"},
+            {"knob":"proc_affinity","pid":1,"start_time_ticks":1,"previous":"zero","applied":"1"},
+            {"knob":"tc_qdisc","dev":"lo","netns":"../../proc/1/ns/net","previous":"{}","applied":"{}"},
+            {"knob":"no_such_knob"}
+        ]}"#;
+        std::fs::write(d.join(JOURNAL_FILE), text).expect("write");
+        let mut j = Journal::open(&d).expect("open");
+        assert_eq!(j.entries().len(), 1, "{:?}", j.entries());
+        let at: Vec<usize> = j.refused().iter().map(|r| r.index).collect();
+        assert_eq!(at, vec![1, 2, 3, 4, 5, 6, 7]);
+        assert!(
+            j.refused()[0].why.contains("device name"),
+            "{:?}",
+            j.refused()[0]
+        );
+        assert!(
+            j.refused()[2].why.contains("CPU mask"),
+            "{:?}",
+            j.refused()[2]
+        );
+        // Nothing refused is handed to a restorer, and a rewrite keeps them all.
+        let mut handlers = crate::actuator::Handlers::builtin();
+        let res =
+            crate::actuator::restore_all(Path::new("/nonexistent-root"), &mut j, &mut handlers);
+        assert_eq!(res.len(), 1, "{res:?}");
+        j.record(Knob::IrqAffinity { irq: 4 }, "0", "1", "")
+            .expect("record");
+        let again = Journal::load(&d).expect("load");
+        assert_eq!(again.refused().len(), 7);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// Issue 36: a save that fails leaves the in-memory journal as it was, so nothing
+    /// unsaved is adopted.
+    #[test]
+    fn a_failed_save_rolls_the_entry_back() {
+        let d = tmpdir("rollback");
+        let mut j = Journal::open(&d).expect("open");
+        j.record(Knob::IrqAffinity { irq: 1 }, "0", "1", "")
+            .expect("record");
+        // A directory with the temporary file's name makes the next save fail.
+        std::fs::create_dir(d.join(format!("{JOURNAL_FILE}.tmp.{}", std::process::id())))
+            .expect("block");
+        assert!(j
+            .record(Knob::IrqAffinity { irq: 2 }, "0", "1", "")
+            .is_err());
+        assert!(j
+            .record(Knob::IrqAffinity { irq: 1 }, "0", "3", "")
+            .is_err());
+        assert_eq!(j.entries().len(), 1);
+        assert_eq!(
+            j.get(&Knob::IrqAffinity { irq: 1 }).expect("kept").applied,
+            "1"
+        );
+        let _ = std::fs::remove_dir_all(&d);
+    }
+    /// Issue 36: a full disk (ENOSPC on a 64 KiB tmpfs made for the test) fails the record
+    /// and leaves nothing of it in memory; once space is freed the same record succeeds and
+    /// is on disk. Before, the unsaved entry stayed in memory and was adopted (the tc
+    /// limiter then never installed until a restart).
+    #[test]
+    #[cfg_attr(not(placer_root), ignore = "needs root: mount")]
+    fn enospc_then_space_freed_records_cleanly() {
+        placer_testkit::require_root();
+        let base = placer_testkit::TempDir::new("enospc");
+        let mnt = base.path().join("fs");
+        std::fs::create_dir(&mnt).expect("mkdir");
+        let ok = std::process::Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                "size=64k,mode=0700",
+                "placer-test-enospc",
+            ])
+            .arg(&mnt)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            placer_testkit::skip("cannot mount a tmpfs");
+            return;
+        }
+        struct Unmount(PathBuf);
+        impl Drop for Unmount {
+            fn drop(&mut self) {
+                let _ = std::process::Command::new("umount").arg(&self.0).status();
+            }
+        }
+        let _u = Unmount(mnt.clone());
+        let state = mnt.join("state");
+        let mut j = Journal::open(&state).expect("open");
+        let k = Knob::TcQdisc {
+            dev: "veth0".into(),
+            netns: None,
+        };
+        // Fill the filesystem.
+        let filler = mnt.join("filler");
+        {
+            use std::io::Write;
+            let mut f = std::fs::File::create(&filler).expect("filler");
+            let block = [0u8; 4096];
+            while f.write_all(&block).is_ok() {}
+        }
+        let label = "x".repeat(8192);
+        let e = j
+            .record(k.clone(), "{}", "{}", &label)
+            .expect_err("no space");
+        assert!(e.to_string().contains("No space"), "{e}");
+        assert!(j.get(&k).is_none(), "an unsaved entry stayed in memory");
+        std::fs::remove_file(&filler).expect("free");
+        assert!(
+            j.record(k.clone(), "{}", "{}", &label).expect("record"),
+            "new"
+        );
+        assert!(Journal::load(&state).expect("load").get(&k).is_some());
     }
 }

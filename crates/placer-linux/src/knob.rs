@@ -9,7 +9,7 @@
 use crate::journal::{Entry, Journal, Knob};
 use placer_core::plan::{Action, Outcome};
 use placer_core::CpuSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 pub use placer_core::journal::Restored;
 
@@ -107,9 +107,70 @@ pub fn settle(ctx: &mut Ctx<'_>, knob: &Knob, r: Restored) -> Outcome {
     }
 }
 
+/// The pseudo-filesystem a knob file lives in, under the root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KnobFs {
+    /// `ROOT/proc`: no link on a knob's path.
+    Proc,
+    /// `ROOT/sys`: class directories are links inside /sys (`class/net/eth0` ->
+    /// `../../devices/...`), followed only while they stay beneath it.
+    Sys,
+}
+
+/// Knob files are a few bytes (an 8192-CPU mask is about 2.3 KB).
+const MAX_KNOB_FILE_BYTES: u64 = 64 << 10;
+
+/// Opens a knob file beneath `ROOT/proc` or `ROOT/sys` (openat2 RESOLVE_BENEATH, no
+/// magic links, the last component never followed; see [`crate::sys::open_beneath`]).
+pub fn open_knob(
+    root: &Path,
+    fs: KnobFs,
+    rel: &str,
+    write: bool,
+) -> std::io::Result<std::fs::File> {
+    let base = root.join(match fs {
+        KnobFs::Proc => "proc",
+        KnobFs::Sys => "sys",
+    });
+    let dir = crate::sys::openat(None, &base, libc::O_PATH | libc::O_DIRECTORY, 0)?;
+    // O_TRUNC: nothing to procfs and sysfs, but a fixture tree holds regular files.
+    let flags = if write {
+        libc::O_WRONLY | libc::O_TRUNC
+    } else {
+        libc::O_RDONLY | libc::O_NONBLOCK
+    };
+    use std::os::fd::AsFd;
+    let f = std::fs::File::from(crate::sys::open_beneath(
+        dir.as_fd(),
+        Path::new(rel),
+        flags,
+        fs == KnobFs::Sys,
+    )?);
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    Ok(f)
+}
+
+fn read_knob(root: &Path, fs: KnobFs, rel: &str) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut s = String::new();
+    open_knob(root, fs, rel, false)?
+        .take(MAX_KNOB_FILE_BYTES)
+        .read_to_string(&mut s)?;
+    Ok(s)
+}
+
+fn write_knob(root: &Path, fs: KnobFs, rel: &str, value: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    open_knob(root, fs, rel, true)?.write_all(format!("{value}\n").as_bytes())
+}
+
 /// A knob that is one text file holding a CPU set (IRQ affinity list, RPS mask).
 pub trait CpuFileKnob {
-    fn path(&self, root: &Path, knob: &Knob) -> Option<PathBuf>;
+    /// Where the knob's file is: its filesystem and its path there, built only from names
+    /// that passed [`crate::journal::validate`]'s rules (None otherwise).
+    fn locate(&self, knob: &Knob) -> Option<(KnobFs, String)>;
     fn parse(&self, text: &str) -> Option<CpuSet>;
     fn format(&self, cpus: &CpuSet) -> String;
 
@@ -121,12 +182,13 @@ pub trait CpuFileKnob {
         label: &str,
         dry_run: bool,
     ) -> Outcome {
-        let Some(path) = self.path(ctx.root, &knob) else {
-            return Outcome::Permanent("bad knob".into());
+        let Some((fs, rel)) = self.locate(&knob) else {
+            return Outcome::Permanent(format!("{knob}: not a name the kernel allows"));
         };
-        let text = match std::fs::read_to_string(&path) {
+        let shown = ctx.root.join(&rel).display().to_string();
+        let text = match read_knob(ctx.root, fs, &rel) {
             Ok(t) => t.trim().to_string(),
-            Err(e) => return classify(&e, &path.display().to_string()),
+            Err(e) => return classify(&e, &shown),
         };
         let cur = self.parse(&text);
         if cur.as_ref() == Some(cpus) {
@@ -138,34 +200,57 @@ pub trait CpuFileKnob {
         let Some(journal) = ctx.journal.as_deref_mut() else {
             return Outcome::Transient("no journal".into());
         };
+        // Only a value in the knob's own format is journaled: a restore writes it back.
+        if cur.is_none() {
+            return Outcome::Permanent(format!("{shown} holds {text:?}, not a CPU set"));
+        }
         let value = self.format(cpus);
         let new = match journal.record(knob.clone(), &text, &value, label) {
             Ok(n) => n,
             Err(e) => return Outcome::Transient(format!("journal: {e}")),
         };
-        match std::fs::write(&path, format!("{value}\n")) {
+        match write_knob(ctx.root, fs, &rel, &value) {
             Ok(()) => Outcome::Done,
             Err(e) => {
                 if new {
                     let _ = journal.remove(&knob);
                 }
-                classify(&e, &format!("writing {value} to {}", path.display()))
+                classify(&e, &format!("writing {value} to {shown}"))
             }
         }
     }
 
     fn put_back(&self, root: &Path, e: &Entry) -> Restored {
-        let Some(path) = self.path(root, &e.knob) else {
-            return Restored::Failed("bad knob".into());
+        let Some((fs, rel)) = self.locate(&e.knob) else {
+            return Restored::Failed(format!("{}: not a name the kernel allows", e.knob));
         };
-        let text = match std::fs::read_to_string(&path) {
+        let shown = root.join(&rel).display().to_string();
+        // Only a value that parses as the knob's format is written, as the kernel printed
+        // it, and only of a CPU set's characters: a journal entry cannot make placer write
+        // arbitrary text.
+        let previous = e.previous.trim();
+        let set_chars = |v: &str| {
+            v.bytes()
+                .all(|b| b.is_ascii_hexdigit() || matches!(b, b',' | b'-' | b':' | b'x'))
+        };
+        let (true, Some(_), Some(applied)) = (
+            set_chars(previous),
+            self.parse(previous),
+            self.parse(&e.applied),
+        ) else {
+            return Restored::Failed(format!(
+                "{}: the journaled values {:?} / {:?} are not CPU sets: not written",
+                e.knob, e.previous, e.applied
+            ));
+        };
+        let text = match read_knob(root, fs, &rel) {
             Ok(t) => t,
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-                return Restored::Gone(format!("{} is gone", path.display()))
+                return Restored::Gone(format!("{shown} is gone"))
             }
-            Err(err) => return Restored::Failed(format!("{}: {err}", path.display())),
+            Err(err) => return Restored::Failed(format!("{shown}: {err}")),
         };
-        if self.parse(text.trim()) != self.parse(&e.applied) {
+        if self.parse(text.trim()).as_ref() != Some(&applied) {
             return Restored::ChangedElsewhere(format!(
                 "{} is {} now, not the {} placer set: left as is",
                 e.knob,
@@ -173,13 +258,10 @@ pub trait CpuFileKnob {
                 e.applied
             ));
         }
-        match std::fs::write(&path, format!("{}\n", e.previous)) {
+        let value = previous;
+        match write_knob(root, fs, &rel, value) {
             Ok(()) => Restored::Restored,
-            Err(err) => Restored::Failed(format!(
-                "writing {} to {}: {err}",
-                e.previous,
-                path.display()
-            )),
+            Err(err) => Restored::Failed(format!("writing {value} to {shown}: {err}")),
         }
     }
 

@@ -5,7 +5,7 @@ use std::path::Path;
 
 /// Start time (field 22 of /proc/PID/stat) of a process under `root`; None if gone.
 pub fn start_time_ticks(root: &Path, pid: u32) -> Option<u64> {
-    let text = std::fs::read_to_string(root.join(format!("proc/{pid}/stat"))).ok()?;
+    let text = crate::attr::read(&root.join(format!("proc/{pid}/stat")))?;
     parse_start_time(&text)
 }
 

@@ -317,12 +317,13 @@ impl Dir {
             return Err(io::ErrorKind::InvalidInput.into());
         }
         c[..bytes.len()].copy_from_slice(bytes);
-        // SAFETY: c is NUL-terminated.
+        // SAFETY: c is NUL-terminated. O_NONBLOCK: a FIFO planted under a root neither
+        // blocks the open nor the reads (procfs ignores the flag).
         let fd = unsafe {
             libc::openat(
                 self.0,
                 c.as_ptr() as *const libc::c_char,
-                libc::O_RDONLY | libc::O_CLOEXEC,
+                libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK,
             )
         };
         if fd < 0 {
@@ -331,6 +332,16 @@ impl Dir {
         let mut v = std::mem::take(buf).into_bytes();
         v.clear();
         let r = loop {
+            // A link to /dev/zero or a huge file under a root: bounded like topology reads.
+            if v.len() > crate::topology::fs::MAX_FILE_BYTES {
+                break Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "{rel}: larger than {} bytes",
+                        crate::topology::fs::MAX_FILE_BYTES
+                    ),
+                ));
+            }
             if v.capacity() - v.len() < 1024 {
                 v.reserve(4096);
             }
@@ -1269,6 +1280,68 @@ mod tests {
             "{pid} ({comm}) S {ppid} {pid} {pid} 0 -1 {flags} 0 0 0 0 {ut} 3 0 0 20 0 1 0 {start} \
              1000 100 1 1 1 1 1 1 0 0 0 0 0 0 0 17 1 0 0"
         )
+    }
+
+    /// Issue 36: a FIFO, a link to /dev/zero and a 2 GiB sparse file at each file the
+    /// sampler reads under a root: every sample ends within 5 s, memory stays bounded, and
+    /// /proc/stat's case is an error naming the file. Before, the FIFO hung the sampler for
+    /// ever, /dev/zero grew it without end and the 2 GiB file was read whole.
+    #[test]
+    fn hostile_files_at_sampler_paths_are_bounded() {
+        let hostile = ["fifo", "zero", "sparse"];
+        for rel in [
+            "stat",
+            "interrupts",
+            "softirqs",
+            "100/stat",
+            "100/status",
+            "100/cgroup",
+        ] {
+            for kind in hostile {
+                let t = Tree::new(&format!("hostile-{}-{kind}", rel.replace('/', "-")));
+                t.write("stat", "cpu  1 2 3 4\ncpu0 1 2 3 4 5 6 7 8\n");
+                t.write("interrupts", "  CPU0\n 30: 1 PCI-MSI 1-edge eth0\n");
+                t.write("softirqs", "  CPU0\nNET_RX: 4\nNET_TX: 6\n");
+                t.write("100/stat", &stat_line(100, "a", 1, 0, 42, 500));
+                t.write("100/status", "Uid:\t0\t0\t0\t0\nCpus_allowed_list:\t0\n");
+                t.write("100/cgroup", "0::/\n");
+                let p = t.0.join("proc").join(rel);
+                fs::remove_file(&p).unwrap();
+                match kind {
+                    "fifo" => {
+                        let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+                        // SAFETY: a valid path.
+                        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+                    }
+                    "zero" => std::os::unix::fs::symlink("/dev/zero", &p).unwrap(),
+                    _ => fs::File::create(&p).unwrap().set_len(2 << 30).unwrap(),
+                }
+                let root = t.0.clone();
+                let (tx, rx) = std::sync::mpsc::channel();
+                std::thread::spawn(move || {
+                    let mut s = Sampler::new(&root);
+                    let r = s.sample(SampleRequest {
+                        threads: true,
+                        ..Default::default()
+                    });
+                    let _ = tx.send(r.map(|_| ()).map_err(|e| e.to_string()));
+                });
+                let r = rx
+                    .recv_timeout(std::time::Duration::from_secs(5))
+                    .unwrap_or_else(|_| panic!("{rel} as {kind}: the sample took over 5 s"));
+                if rel == "stat" && kind != "fifo" {
+                    let e = r.expect_err("an unreadable /proc/stat is an error");
+                    assert!(e.contains("stat") && e.contains("larger than"), "{e}");
+                }
+            }
+        }
+        let hwm_kib: u64 = fs::read_to_string("/proc/self/status")
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap();
+        assert!(hwm_kib < 1 << 20, "peak RSS {hwm_kib} KiB");
     }
 
     #[test]

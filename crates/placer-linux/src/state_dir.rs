@@ -1,20 +1,30 @@
 //! The daemon's state directory (journal, lock, decisions) is trusted to hold what placer
-//! wrote: a journal there makes placer write affinities and qdiscs as root. So it is checked
-//! before any use, as the most careful daemons do:
-//! 1. it is not a symbolic link and no component of its path is one (it resolves to itself);
-//! 2. it is a directory owned by this process's effective user;
-//! 3. neither group nor others may write it, and no ancestor is writable by others unless
-//!    sticky (/tmp is sticky: others cannot rename our directory away);
-//! 4. placer creates it 0700 and tightens one it owns to 0700;
-//! 5. files in it are opened without following links (O_NOFOLLOW) and created 0600, new
-//!    temporary files exclusively (O_EXCL).
+//! wrote: a journal there makes placer write affinities and qdiscs as root. So it is opened
+//! once, by handle, and checked on that handle, as the most careful daemons do:
+//! 1. its path is walked component by component from `/` with `openat(O_NOFOLLOW)`: no
+//!    component is a symbolic link, and no `..`;
+//! 2. every ancestor is owned by root or by this user, and writable by group or others only
+//!    when sticky (/tmp): no one else can rename or exchange (RENAME_EXCHANGE) a directory
+//!    on the path, so what was checked is what is used;
+//! 3. the directory itself is owned by this process's effective user, and neither group nor
+//!    others may write it; placer creates it 0700 (`mkdirat` under a checked parent, so no
+//!    side effect before the check) and tightens one it owns to 0700 (`fchmod`);
+//! 4. every file in it is opened with `openat` relative to the handle, without following a
+//!    link (O_NOFOLLOW), created 0600, temporary files exclusively (O_EXCL), renamed with
+//!    `renameat` and made durable with an fsync of the handle.
 //!
 //! Each invariant has a test below.
 
 use crate::error::{LinuxError, Result};
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
-use std::path::Path;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
+
+/// State files are small (the journal of 6,000 entries is about 1.5 MB): a bigger one is
+/// not placer's and is refused rather than read into memory.
+pub const MAX_STATE_FILE_BYTES: u64 = 64 << 20;
 
 fn refuse(dir: &Path, why: String) -> LinuxError {
     LinuxError::Other(format!(
@@ -23,143 +33,302 @@ fn refuse(dir: &Path, why: String) -> LinuxError {
     ))
 }
 
-/// Checks invariants 1-3 of an existing state dir.
-pub fn check(dir: &Path) -> Result<()> {
-    let meta = std::fs::symlink_metadata(dir).map_err(|e| LinuxError::io(dir, e))?;
-    if meta.file_type().is_symlink() {
-        return Err(refuse(dir, "it is a symbolic link".into()));
-    }
-    if !meta.is_dir() {
-        return Err(refuse(dir, "it is not a directory".into()));
-    }
-    let real = std::fs::canonicalize(dir).map_err(|e| LinuxError::io(dir, e))?;
-    let asked: std::path::PathBuf = if dir.is_absolute() {
-        dir.components().collect()
+/// An open, checked state directory: every file is reached through this handle.
+#[derive(Debug)]
+pub struct StateDir {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+/// Whether a missing path is created.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Missing {
+    Create,
+    Refuse,
+}
+
+fn absolute(dir: &Path) -> Result<PathBuf> {
+    if dir.is_absolute() {
+        Ok(dir.to_path_buf())
     } else {
-        std::env::current_dir()
+        Ok(std::env::current_dir()
             .map_err(|e| LinuxError::io(dir, e))?
-            .join(dir)
-            .components()
-            .collect()
-    };
-    if real != asked {
-        return Err(refuse(
-            dir,
-            format!(
-                "its path goes through a symbolic link (it is {})",
-                real.display()
-            ),
-        ));
+            .join(dir))
     }
+}
+
+/// Invariant 2 on an ancestor's handle.
+fn check_ancestor(dir: &Path, at: &Path, f: &File) -> Result<()> {
+    let m = f.metadata().map_err(|e| LinuxError::io(at, e))?;
     let me = crate::sys::effective_uid();
-    if meta.uid() != me {
+    if m.uid() != 0 && m.uid() != me {
         return Err(refuse(
             dir,
             format!(
-                "it is owned by uid {}, not by this user (uid {me})",
-                meta.uid()
+                "its parent {} is owned by uid {}, neither root nor this user (uid {me})",
+                at.display(),
+                m.uid()
             ),
         ));
     }
-    let mode = meta.permissions().mode() & 0o7777;
-    if mode & 0o022 != 0 {
+    let mode = m.permissions().mode();
+    if mode & 0o022 != 0 && mode & 0o1000 == 0 {
         return Err(refuse(
             dir,
-            format!("group or others may write it (mode {mode:04o})"),
+            format!(
+                "its parent {} is writable by group or others without the sticky bit (mode {:04o})",
+                at.display(),
+                mode & 0o7777
+            ),
         ));
     }
-    for anc in real.ancestors().skip(1) {
-        let m = std::fs::metadata(anc).map_err(|e| LinuxError::io(anc, e))?;
-        let mode = m.permissions().mode();
-        if mode & 0o002 != 0 && mode & 0o1000 == 0 {
+    Ok(())
+}
+
+impl StateDir {
+    /// Opens and checks an existing state dir; nothing is created or changed.
+    pub fn open(dir: &Path) -> Result<StateDir> {
+        StateDir::walk(dir, Missing::Refuse)
+    }
+
+    /// Opens the state dir, creating it 0700 (and missing parents 0755) under checked
+    /// parents, tightens it to 0700 and checks it.
+    pub fn prepare(dir: &Path) -> Result<StateDir> {
+        let d = StateDir::walk(dir, Missing::Create)?;
+        let f = File::from(d.fd.try_clone().map_err(|e| LinuxError::io(dir, e))?);
+        let mode = f.metadata().map_err(|e| LinuxError::io(dir, e))?.mode();
+        if mode & 0o077 != 0 {
+            f.set_permissions(std::fs::Permissions::from_mode(0o700))
+                .map_err(|e| LinuxError::io(dir, e))?;
+        }
+        Ok(d)
+    }
+
+    fn walk(dir: &Path, missing: Missing) -> Result<StateDir> {
+        let abs = absolute(dir)?;
+        let names: Vec<&std::ffi::OsStr> = abs
+            .components()
+            .filter_map(|c| match c {
+                Component::Normal(n) => Some(Ok(n)),
+                Component::ParentDir => Some(Err(())),
+                _ => None,
+            })
+            .collect::<std::result::Result<_, ()>>()
+            .map_err(|()| refuse(dir, "its path has a `..` component".into()))?;
+        let Some((last, parents)) = names.split_last() else {
+            return Err(refuse(dir, "it is the root directory".into()));
+        };
+        let ancestor_flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW;
+        let mut at = PathBuf::from("/");
+        let mut cur = File::from(
+            crate::sys::openat(None, Path::new("/"), ancestor_flags, 0)
+                .map_err(|e| LinuxError::io("/", e))?,
+        );
+        check_ancestor(dir, &at, &cur)?;
+        let link_or = |at: &Path, e: std::io::Error| -> LinuxError {
+            // The message only: the decision was the kernel's refusal to follow.
+            if std::fs::symlink_metadata(at).is_ok_and(|m| m.file_type().is_symlink()) {
+                refuse(
+                    dir,
+                    format!(
+                        "its path goes through a symbolic link ({} is one)",
+                        at.display()
+                    ),
+                )
+            } else if e.raw_os_error() == Some(libc::ENOTDIR) {
+                refuse(dir, format!("{} is not a directory", at.display()))
+            } else {
+                LinuxError::io(at, e)
+            }
+        };
+        let step = |cur: &File, at: &Path, name: &std::ffi::OsStr, flags, mode| {
+            let open = || crate::sys::openat(Some(cur.as_fd()), Path::new(name), flags, 0);
+            match open() {
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) && missing == Missing::Create => {
+                    match crate::sys::mkdirat(cur.as_fd(), Path::new(name), mode) {
+                        Ok(()) => {}
+                        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
+                        Err(e) => return Err(LinuxError::io(at, e)),
+                    }
+                    open().map_err(|e| link_or(at, e))
+                }
+                r => r.map_err(|e| link_or(at, e)),
+            }
+        };
+        for name in parents {
+            at.push(name);
+            let fd = step(&cur, &at, name, ancestor_flags, 0o755)?;
+            cur = File::from(fd);
+            check_ancestor(dir, &at, &cur)?;
+        }
+        at.push(last);
+        let fd = step(
+            &cur,
+            &at,
+            last,
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+            0o700,
+        )?;
+        let f = File::from(fd);
+        let meta = f.metadata().map_err(|e| LinuxError::io(dir, e))?;
+        let me = crate::sys::effective_uid();
+        if meta.uid() != me {
             return Err(refuse(
                 dir,
                 format!(
-                    "its parent {} is writable by everyone without the sticky bit",
-                    anc.display()
+                    "it is owned by uid {}, not by this user (uid {me})",
+                    meta.uid()
                 ),
             ));
         }
-    }
-    Ok(())
-}
-
-/// Creates the state dir 0700 if missing (parents as usual), tightens it to 0700, and
-/// checks it.
-pub fn prepare(dir: &Path) -> Result<()> {
-    if std::fs::symlink_metadata(dir).is_err() {
-        if let Some(parent) = dir.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| LinuxError::io(parent, e))?;
+        let mode = meta.permissions().mode() & 0o7777;
+        if mode & 0o022 != 0 {
+            return Err(refuse(
+                dir,
+                format!("group or others may write it (mode {mode:04o})"),
+            ));
         }
-        match std::fs::DirBuilder::new().mode(0o700).create(dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(LinuxError::io(dir, e)),
+        Ok(StateDir {
+            fd: f.into(),
+            path: abs,
+        })
+    }
+
+    /// The path it was opened by (for messages: files are reached through the handle).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The path of `name` in it, for messages.
+    pub fn display(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+
+    fn open_at(&self, name: &str, flags: libc::c_int) -> std::io::Result<File> {
+        if name.contains('/') || name == ".." || name == "." || name.is_empty() {
+            return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        crate::sys::openat(
+            Some(self.fd.as_fd()),
+            Path::new(name),
+            flags | libc::O_NOFOLLOW,
+            0o600,
+        )
+        .map(File::from)
+    }
+
+    /// Opens (creating 0600 if missing) file `name` for reading and writing.
+    pub fn open_file(&self, name: &str) -> Result<File> {
+        self.open_at(name, libc::O_RDWR | libc::O_CREAT)
+            .map_err(|e| LinuxError::io(self.display(name), e))
+    }
+
+    /// Opens an existing file `name` for reading and writing; None when it is missing.
+    pub fn open_existing(&self, name: &str) -> Result<Option<File>> {
+        match self.open_at(name, libc::O_RDWR) {
+            Ok(f) => Ok(Some(f)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(LinuxError::io(self.display(name), e)),
         }
     }
-    check(dir)?;
-    let meta = std::fs::metadata(dir).map_err(|e| LinuxError::io(dir, e))?;
-    if meta.permissions().mode() & 0o077 != 0 {
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-            .map_err(|e| LinuxError::io(dir, e))?;
+
+    /// Creates a new file `name` 0600, failing if anything (a file, a link) has the name.
+    pub fn create_new(&self, name: &str) -> Result<File> {
+        self.open_at(name, libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL)
+            .map_err(|e| LinuxError::io(self.display(name), e))
     }
-    Ok(())
-}
 
-/// Opens (creating 0600 if missing) a file of the state dir for reading and writing,
-/// without following a link.
-pub fn open_private(path: &Path) -> Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-        .map_err(|e| LinuxError::io(path, e))
-}
+    /// Reads file `name` (at most [`MAX_STATE_FILE_BYTES`]); a regular file only.
+    pub fn read(&self, name: &str) -> std::io::Result<String> {
+        let f = self.open_at(name, libc::O_RDONLY | libc::O_NONBLOCK)?;
+        if !f.metadata()?.is_file() {
+            return Err(std::io::Error::other(format!(
+                "{name} is not a regular file"
+            )));
+        }
+        let mut s = String::new();
+        f.take(MAX_STATE_FILE_BYTES + 1).read_to_string(&mut s)?;
+        if s.len() as u64 > MAX_STATE_FILE_BYTES {
+            return Err(std::io::Error::other(format!(
+                "{name} is over {MAX_STATE_FILE_BYTES} bytes: not placer's"
+            )));
+        }
+        Ok(s)
+    }
 
-/// Creates a new file 0600, failing if anything (a file, a link) already has the name.
-pub fn create_new_private(path: &Path) -> Result<File> {
-    OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-        .map_err(|e| LinuxError::io(path, e))
-}
+    /// Removes file `name` if it is there.
+    pub fn remove(&self, name: &str) -> Result<()> {
+        match crate::sys::unlinkat(self.fd.as_fd(), Path::new(name)) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(LinuxError::io(self.display(name), e)),
+        }
+    }
 
-/// Reads a file of the state dir without following a link.
-pub fn read_private(path: &Path) -> std::io::Result<String> {
-    use std::io::Read;
-    let mut f = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)?;
-    let mut s = String::new();
-    f.read_to_string(&mut s)?;
-    Ok(s)
-}
+    /// Writes `bytes` to `name` via a temporary file (`NAME.tmp.PID`), fsync and rename,
+    /// then fsyncs the directory so the rename itself survives a crash: a crash leaves the
+    /// old or the new file, never a torn one.
+    pub fn write_durably(&self, name: &str, bytes: &[u8]) -> Result<()> {
+        self.replace(name, bytes, true)
+    }
 
-/// Removes temporary files (`NAME.tmp.PID`) left by a process that was killed between
-/// creating and renaming them.
-pub fn remove_stale_temporaries(dir: &Path) {
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in rd.flatten() {
-        let name = e.file_name();
-        let name = name.to_string_lossy();
-        let Some((_, pid)) = name.rsplit_once(".tmp.") else {
-            continue;
+    /// Replaces `name` atomically (temporary file and rename) without fsync: for files
+    /// rewritten often and only informative (decisions).
+    pub fn write_replace(&self, name: &str, bytes: &[u8]) -> Result<()> {
+        self.replace(name, bytes, false)
+    }
+
+    fn replace(&self, name: &str, bytes: &[u8], durable: bool) -> Result<()> {
+        let tmp = format!("{name}.tmp.{}", std::process::id());
+        let io = |n: &str| {
+            let p = self.display(n);
+            move |e| LinuxError::io(p, e)
         };
-        let alive = pid
-            .parse::<u32>()
-            .is_ok_and(|p| p == std::process::id() || crate::sys::process_alive(p));
-        if !alive {
-            let _ = std::fs::remove_file(e.path());
+        // Ours from an earlier attempt (same pid) at most; never follow or reuse a name.
+        let _ = self.remove(&tmp);
+        let written = (|| {
+            let mut f = self.create_new(&tmp)?;
+            f.write_all(bytes).map_err(io(&tmp))?;
+            if durable {
+                f.sync_all().map_err(io(&tmp))?;
+            }
+            crate::sys::renameat(self.fd.as_fd(), Path::new(&tmp), Path::new(name))
+                .map_err(io(name))
+        })();
+        if written.is_err() {
+            // A full disk leaves a partial temporary: not worth keeping.
+            let _ = self.remove(&tmp);
+        }
+        written?;
+        if durable {
+            let _ = File::from(self.fd.try_clone().map_err(io(name))?).sync_all();
+        }
+        Ok(())
+    }
+
+    /// Removes temporary files (`NAME.tmp.PID`) left by a process that was killed between
+    /// creating and renaming them.
+    pub fn remove_stale_temporaries(&self) {
+        // The handle's own directory, not a path looked up again.
+        let listing = format!(
+            "/proc/self/fd/{}",
+            std::os::fd::AsRawFd::as_raw_fd(&self.fd)
+        );
+        let Ok(rd) = std::fs::read_dir(listing) else {
+            return;
+        };
+        for e in rd.flatten() {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            let Some((_, pid)) = name.rsplit_once(".tmp.") else {
+                continue;
+            };
+            let alive = pid
+                .parse::<u32>()
+                .is_ok_and(|p| p == std::process::id() || crate::sys::process_alive(p));
+            if !alive {
+                let _ = self.remove(&name);
+            }
         }
     }
 }
@@ -168,79 +337,145 @@ pub fn remove_stale_temporaries(dir: &Path) {
 mod tests {
     use super::*;
 
-    fn tmp(tag: &str) -> std::path::PathBuf {
+    /// A fresh directory under /tmp, removed on drop (even when the test fails).
+    struct Tmp(PathBuf);
+    impl Drop for Tmp {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    fn tmp(tag: &str) -> Tmp {
         let d =
             std::env::temp_dir().join(format!("placer-test-statedir-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
-        d
+        Tmp(d)
     }
 
     #[test]
     fn created_0700_and_tightened() {
-        let d = tmp("mode");
-        prepare(&d).expect("prepare");
+        let t = tmp("mode");
+        let d = t.0.join("a/state");
+        StateDir::prepare(&d).expect("prepare");
         let mode = std::fs::metadata(&d).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o700);
-        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
-        prepare(&d).expect("prepare again");
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o750)).unwrap();
+        StateDir::prepare(&d).expect("prepare again");
         assert_eq!(
             std::fs::metadata(&d).unwrap().permissions().mode() & 0o777,
             0o700
         );
-        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]
     fn writable_by_others_is_refused() {
-        let d = tmp("ww");
-        std::fs::create_dir_all(&d).unwrap();
-        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let e = prepare(&d).expect_err("world-writable").to_string();
+        let t = tmp("ww");
+        std::fs::create_dir_all(&t.0).unwrap();
+        std::fs::set_permissions(&t.0, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = StateDir::prepare(&t.0)
+            .expect_err("world-writable")
+            .to_string();
         assert!(e.contains("group or others may write it"), "{e}");
-        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// Issue 36: a group-writable (not sticky) parent could exchange directories under the
+    /// check; it is refused, and nothing is created beneath it.
+    #[test]
+    fn a_group_writable_parent_is_refused_before_any_mkdir() {
+        let t = tmp("gw");
+        std::fs::create_dir_all(&t.0).unwrap();
+        std::fs::set_permissions(&t.0, std::fs::Permissions::from_mode(0o775)).unwrap();
+        let e = StateDir::prepare(&t.0.join("x/state"))
+            .expect_err("group-writable parent")
+            .to_string();
+        assert!(e.contains("writable by group or others"), "{e}");
+        assert!(!t.0.join("x").exists(), "created beneath a refused parent");
+        std::fs::set_permissions(&t.0, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        StateDir::prepare(&t.0.join("x/state")).expect("sticky parent is fine");
+    }
+
+    /// Issue 36: a parent owned by another user is refused (root: chown).
+    #[test]
+    #[cfg_attr(not(placer_root), ignore = "needs root: chown")]
+    fn a_parent_owned_by_another_user_is_refused() {
+        placer_testkit::require_root();
+        let t = tmp("owner");
+        std::fs::create_dir_all(t.0.join("state")).unwrap();
+        std::os::unix::fs::chown(&t.0, Some(65534), Some(65534)).unwrap();
+        let e = StateDir::open(&t.0.join("state"))
+            .expect_err("parent owned by nobody")
+            .to_string();
+        assert!(e.contains("owned by uid 65534"), "{e}");
     }
 
     #[test]
-    fn a_link_is_refused_as_the_dir_or_on_its_path() {
-        let base = tmp("link");
+    fn a_link_is_refused_as_the_dir_or_on_its_path_and_nothing_made_through_it() {
+        let t = tmp("link");
+        let base = &t.0;
         std::fs::create_dir_all(base.join("real/state")).unwrap();
         std::os::unix::fs::symlink(base.join("real/state"), base.join("ln")).unwrap();
-        let e = prepare(&base.join("ln")).expect_err("link").to_string();
+        let e = StateDir::prepare(&base.join("ln"))
+            .expect_err("link")
+            .to_string();
         assert!(e.contains("symbolic link"), "{e}");
         std::os::unix::fs::symlink(base.join("real"), base.join("lnparent")).unwrap();
-        let e = prepare(&base.join("lnparent/state"))
+        let e = StateDir::prepare(&base.join("lnparent/new/state"))
             .expect_err("link on path")
             .to_string();
         assert!(e.contains("symbolic link"), "{e}");
-        let _ = std::fs::remove_dir_all(&base);
+        assert!(!base.join("real/new").exists(), "mkdir through a link");
+        let e = StateDir::open(&base.join("real/../real/state"))
+            .expect_err("dot-dot")
+            .to_string();
+        assert!(e.contains(".."), "{e}");
+    }
+
+    #[test]
+    fn open_creates_nothing() {
+        let t = tmp("nocreate");
+        assert!(StateDir::open(&t.0.join("state")).is_err());
+        assert!(!t.0.exists());
     }
 
     #[test]
     fn files_are_not_followed_and_temporaries_are_exclusive() {
-        let d = tmp("files");
-        prepare(&d).unwrap();
-        let target = d.join("target");
+        let t = tmp("files");
+        let d = StateDir::prepare(&t.0).unwrap();
+        let target = t.0.join("target");
         std::fs::write(&target, "x").unwrap();
-        std::os::unix::fs::symlink(&target, d.join("lock")).unwrap();
-        assert!(open_private(&d.join("lock")).is_err(), "followed a link");
-        assert!(read_private(&d.join("lock")).is_err(), "followed a link");
-        assert!(create_new_private(&target).is_err(), "overwrote a file");
-        let f = create_new_private(&d.join("new")).unwrap();
+        std::os::unix::fs::symlink(&target, t.0.join("lock")).unwrap();
+        assert!(d.open_file("lock").is_err(), "followed a link");
+        assert!(d.read("lock").is_err(), "followed a link");
+        assert!(d.create_new("target").is_err(), "overwrote a file");
+        assert!(d.open_file("../x").is_err(), "left the directory");
+        let f = d.create_new("new").unwrap();
         assert_eq!(f.metadata().unwrap().permissions().mode() & 0o777, 0o600);
-        let _ = std::fs::remove_dir_all(&d);
+        d.write_durably("j", b"hello").unwrap();
+        assert_eq!(d.read("j").unwrap(), "hello");
+    }
+
+    /// A FIFO planted in the state dir is not waited on.
+    #[test]
+    fn a_fifo_is_not_read() {
+        let t = tmp("fifo");
+        let d = StateDir::prepare(&t.0).unwrap();
+        let c = std::ffi::CString::new(t.0.join("journal.json").to_str().unwrap()).unwrap();
+        // SAFETY: a valid path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let t0 = std::time::Instant::now();
+        assert!(d.read("journal.json").is_err());
+        assert!(t0.elapsed() < std::time::Duration::from_secs(1));
     }
 
     #[test]
     fn stale_temporaries_of_dead_processes_go() {
-        let d = tmp("stale");
-        prepare(&d).unwrap();
+        let t = tmp("stale");
+        let d = StateDir::prepare(&t.0).unwrap();
         // pid 2^22 + 1 is above the kernel's pid limit: never alive.
-        let dead = d.join("journal.tmp.4194305");
-        let mine = d.join(format!("journal.tmp.{}", std::process::id()));
+        let dead = t.0.join("journal.tmp.4194305");
+        let mine = t.0.join(format!("journal.tmp.{}", std::process::id()));
         std::fs::write(&dead, "x").unwrap();
         std::fs::write(&mine, "x").unwrap();
-        remove_stale_temporaries(&d);
+        d.remove_stale_temporaries();
         assert!(!dead.exists() && mine.exists());
-        let _ = std::fs::remove_dir_all(&d);
     }
 }

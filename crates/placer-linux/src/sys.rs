@@ -324,6 +324,122 @@ pub fn kill_group(pgid: u32, sig: libc::c_int) -> io::Result<()> {
     check(unsafe { libc::kill(-(pgid as libc::pid_t), sig) })
 }
 
+fn cstr(name: &std::path::Path) -> io::Result<std::ffi::CString> {
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(name.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+fn dirfd(dir: Option<std::os::fd::BorrowedFd<'_>>) -> libc::c_int {
+    dir.map_or(libc::AT_FDCWD, |d| d.as_raw_fd())
+}
+
+fn owned(fd: libc::c_int) -> io::Result<std::os::fd::OwnedFd> {
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    use std::os::fd::FromRawFd;
+    // SAFETY: the kernel just gave us this fd; the OwnedFd owns it.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// openat(2) of `name` relative to `dir` (None: the working directory), close-on-exec.
+pub fn openat(
+    dir: Option<std::os::fd::BorrowedFd<'_>>,
+    name: &std::path::Path,
+    flags: libc::c_int,
+    mode: libc::mode_t,
+) -> io::Result<std::os::fd::OwnedFd> {
+    let c = cstr(name)?;
+    // SAFETY: c is a valid C string; the mode is read only with O_CREAT.
+    owned(unsafe { libc::openat(dirfd(dir), c.as_ptr(), flags | libc::O_CLOEXEC, mode) })
+}
+
+/// Opens `rel` beneath `dir` for a knob: openat2 with RESOLVE_BENEATH (no `..` or absolute
+/// link may leave `dir`), RESOLVE_NO_MAGICLINKS, and RESOLVE_NO_SYMLINKS unless
+/// `links_inside` (sysfs class directories are links within /sys); the last component is
+/// never followed. Where the kernel lacks openat2 (before 5.6), openat with O_NOFOLLOW on the
+/// last component: callers pass only names they validated (no `/`, no `..`).
+pub fn open_beneath(
+    dir: std::os::fd::BorrowedFd<'_>,
+    rel: &std::path::Path,
+    flags: libc::c_int,
+    links_inside: bool,
+) -> io::Result<std::os::fd::OwnedFd> {
+    let c = cstr(rel)?;
+    let mut resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS;
+    if !links_inside {
+        resolve |= libc::RESOLVE_NO_SYMLINKS;
+    }
+    // SAFETY: open_how is plain data; all-zero is valid.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (flags | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64;
+    how.resolve = resolve;
+    // SAFETY: c is a valid C string and how a valid open_how of the size passed.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+        return openat(Some(dir), rel, flags | libc::O_NOFOLLOW, 0);
+    }
+    owned(fd as libc::c_int)
+}
+
+/// mkdirat(2): creates directory `name` in `dir` with `mode` (less the umask).
+pub fn mkdirat(
+    dir: std::os::fd::BorrowedFd<'_>,
+    name: &std::path::Path,
+    mode: libc::mode_t,
+) -> io::Result<()> {
+    let c = cstr(name)?;
+    // SAFETY: c is a valid C string.
+    check(unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), mode) })
+}
+
+/// renameat(2) within one directory.
+pub fn renameat(
+    dir: std::os::fd::BorrowedFd<'_>,
+    from: &std::path::Path,
+    to: &std::path::Path,
+) -> io::Result<()> {
+    let (f, t) = (cstr(from)?, cstr(to)?);
+    // SAFETY: valid C strings; both names relative to the same directory fd.
+    check(unsafe { libc::renameat(dir.as_raw_fd(), f.as_ptr(), dir.as_raw_fd(), t.as_ptr()) })
+}
+
+/// unlinkat(2) of a file (not a directory) in `dir`.
+pub fn unlinkat(dir: std::os::fd::BorrowedFd<'_>, name: &std::path::Path) -> io::Result<()> {
+    let c = cstr(name)?;
+    // SAFETY: c is a valid C string.
+    check(unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), 0) })
+}
+
+/// renameat2(2) with RENAME_EXCHANGE: swaps two names of `dir` atomically (tests of the
+/// state directory race it).
+pub fn rename_exchange(
+    dir: std::os::fd::BorrowedFd<'_>,
+    a: &std::path::Path,
+    b: &std::path::Path,
+) -> io::Result<()> {
+    let (ca, cb) = (cstr(a)?, cstr(b)?);
+    // SAFETY: valid C strings; both names relative to the same directory fd.
+    check(unsafe {
+        libc::renameat2(
+            dir.as_raw_fd(),
+            ca.as_ptr(),
+            dir.as_raw_fd(),
+            cb.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

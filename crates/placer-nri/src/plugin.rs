@@ -129,19 +129,31 @@ impl Drop for StateGuard<'_> {
 /// Replaces the journal file durably, as the host journal is (a crash leaves the old or the
 /// new one; a private file, no link followed); an empty journal removes it.
 fn write_journal(path: &Path, j: &CpusetJournal) -> std::io::Result<()> {
+    let (dir, name) = journal_dir(path)?;
     if j.previous.is_empty() {
-        return match std::fs::remove_file(path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
-        };
+        return dir.remove(&name).map_err(std::io::Error::other);
     }
     let bytes = serde_json::to_vec_pretty(j).map_err(std::io::Error::other)?;
-    placer_linux::journal::write_durably(path, &bytes).map_err(std::io::Error::other)
+    dir.write_durably(&name, &bytes)
+        .map_err(std::io::Error::other)
+}
+
+/// The checked state dir holding the journal file `path`, and the file's name in it.
+fn journal_dir(path: &Path) -> std::io::Result<(placer_linux::state_dir::StateDir, String)> {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(std::io::Error::other(format!(
+            "{}: not a file path",
+            path.display()
+        )));
+    };
+    let dir = placer_linux::state_dir::StateDir::open(dir).map_err(std::io::Error::other)?;
+    Ok((dir, name.to_string_lossy().into_owned()))
 }
 
 /// The journal a previous placer left, if any.
 fn read_journal(path: &Path) -> Option<CpusetJournal> {
-    let text = placer_linux::state_dir::read_private(path).ok()?;
+    let (dir, name) = journal_dir(path).ok()?;
+    let text = dir.read(&name).ok()?;
     match serde_json::from_str(&text) {
         Ok(j) => Some(j),
         Err(e) => {

@@ -49,6 +49,30 @@ pub fn duration_arg(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// The most bytes read from a file named on the command line (`--config`, `power fit FILE`,
+/// a power model file): real ones are a few KiB to a few MiB; a bigger one (or an endless
+/// device) is refused rather than read into memory.
+pub const MAX_INPUT_FILE_BYTES: u64 = 64 << 20;
+
+/// Reads a file named on the command line, at most [`MAX_INPUT_FILE_BYTES`].
+pub fn read_input(path: &std::path::Path) -> Result<String> {
+    use std::io::Read;
+    let mut s = String::new();
+    std::fs::File::open(path)
+        .with_context(|| format!("reading {}", path.display()))?
+        .take(MAX_INPUT_FILE_BYTES + 1)
+        .read_to_string(&mut s)
+        .with_context(|| format!("reading {}", path.display()))?;
+    if s.len() as u64 > MAX_INPUT_FILE_BYTES {
+        anyhow::bail!(
+            "{}: larger than {} MiB, the most placer reads from a file argument",
+            path.display(),
+            MAX_INPUT_FILE_BYTES >> 20
+        );
+    }
+    Ok(s)
+}
+
 /// How log lines are written to stderr.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum LogFormat {
@@ -159,6 +183,15 @@ impl MachineArgs {
 
 #[cfg(test)]
 mod tests {
+    /// Issue 36: a file argument that is an endless device is refused at the bound.
+    #[test]
+    fn file_arguments_are_capped() {
+        let e = super::read_input(std::path::Path::new("/dev/zero"))
+            .expect_err("endless")
+            .to_string();
+        assert!(e.contains("larger than 64 MiB"), "{e}");
+    }
+
     use super::duration_arg;
 
     #[test]

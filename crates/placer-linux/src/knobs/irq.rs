@@ -1,19 +1,19 @@
 //! IRQ affinity: one file per interrupt, a CPU list.
 
 use crate::journal::{Entry, Knob};
-use crate::knob::{CpuFileKnob, Ctx, KnobHandler, Restored};
+use crate::knob::{CpuFileKnob, Ctx, KnobFs, KnobHandler, Restored};
 use placer_core::plan::{Action, Outcome};
 use placer_core::CpuSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// /proc/irq/N/smp_affinity_list.
 pub struct IrqHandler;
 
 impl CpuFileKnob for IrqHandler {
-    fn path(&self, root: &Path, knob: &Knob) -> Option<PathBuf> {
+    fn locate(&self, knob: &Knob) -> Option<(KnobFs, String)> {
         match knob {
             Knob::IrqAffinity { irq } => {
-                Some(root.join(format!("proc/irq/{irq}/smp_affinity_list")))
+                Some((KnobFs::Proc, format!("irq/{irq}/smp_affinity_list")))
             }
             _ => None,
         }

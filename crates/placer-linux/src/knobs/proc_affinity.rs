@@ -163,9 +163,16 @@ impl ProcAffinityHandler {
             Err(e) => return classify(&e, "sched_getaffinity"),
         };
         let tids = task_ids(ctx.root, k.pid).unwrap_or_default();
+        // Already pinned by placer: a thread no longer on what placer set moved itself (or
+        // was moved) since. That is a lease break for that thread: it keeps its mask, now
+        // and on restore, and only the threads still on placer's value move.
+        let held: Option<CpuSet> = ctx
+            .entry(&proc_knob(k))
+            .and_then(|e| CpuSet::parse_list(&e.applied).ok());
+        let released = |a: &CpuSet| held.as_ref().is_some_and(|h| a != h);
         let all_there = tids
             .iter()
-            .all(|t| get_affinity(*t).map_or(true, |a| &a == cpus));
+            .all(|t| get_affinity(*t).map_or(true, |a| &a == cpus || released(&a)));
         if all_there {
             return Outcome::Skipped(format!("{comm} ({}) already on {cpus}", k.pid));
         }
@@ -180,14 +187,17 @@ impl ProcAffinityHandler {
             return Outcome::Transient("no journal".into());
         };
         let knob = proc_knob(k);
-        // Threads the app placed itself get their own value back on restore.
-        let threads: BTreeMap<u32, String> = tids
-            .iter()
-            .filter_map(|&t| {
-                let a = get_affinity(t).ok()?;
-                (a != cur).then(|| (t, a.to_list_string()))
-            })
-            .collect();
+        // Threads the app placed itself before placer get their own value back on restore.
+        let threads: BTreeMap<u32, String> = if held.is_some() {
+            BTreeMap::new()
+        } else {
+            tids.iter()
+                .filter_map(|&t| {
+                    let a = get_affinity(t).ok()?;
+                    (a != cur).then(|| (t, a.to_list_string()))
+                })
+                .collect()
+        };
         let new = match journal.record_with_threads(
             knob.clone(),
             &cur.to_list_string(),
@@ -198,7 +208,7 @@ impl ProcAffinityHandler {
             Ok(n) => n,
             Err(e) => return Outcome::Transient(format!("journal: {e}")),
         };
-        match self.set_all(ctx.root, k, cpus, None) {
+        match self.set_all(ctx.root, k, cpus, held.as_ref()) {
             Ok(_) => Outcome::Done,
             Err(e) => {
                 if new {

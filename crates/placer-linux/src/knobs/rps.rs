@@ -1,20 +1,21 @@
 //! Receive packet steering: one file per receive queue, a CPU mask.
 
-use crate::journal::{Entry, Knob};
-use crate::knob::{CpuFileKnob, Ctx, KnobHandler, Restored};
+use crate::journal::{valid_dev_name, valid_queue_name, Entry, Knob};
+use crate::knob::{CpuFileKnob, Ctx, KnobFs, KnobHandler, Restored};
 use placer_core::plan::{Action, Outcome};
 use placer_core::CpuSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// /sys/class/net/DEV/queues/QUEUE/rps_cpus.
 pub struct RpsHandler;
 
 impl CpuFileKnob for RpsHandler {
-    fn path(&self, root: &Path, knob: &Knob) -> Option<PathBuf> {
+    fn locate(&self, knob: &Knob) -> Option<(KnobFs, String)> {
         match knob {
-            Knob::Rps { dev, queue } => {
-                Some(root.join(format!("sys/class/net/{dev}/queues/{queue}/rps_cpus")))
-            }
+            Knob::Rps { dev, queue } if valid_dev_name(dev) && valid_queue_name(queue) => Some((
+                KnobFs::Sys,
+                format!("class/net/{dev}/queues/{queue}/rps_cpus"),
+            )),
             _ => None,
         }
     }

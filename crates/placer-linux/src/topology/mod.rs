@@ -33,7 +33,7 @@
 //! names the file. Nothing here panics on any input.
 
 mod allowed;
-mod fs;
+pub(crate) mod fs;
 mod nic;
 pub mod parse;
 

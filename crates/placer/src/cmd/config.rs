@@ -63,8 +63,7 @@ pub fn load_config(path: Option<&Path>) -> Result<Config> {
     match path {
         None => Ok(Config::default()),
         Some(p) => {
-            let text =
-                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            let text = crate::common::read_input(p)?;
             let (mut cfg, notes) = Config::from_toml_with_notes(&text)
                 .with_context(|| format!("in {}", p.display()))?;
             for n in notes {

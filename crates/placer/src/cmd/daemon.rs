@@ -191,27 +191,35 @@ pub fn run(args: Args) -> Result<()> {
         }),
         config_source: args.state.source(),
     };
-    let mut agent = Agent::start(host, cfg, opts)?;
+    // Before anything is touched (the lock, the start-up restore, the NRI registration): a
+    // stop signal from now on ends in the restore of `agent.stop`, never in the default
+    // action.
     signals::install().context("installing signal handlers")?;
     signals::install_reload().context("installing the SIGHUP handler")?;
-    let ended = agent.run(
-        |agent, r| {
-            if (dry_run || once) && !r.warming_up {
-                print_cycle(r, dry_run, args.json);
-            }
-            if signals::take_reload() {
-                reload(agent, &args);
-            }
-        },
-        |deadline| {
-            signals::sleep_until(deadline);
-            signals::stop_requested()
-        },
-    );
+    let mut agent = Agent::start(host, cfg, opts)?;
+    // A stop asked for during start-up: no cycle.
+    let ended = if signals::stop_requested() {
+        Ended::Stopped
+    } else {
+        agent.run(
+            |agent, r| {
+                if (dry_run || once) && !r.warming_up {
+                    print_cycle(r, dry_run, args.json);
+                }
+                if signals::take_reload() {
+                    reload(agent, &args);
+                }
+            },
+            |deadline| {
+                signals::sleep_until(deadline);
+                signals::stop_requested()
+            },
+        )
+    };
     if ended == Ended::Stopped {
         info!(
             "{} received: restoring every journaled knob",
-            signals::which().unwrap_or("stop")
+            signals::which().unwrap_or_else(|| "stop".into())
         );
     }
     agent.stop()?;

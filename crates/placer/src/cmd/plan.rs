@@ -105,7 +105,7 @@ pub fn load_power_model(spec: &str) -> Result<PowerModel> {
     if let Some(m) = power_model::builtin(spec) {
         return Ok(m);
     }
-    let text = std::fs::read_to_string(spec).with_context(|| {
+    let text = crate::common::read_input(std::path::Path::new(spec)).with_context(|| {
         format!(
             "power model {spec:?} is neither built in ({}) nor a readable file",
             power_model::builtin_names().join(", ")

@@ -142,8 +142,7 @@ pub fn parse_csv(text: &str) -> Result<Rows> {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let text = std::fs::read_to_string(&args.file)
-        .with_context(|| format!("reading {}", args.file.display()))?;
+    let text = crate::common::read_input(&args.file)?;
     let t = text.trim_start();
     let data = if t.starts_with('{') {
         let mut r = placer_linux::record::open(&args.file)

@@ -80,22 +80,30 @@ pub fn run(args: Args) -> Result<()> {
         nics: true,
     };
     let start = Instant::now();
-    let mut n = 0u64;
-    // Samples at start + k*interval (no drift), through the end of the duration.
+    let (mut n, mut late) = (0u64, 0u64);
+    // Samples at start + k*interval (no drift), through the end of the duration, and never
+    // past it: when a sample costs more than the interval, fewer samples, not more time.
     loop {
         let s = sampler.sample(req).context("sampling")?;
         w.write(&s)
             .with_context(|| format!("writing {}", args.file.display()))?;
         n += 1;
         let next = args.interval * n as u32;
-        if args.interval.is_zero() || next > args.duration {
+        if args.interval.is_zero() || next > args.duration || start.elapsed() >= args.duration {
             break;
         }
-        if let Some(wait) = next.checked_sub(start.elapsed()) {
-            std::thread::sleep(wait);
+        match next.checked_sub(start.elapsed()) {
+            Some(wait) => std::thread::sleep(wait),
+            None => late += 1,
         }
     }
     eprintln!("placer record: {n} samples to {}", args.file.display());
+    if late > 0 {
+        eprintln!(
+            "placer record: {late} sample(s) started late: one costs more than --interval {} ms here",
+            args.interval.as_millis()
+        );
+    }
     Ok(())
 }
 

@@ -7,6 +7,7 @@
 //! [`SOURCES`]). [`SOURCES`] maps every leaf key to its source; a test checks that no
 //! parameter lacks one, and `placer sim --params MACHINE` prints both.
 
+use placer_core::catalogue;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -235,9 +236,9 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("contention.llc_shape", "saturating [E] (CAL C archetypes); `additive` is the shape the 16-core measurement shows (calibration/contention.toml, docs/contention.md 'Harm model')"),
     ("contention.llc_additive_per_pressure", "fitted: 0.028 slowdown per streaming co-runner (calibration/contention.toml, x86-16core-llc) / P 0.9 of a streaming app = 0.031 per unit pressure"),
     ("contention.llc_scale", "[E] CAL C: 'scale so worst pairs reach +100-200%': 2.0 gives antagonist(P=1)+sensitive(S=0.9) = +114%, lbm+omnetpp = +107%"),
-    ("contention.node_bw_gbps", "[E] per machine: CAL C MLC 2S Intel ~80 GB/s local per socket for modern Xeons; older FSB/DDR2-3 machines scaled down (see docs/simulator.md)"),
+    ("contention.node_bw_gbps", "placer_core::catalogue::MEMORY per built-in machine (each with its source; docs/simulator.md); 40 [E] for synthetic machines"),
     ("contention.core_bw_gbps", "[E] CAL C archetype 1: a streaming hog pulls 6-10 GB/s solo -> 10"),
-    ("contention.loaded_latency", "CAL C MLC 3.11b loaded-latency curve: 3/43/83/133/159 GB/s -> 82/91/101/128/~310 ns, normalised to 159 GB/s and 82 ns"),
+    ("contention.loaded_latency", "placer_core::catalogue::LOADED_LATENCY: CAL C MLC 3.11b loaded-latency curve: 3/43/83/133/159 GB/s -> 82/91/101/128/~310 ns, normalised to 159 GB/s and 82 ns"),
     ("numa.balancing_mb_per_s", "Linux automatic NUMA balancing (on by default since 3.8; seed 003's 4.2 has it, its Sec. 2.2): numa_balancing_scan_size_mb 256 per scan_period_min_ms 1000 -> at most 256 MB/s of a process's pages scanned and migrated"),
     ("numa.migrate_s_per_gb", "[E] a NUMA hinting fault + copy + remap per 4 KiB page, ~1 us: 0.25 s per GB"),
     ("numa.latency_ratio", "CAL D: 2S Intel MLC 1.7x (distance 20/21); Opteron 4P 1-hop 1.085 (16), 2-hop 1.30 (22)"),
@@ -371,13 +372,7 @@ impl Params {
                 llc_additive_per_pressure: 0.031,
                 node_bw_gbps: 40.0,
                 core_bw_gbps: 10.0,
-                loaded_latency: vec![
-                    [0.0, 1.0],
-                    [0.27, 1.11],
-                    [0.52, 1.23],
-                    [0.84, 1.56],
-                    [1.0, 3.8],
-                ],
+                loaded_latency: catalogue::LOADED_LATENCY.to_vec(),
             },
             numa: NumaParams {
                 latency_ratio: BTreeMap::from([
@@ -437,7 +432,6 @@ impl Params {
                     pw.big_core_w,
                     pw.smt_sibling_w,
                 ) = (76.11, 25.19, 9.68, 2.61);
-                p.contention.node_bw_gbps = 25.0;
             }
             "hp-dk388p" => {
                 (
@@ -446,7 +440,6 @@ impl Params {
                     pw.big_core_w,
                     pw.smt_sibling_w,
                 ) = (106.41, 39.74, 11.13, 2.83);
-                p.contention.node_bw_gbps = 40.0;
             }
             "xeon-5355x2" => {
                 // Fujitsu RX300 S4, 2x E5440 (same 65 nm/45 nm FSB generation): idle 166 W,
@@ -457,8 +450,6 @@ impl Params {
                     pw.big_core_w,
                     pw.smt_sibling_w,
                 ) = (166.0, 0.0, 12.4, 0.0);
-                // Front-side bus, 1333 MT/s x 8 B = 10.7 GB/s for the whole machine.
-                p.contention.node_bw_gbps = 10.7;
             }
             "xeon-x5570x2" => {
                 // Same Nehalem generation as seed 001's L5520 box: its Pn/Ps/Pc.
@@ -468,7 +459,6 @@ impl Params {
                     pw.big_core_w,
                     pw.smt_sibling_w,
                 ) = (76.11, 25.19, 9.68, 2.61);
-                p.contention.node_bw_gbps = 25.0;
             }
             "xeon-e5-2697x2" => {
                 // IBM x3550 M3 style: (247-66)/12 = 15 W per loaded core, idle 66 W.
@@ -478,7 +468,6 @@ impl Params {
                     pw.big_core_w,
                     pw.smt_sibling_w,
                 ) = (66.0, 0.0, 15.0, 4.0);
-                p.contention.node_bw_gbps = 60.0;
             }
             "opteron-magny-cours-4p" => {
                 // RX300 S4-era idle per 2 sockets x2, 12.4 W per core x 0.75 (smaller
@@ -489,8 +478,6 @@ impl Params {
                     pw.big_core_w,
                     pw.smt_sibling_w,
                 ) = (250.0, 0.0, 9.3, 0.0);
-                // CAL D: 28.8 GB/s northbridge per package, shared by its two dies.
-                p.contention.node_bw_gbps = 14.4;
             }
             "odroid-xu4" => {
                 (
@@ -527,10 +514,12 @@ impl Params {
                 p.cpu.big_max_khz = 2_000_000;
                 pw.cluster_leak_a = 0.0856;
                 p.net.nic_max_rx_mbps = 280.0;
-                p.contention.node_bw_gbps = 7.0;
                 p.contention.core_bw_gbps = 3.0;
             }
             _ => {}
+        }
+        if let Some(m) = catalogue::memory(name) {
+            p.contention.node_bw_gbps = m.node_bw_bytes_per_s / 1e9;
         }
         p
     }

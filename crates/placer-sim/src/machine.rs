@@ -30,6 +30,8 @@ pub struct CpuInfo {
     pub package: usize,
     pub node: u32,
     pub llc: usize,
+    /// Index into the topology's caches of this CPU's L2, where it has one.
+    pub l2: Option<usize>,
     /// Index into the topology's freq_domains, if the CPU has one.
     pub freq_domain: Option<usize>,
     pub little: bool,
@@ -99,6 +101,11 @@ impl Machine {
                     package,
                     node: topo.node_of(c.id).unwrap_or(0),
                     llc: llcs.iter().position(|d| d.contains(c.id)).unwrap_or(0),
+                    l2: topo.caches.iter().position(|k| {
+                        k.level == 2
+                            && k.kind != placer_core::topology::CacheKind::Instruction
+                            && k.cpus.contains(c.id)
+                    }),
                     freq_domain: topo.freq_domains.iter().position(|d| d.cpus.contains(c.id)),
                     little,
                     siblings: Vec::new(),
@@ -150,6 +157,33 @@ impl Machine {
     pub fn share_cache(&self, a: usize, b: usize) -> bool {
         a == b || self.cpus[a].llc == self.cpus[b].llc
     }
+
+    /// The nearest cache CPUs `a` and `b` share (a cache line written on one is read on
+    /// the other from there).
+    pub fn cache_distance(&self, a: usize, b: usize) -> CacheDistance {
+        let (x, y) = (&self.cpus[a], &self.cpus[b]);
+        if a == b {
+            CacheDistance::SameCpu
+        } else if x.core == y.core || (x.l2.is_some() && x.l2 == y.l2) {
+            CacheDistance::SharedL2
+        } else if x.llc == y.llc {
+            CacheDistance::SharedLlc
+        } else {
+            CacheDistance::None
+        }
+    }
+}
+
+/// How far apart two CPUs are in the cache hierarchy ([`Machine::cache_distance`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheDistance {
+    SameCpu,
+    /// SMT siblings, or cores sharing an L2 (which may be the LLC, as on the Xeon 5355).
+    SharedL2,
+    /// Only the last-level cache is shared.
+    SharedLlc,
+    /// No cache is shared (another LLC domain or package).
+    None,
 }
 
 /// Capacity of a CPU at its maximum frequency relative to the big core at its maximum

@@ -127,6 +127,12 @@ pub struct PowerParams {
 fn one() -> f64 {
     1.0
 }
+fn ipi_local() -> f64 {
+    1600.0
+}
+fn ipi_remote() -> f64 {
+    2000.0
+}
 
 /// Shape of the simulator's LLC harm term.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -160,8 +166,22 @@ pub struct NetParams {
     /// Send cost per byte and per packet in the sending process, cycles.
     pub tx_cycles_per_byte: f64,
     pub tx_cycles_per_packet: f64,
-    /// Packets per interrupt (NAPI/coalescing).
+    /// Packets per interrupt (NAPI/coalescing); also the data a blocked reader finds per
+    /// wake-up (its socket is woken once per receive batch).
     pub packets_per_irq: f64,
+    /// Cycles the waking CPU spends sending the wake-up IPI when a blocked reader is woken
+    /// on another CPU of the same package (none when it is woken on the waker's CPU).
+    #[serde(default = "ipi_local")]
+    pub wake_ipi_cycles: f64,
+    /// The same across packages.
+    #[serde(default = "ipi_remote")]
+    pub wake_ipi_remote_package_cycles: f64,
+    /// Extra CPU of the reader, as a fraction of the whole local receive cost, when it
+    /// shares only the last-level cache with the receive CPU (not the CPU, not an L2):
+    /// the socket's and the packets' cache lines come from the LLC instead of its own
+    /// caches. Where the LLC is the L2 (the Xeon 5355), this class does not occur.
+    #[serde(default)]
+    pub rx_llc_only_extra: f64,
     /// Socket receive buffer, bytes (bounds the data in flight to a slow reader).
     pub rcvbuf_bytes: f64,
     /// Most a NIC can receive, Mbit/s, below its link rate when it sits behind a slower
@@ -262,6 +282,9 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("net.tx_cycles_per_byte", "[E] 2 c/B: send path copies once, TSO offloads segmentation (CAL D)"),
     ("net.tx_cycles_per_packet", "[E] 1000: Clark et al. <200 instructions on the fast path, plus driver (CAL D)"),
     ("net.packets_per_irq", "[E] 8: NAPI polling under load"),
+    ("net.wake_ipi_cycles", "V. Pallipadi, LKML 2012-02-06 '[RFC] Extend mwait idle to optimize away IPIs' (lkml.indiana.edu/hypermail/linux/kernel/1202.0/02819.html): smp_call_function_single to an idle CPU costs the sender ~1600 cycles within a socket on Westmere; the wakee's interrupt entry is not counted (no source)"),
+    ("net.wake_ipi_remote_package_cycles", "same source: ~2000 cycles to another socket"),
+    ("net.rx_llc_only_extra", "0: no source for the cost of a reader sharing only the LLC with the receive CPU (a 2-vCPU measurement here is confounded by loopback's payload being written on the sender's CPU; docs/simulator.md); the 16-core device scenario says what it would need"),
     ("net.rcvbuf_bytes", "Linux tcp_rmem default max 6 MB (4 MB on 2.6.x kernels) -> 4 MB"),
     ("sched.balance_interval_ms", "[E] CFS sd balance_interval ~ sd weight ms: 4 ms for a core group"),
     ("sched.imbalance_ratio", "Linux sd imbalance_pct 117-125 -> 1.25"),
@@ -407,6 +430,9 @@ impl Params {
                 tx_cycles_per_byte: 2.0,
                 tx_cycles_per_packet: 1000.0,
                 packets_per_irq: 8.0,
+                wake_ipi_cycles: ipi_local(),
+                wake_ipi_remote_package_cycles: ipi_remote(),
+                rx_llc_only_extra: 0.0,
                 rcvbuf_bytes: 4.0 * 1024.0 * 1024.0,
                 nic_max_rx_mbps: 0.0,
             },

@@ -141,7 +141,23 @@ impl SimHost {
                         self.tasks[t].runnable = self.tasks[t].left > 0.0;
                     }
                 }
-                Kind::Rx | Kind::Tx => {
+                Kind::Rx => {
+                    // Blocked in recv() while its socket is empty; data arriving (last
+                    // tick's, as the softirq goes on) wakes it, and a wake-up is placed
+                    // anew by the scheduler.
+                    let t = self.procs[pi].threads[0];
+                    self.tasks[t].runnable = match self.procs[pi].flow {
+                        Some(f) => {
+                            let fl = &self.flows[f];
+                            if fl.reader_slept {
+                                self.tasks[t].was_runnable = false;
+                            }
+                            !fl.reader_slept || fl.offered > 0.0
+                        }
+                        None => false,
+                    };
+                }
+                Kind::Tx => {
                     let t = self.procs[pi].threads[0];
                     self.tasks[t].runnable = true;
                 }
@@ -322,6 +338,7 @@ impl SimHost {
                 self.window.busy_ns += total_busy * tick;
             }
         }
+        crate::network::note_blocked_readers(self);
         // Memory-controller load for the next tick: the bandwidth the tasks moved (summed
         // in step 6, each one's solo bandwidth scaled by its speed, as the DRAM counters
         // count it), not what they would move alone: a controller cannot carry more than

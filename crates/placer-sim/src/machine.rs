@@ -48,6 +48,8 @@ pub struct Machine {
     pub n_cores: usize,
     pub n_packages: usize,
     pub n_llc: usize,
+    /// Size of each LLC domain's cache, bytes (by `CpuInfo::llc`; 0 where unknown).
+    pub llc_bytes: Vec<f64>,
     /// Node ids present, and SLIT distances as a dense matrix by position in `node_ids`.
     pub node_ids: Vec<u32>,
     pub distance: Vec<Vec<u32>>,
@@ -138,6 +140,15 @@ impl Machine {
             n_cores: core_ids.len(),
             n_packages: pkg_ids.len(),
             n_llc: llcs.len().max(1),
+            llc_bytes: llcs
+                .iter()
+                .map(|d| {
+                    d.first()
+                        .and_then(|c| topo.llc_of(c))
+                        .and_then(|k| k.size_bytes)
+                        .unwrap_or(0) as f64
+                })
+                .collect(),
             cpus,
             node_ids,
             distance,
@@ -212,6 +223,18 @@ pub fn base_speed(p: &Params, c: &CpuInfo, a: &Archetype, khz: u64) -> f64 {
 /// `gain` the mean SMT gain of the two threads' classes.
 pub fn smt_factor(sib_busy: f64, gain: f64) -> f64 {
     1.0 - sib_busy.clamp(0.0, 1.0) * (1.0 - (1.0 + gain) / 2.0)
+}
+
+/// Co-runners' pressure `sum_p` as it weighs on an LLC of `llc_bytes`: scaled by the share
+/// of the cache it takes relative to the reference LLC the pressures are stated for
+/// (`contention.llc_reference_bytes`; unscaled when that or the size is unknown).
+pub fn llc_share_pressure(p: &Params, sum_p: f64, llc_bytes: f64) -> f64 {
+    let r = p.contention.llc_reference_bytes;
+    if r > 0.0 && llc_bytes > 0.0 {
+        sum_p * r / llc_bytes
+    } else {
+        sum_p
+    }
 }
 
 /// Time multiplier from LLC co-runners with busy-weighted pressure sum `sum_p`.

@@ -68,6 +68,12 @@ pub struct ContentionParams {
     /// Slowdown per unit of co-runner pressure for a fully sensitive task (additive shape).
     #[serde(default)]
     pub llc_additive_per_pressure: f64,
+    /// The LLC size the archetypes' pressures are stated for, bytes: co-runners' pressure
+    /// counts by the share of the domain's LLC it takes, `sum P * this / LLC bytes`, so the
+    /// same co-runners harm less on a larger LLC (occupancy: Chandra et al., HPCA'05). 0 =
+    /// pressure independent of the LLC's size.
+    #[serde(default)]
+    pub llc_reference_bytes: f64,
     /// Peak DRAM bandwidth of one memory node, GB/s.
     pub node_bw_gbps: f64,
     /// DRAM bandwidth one core can pull alone, GB/s (a task's memory-bound fraction is its
@@ -255,6 +261,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("smt.gain_scale", "[E] 1.0 = archetype gains of CAL C/B taken as given"),
     ("contention.llc_shape", "saturating [E] (CAL C archetypes); `additive` is the shape the 16-core measurement shows (calibration/contention.toml, docs/contention.md 'Harm model')"),
     ("contention.llc_additive_per_pressure", "fitted: 0.028 slowdown per streaming co-runner (calibration/contention.toml, x86-16core-llc) / P 0.9 of a streaming app = 0.031 per unit pressure"),
+    ("contention.llc_reference_bytes", "[E] 8 MiB: the CAL C archetype pressures were set for seed 003's first machine, whose 4-core domains share an 8 MB L3 (X5570); the share-of-LLC scaling follows the occupancy view of Chandra, Guo, Kim, Solihin, 'Predicting inter-thread cache contention on a chip multi-processor architecture', HPCA 2005 (a co-runner's harm grows with the part of the shared cache its accesses take); docs/contention.md"),
     ("contention.llc_scale", "[E] CAL C: 'scale so worst pairs reach +100-200%': 2.0 gives antagonist(P=1)+sensitive(S=0.9) = +114%, lbm+omnetpp = +107%"),
     ("contention.node_bw_gbps", "placer_core::catalogue::MEMORY per built-in machine (each with its source; docs/simulator.md); 40 [E] for synthetic machines"),
     ("contention.core_bw_gbps", "[E] CAL C archetype 1: a streaming hog pulls 6-10 GB/s solo -> 10"),
@@ -393,6 +400,7 @@ impl Params {
                 llc_scale: 2.0,
                 llc_shape: LlcShape::Saturating,
                 llc_additive_per_pressure: 0.031,
+                llc_reference_bytes: 8.0 * 1024.0 * 1024.0,
                 node_bw_gbps: 40.0,
                 core_bw_gbps: 10.0,
                 loaded_latency: catalogue::LOADED_LATENCY.to_vec(),

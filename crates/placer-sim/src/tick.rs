@@ -220,7 +220,11 @@ impl SimHost {
             } else {
                 1.0
             };
-            let sum_p = (self.llc_pressure[info.llc] - st.pressure).max(0.0);
+            let sum_p = machine::llc_share_pressure(
+                &self.params,
+                (self.llc_pressure[info.llc] - st.pressure).max(0.0),
+                self.m.llc_bytes.get(info.llc).copied().unwrap_or(0.0),
+            );
             let llc = machine::llc_slowdown(&self.params, a, sum_p);
             let mf = machine::mem_fraction(&self.params, a);
             let mut mem = 1.0;

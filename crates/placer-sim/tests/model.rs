@@ -221,9 +221,14 @@ mem_node = {node}
 }
 
 fn corun(victim: &str, neighbour: &str) -> f64 {
+    corun_on("xeon-x5570x2", victim, neighbour)
+}
+
+/// The victim's slowdown beside one neighbour on CPUs 0 and 1 (one LLC) of `machine`.
+fn corun_on(machine: &str, victim: &str, neighbour: &str) -> f64 {
     let mut h = host(&format!(
         r#"name = "t"
-machine = "xeon-x5570x2"
+machine = "{machine}"
 duration_s = 5.0
 [params.contention]
 loaded_latency = [[0.0, 1.0], [1.0, 1.0]]
@@ -746,4 +751,19 @@ fn a_wake_up_costs_by_cache_distance_between_the_receive_cpu_and_the_reader() {
     let a = receiver_on(HP, id(0), 500.0, flat).0;
     let b = receiver_on(HP, id(other_pkg), 500.0, flat).0;
     assert!((a - b).abs() < 1e-6, "{a} vs {b}");
+}
+
+#[test]
+fn the_same_co_runner_harms_less_on_a_larger_llc() {
+    // CPUs 0 and 1 share one L3 on both: 8 MB on the X5570 (the reference size the
+    // pressures are stated for), 35 MB on the E5-2697 v3.
+    let f = |s: f64, p: f64| 1.0 + 2.0 * s * (1.0 - (-p).exp());
+    let small = corun_on("xeon-x5570x2", "cache-sensitive", "streaming");
+    let large = corun_on("xeon-e5-2697x2", "cache-sensitive", "streaming");
+    assert!((small - f(0.9, 0.9)).abs() < 0.01, "8 MB: {small}");
+    assert!(
+        (large - f(0.9, 0.9 * 8.0 / 35.0)).abs() < 0.01,
+        "35 MB: {large}"
+    );
+    assert!(large < small);
 }

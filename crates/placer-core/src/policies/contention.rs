@@ -1594,8 +1594,10 @@ mod tests {
             DEFAULT_MIN_DOMAIN_BANDWIDTH
         );
         // The config's machine name picks the facts; a set value overrides them all.
-        let mut named = ContentionConfig::default();
-        named.machine = "xeon-e5-2697x2".into();
+        let named = ContentionConfig {
+            machine: "xeon-e5-2697x2".into(),
+            ..Default::default()
+        };
         assert_eq!(
             Contention::new(named).min_domain_bandwidth(&x5570),
             own("xeon-e5-2697x2")

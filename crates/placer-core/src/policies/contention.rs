@@ -84,17 +84,33 @@ pub struct ContentionConfig {
     /// enough contention): when memory bandwidth is measured per process, a contended
     /// domain must also move at least this many bytes/s (summed over its apps) in a strict
     /// majority of the last `smoothing_intervals` intervals before the policy acts, in
-    /// every case of Fig. 7. 0 = off. Unset: the machine's own threshold from the
-    /// catalogue ([`catalogue::sufficient_contention_bytes_per_s`]), else
-    /// [`DEFAULT_MIN_DOMAIN_BANDWIDTH`]; set, it overrides both.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub min_domain_bandwidth_bytes_per_s: Option<f64>,
+    /// every case of Fig. 7: `"machine"` (the default) takes the machine's own threshold
+    /// from the catalogue ([`catalogue::sufficient_contention_bytes_per_s`]), else
+    /// [`DEFAULT_MIN_DOMAIN_BANDWIDTH`]; a number of bytes/s overrides both; 0 = off.
+    pub min_domain_bandwidth_bytes_per_s: DomainBandwidth,
     /// A process moved to another NUMA node has its memory follow it: `BindMemory` to the
     /// new node each interval until its pages are there (bounded by
     /// `migrate_max_bytes_per_s`), journaled and restored like every knob.
     pub memory_follows: bool,
     /// Most bytes migrated per second, over all processes (numa-local's mechanism).
     pub migrate_max_bytes_per_s: u64,
+}
+
+/// The sufficient-contention threshold as configured.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum DomainBandwidth {
+    /// `"machine"`: the machine's own threshold.
+    Machine(MachineOwn),
+    /// Bytes/s of a domain; 0 = off.
+    BytesPerS(f64),
+}
+
+/// The word `"machine"` of [`DomainBandwidth::Machine`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MachineOwn {
+    Machine,
 }
 
 /// Sufficient-contention threshold, bytes/s of a domain, on a machine the catalogue has no
@@ -111,7 +127,7 @@ impl Default for ContentionConfig {
             classify: ClassifyConfig::default(),
             machine: String::new(),
             min_group1_sharing: 2,
-            min_domain_bandwidth_bytes_per_s: None,
+            min_domain_bandwidth_bytes_per_s: DomainBandwidth::Machine(MachineOwn::Machine),
             memory_follows: true,
             migrate_max_bytes_per_s: 64 << 20,
         }
@@ -130,7 +146,10 @@ impl ContentionConfig {
                 "must be at least 2 (one app alone does not contend with itself)".into(),
             ));
         }
-        let b = self.min_domain_bandwidth_bytes_per_s.unwrap_or(0.0);
+        let b = match self.min_domain_bandwidth_bytes_per_s {
+            DomainBandwidth::BytesPerS(b) => b,
+            DomainBandwidth::Machine(_) => 0.0,
+        };
         if b.is_nan() || b < 0.0 {
             return Err((
                 "min_domain_bandwidth_bytes_per_s".into(),
@@ -579,15 +598,18 @@ impl Contention {
     /// override, else the machine's own (the traffic at which its loaded-latency curve
     /// costs the verdicts' default minimum effect), else [`DEFAULT_MIN_DOMAIN_BANDWIDTH`].
     pub fn min_domain_bandwidth(&self, topo: &Topology) -> f64 {
-        self.cfg
-            .min_domain_bandwidth_bytes_per_s
-            .or_else(|| {
-                catalogue::sufficient_contention_bytes_per_s(
-                    self.machine(topo)?,
-                    crate::verdict::DEFAULT_MIN_EFFECT,
-                )
-            })
-            .unwrap_or(DEFAULT_MIN_DOMAIN_BANDWIDTH)
+        match self.cfg.min_domain_bandwidth_bytes_per_s {
+            DomainBandwidth::BytesPerS(b) => b,
+            DomainBandwidth::Machine(_) => self
+                .machine(topo)
+                .and_then(|m| {
+                    catalogue::sufficient_contention_bytes_per_s(
+                        m,
+                        crate::verdict::DEFAULT_MIN_EFFECT,
+                    )
+                })
+                .unwrap_or(DEFAULT_MIN_DOMAIN_BANDWIDTH),
+        }
     }
 
     /// LLC domains restricted to the allowed CPUs, with their core counts.
@@ -1553,7 +1575,7 @@ mod tests {
         let mk = |bw_each: f64| paper_apps_on(&apps, 300, bw_each);
         // An 8 GB/s threshold set in the config (the machine's own is lower).
         let cfg = ContentionConfig {
-            min_domain_bandwidth_bytes_per_s: Some(8e9),
+            min_domain_bandwidth_bytes_per_s: DomainBandwidth::BytesPerS(8e9),
             ..Default::default()
         };
         let pol = Contention::new(cfg.clone());
@@ -1603,10 +1625,24 @@ mod tests {
             own("xeon-e5-2697x2")
         );
         let set = Contention::new(ContentionConfig {
-            min_domain_bandwidth_bytes_per_s: Some(0.0),
+            min_domain_bandwidth_bytes_per_s: DomainBandwidth::BytesPerS(0.0),
             ..Default::default()
         });
         assert_eq!(set.min_domain_bandwidth(&x5570), 0.0);
+        // In the TOML: "machine" or a number; another word or a negative number is refused.
+        let parse = |v: &str| {
+            crate::config::Config::from_toml(&format!(
+                "[contention]\nmin_domain_bandwidth_bytes_per_s = {v}\n"
+            ))
+            .map(|c| c.contention.min_domain_bandwidth_bytes_per_s)
+        };
+        assert_eq!(
+            parse("\"machine\"").unwrap(),
+            DomainBandwidth::Machine(MachineOwn::Machine)
+        );
+        assert_eq!(parse("4e9").unwrap(), DomainBandwidth::BytesPerS(4e9));
+        assert!(parse("\"auto\"").is_err());
+        assert!(parse("-1.0").is_err());
         // It decides: 6 GB/s in a contended X5570 domain passes its 3.1 GB/s threshold
         // (it did not pass the old global 8 GB/s).
         let apps = [("lbm", 0), ("libquantum", 1), ("sphinx", 2), ("omnetpp", 3)];

@@ -5,10 +5,13 @@ Usage: for s in seed-003-6 seed-003 seed-003-g1g3 seed-003-18 seed-003-24 seed-0
          placer sim $s --json > /tmp/$s.json; done
        python3 traces/seed003_report.py /tmp/seed-003*.json
 
-Per scenario and policy: mean makespan and mean completion time over seeds; gain of
+Per scenario and policy: mean makespan, mean completion time and sum of completion times
+(over the apps of a run) over seeds; gain of
 contention over linux-default (makespan and mean completion, percent); run-to-run spread =
 per workload instance, the standard deviation of its completion time over the seeds (the
-paper's Fig. 9 statistic, 5 runs), shown as min..max over the instances; per-app speedup =
+paper's Fig. 9 statistic, 5 runs), shown as min..max over the instances, and its range
+(max - min completion over the seeds, the paper's "10-81 s vs 2-11 s"), min..max over the
+instances; per-app speedup =
 per seed, the mean over apps of T_linux / T_policy - 1 (apps paired by name), then the mean
 over seeds (min..max over seeds); makespan range = max - min of the makespan over seeds.
 """
@@ -37,11 +40,16 @@ def summarise(rows):
                 if p["completions_s"]:
                     per.setdefault(p["name"], []).append(p["completions_s"][0])
         sds = [statistics.pstdev(v) for v in per.values() if len(v) == len(runs)]
+        spans = [max(v) - min(v) for v in per.values() if len(v) == len(runs)]
+        sums = [sum(completions(x).values()) for x in runs if completions(x)]
         out[key] = {
             "makespan": statistics.mean(mk) if mk else None,
             "completion": statistics.mean(cm) if cm else None,
             "sd_min": min(sds) if sds else None,
             "sd_max": max(sds) if sds else None,
+            "span_min": min(spans) if spans else None,
+            "span_max": max(spans) if spans else None,
+            "sum": statistics.mean(sums) if sums else None,
             "actions": statistics.mean(x["metrics"]["actions"] for x in runs),
             "undone": statistics.mean(x["metrics"].get("undone", 0) for x in runs),
             "mk_range": max(mk) - min(mk) if mk else None,
@@ -71,7 +79,8 @@ def app_speedup(base, pol):
 
 def main(paths):
     print(f"{'scenario':16} {'variant':15} {'policy':14} {'makespan s':>10} {'mean compl s':>12} "
-          f"{'gain mk %':>9} {'gain mean %':>11} {'per-app % (seeds)':>21} {'run-to-run sd s':>16} "
+          f"{'sum compl s':>11} {'gain mk %':>9} {'gain mean %':>11} {'gain sum %':>10} {'per-app % (seeds)':>21} "
+          f"{'run-to-run sd s':>16} {'run-to-run range s':>18} "
           f"{'mk range s':>10} {'actions':>7} {'undone':>6}")
     for path in paths:
         data = load(path)
@@ -80,17 +89,20 @@ def main(paths):
         name = data.get("scenario", path) if isinstance(data, dict) else path
         for (var, pol), v in s.items():
             base = s.get((var, "linux-default"))
-            g_mk = g_cm = app = ""
+            g_mk = g_cm = g_sum = app = ""
             if base and pol != "linux-default" and v["makespan"] and base["makespan"]:
                 g_mk = f"{(base['makespan'] / v['makespan'] - 1) * 100:+.1f}"
                 g_cm = f"{(base['completion'] / v['completion'] - 1) * 100:+.1f}"
+                g_sum = f"{(base['sum'] / v['sum'] - 1) * 100:+.1f}"
                 a = app_speedup(base, v)
                 if a:
                     app = f"{a[0]:+.1f} ({a[1]:+.1f}..{a[2]:+.1f})"
             sd = f"{v['sd_min']:.1f}..{v['sd_max']:.1f}" if v["sd_min"] is not None else "-"
             rng = f"{v['mk_range']:.1f}" if v["mk_range"] is not None else "-"
+            span = f"{v['span_min']:.1f}..{v['span_max']:.1f}" if v["span_min"] is not None else "-"
             print(f"{name:16} {var:15} {pol:14} {v['makespan']:>10.1f} {v['completion']:>12.1f} "
-                  f"{g_mk:>9} {g_cm:>11} {app:>21} {sd:>16} {rng:>10} {v['actions']:>7.1f} {v['undone']:>6.1f}")
+                  f"{v['sum']:>11.1f} {g_mk:>9} {g_cm:>11} {g_sum:>10} {app:>21} {sd:>16} {span:>18} "
+                  f"{rng:>10} {v['actions']:>7.1f} {v['undone']:>6.1f}")
 
 
 if __name__ == "__main__":

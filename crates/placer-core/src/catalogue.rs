@@ -2,7 +2,9 @@
 //! machines ([`MACHINES`]; `machines` builds their topologies), their whole-machine power
 //! models ([`POWER_MODELS`], read by seed 001's `power_model::builtin`), their DVFS tables (the Exynos 5422's operating points and
 //! per-CPU power, which energy-qos's `StatePowerTable::for_topology` reads) and the
-//! classifier's per-machine thresholds (`[contention.classify.per_machine]`, none built in).
+//! classifier's per-machine thresholds (`[contention.classify.per_machine]`, none built in),
+//! and each machine's memory bandwidth per node with the loaded-latency curve, from which
+//! its sufficient-contention threshold follows ([`sufficient_contention_bytes_per_s`]).
 //! [`entries`] lists, for each built-in machine, which of these facts placer has.
 
 use crate::classify::Thresholds;
@@ -104,6 +106,93 @@ pub const EXYNOS5422_A7: DvfsTable = DvfsTable {
     ipa_mw: A7_IPA_MW,
 };
 
+/// One machine's peak memory bandwidth per NUMA node, with its source.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MemoryFacts {
+    pub machine: &'static str,
+    pub node_bw_bytes_per_s: f64,
+    pub source: &'static str,
+}
+
+/// Peak memory bandwidth per node of the built-in machines (the simulator's
+/// `contention.node_bw_gbps` and the threshold below both read it).
+pub const MEMORY: &[MemoryFacts] = &[
+    MemoryFacts {
+        machine: "dell-c6100",
+        node_bw_bytes_per_s: 25e9,
+        source: "[E] 3-channel DDR3-1066/1333 per socket (docs/simulator.md)",
+    },
+    MemoryFacts {
+        machine: "hp-dk388p",
+        node_bw_bytes_per_s: 40e9,
+        source: "[E] CALIBRATION C MLC ~80 GB/s per modern socket, scaled to a 2012 socket (docs/simulator.md)",
+    },
+    MemoryFacts {
+        machine: "xeon-5355x2",
+        node_bw_bytes_per_s: 10.7e9,
+        source: "front-side bus 1333 MT/s x 8 B = 10.7 GB/s for the whole machine",
+    },
+    MemoryFacts {
+        machine: "xeon-x5570x2",
+        node_bw_bytes_per_s: 25e9,
+        source: "[E] 3-channel DDR3-1066/1333 per socket (docs/simulator.md)",
+    },
+    MemoryFacts {
+        machine: "xeon-e5-2697x2",
+        node_bw_bytes_per_s: 60e9,
+        source: "[E] CALIBRATION C MLC ~80 GB/s per modern socket, scaled to a 2014 socket (docs/simulator.md)",
+    },
+    MemoryFacts {
+        machine: "opteron-magny-cours-4p",
+        node_bw_bytes_per_s: 14.4e9,
+        source: "CALIBRATION D: 28.8 GB/s northbridge per package, shared by its two dies",
+    },
+    MemoryFacts {
+        machine: "odroid-xu4",
+        node_bw_bytes_per_s: 7e9,
+        source: "[E] LPDDR3 (docs/simulator.md)",
+    },
+];
+
+/// Loaded latency relative to idle against node bandwidth relative to its peak:
+/// CALIBRATION C, Intel MLC 3.11b on a 2S Intel (3/43/83/133/159 GB/s -> 82/91/101/128/~310
+/// ns), normalised to 159 GB/s and 82 ns; the simulator's default curve.
+pub const LOADED_LATENCY: &[[f64; 2]] = &[
+    [0.0, 1.0],
+    [0.27, 1.11],
+    [0.52, 1.23],
+    [0.84, 1.56],
+    [1.0, 3.8],
+];
+
+/// The memory facts of a built-in machine.
+pub fn memory(machine: &str) -> Option<&'static MemoryFacts> {
+    MEMORY.iter().find(|m| m.machine == machine)
+}
+
+/// The node bandwidth share at which `curve` (as [`LOADED_LATENCY`]) first reaches a
+/// latency of `1 + min_effect`, by linear interpolation; None if it never does.
+pub fn utilisation_at_latency(curve: &[[f64; 2]], min_effect: f64) -> Option<f64> {
+    let target = 1.0 + min_effect;
+    if curve.first()?[1] >= target {
+        return Some(curve[0][0]);
+    }
+    curve.windows(2).find_map(|w| {
+        let ([x0, y0], [x1, y1]) = (w[0], w[1]);
+        (y1 >= target && y1 > y0).then(|| x0 + (target - y0) / (y1 - y0) * (x1 - x0))
+    })
+}
+
+/// A machine's sufficient-contention threshold, bytes/s of one domain: the traffic at which
+/// the loaded-latency curve costs a latency-bound app `min_effect` (the verdicts' minimum
+/// effect), i.e. where moving apps apart can first show a gain the verdict would keep
+/// (docs/contention.md, "Where the two deciding quantities sit"). None for a machine
+/// without memory facts.
+pub fn sufficient_contention_bytes_per_s(machine: &str, min_effect: f64) -> Option<f64> {
+    let m = memory(machine)?;
+    Some(utilisation_at_latency(LOADED_LATENCY, min_effect)? * m.node_bw_bytes_per_s)
+}
+
 /// What placer knows of one built-in machine.
 #[derive(Debug, Clone)]
 pub struct Entry {
@@ -115,6 +204,8 @@ pub struct Entry {
     pub dvfs: Option<[DvfsTable; 2]>,
     /// Classifier thresholds for it, where built in (none are: they come from the config).
     pub classifier: Option<Thresholds>,
+    /// Peak memory bandwidth per node, where known.
+    pub memory: Option<MemoryFacts>,
 }
 
 /// Every built-in machine with the facts placer carries for it.
@@ -127,6 +218,7 @@ pub fn entries() -> Vec<Entry> {
             power_model: POWER_MODELS.iter().any(|m| m.machine == name),
             dvfs: (name == "odroid-xu4").then_some([EXYNOS5422_A7, EXYNOS5422_A15]),
             classifier: None,
+            memory: memory(name).copied(),
         })
         .collect()
 }
@@ -151,5 +243,29 @@ mod tests {
                 .windows(2)
                 .all(|w| w[0].0 < w[1].0 && w[0].1 < w[1].1));
         }
+        assert!(e.iter().all(|x| x.memory.is_some()));
+    }
+
+    #[test]
+    fn the_sufficient_contention_threshold_is_a_fact_of_each_machine() {
+        // +5% on the first segment (1.0 -> 1.11 at 0.27): 0.05 / 0.11 x 0.27 of the peak.
+        let u = utilisation_at_latency(LOADED_LATENCY, 0.05).unwrap();
+        assert!((u - 0.05 / 0.11 * 0.27).abs() < 1e-12);
+        let x5570 = sufficient_contention_bytes_per_s("xeon-x5570x2", 0.05).unwrap();
+        let e5 = sufficient_contention_bytes_per_s("xeon-e5-2697x2", 0.05).unwrap();
+        assert!((x5570 - 25e9 * u).abs() < 1.0, "{x5570}");
+        assert!((e5 - 60e9 * u).abs() < 1.0, "{e5}");
+        // Differs per machine, rises with the effect asked for, unknown machines have none.
+        let all: Vec<f64> = MACHINES
+            .iter()
+            .map(|(n, _)| sufficient_contention_bytes_per_s(n, 0.05).unwrap())
+            .collect();
+        assert!(all.iter().any(|&t| t != all[0]));
+        assert!(sufficient_contention_bytes_per_s("xeon-x5570x2", 0.2).unwrap() > x5570);
+        assert_eq!(
+            sufficient_contention_bytes_per_s("pkg:1 core:4", 0.05),
+            None
+        );
+        assert_eq!(utilisation_at_latency(LOADED_LATENCY, 5.0), None);
     }
 }

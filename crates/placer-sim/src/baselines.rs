@@ -7,7 +7,9 @@
 //!   an idle SMT thread, then the least loaded CPU; higher capacity first on asymmetric
 //!   machines; ties broken by the host's seeded PRNG;
 //! - a woken task stays on its previous CPU if idle, else takes an idle CPU of the same
-//!   LLC (select_idle_sibling), else stays;
+//!   LLC (select_idle_sibling), else stays; a network reader, woken by the softirq of its
+//!   receive CPU, is placed as wake_affine does it (`select_wake_affine`: towards the
+//!   waker's CPU when that looks idle, softirq time not counting);
 //! - every `balance_interval_ms`: an idle CPU pulls a task from the CPU with the most
 //!   runnable tasks; a fully idle core takes one thread of a core whose threads are all
 //!   busy; and a task moves from the busiest to the idlest CPU when their loads (sum of
@@ -25,6 +27,7 @@
 //! machine's DVFS domains under schedutil (the topology's governor).
 
 use crate::machine::volts_at;
+use crate::workload::Kind;
 use crate::world::SimHost;
 
 pub use crate::world::Baseline;
@@ -141,14 +144,25 @@ fn select_wake(h: &mut SimHost, l: &Load, ti: usize) -> usize {
         return prev;
     }
     let llc = h.m.cpus[prev].llc;
+    idle_sibling(h, ti, llc, |c| l.nr[c] == 0).unwrap_or(prev)
+}
+
+/// select_idle_sibling's scan: a random idle allowed CPU of LLC `llc` whose whole core is
+/// idle, else any idle one; None when there is none (`idle` says which CPUs are idle).
+fn idle_sibling(
+    h: &mut SimHost,
+    ti: usize,
+    llc: usize,
+    idle: impl Fn(usize) -> bool,
+) -> Option<usize> {
     let cands: Vec<usize> = allowed_idx(h, ti)
         .into_iter()
-        .filter(|&c| h.m.cpus[c].llc == llc && l.nr[c] == 0)
+        .filter(|&c| h.m.cpus[c].llc == llc && idle(c))
         .collect();
     let idle_core: Vec<usize> = cands
         .iter()
         .copied()
-        .filter(|&c| core_idle(h, l, c))
+        .filter(|&c| h.m.cpus[c].siblings.iter().all(|&s| idle(s)))
         .collect();
     let pool = if idle_core.is_empty() {
         cands
@@ -156,10 +170,37 @@ fn select_wake(h: &mut SimHost, l: &Load, ti: usize) -> usize {
         idle_core
     };
     if pool.is_empty() {
-        return prev;
+        return None;
     }
     let k = h.rng.below(pool.len());
-    pool[k]
+    Some(pool[k])
+}
+
+/// Wake-up of a task by CPU `waker` (a reader woken by the softirq that queued its data),
+/// as Linux's select_task_rq_fair does it: wake_affine_idle picks the waker's CPU when it
+/// looks idle and shares the LLC with the task's previous CPU, unless the previous CPU is
+/// idle itself (then it stays); otherwise the previous CPU is the target. Then
+/// select_idle_sibling: the target if idle, else the previous CPU if idle and in the
+/// target's LLC, else an idle CPU of the target's LLC (an idle core first), else the
+/// target. Softirq time is invisible here: a CPU busy only with softirq has no runnable
+/// task and counts as idle, as the kernel's idle_cpu() sees it.
+fn select_wake_affine(h: &mut SimHost, l: &Load, ti: usize, waker: usize) -> usize {
+    let prev = h.tasks[ti].cpu;
+    // The task is counted on its previous CPU; it does not make that CPU busy for itself.
+    let idle = |c: usize| l.nr[c].saturating_sub(u32::from(c == prev)) == 0;
+    let target = if idle(waker) && h.m.share_cache(waker, prev) && !idle(prev) {
+        waker
+    } else {
+        prev
+    };
+    if idle(target) {
+        return target;
+    }
+    if idle(prev) && h.m.share_cache(prev, target) {
+        return prev;
+    }
+    let llc = h.m.cpus[target].llc;
+    idle_sibling(h, ti, llc, idle).unwrap_or(target)
 }
 
 fn move_task(h: &mut SimHost, l: &mut Load, ti: usize, to: usize) {
@@ -205,10 +246,17 @@ pub fn schedule(h: &mut SimHost) {
         if t.placed && !disallowed && t.was_runnable {
             continue;
         }
+        // A reader is woken by the softirq of its receive CPU.
+        let waker = match h.procs[t.proc].kind {
+            Kind::Rx => h.procs[t.proc].flow.map(|f| h.flows[f].rx_cpu),
+            _ => None,
+        };
         let to = if eas_on {
             select_energy(h, ti)
         } else if !t.placed || disallowed {
             select_idlest(h, &l, ti)
+        } else if let Some(w) = waker.filter(|&w| allowed_idx(h, ti).contains(&w)) {
+            select_wake_affine(h, &l, ti, w)
         } else {
             select_wake(h, &l, ti)
         };
@@ -578,4 +626,73 @@ fn select_energy(h: &mut SimHost, ti: usize) -> usize {
         return prev;
     }
     best.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::Scenario;
+
+    /// An HP DK388P (L3 per package) with one reader of eth0 and a CPU hog, both placed.
+    fn host() -> SimHost {
+        let sc = Scenario::from_toml(
+            "t",
+            r#"name = "t"
+machine = "hp-dk388p"
+duration_s = 1.0
+[[workloads]]
+kind = "rx"
+name = "recv"
+nic = "eth0"
+rate_mbps = 100.0
+[[workloads]]
+kind = "cpu"
+name = "hog"
+"#,
+        )
+        .unwrap();
+        let mut h = sc.host(None, Baseline::LinuxDefault, 1).unwrap();
+        h.run_until(10_000_000, false);
+        h
+    }
+
+    /// (reader task, hog task), with the reader on `prev` and the hog on `hog`.
+    fn place(h: &mut SimHost, prev: usize, hog: usize) -> (usize, usize) {
+        let r = h.procs[0].threads[0];
+        let g = h.procs[1].threads[0];
+        for (t, c) in [(r, prev), (g, hog)] {
+            h.tasks[t].cpu = c;
+            h.tasks[t].runnable = true;
+            h.tasks[t].placed = true;
+        }
+        (r, g)
+    }
+
+    #[test]
+    fn a_reader_is_woken_as_wake_affine_places_it() {
+        let mut h = host();
+        let m = h.m.clone();
+        let pkg0: Vec<usize> = (0..m.cpus.len())
+            .filter(|&c| m.cpus[c].package == 0)
+            .collect();
+        let other_pkg = (0..m.cpus.len()).find(|&c| m.cpus[c].package == 1).unwrap();
+        let (waker, prev) = (pkg0[0], pkg0[2]);
+        // The previous CPU is idle: the reader stays there.
+        let (r, _) = place(&mut h, prev, other_pkg);
+        let l = loads(&h);
+        assert_eq!(select_wake_affine(&mut h, &l, r, waker), prev);
+        // The previous CPU is busy, the waker runs only softirq (no task: idle to the
+        // scheduler) in the same LLC: the reader is pulled to the waker's CPU.
+        let (r, _) = place(&mut h, prev, prev);
+        h.cpu[waker].softirq = 0.9;
+        let l = loads(&h);
+        assert_eq!(select_wake_affine(&mut h, &l, r, waker), waker);
+        // The waker in another LLC: the reader stays in its own LLC, on an idle CPU there.
+        let (r, _) = place(&mut h, prev, prev);
+        let l = loads(&h);
+        let to = select_wake_affine(&mut h, &l, r, other_pkg);
+        assert_eq!(m.cpus[to].llc, m.cpus[prev].llc);
+        assert_ne!(to, prev);
+        assert_eq!(l.nr[to], 0);
+    }
 }

@@ -222,6 +222,7 @@ impl SimHost {
                         ),
                         rx_cpu: 0,
                         offered: 0.0,
+                        reader_slept: true,
                     });
                     Some(fidx)
                 }

@@ -30,6 +30,8 @@ pub struct CpuInfo {
     pub package: usize,
     pub node: u32,
     pub llc: usize,
+    /// Index into the topology's caches of this CPU's L2, where it has one.
+    pub l2: Option<usize>,
     /// Index into the topology's freq_domains, if the CPU has one.
     pub freq_domain: Option<usize>,
     pub little: bool,
@@ -46,6 +48,8 @@ pub struct Machine {
     pub n_cores: usize,
     pub n_packages: usize,
     pub n_llc: usize,
+    /// Size of each LLC domain's cache, bytes (by `CpuInfo::llc`; 0 where unknown).
+    pub llc_bytes: Vec<f64>,
     /// Node ids present, and SLIT distances as a dense matrix by position in `node_ids`.
     pub node_ids: Vec<u32>,
     pub distance: Vec<Vec<u32>>,
@@ -99,6 +103,11 @@ impl Machine {
                     package,
                     node: topo.node_of(c.id).unwrap_or(0),
                     llc: llcs.iter().position(|d| d.contains(c.id)).unwrap_or(0),
+                    l2: topo.caches.iter().position(|k| {
+                        k.level == 2
+                            && k.kind != placer_core::topology::CacheKind::Instruction
+                            && k.cpus.contains(c.id)
+                    }),
                     freq_domain: topo.freq_domains.iter().position(|d| d.cpus.contains(c.id)),
                     little,
                     siblings: Vec::new(),
@@ -131,6 +140,15 @@ impl Machine {
             n_cores: core_ids.len(),
             n_packages: pkg_ids.len(),
             n_llc: llcs.len().max(1),
+            llc_bytes: llcs
+                .iter()
+                .map(|d| {
+                    d.first()
+                        .and_then(|c| topo.llc_of(c))
+                        .and_then(|k| k.size_bytes)
+                        .unwrap_or(0) as f64
+                })
+                .collect(),
             cpus,
             node_ids,
             distance,
@@ -150,6 +168,33 @@ impl Machine {
     pub fn share_cache(&self, a: usize, b: usize) -> bool {
         a == b || self.cpus[a].llc == self.cpus[b].llc
     }
+
+    /// The nearest cache CPUs `a` and `b` share (a cache line written on one is read on
+    /// the other from there).
+    pub fn cache_distance(&self, a: usize, b: usize) -> CacheDistance {
+        let (x, y) = (&self.cpus[a], &self.cpus[b]);
+        if a == b {
+            CacheDistance::SameCpu
+        } else if x.core == y.core || (x.l2.is_some() && x.l2 == y.l2) {
+            CacheDistance::SharedL2
+        } else if x.llc == y.llc {
+            CacheDistance::SharedLlc
+        } else {
+            CacheDistance::None
+        }
+    }
+}
+
+/// How far apart two CPUs are in the cache hierarchy ([`Machine::cache_distance`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheDistance {
+    SameCpu,
+    /// SMT siblings, or cores sharing an L2 (which may be the LLC, as on the Xeon 5355).
+    SharedL2,
+    /// Only the last-level cache is shared.
+    SharedLlc,
+    /// No cache is shared (another LLC domain or package).
+    None,
 }
 
 /// Capacity of a CPU at its maximum frequency relative to the big core at its maximum
@@ -178,6 +223,18 @@ pub fn base_speed(p: &Params, c: &CpuInfo, a: &Archetype, khz: u64) -> f64 {
 /// `gain` the mean SMT gain of the two threads' classes.
 pub fn smt_factor(sib_busy: f64, gain: f64) -> f64 {
     1.0 - sib_busy.clamp(0.0, 1.0) * (1.0 - (1.0 + gain) / 2.0)
+}
+
+/// Co-runners' pressure `sum_p` as it weighs on an LLC of `llc_bytes`: scaled by the share
+/// of the cache it takes relative to the reference LLC the pressures are stated for
+/// (`contention.llc_reference_bytes`; unscaled when that or the size is unknown).
+pub fn llc_share_pressure(p: &Params, sum_p: f64, llc_bytes: f64) -> f64 {
+    let r = p.contention.llc_reference_bytes;
+    if r > 0.0 && llc_bytes > 0.0 {
+        sum_p * r / llc_bytes
+    } else {
+        sum_p
+    }
 }
 
 /// Time multiplier from LLC co-runners with busy-weighted pressure sum `sum_p`.

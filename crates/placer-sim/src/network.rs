@@ -9,8 +9,15 @@
 //! (`rx_softirq_cycles_per_packet` per segment plus `rx_softirq_cycles_per_byte`); what it
 //! cannot process is lost for that tick (the sender backs off). Processed bytes wait in the
 //! socket buffer until the receiver copies them (`rx_copy_cycles_per_byte`, plus
-//! `rx_remote_cache_extra` of the whole local receive cost when no cache is shared).
+//! `rx_llc_only_extra` of the whole local receive cost when only the LLC is shared and
+//! `rx_remote_cache_extra` when no cache is).
+//!
+//! Readers block: a reader that emptied its socket buffer sleeps in recv() (not runnable,
+//! no CPU) and the receive CPU's softirq wakes it when data comes, once per receive batch,
+//! paying a wake-up IPI when the reader is on another CPU (`wake_cycles`); the scheduler
+//! places each wake-up (`baselines`: towards the waker as Linux's wake_affine does).
 
+use crate::machine::CacheDistance;
 use crate::workload::Kind;
 use crate::world::SimHost;
 
@@ -67,6 +74,8 @@ pub fn softirq(h: &mut SimHost, dt: f64) {
         f.rx_cpu = rc;
         h.softirq_cycles[rc] += offered * net.rx_softirq_cycles_per_byte
             + offered / f.packet_bytes * net.rx_softirq_cycles_per_packet;
+        let wake = wake_cycles(h, fi, rc, offered);
+        h.softirq_cycles[rc] += wake;
     }
     let little_ratio = h
         .params
@@ -129,12 +138,45 @@ pub fn rx_cost_per_byte(h: &SimHost, f: usize, c: usize) -> f64 {
         copy *= n.rx_fresh_buffer_copy_factor
             * h.params.numa_ratio(d).powf(n.rx_fresh_buffer_numa_exponent);
     }
-    let extra = if h.m.share_cache(c, fl.rx_cpu) {
-        0.0
-    } else {
-        n.rx_remote_cache_extra * local_total
+    // The socket's and the packets' lines were last written on the receive CPU.
+    let extra = match h.m.cache_distance(c, fl.rx_cpu) {
+        CacheDistance::SameCpu | CacheDistance::SharedL2 => 0.0,
+        CacheDistance::SharedLlc => n.rx_llc_only_extra * local_total,
+        CacheDistance::None => n.rx_remote_cache_extra * local_total,
     };
     copy + extra
+}
+
+/// The CPU the reader of receive flow `f` is on (its process's first thread).
+pub fn reader_cpu(h: &SimHost, f: usize) -> usize {
+    h.tasks[h.procs[h.flows[f].proc].threads[0]].cpu
+}
+
+/// Cycles the receive CPU `rc` spends waking the blocked reader of flow `f` for `bytes`
+/// of data: one wake-up per receive batch (`packets_per_irq` packets), each an IPI when
+/// the reader is on another CPU; nothing while the reader is busy (it is not asleep).
+pub fn wake_cycles(h: &SimHost, f: usize, rc: usize, bytes: f64) -> f64 {
+    let fl = &h.flows[f];
+    let reader = reader_cpu(h, f);
+    if !fl.reader_slept || reader == rc {
+        return 0.0;
+    }
+    let n = &h.params.net;
+    let wakeups = bytes / (fl.packet_bytes * n.packets_per_irq.max(1.0));
+    let ipi = if h.m.cpus[reader].package == h.m.cpus[rc].package {
+        n.wake_ipi_cycles
+    } else {
+        n.wake_ipi_remote_package_cycles
+    };
+    wakeups * ipi
+}
+
+/// After the tick's progress: a reader that emptied its socket buffer blocked in recv()
+/// (the next data wakes it).
+pub fn note_blocked_readers(h: &mut SimHost) {
+    for f in h.flows.iter_mut().filter(|f| f.rx) {
+        f.reader_slept = f.buffer < 1.0;
+    }
 }
 
 fn tx_cost_per_byte(h: &SimHost, f: usize) -> f64 {

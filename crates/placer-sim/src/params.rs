@@ -7,6 +7,7 @@
 //! [`SOURCES`]). [`SOURCES`] maps every leaf key to its source; a test checks that no
 //! parameter lacks one, and `placer sim --params MACHINE` prints both.
 
+use placer_core::catalogue;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -67,6 +68,12 @@ pub struct ContentionParams {
     /// Slowdown per unit of co-runner pressure for a fully sensitive task (additive shape).
     #[serde(default)]
     pub llc_additive_per_pressure: f64,
+    /// The LLC size the archetypes' pressures are stated for, bytes: co-runners' pressure
+    /// counts by the share of the domain's LLC it takes, `sum P * this / LLC bytes`, so the
+    /// same co-runners harm less on a larger LLC (occupancy: Chandra et al., HPCA'05). 0 =
+    /// pressure independent of the LLC's size.
+    #[serde(default)]
+    pub llc_reference_bytes: f64,
     /// Peak DRAM bandwidth of one memory node, GB/s.
     pub node_bw_gbps: f64,
     /// DRAM bandwidth one core can pull alone, GB/s (a task's memory-bound fraction is its
@@ -126,6 +133,12 @@ pub struct PowerParams {
 fn one() -> f64 {
     1.0
 }
+fn ipi_local() -> f64 {
+    1600.0
+}
+fn ipi_remote() -> f64 {
+    2000.0
+}
 
 /// Shape of the simulator's LLC harm term.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -159,8 +172,22 @@ pub struct NetParams {
     /// Send cost per byte and per packet in the sending process, cycles.
     pub tx_cycles_per_byte: f64,
     pub tx_cycles_per_packet: f64,
-    /// Packets per interrupt (NAPI/coalescing).
+    /// Packets per interrupt (NAPI/coalescing); also the data a blocked reader finds per
+    /// wake-up (its socket is woken once per receive batch).
     pub packets_per_irq: f64,
+    /// Cycles the waking CPU spends sending the wake-up IPI when a blocked reader is woken
+    /// on another CPU of the same package (none when it is woken on the waker's CPU).
+    #[serde(default = "ipi_local")]
+    pub wake_ipi_cycles: f64,
+    /// The same across packages.
+    #[serde(default = "ipi_remote")]
+    pub wake_ipi_remote_package_cycles: f64,
+    /// Extra CPU of the reader, as a fraction of the whole local receive cost, when it
+    /// shares only the last-level cache with the receive CPU (not the CPU, not an L2):
+    /// the socket's and the packets' cache lines come from the LLC instead of its own
+    /// caches. Where the LLC is the L2 (the Xeon 5355), this class does not occur.
+    #[serde(default)]
+    pub rx_llc_only_extra: f64,
     /// Socket receive buffer, bytes (bounds the data in flight to a slow reader).
     pub rcvbuf_bytes: f64,
     /// Most a NIC can receive, Mbit/s, below its link rate when it sits behind a slower
@@ -234,10 +261,11 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("smt.gain_scale", "[E] 1.0 = archetype gains of CAL C/B taken as given"),
     ("contention.llc_shape", "saturating [E] (CAL C archetypes); `additive` is the shape the 16-core measurement shows (calibration/contention.toml, docs/contention.md 'Harm model')"),
     ("contention.llc_additive_per_pressure", "fitted: 0.028 slowdown per streaming co-runner (calibration/contention.toml, x86-16core-llc) / P 0.9 of a streaming app = 0.031 per unit pressure"),
+    ("contention.llc_reference_bytes", "[E] 8 MiB: the CAL C archetype pressures were set for seed 003's first machine, whose 4-core domains share an 8 MB L3 (X5570); the share-of-LLC scaling follows the occupancy view of Chandra, Guo, Kim, Solihin, 'Predicting inter-thread cache contention on a chip multi-processor architecture', HPCA 2005 (a co-runner's harm grows with the part of the shared cache its accesses take); docs/contention.md"),
     ("contention.llc_scale", "[E] CAL C: 'scale so worst pairs reach +100-200%': 2.0 gives antagonist(P=1)+sensitive(S=0.9) = +114%, lbm+omnetpp = +107%"),
-    ("contention.node_bw_gbps", "[E] per machine: CAL C MLC 2S Intel ~80 GB/s local per socket for modern Xeons; older FSB/DDR2-3 machines scaled down (see docs/simulator.md)"),
+    ("contention.node_bw_gbps", "placer_core::catalogue::MEMORY per built-in machine (each with its source; docs/simulator.md); 40 [E] for synthetic machines"),
     ("contention.core_bw_gbps", "[E] CAL C archetype 1: a streaming hog pulls 6-10 GB/s solo -> 10"),
-    ("contention.loaded_latency", "CAL C MLC 3.11b loaded-latency curve: 3/43/83/133/159 GB/s -> 82/91/101/128/~310 ns, normalised to 159 GB/s and 82 ns"),
+    ("contention.loaded_latency", "placer_core::catalogue::LOADED_LATENCY: CAL C MLC 3.11b loaded-latency curve: 3/43/83/133/159 GB/s -> 82/91/101/128/~310 ns, normalised to 159 GB/s and 82 ns"),
     ("numa.balancing_mb_per_s", "Linux automatic NUMA balancing (on by default since 3.8; seed 003's 4.2 has it, its Sec. 2.2): numa_balancing_scan_size_mb 256 per scan_period_min_ms 1000 -> at most 256 MB/s of a process's pages scanned and migrated"),
     ("numa.migrate_s_per_gb", "[E] a NUMA hinting fault + copy + remap per 4 KiB page, ~1 us: 0.25 s per GB"),
     ("numa.latency_ratio", "CAL D: 2S Intel MLC 1.7x (distance 20/21); Opteron 4P 1-hop 1.085 (16), 2-hop 1.30 (22)"),
@@ -261,6 +289,9 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("net.tx_cycles_per_byte", "[E] 2 c/B: send path copies once, TSO offloads segmentation (CAL D)"),
     ("net.tx_cycles_per_packet", "[E] 1000: Clark et al. <200 instructions on the fast path, plus driver (CAL D)"),
     ("net.packets_per_irq", "[E] 8: NAPI polling under load"),
+    ("net.wake_ipi_cycles", "V. Pallipadi, LKML 2012-02-06 '[RFC] Extend mwait idle to optimize away IPIs' (lkml.indiana.edu/hypermail/linux/kernel/1202.0/02819.html): smp_call_function_single to an idle CPU costs the sender ~1600 cycles within a socket on Westmere; the wakee's interrupt entry is not counted (no source)"),
+    ("net.wake_ipi_remote_package_cycles", "same source: ~2000 cycles to another socket"),
+    ("net.rx_llc_only_extra", "0: no source for the cost of a reader sharing only the LLC with the receive CPU (a 2-vCPU measurement here is confounded by loopback's payload being written on the sender's CPU; docs/simulator.md); the 16-core device scenario says what it would need"),
     ("net.rcvbuf_bytes", "Linux tcp_rmem default max 6 MB (4 MB on 2.6.x kernels) -> 4 MB"),
     ("sched.balance_interval_ms", "[E] CFS sd balance_interval ~ sd weight ms: 4 ms for a core group"),
     ("sched.imbalance_ratio", "Linux sd imbalance_pct 117-125 -> 1.25"),
@@ -369,15 +400,10 @@ impl Params {
                 llc_scale: 2.0,
                 llc_shape: LlcShape::Saturating,
                 llc_additive_per_pressure: 0.031,
+                llc_reference_bytes: 8.0 * 1024.0 * 1024.0,
                 node_bw_gbps: 40.0,
                 core_bw_gbps: 10.0,
-                loaded_latency: vec![
-                    [0.0, 1.0],
-                    [0.27, 1.11],
-                    [0.52, 1.23],
-                    [0.84, 1.56],
-                    [1.0, 3.8],
-                ],
+                loaded_latency: catalogue::LOADED_LATENCY.to_vec(),
             },
             numa: NumaParams {
                 latency_ratio: BTreeMap::from([
@@ -412,6 +438,9 @@ impl Params {
                 tx_cycles_per_byte: 2.0,
                 tx_cycles_per_packet: 1000.0,
                 packets_per_irq: 8.0,
+                wake_ipi_cycles: ipi_local(),
+                wake_ipi_remote_package_cycles: ipi_remote(),
+                rx_llc_only_extra: 0.0,
                 rcvbuf_bytes: 4.0 * 1024.0 * 1024.0,
                 nic_max_rx_mbps: 0.0,
             },
@@ -437,7 +466,6 @@ impl Params {
                     pw.big_core_w,
                     pw.smt_sibling_w,
                 ) = (76.11, 25.19, 9.68, 2.61);
-                p.contention.node_bw_gbps = 25.0;
             }
             "hp-dk388p" => {
                 (
@@ -446,7 +474,6 @@ impl Params {
                     pw.big_core_w,
                     pw.smt_sibling_w,
                 ) = (106.41, 39.74, 11.13, 2.83);
-                p.contention.node_bw_gbps = 40.0;
             }
             "xeon-5355x2" => {
                 // Fujitsu RX300 S4, 2x E5440 (same 65 nm/45 nm FSB generation): idle 166 W,
@@ -457,8 +484,6 @@ impl Params {
                     pw.big_core_w,
                     pw.smt_sibling_w,
                 ) = (166.0, 0.0, 12.4, 0.0);
-                // Front-side bus, 1333 MT/s x 8 B = 10.7 GB/s for the whole machine.
-                p.contention.node_bw_gbps = 10.7;
             }
             "xeon-x5570x2" => {
                 // Same Nehalem generation as seed 001's L5520 box: its Pn/Ps/Pc.
@@ -468,7 +493,6 @@ impl Params {
                     pw.big_core_w,
                     pw.smt_sibling_w,
                 ) = (76.11, 25.19, 9.68, 2.61);
-                p.contention.node_bw_gbps = 25.0;
             }
             "xeon-e5-2697x2" => {
                 // IBM x3550 M3 style: (247-66)/12 = 15 W per loaded core, idle 66 W.
@@ -478,7 +502,6 @@ impl Params {
                     pw.big_core_w,
                     pw.smt_sibling_w,
                 ) = (66.0, 0.0, 15.0, 4.0);
-                p.contention.node_bw_gbps = 60.0;
             }
             "opteron-magny-cours-4p" => {
                 // RX300 S4-era idle per 2 sockets x2, 12.4 W per core x 0.75 (smaller
@@ -489,8 +512,6 @@ impl Params {
                     pw.big_core_w,
                     pw.smt_sibling_w,
                 ) = (250.0, 0.0, 9.3, 0.0);
-                // CAL D: 28.8 GB/s northbridge per package, shared by its two dies.
-                p.contention.node_bw_gbps = 14.4;
             }
             "odroid-xu4" => {
                 (
@@ -527,10 +548,12 @@ impl Params {
                 p.cpu.big_max_khz = 2_000_000;
                 pw.cluster_leak_a = 0.0856;
                 p.net.nic_max_rx_mbps = 280.0;
-                p.contention.node_bw_gbps = 7.0;
                 p.contention.core_bw_gbps = 3.0;
             }
             _ => {}
+        }
+        if let Some(m) = catalogue::memory(name) {
+            p.contention.node_bw_gbps = m.node_bw_bytes_per_s / 1e9;
         }
         p
     }

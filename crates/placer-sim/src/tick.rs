@@ -141,7 +141,23 @@ impl SimHost {
                         self.tasks[t].runnable = self.tasks[t].left > 0.0;
                     }
                 }
-                Kind::Rx | Kind::Tx => {
+                Kind::Rx => {
+                    // Blocked in recv() while its socket is empty; data arriving (last
+                    // tick's, as the softirq goes on) wakes it, and a wake-up is placed
+                    // anew by the scheduler.
+                    let t = self.procs[pi].threads[0];
+                    self.tasks[t].runnable = match self.procs[pi].flow {
+                        Some(f) => {
+                            let fl = &self.flows[f];
+                            if fl.reader_slept {
+                                self.tasks[t].was_runnable = false;
+                            }
+                            !fl.reader_slept || fl.offered > 0.0
+                        }
+                        None => false,
+                    };
+                }
+                Kind::Tx => {
                     let t = self.procs[pi].threads[0];
                     self.tasks[t].runnable = true;
                 }
@@ -204,7 +220,11 @@ impl SimHost {
             } else {
                 1.0
             };
-            let sum_p = (self.llc_pressure[info.llc] - st.pressure).max(0.0);
+            let sum_p = machine::llc_share_pressure(
+                &self.params,
+                (self.llc_pressure[info.llc] - st.pressure).max(0.0),
+                self.m.llc_bytes.get(info.llc).copied().unwrap_or(0.0),
+            );
             let llc = machine::llc_slowdown(&self.params, a, sum_p);
             let mf = machine::mem_fraction(&self.params, a);
             let mut mem = 1.0;
@@ -322,6 +342,7 @@ impl SimHost {
                 self.window.busy_ns += total_busy * tick;
             }
         }
+        crate::network::note_blocked_readers(self);
         // Memory-controller load for the next tick: the bandwidth the tasks moved (summed
         // in step 6, each one's solo bandwidth scaled by its speed, as the DRAM counters
         // count it), not what they would move alone: a controller cannot carry more than

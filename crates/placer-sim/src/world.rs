@@ -119,6 +119,9 @@ pub struct Flow {
     pub rx_cpu: usize,
     /// Bytes offered this tick (scratch).
     pub offered: f64,
+    /// The reader emptied the socket buffer in the last tick, so it blocked in recv() and
+    /// the next data wakes it (a wake-up placed by the scheduler, maybe an IPI).
+    pub reader_slept: bool,
 }
 
 #[derive(Debug, Clone)]

@@ -221,9 +221,14 @@ mem_node = {node}
 }
 
 fn corun(victim: &str, neighbour: &str) -> f64 {
+    corun_on("xeon-x5570x2", victim, neighbour)
+}
+
+/// The victim's slowdown beside one neighbour on CPUs 0 and 1 (one LLC) of `machine`.
+fn corun_on(machine: &str, victim: &str, neighbour: &str) -> f64 {
     let mut h = host(&format!(
         r#"name = "t"
-machine = "xeon-x5570x2"
+machine = "{machine}"
 duration_s = 5.0
 [params.contention]
 loaded_latency = [[0.0, 1.0], [1.0, 1.0]]
@@ -302,38 +307,11 @@ start_s = 0.2
 
 #[test]
 fn receiving_away_from_the_irq_cache_costs_the_seed_002_extra() {
-    // One 1 Gbit/s flow, IRQ on CPU 0; the receiver on CPU 1 (shares the L2) or CPU 2
-    // (does not). Seed 002 Fig. 2: up to 27% more CPU.
-    let text = |cpu: u32| {
-        format!(
-            r#"name = "t"
-machine = "xeon-5355x2"
-duration_s = 1.0
-[[variants]]
-name = "v"
-irq = {{ eth0 = "0" }}
-[[workloads]]
-kind = "rx"
-name = "recv"
-nic = "eth0"
-rate_mbps = 500.0
-cpus = [{cpu}]
-"#
-        )
-    };
-    let busy = |cpu: u32| {
-        let sc = scenario(&text(cpu));
-        let mut h = sc
-            .host(Some(&sc.variants[0]), Baseline::LinuxDefault, 1)
-            .unwrap();
-        h.run_until(200_000_000, false);
-        h.open_window();
-        h.run_until(1_000_000_000, false);
-        let m = metrics_of(&h, 0);
-        assert!((m.net_gbps - 0.5).abs() < 0.01, "throughput {}", m.net_gbps);
-        m.cpu_busy_cpus
-    };
-    let (near, far) = (busy(1), busy(2));
+    // One flow, IRQ on CPU 0; the receiver on CPU 1 (shares the L2) or CPU 2 (does not).
+    // Seed 002 Fig. 2: up to 27% more CPU. Wake-up IPIs off: the cache term alone.
+    let no_ipi = "[params.net]\nwake_ipi_cycles = 0.0\nwake_ipi_remote_package_cycles = 0.0";
+    let near = receiver_on("xeon-5355x2", 1, 500.0, no_ipi).0;
+    let far = receiver_on("xeon-5355x2", 2, 500.0, no_ipi).0;
     assert!((far / near - 1.27).abs() < 0.01, "far/near {}", far / near);
     // 8 cycles/byte in all (CAL D): 62.5 MB/s * 8 / 2.66 GHz.
     assert!((near - 62.5e6 * 8.0 / 2.66e9).abs() < 0.005, "near {near}");
@@ -673,4 +651,119 @@ mem_node = 0
             u_star * cap
         );
     }
+}
+
+/// One receiver of a flow at `rate_mbps` whose interrupts go to CPU 0 of `machine`, pinned
+/// to `cpu`; `params` overrides. Returns the machine's busy CPUs (softirq included) over
+/// one simulated second, and the host.
+fn receiver_on(machine: &str, cpu: u32, rate_mbps: f64, params: &str) -> (f64, SimHost) {
+    let sc = scenario(&format!(
+        r#"name = "t"
+machine = "{machine}"
+duration_s = 1.0
+{params}
+[[variants]]
+name = "v"
+irq = {{ eth0 = "0" }}
+[[workloads]]
+kind = "rx"
+name = "recv"
+nic = "eth0"
+rate_mbps = {rate_mbps}
+cpus = [{cpu}]
+"#
+    ));
+    let mut h = sc
+        .host(Some(&sc.variants[0]), Baseline::LinuxDefault, 1)
+        .unwrap();
+    h.run_until(200_000_000, false);
+    h.open_window();
+    h.run_until(1_200_000_000, false);
+    let m = metrics_of(&h, 0);
+    assert!(
+        (m.net_gbps - rate_mbps / 1000.0).abs() < 0.01,
+        "throughput {}",
+        m.net_gbps
+    );
+    (m.cpu_busy_cpus, h)
+}
+
+/// Private L2 per core, an L3 per package, SMT: every cache distance occurs.
+const HP: &str = "hp-dk388p";
+
+#[test]
+fn a_blocked_receiver_uses_no_cpu_and_a_reader_that_keeps_up_sleeps() {
+    // No data: the reader blocks in recv() from the start and is never runnable.
+    let (busy, h) = receiver_on(HP, 2, 0.0, "");
+    let reader = &h.tasks[h.procs[0].threads[0]];
+    assert_eq!(busy, 0.0);
+    assert!(!reader.runnable);
+    assert_eq!(reader.utime_ns + reader.stime_ns, 0.0);
+    // A reader that keeps up with 500 Mbit/s empties its buffer each tick: asleep between
+    // batches, busy a small share of its CPU.
+    let (_, h) = receiver_on(HP, 2, 500.0, "");
+    assert!(h.flows[0].reader_slept);
+    let reader = &h.tasks[h.procs[0].threads[0]];
+    let share = reader.stime_ns / 1.2e9;
+    assert!(share > 0.0 && share < 0.5, "reader share {share}");
+}
+
+#[test]
+fn a_wake_up_costs_by_cache_distance_between_the_receive_cpu_and_the_reader() {
+    let probe = receiver_on(HP, 0, 500.0, "").1;
+    let m = &probe.m;
+    let sibling = m.cpus[0].siblings[0];
+    let same_pkg_other_core = (1..m.cpus.len())
+        .find(|&c| m.cpus[c].package == 0 && m.cpus[c].core != m.cpus[0].core)
+        .unwrap();
+    let other_pkg = (1..m.cpus.len()).find(|&c| m.cpus[c].package != 0).unwrap();
+    use placer_sim::machine::CacheDistance as D;
+    assert_eq!(m.cache_distance(0, 0), D::SameCpu);
+    assert_eq!(m.cache_distance(0, sibling), D::SharedL2);
+    assert_eq!(m.cache_distance(0, same_pkg_other_core), D::SharedLlc);
+    assert_eq!(m.cache_distance(0, other_pkg), D::None);
+    let id = |c: usize| m.cpus[c].id;
+    let llc_extra = "[params.net]\nrx_llc_only_extra = 0.1";
+    let busy = |c: usize| receiver_on(HP, id(c), 500.0, llc_extra).0;
+    let (same, l2, llc, far) = (
+        busy(0),
+        busy(sibling),
+        busy(same_pkg_other_core),
+        busy(other_pkg),
+    );
+    assert!(
+        same < l2 && l2 < llc && llc < far,
+        "{same} {l2} {llc} {far}"
+    );
+    // Same CPU to its SMT sibling: the wake-up IPIs alone, one per receive batch.
+    let bytes_per_s = 500e6 / 8.0;
+    let wakeups_per_s = bytes_per_s / (1448.0 * 8.0);
+    let ghz = m.cpus[0].max_khz as f64 * 1e3;
+    let ipi = (l2 - same) * ghz / wakeups_per_s;
+    assert!((ipi - 1600.0).abs() < 50.0, "IPI {ipi} cycles");
+    // Across packages the IPI costs more than within one (no cache term).
+    let no_cache = "[params.net]\nrx_remote_cache_extra = 0.0";
+    let near = receiver_on(HP, id(same_pkg_other_core), 500.0, no_cache).0;
+    let across = receiver_on(HP, id(other_pkg), 500.0, no_cache).0;
+    assert!(across > near, "{across} vs {near}");
+    // Without IPIs or cache terms every placement costs the same.
+    let flat = "[params.net]\nwake_ipi_cycles = 0.0\nwake_ipi_remote_package_cycles = 0.0\nrx_remote_cache_extra = 0.0";
+    let a = receiver_on(HP, id(0), 500.0, flat).0;
+    let b = receiver_on(HP, id(other_pkg), 500.0, flat).0;
+    assert!((a - b).abs() < 1e-6, "{a} vs {b}");
+}
+
+#[test]
+fn the_same_co_runner_harms_less_on_a_larger_llc() {
+    // CPUs 0 and 1 share one L3 on both: 8 MB on the X5570 (the reference size the
+    // pressures are stated for), 35 MB on the E5-2697 v3.
+    let f = |s: f64, p: f64| 1.0 + 2.0 * s * (1.0 - (-p).exp());
+    let small = corun_on("xeon-x5570x2", "cache-sensitive", "streaming");
+    let large = corun_on("xeon-e5-2697x2", "cache-sensitive", "streaming");
+    assert!((small - f(0.9, 0.9)).abs() < 0.01, "8 MB: {small}");
+    assert!(
+        (large - f(0.9, 0.9 * 8.0 / 35.0)).abs() < 0.01,
+        "35 MB: {large}"
+    );
+    assert!(large < small);
 }

@@ -55,6 +55,7 @@
 //! memory controller are the contended resources, and the kernel balances within a domain.
 //! Memory is left to the kernel's local-first policy, as in the paper.
 
+use crate::catalogue;
 use crate::classify::{self, Classified, Classifier, ClassifyConfig, Group};
 use crate::cpuset::CpuSet;
 use crate::observation::Observation;
@@ -83,8 +84,10 @@ pub struct ContentionConfig {
     /// enough contention): when memory bandwidth is measured per process, a contended
     /// domain must also move at least this many bytes/s (summed over its apps) in a strict
     /// majority of the last `smoothing_intervals` intervals before the policy acts, in
-    /// every case of Fig. 7. 0 = off.
-    pub min_domain_bandwidth_bytes_per_s: f64,
+    /// every case of Fig. 7: `"machine"` (the default) takes the machine's own threshold
+    /// from the catalogue ([`catalogue::sufficient_contention_bytes_per_s`]), else
+    /// [`DEFAULT_MIN_DOMAIN_BANDWIDTH`]; a number of bytes/s overrides both; 0 = off.
+    pub min_domain_bandwidth_bytes_per_s: DomainBandwidth,
     /// A process moved to another NUMA node has its memory follow it: `BindMemory` to the
     /// new node each interval until its pages are there (bounded by
     /// `migrate_max_bytes_per_s`), journaled and restored like every knob.
@@ -93,7 +96,25 @@ pub struct ContentionConfig {
     pub migrate_max_bytes_per_s: u64,
 }
 
-/// Default sufficient-contention threshold, bytes/s of a domain: 8 GB/s. On the 16-core
+/// The sufficient-contention threshold as configured.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum DomainBandwidth {
+    /// `"machine"`: the machine's own threshold.
+    Machine(MachineOwn),
+    /// Bytes/s of a domain; 0 = off.
+    BytesPerS(f64),
+}
+
+/// The word `"machine"` of [`DomainBandwidth::Machine`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MachineOwn {
+    Machine,
+}
+
+/// Sufficient-contention threshold, bytes/s of a domain, on a machine the catalogue has no
+/// memory facts for: 8 GB/s. On the 16-core
 /// x86 measurement of issue 14 (docs/contention.md, "Harm model"), a pointer chase slowed 4%
 /// beside ~16 GB/s of streaming co-runners and barely at all below; on the paper's X5570
 /// (25 GB/s per node, CAL D) 8 GB/s is a third of the node, where the loaded-latency curve
@@ -106,7 +127,7 @@ impl Default for ContentionConfig {
             classify: ClassifyConfig::default(),
             machine: String::new(),
             min_group1_sharing: 2,
-            min_domain_bandwidth_bytes_per_s: DEFAULT_MIN_DOMAIN_BANDWIDTH,
+            min_domain_bandwidth_bytes_per_s: DomainBandwidth::Machine(MachineOwn::Machine),
             memory_follows: true,
             migrate_max_bytes_per_s: 64 << 20,
         }
@@ -125,7 +146,10 @@ impl ContentionConfig {
                 "must be at least 2 (one app alone does not contend with itself)".into(),
             ));
         }
-        let b = self.min_domain_bandwidth_bytes_per_s;
+        let b = match self.min_domain_bandwidth_bytes_per_s {
+            DomainBandwidth::BytesPerS(b) => b,
+            DomainBandwidth::Machine(_) => 0.0,
+        };
         if b.is_nan() || b < 0.0 {
             return Err((
                 "min_domain_bandwidth_bytes_per_s".into(),
@@ -570,6 +594,24 @@ impl Contention {
         }
     }
 
+    /// The sufficient-contention threshold in force on `topo`, bytes/s: the config's
+    /// override, else the machine's own (the traffic at which its loaded-latency curve
+    /// costs the verdicts' default minimum effect), else [`DEFAULT_MIN_DOMAIN_BANDWIDTH`].
+    pub fn min_domain_bandwidth(&self, topo: &Topology) -> f64 {
+        match self.cfg.min_domain_bandwidth_bytes_per_s {
+            DomainBandwidth::BytesPerS(b) => b,
+            DomainBandwidth::Machine(_) => self
+                .machine(topo)
+                .and_then(|m| {
+                    catalogue::sufficient_contention_bytes_per_s(
+                        m,
+                        crate::verdict::DEFAULT_MIN_EFFECT,
+                    )
+                })
+                .unwrap_or(DEFAULT_MIN_DOMAIN_BANDWIDTH),
+        }
+    }
+
     /// LLC domains restricted to the allowed CPUs, with their core counts.
     pub fn domains(topo: &Topology) -> Vec<(CpuSet, usize)> {
         let allowed = topo.allowed();
@@ -647,6 +689,7 @@ impl Policy for Contention {
     ) -> Plan {
         let mut plan = Plan::default();
         let machine = self.machine(topo).map(str::to_string);
+        let min_bw = self.min_domain_bandwidth(topo);
         // Processes released (lease broken) or held by an earlier policy are not ours.
         let skip: std::collections::BTreeSet<ProcKey> =
             state.released.union(&state.taken).copied().collect();
@@ -770,7 +813,7 @@ impl Policy for Contention {
             st.domain_bw.clear();
             None
         };
-        if !measured && self.cfg.min_domain_bandwidth_bytes_per_s > 0.0 {
+        if !measured && min_bw > 0.0 {
             plan.note(
                 NAME,
                 None,
@@ -784,20 +827,18 @@ impl Policy for Contention {
             &a,
             self.cfg.min_group1_sharing,
             held.as_deref(),
-            self.cfg.min_domain_bandwidth_bytes_per_s,
+            min_bw,
         );
         let why = match (why, &held) {
-            (Some(why), Some(h)) if self.cfg.min_domain_bandwidth_bytes_per_s > 0.0 => {
-                Some(format!(
-                    "{why}; domains moved {} GB/s in a majority of the last {k} intervals \
+            (Some(why), Some(h)) if min_bw > 0.0 => Some(format!(
+                "{why}; domains moved {} GB/s in a majority of the last {k} intervals \
                  (threshold {:.1})",
-                    h.iter()
-                        .map(|b| format!("{:.1}", b / 1e9))
-                        .collect::<Vec<_>>()
-                        .join(" / "),
-                    self.cfg.min_domain_bandwidth_bytes_per_s / 1e9
-                ))
-            }
+                h.iter()
+                    .map(|b| format!("{:.1}", b / 1e9))
+                    .collect::<Vec<_>>()
+                    .join(" / "),
+                min_bw / 1e9
+            )),
             (why, _) => why,
         };
         for c in &classes {
@@ -1532,7 +1573,12 @@ mod tests {
         // the group rule, the bandwidth deciding.
         let apps = [("lbm", 0), ("libquantum", 1), ("sphinx", 2), ("omnetpp", 3)];
         let mk = |bw_each: f64| paper_apps_on(&apps, 300, bw_each);
-        let pol = Contention::default();
+        // An 8 GB/s threshold set in the config (the machine's own is lower).
+        let cfg = ContentionConfig {
+            min_domain_bandwidth_bytes_per_s: DomainBandwidth::BytesPerS(8e9),
+            ..Default::default()
+        };
+        let pol = Contention::new(cfg.clone());
         let mut st = PolicyState::default();
         // 1.5 GB/s each (6 in the domain), one interval at 4 GB/s each (16), then quiet.
         for (i, bw) in [1.5e9, 4e9, 1.5e9, 1.5e9, 1.5e9].into_iter().enumerate() {
@@ -1545,11 +1591,67 @@ mod tests {
         let plan = pol.plan(&topo, &mk(4e9), &mut st);
         assert!(has_pin(&plan), "{:?}", plan.notes);
         // With smoothing off (K = 1) the spike alone acts, as before.
-        let mut pol1 = Contention::default();
+        let mut pol1 = Contention::new(cfg);
         pol1.cfg.classify.smoothing_intervals = 1;
         let mut st = PolicyState::default();
         assert!(!has_pin(&pol1.plan(&topo, &mk(1.5e9), &mut st)));
         assert!(has_pin(&pol1.plan(&topo, &mk(4e9), &mut st)));
+    }
+
+    #[test]
+    fn the_sufficient_contention_threshold_is_the_machines_unless_configured() {
+        let x5570 = machine("xeon-x5570x2").unwrap();
+        let e5 = machine("xeon-e5-2697x2").unwrap();
+        let synthetic = machine("pkg:2 node:2 core:4 pu:1").unwrap();
+        let pol = Contention::default();
+        let own = |m: &str| {
+            catalogue::sufficient_contention_bytes_per_s(m, crate::verdict::DEFAULT_MIN_EFFECT)
+                .unwrap()
+        };
+        assert_eq!(pol.min_domain_bandwidth(&x5570), own("xeon-x5570x2"));
+        assert_eq!(pol.min_domain_bandwidth(&e5), own("xeon-e5-2697x2"));
+        assert!(pol.min_domain_bandwidth(&x5570) < pol.min_domain_bandwidth(&e5));
+        assert_eq!(
+            pol.min_domain_bandwidth(&synthetic),
+            DEFAULT_MIN_DOMAIN_BANDWIDTH
+        );
+        // The config's machine name picks the facts; a set value overrides them all.
+        let named = ContentionConfig {
+            machine: "xeon-e5-2697x2".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            Contention::new(named).min_domain_bandwidth(&x5570),
+            own("xeon-e5-2697x2")
+        );
+        let set = Contention::new(ContentionConfig {
+            min_domain_bandwidth_bytes_per_s: DomainBandwidth::BytesPerS(0.0),
+            ..Default::default()
+        });
+        assert_eq!(set.min_domain_bandwidth(&x5570), 0.0);
+        // In the TOML: "machine" or a number; another word or a negative number is refused.
+        let parse = |v: &str| {
+            crate::config::Config::from_toml(&format!(
+                "[contention]\nmin_domain_bandwidth_bytes_per_s = {v}\n"
+            ))
+            .map(|c| c.contention.min_domain_bandwidth_bytes_per_s)
+        };
+        assert_eq!(
+            parse("\"machine\"").unwrap(),
+            DomainBandwidth::Machine(MachineOwn::Machine)
+        );
+        assert_eq!(parse("4e9").unwrap(), DomainBandwidth::BytesPerS(4e9));
+        assert!(parse("\"auto\"").is_err());
+        assert!(parse("-1.0").is_err());
+        // It decides: 6 GB/s in a contended X5570 domain passes its 3.1 GB/s threshold
+        // (it did not pass the old global 8 GB/s).
+        let apps = [("lbm", 0), ("libquantum", 1), ("sphinx", 2), ("omnetpp", 3)];
+        let mut st = PolicyState::default();
+        let mut acted = false;
+        for _ in 0..3 {
+            acted |= has_pin(&pol.plan(&x5570, &paper_apps_on(&apps, 300, 1.5e9), &mut st));
+        }
+        assert!(acted);
     }
 
     /// A host without a PMU: the registry builds `contention`, the engine reports it

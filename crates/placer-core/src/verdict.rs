@@ -515,6 +515,85 @@ pub fn who(group: &[&Verdict]) -> String {
     }
 }
 
+/// One metric's measured effects over a policy's judged moves (`placer report`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EffectSummary {
+    pub metric: Metric,
+    /// Judged moves that measured it.
+    pub n: usize,
+    /// Median of after / before means.
+    pub median_ratio: f64,
+    /// 95% interval of the geometric mean ratio (t on the logs; None below 2 moves).
+    pub ci95: Option<(f64, f64)>,
+}
+
+/// What one policy's verdicts say (`placer report`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicySummary {
+    pub policy: PolicyKind,
+    /// Moves judged (one per process; a plan judged together counts each of its processes).
+    pub moves: usize,
+    pub kept: usize,
+    pub undone: usize,
+    pub inconclusive: usize,
+    pub effects: Vec<EffectSummary>,
+}
+
+/// Per policy (in `PolicyKind` order, only those with verdicts), the counts and measured
+/// effects of `verdicts`.
+pub fn summarize<'a>(verdicts: impl IntoIterator<Item = &'a Verdict>) -> Vec<PolicySummary> {
+    let mut by: std::collections::BTreeMap<PolicyKind, (PolicySummary, Vec<(Metric, f64)>)> =
+        Default::default();
+    for v in verdicts {
+        let (s, ratios) = by.entry(v.policy).or_insert_with(|| {
+            (
+                PolicySummary {
+                    policy: v.policy,
+                    moves: 0,
+                    kept: 0,
+                    undone: 0,
+                    inconclusive: 0,
+                    effects: Vec::new(),
+                },
+                Vec::new(),
+            )
+        });
+        s.moves += 1;
+        match v.judgement.kind {
+            VerdictKind::Kept => s.kept += 1,
+            VerdictKind::Undone => s.undone += 1,
+            VerdictKind::Inconclusive => s.inconclusive += 1,
+        }
+        for c in v.judgement.main.iter().chain(v.judgement.guard.iter()) {
+            let r = c.after_mean / c.before_mean;
+            if c.before_mean > 0.0 && r.is_finite() && r > 0.0 {
+                ratios.push((c.metric, r));
+            }
+        }
+    }
+    by.into_values()
+        .map(|(mut s, ratios)| {
+            let metrics: std::collections::BTreeSet<&'static str> =
+                ratios.iter().map(|(m, _)| m.key()).collect();
+            for key in metrics {
+                let (metric, _) = ratios.iter().find(|(m, _)| m.key() == key).expect("seen");
+                let rs: Vec<f64> = ratios
+                    .iter()
+                    .filter(|(m, _)| m.key() == key)
+                    .map(|(_, r)| *r)
+                    .collect();
+                s.effects.push(EffectSummary {
+                    metric: *metric,
+                    n: rs.len(),
+                    median_ratio: crate::stats::median(&rs).unwrap_or(f64::NAN),
+                    ci95: crate::stats::log_ratio_interval(&rs).map(|i| i.ci95),
+                });
+            }
+            s
+        })
+        .collect()
+}
+
 /// Noise of a metric per interval for [`calibrate`]: its logarithm is an AR(1) process of
 /// standard deviation `sigma_log` and lag-1 autocorrelation `rho`.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -898,6 +977,66 @@ mod tests {
                 (PolicyKind::EnergyQos, Metric::CpuShare, None, true),
                 (PolicyKind::NumaLocal, Metric::Throughput, None, false),
             ]
+        );
+    }
+
+    #[test]
+    fn a_summary_counts_each_policys_verdicts_and_effects() {
+        let cmp = |metric, after_mean| Comparison {
+            metric,
+            before_mean: 1.0,
+            after_mean,
+            change: after_mean - 1.0,
+            t: 0.0,
+            rho: 0.0,
+            significant: false,
+            beyond_noise: false,
+        };
+        let mut vs = Vec::new();
+        for (i, (kind, r)) in [
+            (VerdictKind::Kept, 0.8),
+            (VerdictKind::Kept, 0.7),
+            (VerdictKind::Undone, 1.3),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut v = verdict(i as u32, PolicyKind::NetAffinity, "w");
+            v.judgement.kind = kind;
+            v.judgement.main = Some(cmp(Metric::CpuPerByte, r));
+            v.judgement.guard = Some(cmp(Metric::Throughput, 1.0));
+            vs.push(v);
+        }
+        let mut inc = verdict(9, PolicyKind::SmtEnergy, "w");
+        inc.judgement.kind = VerdictKind::Inconclusive;
+        vs.push(inc);
+        let s = summarize(&vs);
+        assert_eq!(s.len(), 2);
+        assert_eq!(
+            (
+                s[0].policy,
+                s[0].moves,
+                s[0].kept,
+                s[0].undone,
+                s[0].inconclusive
+            ),
+            (PolicyKind::NetAffinity, 3, 2, 1, 0)
+        );
+        let cpb = &s[0].effects[0];
+        assert_eq!(
+            (cpb.metric, cpb.n, cpb.median_ratio),
+            (Metric::CpuPerByte, 3, 0.8)
+        );
+        assert!(cpb.ci95.unwrap().0 < 0.8 && cpb.ci95.unwrap().1 > 0.8);
+        assert_eq!(s[0].effects[1].metric, Metric::Throughput);
+        assert_eq!(
+            (
+                s[1].policy,
+                s[1].moves,
+                s[1].inconclusive,
+                s[1].effects.len()
+            ),
+            (PolicyKind::SmtEnergy, 1, 1, 0)
         );
     }
 

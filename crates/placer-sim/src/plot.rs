@@ -418,39 +418,6 @@ pub fn phases(path: &Path, title: &str, panels: &[PhasePanel]) -> Result<(), Plo
     with_backend(path, (900, height), &Bars(title, panels))
 }
 
-/// Refuses, before any work, a plot file whose format is not drawn or that cannot be
-/// created (said with the path, without the OS error's debug form).
-pub fn check_path(path: &Path) -> Result<(), PlotError> {
-    let ext = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .unwrap_or("")
-        .to_ascii_lowercase();
-    if !matches!(ext.as_str(), "svg" | "png") {
-        return Err(PlotError(format!(
-            "{}: unknown plot format {ext:?}: use a .svg or .png file name",
-            path.display()
-        )));
-    }
-    let existed = path.exists();
-    match std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .open(path)
-    {
-        Ok(_) => {
-            if !existed {
-                let _ = std::fs::remove_file(path);
-            }
-            Ok(())
-        }
-        Err(e) => Err(PlotError(format!(
-            "{}: cannot be written: {e}",
-            path.display()
-        ))),
-    }
-}
-
 /// `placer bench contention --plot`: one line with points per series (x, y).
 pub fn curves(
     path: &Path,

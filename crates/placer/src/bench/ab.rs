@@ -857,7 +857,7 @@ fn check_inputs(args: &Args) -> Result<Workload> {
             .map_err(|e| anyhow::anyhow!("--config {}: {e}", c.display()))?;
     }
     if let Some(p) = &args.plot {
-        placer_sim::plot::check_path(p).map_err(|e| anyhow::anyhow!("--plot: {e}"))?;
+        placer_sim::plot::PlotFormat::of(p).map_err(|e| anyhow::anyhow!("--plot: {e}"))?;
     }
     Ok(workload)
 }

@@ -16,7 +16,7 @@ pub struct Args {
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
-    pub state: crate::cmd::daemon::state::StateArgs,
+    pub state: crate::cmd::config::StateArgs,
 }
 
 #[derive(Serialize)]

@@ -15,6 +15,10 @@ need lintian || missing+=(lintian)
 need readelf || missing+=(binutils)
 # top's live view is tested in a real terminal.
 need tmux || missing+=(tmux)
+# placer ab's real-program presets (their root test); the tests start their own servers.
+need iperf3 || missing+=(iperf3)
+need redis-server || missing+=(redis-server)
+need redis-benchmark || missing+=(redis-tools)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && need apt-get; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null

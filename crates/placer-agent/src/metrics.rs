@@ -10,6 +10,30 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// Upper bounds of the effect-ratio histogram (after / before mean of a judged metric).
+const EFFECT_BUCKETS: &[f64] = &[0.5, 0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.25, 2.0];
+
+/// A cumulative histogram over [`EFFECT_BUCKETS`].
+#[derive(Debug, Default, Clone)]
+struct Histogram {
+    buckets: Vec<u64>,
+    count: u64,
+    sum: f64,
+}
+
+impl Histogram {
+    fn add(&mut self, x: f64) {
+        self.buckets.resize(EFFECT_BUCKETS.len(), 0);
+        for (i, b) in EFFECT_BUCKETS.iter().enumerate() {
+            if x <= *b {
+                self.buckets[i] += 1;
+            }
+        }
+        self.count += 1;
+        self.sum += x;
+    }
+}
+
 /// Upper bounds of the cycle-time histogram, seconds.
 const BUCKETS_S: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0];
 
@@ -25,6 +49,8 @@ struct State {
     lease_breaks: u64,
     /// (policy, verdict) -> moves judged so.
     verdicts: BTreeMap<(String, String), u64>,
+    /// (policy, metric) -> judged moves' after/before ratios, bucketed.
+    effects: BTreeMap<(String, String), Histogram>,
     errors: u64,
     policies: BTreeMap<String, bool>,
     dry_run: bool,
@@ -86,8 +112,16 @@ impl Metrics {
         s.lease_breaks += r.lease_breaks.len() as u64;
         for v in &r.verdicts {
             *s.verdicts
-                .entry((v.policy.clone(), v.judgement.kind.name().to_string()))
+                .entry((v.policy.to_string(), v.judgement.kind.name().to_string()))
                 .or_default() += 1;
+            for c in v.judgement.main.iter().chain(v.judgement.guard.iter()) {
+                if c.before_mean > 0.0 && c.after_mean.is_finite() {
+                    s.effects
+                        .entry((v.policy.to_string(), c.metric.key().to_string()))
+                        .or_default()
+                        .add(c.after_mean / c.before_mean);
+                }
+            }
         }
         if r.error.is_some() {
             s.errors += 1;
@@ -167,6 +201,33 @@ impl Metrics {
             let _ = writeln!(
                 o,
                 "placer_action_verdicts_total{{policy=\"{policy}\",verdict=\"{verdict}\"}} {n}"
+            );
+        }
+        head(
+            &mut o,
+            "placer_action_effect_ratio",
+            "histogram",
+            "Judged moves' measured effect: after / before mean of each metric they were judged by, by policy and metric.",
+        );
+        for ((policy, metric), h) in &s.effects {
+            let labels = format!("policy=\"{policy}\",metric=\"{metric}\"");
+            for (i, b) in EFFECT_BUCKETS.iter().enumerate() {
+                let n = h.buckets.get(i).copied().unwrap_or(0);
+                let _ = writeln!(
+                    o,
+                    "placer_action_effect_ratio_bucket{{{labels},le=\"{b}\"}} {n}"
+                );
+            }
+            let _ = writeln!(
+                o,
+                "placer_action_effect_ratio_bucket{{{labels},le=\"+Inf\"}} {}",
+                h.count
+            );
+            let _ = writeln!(o, "placer_action_effect_ratio_sum{{{labels}}} {}", h.sum);
+            let _ = writeln!(
+                o,
+                "placer_action_effect_ratio_count{{{labels}}} {}",
+                h.count
             );
         }
         head(
@@ -431,11 +492,52 @@ mod tests {
             ..Default::default()
         };
         m.record(&r, 0.003);
+        // A verdict: its effect lands in the histogram of its policy and metric.
+        let cmp = |metric, before_mean, after_mean| placer_core::verdict::Comparison {
+            metric,
+            before_mean,
+            after_mean,
+            change: after_mean / before_mean - 1.0,
+            t: 0.0,
+            rho: 0.0,
+            significant: false,
+            beyond_noise: false,
+        };
+        let judged = CycleReport {
+            verdicts: vec![placer_core::verdict::Verdict {
+                policy: placer_core::policies::PolicyKind::NetAffinity,
+                proc: placer_core::sample::ProcKey {
+                    pid: 9,
+                    start_time_ticks: 1,
+                },
+                comm: "rx".into(),
+                judgement: placer_core::verdict::Judgement {
+                    kind: placer_core::verdict::VerdictKind::Kept,
+                    main: Some(cmp(placer_core::verdict::Metric::CpuPerByte, 1.0, 0.7)),
+                    guard: Some(cmp(placer_core::verdict::Metric::Throughput, 1.0, 1.02)),
+                    why: String::new(),
+                },
+                backoff_intervals: None,
+            }],
+            managed: 2,
+            ..Default::default()
+        };
+        m.record(&judged, 0.003);
         let text = m.render();
         for want in [
-            "placer_cycle_seconds_bucket{le=\"0.005\"} 1",
+            "placer_action_verdicts_total{policy=\"net-affinity\",verdict=\"kept\"} 1",
+            "placer_action_effect_ratio_bucket{policy=\"net-affinity\",metric=\"cpu_per_byte\",le=\"0.5\"} 0",
+            "placer_action_effect_ratio_bucket{policy=\"net-affinity\",metric=\"cpu_per_byte\",le=\"0.8\"} 1",
+            "placer_action_effect_ratio_bucket{policy=\"net-affinity\",metric=\"throughput\",le=\"1\"} 0",
+            "placer_action_effect_ratio_bucket{policy=\"net-affinity\",metric=\"throughput\",le=\"1.05\"} 1",
+            "placer_action_effect_ratio_count{policy=\"net-affinity\",metric=\"throughput\"} 1",
+        ] {
+            assert!(text.contains(want), "missing {want} in\n{text}");
+        }
+        for want in [
+            "placer_cycle_seconds_bucket{le=\"0.005\"} 2",
             "placer_cycle_seconds_bucket{le=\"0.0025\"} 0",
-            "placer_cycle_seconds_count 1",
+            "placer_cycle_seconds_count 2",
             "placer_actions_total{kind=\"restore_irq\",outcome=\"done\"} 1",
             "placer_managed_processes 2",
             "placer_cpu_utilisation_ratio{cpu=\"1\"} 0.5000",

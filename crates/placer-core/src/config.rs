@@ -56,7 +56,7 @@ pub struct Verify {
     /// move; doubles with each further one.
     pub backoff_intervals: u64,
     /// Overrides per policy.
-    pub policy: std::collections::BTreeMap<String, VerifyPolicy>,
+    pub policy: std::collections::BTreeMap<policies::PolicyKind, VerifyPolicy>,
 }
 
 impl Default for Verify {
@@ -83,8 +83,8 @@ pub struct VerifyPolicy {
 
 impl Verify {
     /// (judge at all, horizon, min effect) for `policy`.
-    pub fn for_policy(&self, policy: &str) -> (bool, u32, f64) {
-        let o = self.policy.get(policy);
+    pub fn for_policy(&self, policy: policies::PolicyKind) -> (bool, u32, f64) {
+        let o = self.policy.get(&policy);
         (
             o.and_then(|o| o.verify).unwrap_or(self.enabled),
             o.and_then(|o| o.horizon_intervals)
@@ -135,11 +135,8 @@ impl Verify {
                 format!("{} is outside 1..=1024", self.backoff_intervals),
             );
         }
-        for n in self.policy.keys() {
-            if !POLICY_NAMES.contains(&n.as_str()) {
-                return bad("policy", format!("unknown policy {n:?}"));
-            }
-        }
+        // Unknown policy names cannot get here: the keys are `PolicyKind`s, and serde
+        // refuses any other name listing the valid ones.
         Ok(())
     }
 }
@@ -578,6 +575,30 @@ mod tests {
         assert_eq!(c.net_affinity.idle_timeout_ms, 120_000);
         assert_eq!(c.net_affinity.min_hold_ms, 3000);
         assert_eq!(c.numa_local.quiet_s, 1.5);
+    }
+
+    #[test]
+    fn verify_overrides_are_typed_and_unknown_policies_refused() {
+        let c = Config::from_toml("[verify.policy.energy-qos]\nmin_effect = 0.1\n").unwrap();
+        assert_eq!(
+            c.verify.for_policy(policies::PolicyKind::EnergyQos),
+            (true, 5, 0.1)
+        );
+        assert_eq!(
+            c.verify.for_policy(policies::PolicyKind::NetAffinity),
+            (true, 5, 0.05)
+        );
+        let e = Config::from_toml("[verify.policy.net-afinity]\nverify = false\n")
+            .unwrap_err()
+            .to_string();
+        for k in policies::PolicyKind::ALL {
+            assert!(e.contains(k.name()), "{e}");
+        }
+        assert!(e.contains("net-afinity"), "{e}");
+        // A typed config writes back the same names.
+        let text = toml::to_string(&c).unwrap();
+        assert!(text.contains("[verify.policy.energy-qos]"), "{text}");
+        assert_eq!(Config::from_toml(&text).unwrap(), c);
     }
 
     #[test]

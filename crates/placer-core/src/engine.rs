@@ -32,6 +32,7 @@ use crate::config::Config;
 use crate::host::Host;
 use crate::observation::Observation;
 use crate::plan::{Action, ActionReport, Outcome, Plan};
+use crate::policies::PolicyKind;
 use crate::policy::{boxed, AnyPolicy, Held, Shared};
 use crate::sample::{ProcKey, Sample, SampleRequest, SourceStatus};
 use crate::scope::Scope;
@@ -75,13 +76,16 @@ pub fn policies_from_config(config: &Config, self_pid: u32) -> Vec<Box<dyn AnyPo
 struct Slot {
     /// The policy with its state (`shared()` is what the engine maintains).
     policy: Box<dyn AnyPolicy>,
+    /// Its kind, resolved once when the engine is built; None only for tests' and the
+    /// simulator's own policies, which are never judged.
+    kind: Option<PolicyKind>,
     disabled: Option<String>,
 }
 
 /// A pin waiting for its verdict.
 #[derive(Debug, Clone)]
 struct Pending {
-    policy: &'static str,
+    policy: PolicyKind,
     proc: ProcKey,
     comm: String,
     before: Vec<crate::verdict::Point>,
@@ -99,7 +103,7 @@ pub struct Engine {
     history: BTreeMap<ProcKey, std::collections::VecDeque<crate::verdict::Point>>,
     pending: Vec<Pending>,
     /// (policy, process) -> (undone moves so far, first cycle it may move it again).
-    backoff: BTreeMap<(&'static str, ProcKey), (u32, u64)>,
+    backoff: BTreeMap<(PolicyKind, ProcKey), (u32, u64)>,
     slots: Vec<Slot>,
     config: Config,
     self_pid: u32,
@@ -171,6 +175,7 @@ impl Engine {
             slots: policies
                 .into_iter()
                 .map(|policy| Slot {
+                    kind: PolicyKind::parse(policy.name()),
                     policy,
                     disabled: None,
                 })
@@ -205,6 +210,7 @@ impl Engine {
                     slot
                 }
                 None => Slot {
+                    kind: PolicyKind::parse(name),
                     policy,
                     disabled: None,
                 },
@@ -222,9 +228,9 @@ impl Engine {
             .collect();
         // Their pins wait for no verdict, and no back-off keeps a later policy off them.
         self.pending
-            .retain(|p| !removed.iter().any(|(name, _)| *name == p.policy));
+            .retain(|p| !removed.iter().any(|(name, _)| *name == p.policy.name()));
         self.backoff
-            .retain(|(policy, _), _| !removed.iter().any(|(name, _)| name == policy));
+            .retain(|(policy, _), _| !removed.iter().any(|(name, _)| *name == policy.name()));
         self.config = config;
         // Re-decide which policies can run here (a new one may lack its source).
         self.topo = None;
@@ -363,6 +369,7 @@ impl Engine {
                 continue;
             }
             let name = slot.policy.name();
+            let kind = slot.kind;
             slot.policy.shared_mut().now_s = now_s;
             slot.policy.shared_mut().taken = taken.clone();
             let mine = slot.policy.plan(&topo, &obs);
@@ -380,8 +387,9 @@ impl Engine {
                 );
                 // Backing off, a process is not moved by that policy: neither its CPUs nor
                 // its memory.
+                let backoff = kind.and_then(|kind| self.backoff.get(&(kind, k)));
                 if let (Some(&(n, until)), Action::PinProcess { .. } | Action::BindMemory { .. }) =
-                    (self.backoff.get(&(name, k)), &pa.action)
+                    (backoff, &pa.action)
                 {
                     if self.cycles <= until {
                         plan.note(
@@ -395,7 +403,7 @@ impl Engine {
                         continue;
                     }
                 }
-                if undo.iter().any(|(p, u)| *p == name && *u == k) {
+                if undo.iter().any(|(p, u)| Some(*p) == kind && *u == k) {
                     continue;
                 }
                 if taken.contains(&k) && !memory_only {
@@ -424,7 +432,7 @@ impl Engine {
                 plan.actions.push(pa);
             }
             // Undone moves: the policy's process goes back.
-            for (_, k) in undo.iter().filter(|(p, _)| *p == name) {
+            for (_, k) in undo.iter().filter(|(p, _)| Some(*p) == kind) {
                 let comm = slot
                     .policy
                     .shared()
@@ -475,7 +483,7 @@ impl Engine {
         obs: &Observation,
         report: &mut CycleReport,
         dry_run: bool,
-    ) -> Vec<(&'static str, ProcKey)> {
+    ) -> Vec<(PolicyKind, ProcKey)> {
         use crate::verdict::{judge, judge_together, Expectation, Point, VerdictKind};
         let window = self.config.verify.window_intervals.max(2) as usize;
         let present: BTreeMap<ProcKey, Point> = obs
@@ -508,11 +516,12 @@ impl Engine {
         // Ready to judge: alone, or by group (a group's members were pinned in one cycle,
         // so they reach the horizon together).
         let mut alone = Vec::new();
-        let mut groups: BTreeMap<(&'static str, u64), Vec<Pending>> = BTreeMap::new();
+        let mut groups: BTreeMap<(PolicyKind, u64), Vec<Pending>> = BTreeMap::new();
         for mut p in std::mem::take(&mut self.pending) {
-            let held = self.slots.iter().any(|s| {
-                s.policy.name() == p.policy && s.policy.shared().held.contains_key(&p.proc)
-            });
+            let held = self
+                .slots
+                .iter()
+                .any(|s| s.kind == Some(p.policy) && s.policy.shared().held.contains_key(&p.proc));
             let Some(pt) = present.get(&p.proc) else {
                 continue;
             };
@@ -531,21 +540,21 @@ impl Engine {
         }
         let judged = alone
             .into_iter()
-            .filter_map(|p| {
-                let exp = Expectation::of_policy(p.policy)?;
+            .map(|p| {
+                let exp = Expectation::of_policy(p.policy);
                 let (_, _, min_effect) = self.config.verify.for_policy(p.policy);
                 let j = judge(exp, &p.before, &p.after, min_effect);
-                Some((vec![p], j))
+                (vec![p], j)
             })
-            .chain(groups.into_iter().filter_map(|((policy, _), members)| {
-                let exp = Expectation::of_policy(policy)?;
+            .chain(groups.into_iter().map(|((policy, _), members)| {
+                let exp = Expectation::of_policy(policy);
                 let (_, _, min_effect) = self.config.verify.for_policy(policy);
                 let windows: Vec<(&[Point], &[Point])> = members
                     .iter()
                     .map(|p| (p.before.as_slice(), p.after.as_slice()))
                     .collect();
                 let j = judge_together(exp, &windows, min_effect);
-                Some((members, j))
+                (members, j)
             }))
             .collect::<Vec<_>>();
         for (members, judgement) in judged {
@@ -561,7 +570,7 @@ impl Engine {
                     undo.push((p.policy, p.proc));
                 }
                 report.verdicts.push(Verdict {
-                    policy: p.policy.to_string(),
+                    policy: p.policy,
                     proc: p.proc,
                     comm: p.comm,
                     judgement: judgement.clone(),
@@ -589,11 +598,15 @@ impl Engine {
             else {
                 continue;
             };
-            let policy = slot.policy.name();
-            let (on, _, _) = self.config.verify.for_policy(policy);
-            let Some(exp) = crate::verdict::Expectation::of_policy(policy).filter(|_| on) else {
+            // Every kind has an expectation; only tests' own policies have no kind.
+            let Some(policy) = slot.kind else {
                 continue;
             };
+            let (on, _, _) = self.config.verify.for_policy(policy);
+            if !on {
+                continue;
+            }
+            let exp = crate::verdict::Expectation::of_policy(policy);
             let group = exp.together.then_some(self.cycles);
             self.pending
                 .retain(|p| p.proc != *proc || p.policy != policy);

@@ -1,5 +1,5 @@
-//! Small statistics over measurement series: the one median of placer, and the one
-//! bounded window of the last N samples.
+//! Small statistics over measurement series: the one median of placer, the one bounded
+//! window of the last N samples, Student's t quantile and the small-n interval of a ratio.
 
 use std::collections::VecDeque;
 
@@ -28,9 +28,70 @@ pub fn push_bounded<T>(q: &mut VecDeque<T>, x: T, window: usize) {
     }
 }
 
+/// Two-sided 5% critical value of Student's t (its 97.5% quantile) for `df` degrees of
+/// freedom. A fractional df (Welch-Satterthwaite) takes the value of the whole df below it,
+/// the wider one, so the test never claims more than its df allow.
+pub fn t_critical_95(df: f64) -> f64 {
+    // Exact for 1..=30, then 40, 60, 120; the normal's 1.96 beyond.
+    const TABLE: [f64; 30] = [
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+        2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+        2.052, 2.048, 2.045, 2.042,
+    ];
+    if df.is_nan() || df < 1.0 {
+        return f64::INFINITY;
+    }
+    let whole = df.floor();
+    if whole <= 30.0 {
+        TABLE[whole as usize - 1]
+    } else if whole < 40.0 {
+        2.042
+    } else if whole < 60.0 {
+        2.021
+    } else if whole < 120.0 {
+        2.000
+    } else {
+        1.980
+    }
+}
+
+/// The geometric mean of paired ratios with its 95% interval from a one-sample t on their
+/// logarithms (df = n - 1): valid at small n when the log ratios are about normal, where a
+/// bootstrap over a handful of values is not.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LogRatioInterval {
+    pub n: usize,
+    pub geo_mean: f64,
+    pub ci95: (f64, f64),
+    /// Standard deviation of the log ratios.
+    pub sd_log: f64,
+}
+
+/// [`LogRatioInterval`] of `ratios` (each > 0 and finite); None with fewer than 2.
+pub fn log_ratio_interval(ratios: &[f64]) -> Option<LogRatioInterval> {
+    let logs: Vec<f64> = ratios
+        .iter()
+        .filter(|r| r.is_finite() && **r > 0.0)
+        .map(|r| r.ln())
+        .collect();
+    let n = logs.len();
+    if n < 2 {
+        return None;
+    }
+    let mean = logs.iter().sum::<f64>() / n as f64;
+    let var = logs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+    let half = t_critical_95((n - 1) as f64) * (var / n as f64).sqrt();
+    Some(LogRatioInterval {
+        n,
+        geo_mean: mean.exp(),
+        ci95: ((mean - half).exp(), (mean + half).exp()),
+        sd_log: var.sqrt(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{median, push_bounded};
+    use super::*;
 
     #[test]
     fn bounded_window_keeps_the_newest() {
@@ -54,5 +115,36 @@ mod tests {
     fn non_finite_values_are_ignored() {
         assert_eq!(median(&[1.0, f64::NAN, 2.0]), Some(1.5));
         assert_eq!(median(&[f64::INFINITY]), None);
+    }
+
+    #[test]
+    fn t_quantiles_are_monotone_and_conservative_between_rows() {
+        assert_eq!(t_critical_95(4.0), 2.776);
+        // Welch's 4.7 takes df 4's wider value.
+        assert_eq!(t_critical_95(4.7), 2.776);
+        let mut last = f64::INFINITY;
+        for df in 1..200 {
+            let t = t_critical_95(df as f64);
+            assert!(t <= last && t > 1.959, "df {df}");
+            last = t;
+        }
+        assert!(t_critical_95(0.5).is_infinite());
+    }
+
+    #[test]
+    fn a_log_ratio_interval_is_a_t_interval_on_logs() {
+        // Logs +-0.1 around 0: mean 0, sd 0.1095 (n = 5), half-width 2.776 * sd / sqrt(5).
+        let r: Vec<f64> = [0.1f64, -0.1, 0.1, -0.1, 0.0]
+            .iter()
+            .map(|x| x.exp())
+            .collect();
+        let i = log_ratio_interval(&r).unwrap();
+        assert_eq!(i.n, 5);
+        assert!((i.geo_mean - 1.0).abs() < 1e-12);
+        let half = 2.776 * (0.04f64 / 4.0).sqrt() / 5f64.sqrt();
+        assert!((i.ci95.1.ln() - half).abs() < 1e-9, "{i:?}");
+        assert!((i.ci95.0.ln() + half).abs() < 1e-9, "{i:?}");
+        assert!(log_ratio_interval(&[1.2]).is_none());
+        assert!(log_ratio_interval(&[1.2, -1.0, 0.0]).is_none());
     }
 }

@@ -47,6 +47,16 @@ impl Host for LinuxHost {
                 tracing::warn!("journal: noting a verdict: {e}");
             }
         }
+        // The typed history `placer report` reads (the journal's entry goes on restore).
+        let rec = crate::verdict_log::VerdictRecord {
+            unix_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            verdict: v.clone(),
+        };
+        if let Err(e) = crate::verdict_log::append(&self.actuator.state_dir, &rec) {
+            tracing::warn!("verdict log: {e}");
+        }
     }
 
     fn apply(&mut self, plan: &Plan, dry_run: bool) -> Vec<ActionReport> {

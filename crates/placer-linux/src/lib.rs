@@ -20,6 +20,7 @@ pub mod sampler;
 pub mod tc;
 pub mod testnet;
 pub mod topology;
+pub mod verdict_log;
 
 pub use error::{LinuxError, Result};
 pub use host::LinuxHost;

@@ -388,24 +388,34 @@ where
     Ok(boxes)
 }
 
-/// `placer ab --plot`: one bar per phase, in run order, coloured by whether the daemon ran,
-/// with a legend; `values` are (daemon on, value) in order.
-pub fn phases(
-    path: &Path,
-    title: &str,
-    unit: &str,
-    values: &[(bool, f64)],
-) -> Result<(), PlotError> {
-    struct Bars<'a>(&'a str, &'a str, &'a [(bool, f64)]);
+/// One panel of `placer ab --plot`: a metric's value per phase in run order (true: daemon
+/// on), its axis label and a title (the verdict).
+#[derive(Debug, Clone)]
+pub struct PhasePanel {
+    pub title: String,
+    pub y_label: String,
+    pub values: Vec<(bool, f64)>,
+}
+
+/// `placer ab --plot`: one panel per metric, stacked.
+pub fn phases(path: &Path, title: &str, panels: &[PhasePanel]) -> Result<(), PlotError> {
+    struct Bars<'a>(&'a str, &'a [PhasePanel]);
     impl Draw for Bars<'_> {
         fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), PlotError>
         where
             DB::ErrorType: 'static,
         {
-            phase_bars(root, self.0, self.1, self.2)
+            root.fill(&WHITE).map_err(err)?;
+            let root = root.titled(self.0, ("sans-serif", 18)).map_err(err)?;
+            let areas = root.split_evenly((self.1.len().max(1), 1));
+            for (panel, area) in self.1.iter().zip(areas.iter()) {
+                phase_bars(area, panel)?;
+            }
+            Ok(())
         }
     }
-    with_backend(path, (900, 450), &Bars(title, unit, values))
+    let height = 60 + 330 * panels.len().max(1) as u32;
+    with_backend(path, (900, height), &Bars(title, panels))
 }
 
 /// `placer bench contention --plot`: one line with points per series (x, y).
@@ -535,14 +545,12 @@ where
 
 fn phase_bars<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
-    title: &str,
-    unit: &str,
-    values: &[(bool, f64)],
+    panel: &PhasePanel,
 ) -> Result<(), PlotError>
 where
     DB::ErrorType: 'static,
 {
-    root.fill(&WHITE).map_err(err)?;
+    let values = &panel.values;
     let top = values
         .iter()
         .map(|v| v.1)
@@ -552,16 +560,17 @@ where
         * 1.3;
     let n = values.len().max(1) as f64;
     let mut chart = ChartBuilder::on(root)
-        .caption(format!("{title} ({unit})"), ("sans-serif", 16))
+        .caption(&panel.title, ("sans-serif", 16))
         .margin(12)
         .x_label_area_size(30)
-        .y_label_area_size(60)
+        .y_label_area_size(70)
         .build_cartesian_2d(-0.5..n - 0.5, 0.0..top)
         .map_err(err)?;
     chart
         .configure_mesh()
         .disable_x_mesh()
         .x_desc("phase, in run order")
+        .y_desc(&panel.y_label)
         .x_labels(values.len().min(20))
         .x_label_formatter(&|x: &f64| {
             if (x - x.round()).abs() < 1e-6 && *x >= 0.0 {

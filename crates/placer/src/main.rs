@@ -44,6 +44,8 @@ enum Command {
     Explain(cmd::explain::Args),
     /// Put back every knob placer's journal lists.
     Restore(cmd::restore::Args),
+    /// Does placer pay here? Per policy, the daemon's judged moves and their measured effect.
+    Report(cmd::report::Args),
     /// Start a command on CPUs chosen by an allocation policy; its threads and child processes are spread over them for its lifetime.
     Run(cmd::run::Args),
     /// Print the CPU allocation order of a policy with expected speedup and power.
@@ -74,6 +76,7 @@ fn main() -> std::process::ExitCode {
         Command::Daemon(a) => cmd::daemon::run(a),
         Command::Explain(a) => cmd::explain::run(a),
         Command::Restore(a) => cmd::restore::run(a),
+        Command::Report(a) => cmd::report::run(a),
         Command::Run(a) => cmd::run::run(a),
         Command::Plan(a) => cmd::plan::run(a),
         Command::Power(a) => cmd::power::run(a),

@@ -492,3 +492,127 @@ fn bench_contention_measures_a_pairwise_matrix() {
     assert!(!o.status.success());
     assert!(err.contains("partner") && err.contains("failed"), "{err}");
 }
+
+/// Issue 32: `placer report --json` is pure JSON and its counts are the verdict log's, per
+/// policy; `--since` leaves older verdicts out; a torn line is counted, not fatal.
+#[test]
+fn report_json_counts_equal_the_verdict_log() {
+    use placer_core::policies::PolicyKind;
+    use placer_core::verdict::{Comparison, Judgement, Metric, Verdict, VerdictKind};
+    use placer_linux::verdict_log::{append, VerdictRecord, VERDICT_LOG};
+    let dir = placer_testkit::TempDir::new("report");
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let rec = |pid: u32, policy, kind, ratio: f64, unix_ms| VerdictRecord {
+        unix_ms,
+        verdict: Verdict {
+            policy,
+            proc: placer_core::sample::ProcKey {
+                pid,
+                start_time_ticks: 1,
+            },
+            comm: format!("p{pid}"),
+            judgement: Judgement {
+                kind,
+                main: Some(Comparison {
+                    metric: Metric::CpuShare,
+                    before_mean: 1.0,
+                    after_mean: ratio,
+                    change: ratio - 1.0,
+                    t: 0.0,
+                    rho: 0.0,
+                    significant: false,
+                    beyond_noise: false,
+                }),
+                guard: None,
+                why: String::new(),
+            },
+            backoff_intervals: None,
+        },
+    };
+    let records = [
+        rec(1, PolicyKind::NetAffinity, VerdictKind::Kept, 0.8, now_ms),
+        rec(2, PolicyKind::NetAffinity, VerdictKind::Kept, 0.9, now_ms),
+        rec(3, PolicyKind::NetAffinity, VerdictKind::Undone, 1.2, now_ms),
+        rec(
+            4,
+            PolicyKind::EnergyQos,
+            VerdictKind::Inconclusive,
+            1.0,
+            now_ms,
+        ),
+        // Two days old: out of --since 1h.
+        rec(
+            5,
+            PolicyKind::EnergyQos,
+            VerdictKind::Undone,
+            0.5,
+            now_ms - 172_800_000,
+        ),
+    ];
+    for r in &records {
+        append(dir.path(), r).unwrap();
+    }
+    use std::io::Write;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(dir.path().join(VERDICT_LOG))
+        .unwrap()
+        .write_all(b"{\"torn")
+        .unwrap();
+    let report = |extra: &[&str]| -> serde_json::Value {
+        let o = placer()
+            .args(["report", "--json", "--no-config", "--state-dir"])
+            .arg(dir.path())
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).expect("pure JSON")
+    };
+    for (extra, window) in [
+        (&[][..], &records[..]),
+        (&["--since", "1h"][..], &records[..4]),
+    ] {
+        let v = report(extra);
+        assert_eq!(v["verdicts"], window.len(), "{v}");
+        assert_eq!(v["unreadable_lines"], 1);
+        for p in v["policies"].as_array().unwrap() {
+            let kind: PolicyKind = serde_json::from_value(p["policy"].clone()).unwrap();
+            let mine: Vec<&VerdictRecord> =
+                window.iter().filter(|r| r.verdict.policy == kind).collect();
+            let count = |k| {
+                mine.iter()
+                    .filter(|r| r.verdict.judgement.kind == k)
+                    .count()
+            };
+            assert_eq!(p["moves"], mine.len(), "{p}");
+            assert_eq!(p["kept"], count(VerdictKind::Kept), "{p}");
+            assert_eq!(p["undone"], count(VerdictKind::Undone), "{p}");
+            assert_eq!(p["inconclusive"], count(VerdictKind::Inconclusive), "{p}");
+        }
+        let total: u64 = v["policies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["moves"].as_u64().unwrap())
+            .sum();
+        assert_eq!(total as usize, window.len());
+    }
+    // net-affinity's CPU-share effects: median 0.9 of 0.8, 0.9, 1.2.
+    let v = report(&[]);
+    let na = &v["policies"][0];
+    assert_eq!(na["policy"], "net-affinity");
+    assert_eq!(na["effects"][0]["median_ratio"], 0.9);
+    // An empty state dir: no verdicts, not an error.
+    let empty = placer_testkit::TempDir::new("report-empty");
+    let o = placer()
+        .args(["report", "--no-config", "--state-dir"])
+        .arg(empty.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).starts_with("0 verdicts"));
+}

@@ -198,6 +198,11 @@ fn quick_runs(dir: &Path) -> Vec<(&'static str, Vec<String>, bool)> {
             true,
         ),
         (
+            "bench verdicts",
+            s(&["bench", "verdicts", "--trials", "20", "--json"]),
+            false,
+        ),
+        (
             "bench contention",
             s(&[
                 "bench",
@@ -214,10 +219,16 @@ fn quick_runs(dir: &Path) -> Vec<(&'static str, Vec<String>, bool)> {
 }
 
 /// Commands whose `--json` is checked by another test, with where.
-const ELSEWHERE: &[(&str, &str)] = &[(
-    "ab",
-    "tests/hardening.rs ab_runs_reports_and_leaves_nothing_behind (a whole A/B run)",
-)];
+const ELSEWHERE: &[(&str, &str)] = &[
+    (
+        "ab",
+        "tests/hardening.rs ab_runs_reports_and_leaves_nothing_behind (a whole A/B run)",
+    ),
+    (
+        "report",
+        "tests/cli_edges.rs report_json_counts_equal_the_verdict_log (a written verdict log)",
+    ),
+];
 
 #[test]
 fn every_json_output_parses_and_holds_nothing_else() {

@@ -1,9 +1,18 @@
-//! `placer ab`: does placer help on this machine? Alternates daemon-off and daemon-on phases
-//! over a workload, in one run (off, on, off, on, ...: a paired design, so slow drifts of a
-//! shared machine hit both sides), and reports each phase, the median on/off ratio of each
-//! metric with a 95% bootstrap interval over the rounds' ratios (resampling rounds, 2,000
-//! times, fixed seed), and a verdict: helps, hurts, or no detectable difference (the
-//! interval holds 1).
+//! `placer ab`: does placer help on this machine? Runs rounds of two phases over a
+//! workload, one without the daemon (off) and one with it (on), in an order drawn at random
+//! per round (the seed is in the report, so a run can be repeated in the same order): a
+//! paired design, so slow drifts of a shared machine hit both sides, and no side always
+//! runs first (warm caches, a thermal drift). It reports every phase's values, and per
+//! metric the on/off ratio of each round, their geometric mean and a 95% interval from a
+//! paired t on the rounds' log ratios (df = rounds - 1), and a verdict: helps, hurts, or
+//! no detectable difference (the interval holds 1). Below [`MIN_ROUNDS_FOR_VERDICT`] rounds
+//! it gives no verdict and says why: a t interval over 2 to 4 rounds is wide and rests
+//! wholly on the assumption that log ratios are normal, and earlier versions (a bootstrap
+//! over 2 rounds) said "helps" on noise.
+//!
+//! `--aa` runs both phases without the daemon: whatever it finds is the harness's own false
+//! positive, so repeating it measures the rate at which `ab` says helps/hurts on nothing
+//! (docs/daemon.md has the figure on this VM).
 //!
 //! Workloads: `streams:N` (N loopback TCP streams between child processes of this binary;
 //! `--rps-cpu C` steers loopback receive processing to CPU C with RPS, as a NIC's interrupt
@@ -25,7 +34,8 @@ use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// `streams:N` (loopback TCP streams) or `cmd:COMMAND` (run per phase).
+    /// `streams:N` (loopback TCP streams), `iperf3[:N]` (iperf3 server and client on
+    /// loopback, N streams) or `cmd:COMMAND` (run per phase).
     #[arg(long, default_value = "streams:1")]
     pub workload: String,
     /// Steer loopback receive processing to this CPU with RPS during the run.
@@ -50,9 +60,16 @@ pub struct Args {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
-    /// Draw the first metric per phase, on/off coloured (FILE.svg or FILE.png).
+    /// Draw every metric per phase, on/off coloured, with the verdicts (FILE.svg or FILE.png).
     #[arg(long, value_name = "FILE")]
     pub plot: Option<PathBuf>,
+    /// A/A run: both phases without the daemon, to measure the harness's own false-positive
+    /// rate (the "on" phase is labelled so but runs nothing).
+    #[arg(long)]
+    pub aa: bool,
+    /// Seed of the per-round phase order (default: from the clock; the report gives it).
+    #[arg(long)]
+    pub seed: Option<u64>,
     /// Internal: a stream endpoint (`rx:ADDR` or `tx:ADDR`).
     #[arg(long, hide = true)]
     pub worker: Option<String>,
@@ -64,11 +81,19 @@ extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
 }
 
+/// Rounds below which `ab` gives no helps/hurts verdict.
+pub const MIN_ROUNDS_FOR_VERDICT: usize = 5;
+
 /// One measured phase.
 #[derive(Debug, Clone, Serialize)]
 pub struct Phase {
     pub round: u32,
+    /// The arm: false = off (baseline), true = on (the daemon runs, unless `--aa`).
     pub daemon: bool,
+    /// Whether the daemon really ran (false for both arms of an A/A run).
+    pub daemon_ran: bool,
+    /// 1 or 2: where this phase ran in its round.
+    pub position: u32,
     pub seconds: f64,
     /// Metric name -> value.
     pub metrics: std::collections::BTreeMap<String, f64>,
@@ -79,9 +104,38 @@ pub struct Phase {
 pub struct Ratio {
     pub metric: String,
     pub higher_is_better: bool,
-    pub median_on_off: f64,
-    pub ci95: (f64, f64),
-    pub verdict: &'static str,
+    /// on/off of each round, in round order.
+    pub per_round: Vec<f64>,
+    /// Geometric mean of the per-round ratios.
+    pub mean_on_off: f64,
+    /// 95% interval of the geometric mean (paired t on log ratios); None below 2 rounds.
+    pub ci95: Option<(f64, f64)>,
+    pub verdict: Verdict,
+    /// Why there is no verdict, when there is none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub why_no_verdict: Option<String>,
+}
+
+/// What `ab` concludes for one metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Helps,
+    Hurts,
+    NoDetectableDifference,
+    /// Too few rounds to say (below [`MIN_ROUNDS_FOR_VERDICT`]).
+    NoVerdict,
+}
+
+impl Verdict {
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::Helps => "helps",
+            Verdict::Hurts => "hurts",
+            Verdict::NoDetectableDifference => "no detectable difference",
+            Verdict::NoVerdict => "no verdict",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -89,48 +143,31 @@ pub struct Report {
     pub workload: String,
     pub rps_cpu: Option<u32>,
     pub rounds: u32,
+    /// Both arms without the daemon.
+    pub aa: bool,
+    /// Seed of the phase order (`--seed` repeats it).
+    pub seed: u64,
     pub interval_method: &'static str,
     pub phases: Vec<Phase>,
     pub ratios: Vec<Ratio>,
 }
 
-/// Median and 95% bootstrap interval of `ratios` (resampling them with replacement).
-pub fn bootstrap(ratios: &[f64]) -> Option<(f64, (f64, f64))> {
-    let med = placer_core::stats::median(ratios)?;
-    // A small fixed-seed generator: the interval is reproducible for the same data.
-    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-    let mut next = || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
-    let mut meds: Vec<f64> = (0..2000)
-        .filter_map(|_| {
-            let s: Vec<f64> = (0..ratios.len())
-                .map(|_| ratios[(next() % ratios.len() as u64) as usize])
-                .collect();
-            placer_core::stats::median(&s)
-        })
-        .collect();
-    meds.sort_by(f64::total_cmp);
-    let at = |q: f64| meds[((meds.len() - 1) as f64 * q).round() as usize];
-    Some((med, (at(0.025), at(0.975))))
-}
+const INTERVAL_METHOD: &str = "paired t on the rounds' log(on/off), df = rounds - 1, 95%; \
+     the geometric mean of the ratios";
 
 /// helps / hurts / no detectable difference, from the interval of on/off.
-pub fn verdict(ci: (f64, f64), higher_is_better: bool) -> &'static str {
+pub fn verdict(ci: (f64, f64), higher_is_better: bool) -> Verdict {
     let (better, worse) = if higher_is_better {
         (ci.0 > 1.0, ci.1 < 1.0)
     } else {
         (ci.1 < 1.0, ci.0 > 1.0)
     };
     if better {
-        "helps"
+        Verdict::Helps
     } else if worse {
-        "hurts"
+        Verdict::Hurts
     } else {
-        "no detectable difference"
+        Verdict::NoDetectableDifference
     }
 }
 
@@ -299,12 +336,25 @@ impl Streams {
 
 /// Machine-wide softirq seconds so far.
 fn softirq_s() -> f64 {
+    proc_stat_s(|c| c.softirq)
+}
+
+/// Seconds of `ticks` summed over every CPU of /proc/stat so far.
+fn proc_stat_s(ticks: impl Fn(&placer_core::sample::CpuTimes) -> u64) -> f64 {
     let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let ticks: u64 = placer_linux::procfs::parse_proc_stat(&text)
+    let sum: u64 = placer_linux::procfs::parse_proc_stat(&text)
         .iter()
-        .map(|c| c.softirq)
+        .map(ticks)
         .sum();
-    ticks as f64 / placer_linux::sys::clock_ticks_per_s() as f64
+    sum as f64 / placer_linux::sys::clock_ticks_per_s() as f64
+}
+
+/// A phase's two stream metrics: Gbit/s and CPU seconds per GB moved.
+fn stream_phase(round: u32, daemon: bool, secs: f64, gb: f64, cpu_s: f64) -> Phase {
+    let mut metrics = std::collections::BTreeMap::new();
+    metrics.insert("gbit_per_s".to_string(), gb * 8.0 / secs.max(1e-9));
+    metrics.insert("cpu_s_per_gb".to_string(), cpu_s / gb.max(1e-12));
+    Phase::measured(round, daemon, secs, metrics)
 }
 
 fn sleep_or_stop(d: Duration) {
@@ -343,11 +393,7 @@ fn run_phase_streams(
     daemon: bool,
 ) -> Result<Phase> {
     let streams = Streams::start(n)?;
-    let _daemon = if daemon {
-        Some(start_daemon(&args.config, state)?)
-    } else {
-        None
-    };
+    let _daemon = daemon_if(daemon, args, state)?;
     sleep_or_stop(args.warmup);
     let (b0, c0, s0, t0) = (
         streams.bytes(),
@@ -359,19 +405,8 @@ fn run_phase_streams(
     let (b1, c1, s1) = (streams.bytes(), streams.cpu_s(), softirq_s());
     let secs = t0.elapsed().as_secs_f64();
     let gb = (b1.saturating_sub(b0)) as f64 / 1e9;
-    let mut metrics = std::collections::BTreeMap::new();
-    metrics.insert("gbit_per_s".to_string(), gb * 8.0 / secs.max(1e-9));
     // The workers' own CPU plus all softirq time (loopback receive processing).
-    metrics.insert(
-        "cpu_s_per_gb".to_string(),
-        ((c1 - c0) + (s1 - s0)) / gb.max(1e-12),
-    );
-    Ok(Phase {
-        round,
-        daemon,
-        seconds: secs,
-        metrics,
-    })
+    Ok(stream_phase(round, daemon, secs, gb, (c1 - c0) + (s1 - s0)))
 }
 
 fn run_phase_observe(
@@ -381,11 +416,7 @@ fn run_phase_observe(
     round: u32,
     daemon: bool,
 ) -> Result<Phase> {
-    let _daemon = if daemon {
-        Some(start_daemon(&args.config, state)?)
-    } else {
-        None
-    };
+    let _daemon = daemon_if(daemon, args, state)?;
     sleep_or_stop(args.warmup);
     let mut ob = crate::observer::Observer::new(std::path::Path::new("/"), false, false);
     ob.step()?;
@@ -407,12 +438,12 @@ fn run_phase_observe(
     if bytes > 0.0 {
         metrics.insert("cpu_s_per_gb".to_string(), cpu / (bytes / 1e9));
     }
-    Ok(Phase {
+    Ok(Phase::measured(
         round,
         daemon,
-        seconds: t0.elapsed().as_secs_f64(),
+        t0.elapsed().as_secs_f64(),
         metrics,
-    })
+    ))
 }
 
 fn run_phase_cmd(
@@ -422,11 +453,7 @@ fn run_phase_cmd(
     round: u32,
     daemon: bool,
 ) -> Result<Phase> {
-    let _daemon = if daemon {
-        Some(start_daemon(&args.config, state)?)
-    } else {
-        None
-    };
+    let _daemon = daemon_if(daemon, args, state)?;
     sleep_or_stop(args.warmup);
     let t0 = Instant::now();
     let out = Command::new("sh")
@@ -447,23 +474,270 @@ fn run_phase_cmd(
         Some(v) => metrics.insert("metric".to_string(), v),
         None => metrics.insert("runtime_s".to_string(), secs),
     };
-    Ok(Phase {
-        round,
-        daemon,
-        seconds: secs,
-        metrics,
+    Ok(Phase::measured(round, daemon, secs, metrics))
+}
+
+/// Refuses a preset whose program is missing, naming the Debian package that has it.
+fn require_tool(program: &str, package: &str) -> Result<()> {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(program).is_file()));
+    if !found {
+        bail!("{program} not found on PATH: install the Debian package {package} (apt-get install {package})");
+    }
+    Ok(())
+}
+
+/// A loopback port free when asked (the kernel's choice, released at once).
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// Waits (at most `limit`) until something listens on 127.0.0.1:`port`, by /proc/net/tcp
+/// (connecting would count as a client to a one-test server).
+fn wait_listening(port: u16, limit: Duration) -> Result<()> {
+    let end = Instant::now() + limit;
+    let want = format!(":{port:04X} ");
+    loop {
+        let text = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+        // State 0A is LISTEN; the local address is the second column.
+        if text.lines().skip(1).any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 3 && f[3] == "0A" && format!("{} ", f[1]).ends_with(&want)
+        }) {
+            return Ok(());
+        }
+        if Instant::now() >= end {
+            bail!("nothing listens on 127.0.0.1:{port} after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A server for one phase, stopped when dropped, once it listens on 127.0.0.1:`port`.
+fn start_server(program: &str, args: &[&str], port: &str) -> Result<Kid> {
+    let mut c = Command::new(program);
+    c.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    placer_linux::sys::stop_with_parent(&mut c)?;
+    let kid = Kid(c.spawn().with_context(|| format!("starting {program}"))?);
+    wait_listening(port.parse()?, Duration::from_secs(5))?;
+    Ok(kid)
+}
+
+/// The daemon for an on-phase (stopped, and restoring, when dropped).
+fn daemon_if(daemon: bool, args: &Args, state: &std::path::Path) -> Result<Option<Kid>> {
+    Ok(if daemon {
+        Some(start_daemon(&args.config, state)?)
+    } else {
+        None
     })
 }
 
-/// Per metric: on/off ratios of each round, their median, interval and verdict.
+/// Busy CPU seconds of the whole machine so far (every CPU, /proc/stat).
+fn machine_busy_s() -> f64 {
+    // Steal is another guest's time, not this machine's work.
+    proc_stat_s(|c| c.busy() - c.steal)
+}
+
+/// The received throughput and bytes of an iperf3 client's JSON report (`-J`).
+pub fn parse_iperf3(json: &str) -> Result<(f64, f64)> {
+    let v: serde_json::Value = serde_json::from_str(json).context("iperf3's JSON report")?;
+    if let Some(e) = v.get("error").and_then(|e| e.as_str()) {
+        bail!("iperf3: {e}");
+    }
+    let r = &v["end"]["sum_received"];
+    let bps = r["bits_per_second"]
+        .as_f64()
+        .context("iperf3's report has no end.sum_received.bits_per_second")?;
+    let bytes = r["bytes"]
+        .as_f64()
+        .context("iperf3's report has no end.sum_received.bytes")?;
+    Ok((bps, bytes))
+}
+
+/// One phase of iperf3: a server on a free loopback port (stopped when the phase ends), a
+/// client of `n` streams for warm-up + phase whose warm-up seconds iperf3 omits (`-O`), so
+/// the daemon sees traffic to act on before measuring; CPU from /proc/stat over the
+/// measured part.
+fn run_phase_iperf3(
+    n: usize,
+    args: &Args,
+    state: &std::path::Path,
+    round: u32,
+    daemon: bool,
+) -> Result<Phase> {
+    let port = free_port()?.to_string();
+    let _server = start_server("iperf3", &["-s", "-B", "127.0.0.1", "-p", &port], &port)?;
+    let _daemon = daemon_if(daemon, args, state)?;
+    let warm_s = args.warmup.as_secs().max(1);
+    let phase_s = args.phase.as_secs().max(1);
+    let mut client = Command::new("iperf3");
+    client
+        .args(["-c", "127.0.0.1", "-p", &port, "-J"])
+        .args(["-P", &n.to_string()])
+        .args(["-t", &(warm_s + phase_s).to_string()])
+        .args(["-O", &warm_s.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    placer_linux::sys::stop_with_parent(&mut client)?;
+    let child = client.spawn().context("starting iperf3 -c")?;
+    sleep_or_stop(Duration::from_secs(warm_s));
+    let (c0, t0) = (machine_busy_s(), Instant::now());
+    let out = child.wait_with_output().context("waiting for iperf3 -c")?;
+    let (c1, secs) = (machine_busy_s(), t0.elapsed().as_secs_f64());
+    if STOP.load(Ordering::SeqCst) {
+        bail!("interrupted: the daemon stopped and restored; RPS put back");
+    }
+    let (bps, bytes) = parse_iperf3(&String::from_utf8_lossy(&out.stdout)).with_context(|| {
+        format!(
+            "iperf3 -c ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )
+    })?;
+    // iperf3's own rate over its measured seconds, not our clock's.
+    let mut phase = stream_phase(round, daemon, secs, bytes / 1e9, c1 - c0);
+    phase.metrics.insert("gbit_per_s".to_string(), bps / 1e9);
+    Ok(phase)
+}
+
+impl Phase {
+    /// A phase as measured; `position` is set by the caller, which knows the order.
+    fn measured(
+        round: u32,
+        daemon: bool,
+        seconds: f64,
+        metrics: std::collections::BTreeMap<String, f64>,
+    ) -> Phase {
+        Phase {
+            round,
+            daemon,
+            daemon_ran: daemon,
+            position: 0,
+            seconds,
+            metrics,
+        }
+    }
+}
+
+/// Requests of one measured redis phase: redis-benchmark has a count, not a duration.
+pub const REDIS_REQUESTS: u32 = 200_000;
+
+/// GET's requests/s and p50/p99 latency (ms) from `redis-benchmark --csv`.
+pub fn parse_redis_csv(text: &str) -> Result<(f64, f64, f64)> {
+    let mut lines = text.lines().filter(|l| l.starts_with('"'));
+    let head: Vec<String> = lines
+        .next()
+        .context("redis-benchmark printed no CSV header")?
+        .split(',')
+        .map(|f| f.trim_matches('"').to_string())
+        .collect();
+    let col = |name: &str| {
+        head.iter()
+            .position(|h| h == name)
+            .with_context(|| format!("redis-benchmark's CSV has no {name} column"))
+    };
+    let (rps, p50, p99) = (col("rps")?, col("p50_latency_ms")?, col("p99_latency_ms")?);
+    let row: Vec<f64> = lines
+        .find(|l| l.starts_with("\"GET\""))
+        .context("redis-benchmark's CSV has no GET row")?
+        .split(',')
+        .map(|f| f.trim_matches('"').parse().unwrap_or(f64::NAN))
+        .collect();
+    let get = |i: usize| {
+        row.get(i)
+            .copied()
+            .filter(|v| v.is_finite())
+            .context("redis-benchmark's GET row is short or not numeric")
+    };
+    Ok((get(rps)?, get(p50)?, get(p99)?))
+}
+
+/// One phase of redis: a server on a free loopback port (no persistence; stopped when the
+/// phase ends), a warm-up of GETs for `--warmup` (so the daemon sees traffic), then
+/// [`REDIS_REQUESTS`] GETs from 50 connections, measured; CPU from /proc/stat.
+fn run_phase_redis(
+    args: &Args,
+    state: &std::path::Path,
+    round: u32,
+    daemon: bool,
+) -> Result<Phase> {
+    let port = free_port()?.to_string();
+    let _server = start_server(
+        "redis-server",
+        &[
+            "--port",
+            &port,
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
+        ],
+        &port,
+    )?;
+    let _daemon = daemon_if(daemon, args, state)?;
+    let bench = |requests: u32| -> Result<Command> {
+        let mut c = Command::new("redis-benchmark");
+        c.args(["-h", "127.0.0.1", "-p", &port, "-t", "get", "-c", "50"])
+            .args(["-n", &requests.to_string(), "--csv"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        placer_linux::sys::stop_with_parent(&mut c)?;
+        Ok(c)
+    };
+    // The warm-up: GETs until --warmup has passed, then stopped.
+    let warm = Kid(bench(1_000_000_000)?
+        .spawn()
+        .context("starting redis-benchmark")?);
+    sleep_or_stop(args.warmup);
+    drop(warm);
+    let (c0, t0) = (machine_busy_s(), Instant::now());
+    let out = bench(REDIS_REQUESTS)?
+        .output()
+        .context("running redis-benchmark")?;
+    let (c1, secs) = (machine_busy_s(), t0.elapsed().as_secs_f64());
+    if STOP.load(Ordering::SeqCst) {
+        bail!("interrupted: the daemon stopped and restored; RPS put back");
+    }
+    let (rps, p50, p99) =
+        parse_redis_csv(&String::from_utf8_lossy(&out.stdout)).with_context(|| {
+            format!(
+                "redis-benchmark ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )
+        })?;
+    let mut metrics = std::collections::BTreeMap::new();
+    metrics.insert("requests_per_s".to_string(), rps);
+    metrics.insert("p50_ms".to_string(), p50);
+    metrics.insert("p99_ms".to_string(), p99);
+    metrics.insert(
+        "cpu_us_per_request".to_string(),
+        (c1 - c0) * 1e6 / REDIS_REQUESTS as f64,
+    );
+    Ok(Phase::measured(round, daemon, secs, metrics))
+}
+
+/// Per metric: on/off ratios of each round, their geometric mean, interval and verdict.
 pub fn compare(phases: &[Phase]) -> Vec<Ratio> {
     let names: std::collections::BTreeSet<&String> =
         phases.iter().flat_map(|p| p.metrics.keys()).collect();
+    let rounds: std::collections::BTreeSet<u32> = phases.iter().map(|p| p.round).collect();
     let mut out = Vec::new();
     for name in names {
-        let higher = !matches!(name.as_str(), "cpu_s_per_gb" | "runtime_s");
-        let rounds: std::collections::BTreeSet<u32> = phases.iter().map(|p| p.round).collect();
-        let ratios: Vec<f64> = rounds
+        // Costs and latencies are better lower; rates and `cmd:`'s metric higher.
+        let higher = !(name.starts_with("cpu_") || name.ends_with("_ms") || name == "runtime_s");
+        let per_round: Vec<f64> = rounds
             .iter()
             .filter_map(|r| {
                 let get = |on: bool| {
@@ -474,29 +748,132 @@ pub fn compare(phases: &[Phase]) -> Vec<Ratio> {
                         .copied()
                 };
                 let (on, off) = (get(true)?, get(false)?);
-                (off > 0.0).then(|| on / off)
+                (off > 0.0 && on > 0.0).then(|| on / off)
             })
             .collect();
-        if let Some((med, ci)) = bootstrap(&ratios) {
-            out.push(Ratio {
-                metric: name.clone(),
-                higher_is_better: higher,
-                median_on_off: med,
-                ci95: ci,
-                verdict: verdict(ci, higher),
-            });
+        if per_round.is_empty() {
+            continue;
         }
+        let interval = placer_core::stats::log_ratio_interval(&per_round);
+        let (verdict, why_no_verdict) = match interval {
+            Some(i) if i.n >= MIN_ROUNDS_FOR_VERDICT => (verdict(i.ci95, higher), None),
+            _ => (
+                Verdict::NoVerdict,
+                Some(format!(
+                    "{} paired round(s), fewer than {MIN_ROUNDS_FOR_VERDICT}: an interval \
+                     over so few rounds rests on the assumption that they are normal \
+                     (use --rounds {MIN_ROUNDS_FOR_VERDICT} or more)",
+                    per_round.len()
+                )),
+            ),
+        };
+        let mean_on_off =
+            (per_round.iter().map(|r| r.ln()).sum::<f64>() / per_round.len() as f64).exp();
+        out.push(Ratio {
+            metric: name.clone(),
+            higher_is_better: higher,
+            mean_on_off,
+            ci95: interval.map(|i| i.ci95),
+            verdict,
+            why_no_verdict,
+            per_round,
+        });
     }
     out
+}
+
+/// The workload, checked before any work.
+enum Workload {
+    Streams(usize),
+    /// iperf3 over loopback with N parallel streams.
+    Iperf3(usize),
+    /// redis-server with redis-benchmark (GET) over loopback.
+    Redis,
+    Cmd(String),
+    Observe(String),
+}
+
+fn parse_workload(args: &Args) -> Result<Workload> {
+    if let Some(comm) = &args.observe {
+        if comm.is_empty() {
+            bail!("--observe needs a process name");
+        }
+        return Ok(Workload::Observe(comm.clone()));
+    }
+    if let Some(n) = args.workload.strip_prefix("streams:") {
+        let n: usize = n
+            .parse()
+            .with_context(|| format!("--workload streams:N needs a number, not {n:?}"))?;
+        if !(1..=64).contains(&n) {
+            bail!("--workload streams:N: N from 1 to 64");
+        }
+        Ok(Workload::Streams(n))
+    } else if args.workload == "iperf3" || args.workload.starts_with("iperf3:") {
+        let n = match args.workload.strip_prefix("iperf3:") {
+            None => 1,
+            Some(n) => n
+                .parse()
+                .with_context(|| format!("--workload iperf3:N needs a number, not {n:?}"))?,
+        };
+        if !(1..=128).contains(&n) {
+            bail!("--workload iperf3:N: N from 1 to 128 (iperf3's -P)");
+        }
+        require_tool("iperf3", "iperf3")?;
+        Ok(Workload::Iperf3(n))
+    } else if args.workload == "redis" {
+        require_tool("redis-server", "redis-server")?;
+        require_tool("redis-benchmark", "redis-tools")?;
+        Ok(Workload::Redis)
+    } else if args.workload.starts_with("netperf") {
+        bail!(
+            "--workload netperf:...: not built: netperf is not packaged in Debian 12 (it is \
+             non-free and was removed), so no test here could run it; use iperf3[:N] for a \
+             stream"
+        );
+    } else if let Some(cmd) = args.workload.strip_prefix("cmd:") {
+        if cmd.trim().is_empty() {
+            bail!("--workload cmd:COMMAND: the command is empty");
+        }
+        Ok(Workload::Cmd(cmd.to_string()))
+    } else {
+        bail!(
+            "--workload {:?}: streams:N, iperf3[:N], redis or cmd:COMMAND",
+            args.workload
+        );
+    }
+}
+
+/// Everything that can be refused before a phase runs: the workload, the config (read and
+/// parsed as the daemon will), the plot's format and that its file can be written.
+fn check_inputs(args: &Args) -> Result<Workload> {
+    if args.rounds == 0 {
+        bail!("--rounds must be at least 1");
+    }
+    let workload = parse_workload(args)?;
+    if let Some(c) = &args.config {
+        let text = std::fs::read_to_string(c)
+            .with_context(|| format!("--config {}: cannot read it", c.display()))?;
+        placer_core::config::Config::from_toml(&text)
+            .map_err(|e| anyhow::anyhow!("--config {}: {e}", c.display()))?;
+    }
+    if let Some(p) = &args.plot {
+        placer_sim::plot::PlotFormat::of(p).map_err(|e| anyhow::anyhow!("--plot: {e}"))?;
+    }
+    Ok(workload)
+}
+
+/// The seed when none is given: the clock's nanoseconds (any value will do; it is reported).
+fn clock_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 pub fn run(args: Args) -> Result<()> {
     if let Some(w) = &args.worker {
         return worker(w);
     }
-    if args.rounds == 0 {
-        bail!("--rounds must be at least 1");
-    }
+    let workload = check_inputs(&args)?;
     placer_linux::sys::set_signal_handler(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP], on_signal)
         .context("installing signal handlers")?;
     let work = tempdir()?;
@@ -505,29 +882,41 @@ pub fn run(args: Args) -> Result<()> {
         Some(c) => Some(RpsGuard::set(c)?),
         None => None,
     };
+    let seed = args.seed.unwrap_or_else(clock_seed);
+    let mut rng = placer_core::rng::Rng::new(seed);
     let mut phases = Vec::new();
     for round in 1..=args.rounds {
-        for daemon in [false, true] {
+        let order = if rng.below(2) == 0 {
+            [false, true]
+        } else {
+            [true, false]
+        };
+        for (position, arm) in (1u32..).zip(order) {
             if STOP.load(Ordering::SeqCst) {
                 bail!("interrupted: the daemon stopped and restored; RPS put back");
             }
-            let phase = if let Some(comm) = &args.observe {
-                run_phase_observe(comm, &args, &state, round, daemon)?
-            } else if let Some(n) = args.workload.strip_prefix("streams:") {
-                let n: usize = n.parse().context("streams:N needs a number")?;
-                if !(1..=64).contains(&n) {
-                    bail!("streams:N: N from 1 to 64");
+            let run_daemon = arm && !args.aa;
+            let mut phase = match &workload {
+                Workload::Observe(comm) => {
+                    run_phase_observe(comm, &args, &state, round, run_daemon)?
                 }
-                run_phase_streams(n, &args, &state, round, daemon)?
-            } else if let Some(cmd) = args.workload.strip_prefix("cmd:") {
-                run_phase_cmd(cmd, &args, &state, round, daemon)?
-            } else {
-                bail!("--workload: streams:N or cmd:COMMAND");
+                Workload::Streams(n) => run_phase_streams(*n, &args, &state, round, run_daemon)?,
+                Workload::Iperf3(n) => run_phase_iperf3(*n, &args, &state, round, run_daemon)?,
+                Workload::Redis => run_phase_redis(&args, &state, round, run_daemon)?,
+                Workload::Cmd(cmd) => run_phase_cmd(cmd, &args, &state, round, run_daemon)?,
             };
+            phase.daemon = arm;
+            phase.daemon_ran = run_daemon;
+            phase.position = position;
             if !args.json {
                 eprintln!(
-                    "round {round} daemon {}: {}",
-                    if daemon { "on " } else { "off" },
+                    "round {round} daemon {}{}: {}",
+                    if arm { "on " } else { "off" },
+                    if arm && args.aa {
+                        " (A/A: not run)"
+                    } else {
+                        ""
+                    },
                     phase
                         .metrics
                         .iter()
@@ -540,52 +929,89 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
     let report = Report {
-        workload: args.workload.clone(),
+        workload: match &args.observe {
+            Some(c) => format!("observe:{c}"),
+            None => args.workload.clone(),
+        },
         rps_cpu: args.rps_cpu,
         rounds: args.rounds,
-        interval_method: "bootstrap over rounds' on/off ratios, 2000 resamples, 95%",
+        aa: args.aa,
+        seed,
+        interval_method: INTERVAL_METHOD,
         ratios: compare(&phases),
         phases,
     };
-    if let (Some(path), Some(first)) = (&args.plot, report.ratios.first()) {
-        let values: Vec<(bool, f64)> = report
-            .phases
-            .iter()
-            .map(|p| {
-                (
-                    p.daemon,
-                    p.metrics.get(&first.metric).copied().unwrap_or(0.0),
-                )
-            })
-            .collect();
-        placer_sim::plot::phases(
-            path,
-            &format!("placer ab {}", report.workload),
-            &first.metric,
-            &values,
-        )
-        .with_context(|| format!("drawing {}", path.display()))?;
+    if let Some(path) = &args.plot {
+        plot(&report, path).with_context(|| format!("drawing {}", path.display()))?;
     }
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
+        outln!(
+            "{} rounds{}, phase order seed {seed} (--seed {seed} repeats it); {}",
+            report.rounds,
+            if report.aa {
+                ", A/A (no daemon in either arm)"
+            } else {
+                ""
+            },
+            INTERVAL_METHOD
+        );
         for r in &report.ratios {
+            let each: Vec<String> = r.per_round.iter().map(|x| format!("{x:.3}")).collect();
+            let interval = r.ci95.map_or_else(String::new, |ci| {
+                format!(", 95% interval {:.3}..{:.3}", ci.0, ci.1)
+            });
             outln!(
-                "{}: on/off median {:.3} (95% interval {:.3}..{:.3}, {}): {}",
+                "{}: on/off per round {}; geometric mean {:.3}{interval} ({}): {}{}",
                 r.metric,
-                r.median_on_off,
-                r.ci95.0,
-                r.ci95.1,
+                each.join(" "),
+                r.mean_on_off,
                 if r.higher_is_better {
                     "higher is better"
                 } else {
                     "lower is better"
                 },
-                r.verdict
+                r.verdict.name(),
+                r.why_no_verdict
+                    .as_ref()
+                    .map_or_else(String::new, |w| format!(": {w}"))
             );
         }
     }
     Ok(())
+}
+
+/// One panel per metric: its value per phase, on/off coloured, the verdict in the title.
+fn plot(report: &Report, path: &std::path::Path) -> Result<(), placer_sim::plot::PlotError> {
+    let panels: Vec<placer_sim::plot::PhasePanel> = report
+        .ratios
+        .iter()
+        .map(|r| placer_sim::plot::PhasePanel {
+            title: format!(
+                "{}: on/off {:.3}{}: {}",
+                r.metric,
+                r.mean_on_off,
+                r.ci95
+                    .map_or_else(String::new, |ci| format!(" ({:.3}..{:.3})", ci.0, ci.1)),
+                r.verdict.name()
+            ),
+            y_label: r.metric.clone(),
+            values: report
+                .phases
+                .iter()
+                .map(|p| (p.daemon, p.metrics.get(&r.metric).copied().unwrap_or(0.0)))
+                .collect(),
+        })
+        .collect();
+    let title = format!(
+        "placer ab {}{}, {} rounds, seed {}",
+        report.workload,
+        if report.aa { " (A/A)" } else { "" },
+        report.rounds,
+        report.seed
+    );
+    placer_sim::plot::phases(path, &title, &panels)
 }
 
 /// A private temporary directory, removed on drop.
@@ -614,37 +1040,141 @@ mod tests {
 
     #[test]
     fn verdicts_follow_the_interval() {
-        assert_eq!(verdict((1.05, 1.2), true), "helps");
-        assert_eq!(verdict((0.8, 0.95), true), "hurts");
-        assert_eq!(verdict((0.9, 1.1), true), "no detectable difference");
-        assert_eq!(verdict((0.7, 0.8), false), "helps");
+        assert_eq!(verdict((1.05, 1.2), true), Verdict::Helps);
+        assert_eq!(verdict((0.8, 0.95), true), Verdict::Hurts);
+        assert_eq!(verdict((0.9, 1.1), true), Verdict::NoDetectableDifference);
+        assert_eq!(verdict((0.7, 0.8), false), Verdict::Helps);
     }
 
-    #[test]
-    fn bootstrap_brackets_the_median() {
-        let (m, (lo, hi)) = bootstrap(&[1.1, 1.2, 1.15, 1.12, 1.18]).unwrap();
-        assert!(lo <= m && m <= hi && lo >= 1.1 && hi <= 1.2);
-        assert!(bootstrap(&[]).is_none());
-    }
-
-    #[test]
-    fn compare_pairs_rounds() {
-        let ph = |round, daemon, v| Phase {
+    fn ph(round: u32, daemon: bool, v: f64) -> Phase {
+        Phase {
             round,
             daemon,
+            daemon_ran: daemon,
+            position: 1,
             seconds: 1.0,
             metrics: [("gbit_per_s".to_string(), v)].into_iter().collect(),
-        };
+        }
+    }
+
+    #[test]
+    fn fewer_than_five_rounds_give_no_verdict_and_say_why() {
+        // The issue's case: two rounds at 1.72 and 2.55 said "helps".
         let r = compare(&[
             ph(1, false, 10.0),
-            ph(1, true, 12.0),
+            ph(1, true, 17.2),
+            ph(2, true, 25.5),
             ph(2, false, 10.0),
-            ph(2, true, 12.5),
         ]);
+        assert_eq!(r[0].verdict, Verdict::NoVerdict);
+        assert!(r[0]
+            .why_no_verdict
+            .as_deref()
+            .unwrap()
+            .contains("fewer than 5"));
+        assert_eq!(r[0].per_round, vec![1.72, 2.55]);
+        // Its t interval over two rounds is honest about it: it holds 1.
+        let ci = r[0].ci95.unwrap();
+        assert!(ci.0 < 1.0 && ci.1 > 3.0, "{ci:?}");
+    }
+
+    #[test]
+    fn five_rounds_pair_on_with_off_of_the_same_round() {
+        // A drift of the machine (the baseline doubles) is cancelled by pairing: each round's
+        // on is 20% above its own off.
+        let mut phases = Vec::new();
+        for r in 1..=5u32 {
+            let off = 10.0 * r as f64;
+            let on = off * [1.19, 1.21, 1.2, 1.18, 1.22][r as usize - 1];
+            phases.push(ph(r, false, off));
+            phases.push(ph(r, true, on));
+        }
+        let r = compare(&phases);
         assert_eq!(r.len(), 1);
+        assert_eq!(r[0].verdict, Verdict::Helps, "{r:?}");
+        assert!((r[0].mean_on_off - 1.2).abs() < 0.01, "{r:?}");
+        // The same with on below off: hurts; with on = off up to noise: nothing.
+        for p in phases.iter_mut().filter(|p| p.daemon) {
+            let v = p.metrics.get_mut("gbit_per_s").unwrap();
+            *v /= 1.44;
+        }
+        assert_eq!(compare(&phases)[0].verdict, Verdict::Hurts);
+        for (i, p) in phases.iter_mut().filter(|p| p.daemon).enumerate() {
+            let v = p.metrics.get_mut("gbit_per_s").unwrap();
+            *v = 10.0 * (i + 1) as f64 * [1.01, 0.99, 1.02, 0.98, 1.0][i];
+        }
+        assert_eq!(compare(&phases)[0].verdict, Verdict::NoDetectableDifference);
+    }
+
+    #[test]
+    fn iperf3_reports_are_parsed_and_their_errors_said() {
+        let ok =
+            r#"{"start": {}, "end": {"sum_received": {"bytes": 5e9, "bits_per_second": 1.25e10}}}"#;
+        assert_eq!(parse_iperf3(ok).unwrap(), (1.25e10, 5e9));
+        let e = parse_iperf3(r#"{"error": "unable to connect to server"}"#).unwrap_err();
+        assert!(e.to_string().contains("unable to connect"), "{e}");
+        assert!(parse_iperf3("not json").is_err());
+        assert!(parse_iperf3(r#"{"end": {}}"#).is_err());
+    }
+
+    #[test]
+    fn redis_benchmark_csv_is_parsed() {
+        let csv = "\"test\",\"rps\",\"avg_latency_ms\",\"min_latency_ms\",\"p50_latency_ms\",\"p95_latency_ms\",\"p99_latency_ms\",\"max_latency_ms\"\n\"GET\",\"17241.38\",\"0.895\",\"0.032\",\"0.335\",\"3.959\",\"14.031\",\"25.567\"\n";
+        assert_eq!(parse_redis_csv(csv).unwrap(), (17241.38, 0.335, 14.031));
+        assert!(parse_redis_csv("").is_err());
+        assert!(parse_redis_csv(&csv.replace("GET", "SET")).is_err());
+        // Latencies are lower-is-better in the comparison.
+        let ph = |round, daemon, v: f64| Phase {
+            round,
+            daemon,
+            daemon_ran: daemon,
+            position: 1,
+            seconds: 1.0,
+            metrics: [("p99_ms".to_string(), v)].into_iter().collect(),
+        };
+        let r = compare(&[ph(1, false, 1.0), ph(1, true, 2.0)]);
+        assert!(!r[0].higher_is_better);
+    }
+
+    #[test]
+    fn a_missing_program_names_its_debian_package() {
+        let e = require_tool("no-such-program-xyz", "some-package").unwrap_err();
         assert!(
-            r[0].median_on_off > 1.19 && r[0].verdict == "helps",
-            "{r:?}"
+            e.to_string().contains("apt-get install some-package"),
+            "{e}"
         );
+        assert!(require_tool("sh", "dash").is_ok());
+    }
+
+    fn args(extra: &[&str]) -> Args {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            ab: Args,
+        }
+        let mut v = vec!["ab"];
+        v.extend(extra);
+        Cli::try_parse_from(v).unwrap().ab
+    }
+
+    #[test]
+    fn bad_inputs_are_refused_before_any_work() {
+        let err = |a: &[&str]| format!("{:#}", check_inputs(&args(a)).err().expect("refused"));
+        assert!(err(&["--workload", "cmd:"]).contains("empty"));
+        assert!(err(&["--workload", "cmd:  "]).contains("empty"));
+        assert!(err(&["--workload", "streams:x"]).contains("needs a number"));
+        assert!(err(&["--workload", "streams:0"]).contains("1 to 64"));
+        assert!(
+            err(&["--workload", "iperf"]).contains("streams:N, iperf3[:N], redis or cmd:COMMAND")
+        );
+        assert!(err(&["--workload", "iperf3:0"]).contains("1 to 128"));
+        assert!(err(&["--workload", "netperf:TCP_RR"]).contains("not packaged in Debian 12"));
+        assert!(err(&["--config", "/nonexistent/placer.toml"]).contains("cannot read"));
+        let e = err(&["--plot", "/tmp/x.gif"]);
+        assert!(e.contains(".svg or .png") && !e.contains("Os {"), "{e}");
+        let e = err(&["--plot", "/nonexistent-dir/x.svg"]);
+        assert!(!e.contains("Os {") && e.contains("/nonexistent-dir"), "{e}");
+        assert!(check_inputs(&args(&["--workload", "cmd:true"])).is_ok());
     }
 }

@@ -29,6 +29,9 @@ pub enum BenchCmd {
     /// Slowdown of a pointer chase beside streaming co-runners on its LLC domain, with fits
     /// of the harm model (seed 003).
     Contention(placer::bench::bench_contention::Args),
+    /// False-positive rate and power of the verdicts on noisy, autocorrelated series of known
+    /// true effect.
+    Verdicts(placer::bench::bench_verdicts::Args),
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -41,5 +44,6 @@ pub fn run(args: Args) -> Result<()> {
         BenchCmd::Contention(a) => placer::bench::bench_contention::run(a),
         BenchCmd::Net(a) => placer::bench::bench_net::run(a),
         BenchCmd::Sim(a) => placer::bench::bench_sim::run(a),
+        BenchCmd::Verdicts(a) => placer::bench::bench_verdicts::run(a),
     }
 }

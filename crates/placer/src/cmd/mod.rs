@@ -10,6 +10,7 @@ pub mod power;
 pub mod power_calibrate;
 pub mod power_fit;
 pub mod record;
+pub mod report;
 pub mod restore;
 pub mod run;
 pub mod sim;

@@ -22,6 +22,10 @@ if [ ${#missing[@]} -gt 0 ]; then
     echo "note: ${missing[*]} missing and cannot be installed; the tests that need them skip" >&2
   fi
 fi
+# The CRI end-to-end test's runtime: containerd >= 1.7, runc, busybox-static, crictl (quick
+# when present; crictl's first build takes minutes).
+bash scripts/cri-tools.sh
+
 if ! need cargo; then
   echo "cargo not found: install Rust 1.95 (rustup) first" >&2
   exit 1

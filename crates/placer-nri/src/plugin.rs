@@ -37,7 +37,8 @@ use tracing::{info, warn};
 
 pub const PLUGIN_NAME: &str = "placer";
 pub const DEFAULT_SOCKET: &str = "/var/run/nri/nri.sock";
-pub const DEFAULT_INDEX: u32 = 90;
+/// Not 90, nri-plugins' default: before its resource policies (docs/kubernetes.md, "NRI index").
+pub const DEFAULT_INDEX: u32 = 70;
 
 #[derive(Debug, thiserror::Error)]
 pub enum NriError {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the CRI end-to-end test (crates/placer/tests/cri_e2e.rs) runs on: containerd
 # >= 1.7 (the first with NRI), runc, busybox-static (the test's image) and crictl (the
-# kubelet's stand-in). Idempotent: a second run with everything present returns at once.
+# kubelet's stand-in); and helm, which renders the chart in crates/placer/tests/deploy.rs. Idempotent: a second run with everything present returns at once.
 # Root only; without root it says what is missing and returns (the test then skips, which
 # fails under PLACER_REQUIRE_ROOT=1).
 #
@@ -24,7 +24,7 @@ containerd_ok() {
 }
 
 if [ "$(id -u)" != 0 ] || ! need apt-get; then
-  containerd_ok && need runc && need crictl && need busybox ||
+  containerd_ok && need runc && need crictl && need busybox && need helm ||
     echo "note: the CRI test's runtime (containerd >= 1.7, runc, crictl, busybox-static) cannot be installed without root and apt" >&2
   exit 0
 fi
@@ -49,16 +49,23 @@ if ! containerd_ok; then
   containerd_ok || { echo "containerd >= 1.7 did not install" >&2; exit 1; }
 fi
 
-if ! need crictl; then
-  go=${GO:-/usr/local/go/bin/go}
+# crictl, and helm for the chart's render test (crates/placer/tests/deploy.rs), from the Go
+# module proxy. Cold, each takes minutes (mostly downloads; they share the Kubernetes
+# modules); with the caches below, a rerun that finds the binaries returns at once.
+go_install() {
+  local tool=$1 pkg=$2
+  need "$tool" && return 0
+  local go=${GO:-/usr/local/go/bin/go}
   need "$go" || go=go
   if ! need "$go"; then
-    echo "note: crictl needs Go (/usr/local/go/bin/go or GO=) to build" >&2
-    exit 0
+    echo "note: $tool needs Go (/usr/local/go/bin/go or GO=) to build" >&2
+    return 0
   fi
-  cache=/var/cache/placer-ci/go
+  local cache=/var/cache/placer-ci/go
   mkdir -p "$cache"
   GOPATH="$cache" GOMODCACHE="$cache/mod" GOCACHE="$cache/build" GOBIN=/usr/local/bin \
-    GOFLAGS=-mod=mod "$go" install sigs.k8s.io/cri-tools/cmd/crictl@v1.37.0
-fi
-echo "CRI runtime: $(containerd --version | cut -d' ' -f3), runc $(runc --version | sed -n 's/^runc version //p'), crictl $(crictl --version | awk '{print $NF}')"
+    GOFLAGS=-mod=mod "$go" install "$pkg"
+}
+go_install crictl sigs.k8s.io/cri-tools/cmd/crictl@v1.37.0
+go_install helm helm.sh/helm/v3/cmd/helm@v3.19.0
+echo "CRI runtime: $(containerd --version | cut -d' ' -f3), runc $(runc --version | sed -n 's/^runc version //p'), crictl $(crictl --version | awk '{print $NF}'); $(helm version --short)"

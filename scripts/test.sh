@@ -22,8 +22,8 @@ if [ ${#missing[@]} -gt 0 ]; then
     echo "note: ${missing[*]} missing and cannot be installed; the tests that need them skip" >&2
   fi
 fi
-# The CRI end-to-end test's runtime: containerd >= 1.7, runc, busybox-static, crictl (quick
-# when present; crictl's first build takes minutes).
+# The CRI end-to-end tests' runtime (containerd >= 1.7, runc, busybox-static, crictl) and helm (quick
+# when present; built cold, crictl and helm take minutes each).
 bash scripts/cri-tools.sh
 
 if ! need cargo; then

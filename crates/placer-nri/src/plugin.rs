@@ -19,6 +19,9 @@
 //!   then holds the cpusets put back. The kubelet's requests the file remembers are adopted
 //!   (`State::adopt`): what the runtime reports of a container placer placed is placer's
 //!   cpuset, not the kubelet's.
+//! - A restore the runtime accepts is verified by re-reading the container's cgroup
+//!   (`cpuset.cpus` under `Options::root`): one whose cgroup holds another cpuset is said and
+//!   stays journaled, as one the runtime failed.
 //! - The private listening socket that hands connection 1 to the ttrpc server is unlinked as
 //!   soon as the bridge connected: nothing else can reach the plugin service.
 
@@ -27,6 +30,7 @@ use crate::placement::{
     Container, ContainerView, CpusetJournal, CpusetUpdate, Placement, Pod, State,
 };
 use crate::proto::{api, api_ttrpc};
+use placer_core::cpuset::CpuSet;
 use std::os::fd::IntoRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -86,6 +90,9 @@ pub struct Options {
     pub timeout: Duration,
     /// The on-disk journal of container cpusets (None: memory only).
     pub journal: Option<PathBuf>,
+    /// Filesystem root of the containers' cgroups (`/`, or `/host` in a pod), where a
+    /// restore is verified.
+    pub root: PathBuf,
 }
 
 /// What the handlers share with the daemon.
@@ -98,6 +105,7 @@ struct Shared {
     gone: AtomicBool,
     runtime: Mutex<String>,
     journal_path: Option<PathBuf>,
+    root: PathBuf,
 }
 
 impl Shared {
@@ -201,6 +209,7 @@ impl Plugin {
             gone: AtomicBool::new(false),
             runtime: Mutex::new(String::new()),
             journal_path: opts.journal.clone(),
+            root: opts.root.clone(),
         });
         let service: Arc<dyn api_ttrpc::Plugin + Send + Sync> = Arc::new(Service {
             shared: Arc::clone(&shared),
@@ -290,9 +299,7 @@ impl Plugin {
         }
         match self.update(&present) {
             Ok(failed) => {
-                for id in &failed {
-                    warn!("NRI: the runtime could not restore the cpuset of container {id}");
-                }
+                let failed = self.verify(&present, failed);
                 // The cache held what the runtime reported at Synchronize: placer's moved
                 // cpuset, which a later move would otherwise journal as the one to restore.
                 self.with_state(|s| {
@@ -307,6 +314,40 @@ impl Plugin {
         if let Err(e) = write_journal(path, &current) {
             warn!("NRI: writing {}: {e}", path.display());
         }
+    }
+
+    /// The restores in `sent` the runtime failed (`failed`) or accepted while the container's
+    /// cgroup does not hold the cpuset sent (re-read, module doc), each said; their journal
+    /// entries are kept.
+    fn verify(&self, sent: &[CpusetUpdate], mut failed: Vec<String>) -> Vec<String> {
+        for id in &failed {
+            warn!("NRI: the runtime could not restore the cpuset of container {id}");
+        }
+        let paths: Vec<(String, String, String)> = self.with_state(|s| {
+            sent.iter()
+                .filter(|u| !failed.contains(&u.container_id))
+                .filter_map(|u| {
+                    let c = s.cache.containers.get(&u.container_id)?;
+                    Some((
+                        u.container_id.clone(),
+                        u.cpus.clone(),
+                        c.cgroups_path.clone(),
+                    ))
+                })
+                .collect()
+        });
+        for (id, cpus, path) in paths {
+            let Some(actual) = cgroup_cpus(&self.shared.root, &path) else {
+                continue;
+            };
+            if CpuSet::parse_list(&cpus).ok().as_ref() != Some(&actual) {
+                warn!(
+                    "NRI: the runtime accepted cpuset {cpus} for container {id}, but its cgroup holds {actual}: kept in the journal"
+                );
+                failed.push(id);
+            }
+        }
+        failed
     }
 
     pub fn explain(&self) -> Vec<ContainerView> {
@@ -333,9 +374,7 @@ impl Plugin {
     pub fn restore_all(&self) -> Result<usize, NriError> {
         let restores = self.with_state(|s| s.journal.restores());
         let failed = self.update(&restores)?;
-        for id in &failed {
-            warn!("NRI: the runtime could not restore the cpuset of container {id}");
-        }
+        let failed = self.verify(&restores, failed);
         self.with_state(|s| {
             for u in restores
                 .iter()
@@ -628,6 +667,25 @@ impl api_ttrpc::Plugin for Service {
     }
 }
 
+/// The cpuset the kernel holds for a container: `cpuset.cpus` of its cgroup under `root`
+/// (cgroup v1's cpuset hierarchy, else the unified one). None when it cannot be found (the
+/// systemd form `slice:prefix:id`, no such directory, an unset v2 cpuset): the restore is
+/// then taken on the runtime's word.
+pub fn cgroup_cpus(root: &Path, cgroups_path: &str) -> Option<CpuSet> {
+    if cgroups_path.is_empty() || cgroups_path.contains(':') {
+        return None;
+    }
+    let rel = cgroups_path.trim_start_matches('/');
+    ["sys/fs/cgroup/cpuset", "sys/fs/cgroup"]
+        .iter()
+        .find_map(|base| {
+            let text =
+                std::fs::read_to_string(root.join(base).join(rel).join("cpuset.cpus")).ok()?;
+            CpuSet::parse_list(text.trim()).ok()
+        })
+        .filter(|c| !c.is_empty())
+}
+
 /// The id of the container `pid` runs in, from `{root}/proc/PID/cgroup`: a kubepods path,
 /// else the last component of any path as a runtime names it (`<id>`, `cri-containerd-<id>.scope`,
 /// `crio-<id>.scope`), for pods whose `cgroup_parent` is not kubepods-shaped (a runtime
@@ -690,6 +748,27 @@ mod tests {
         let none = container_of_pid(dir, 43);
         assert_eq!(got.as_deref(), Some("c0ffee"));
         assert_eq!(none, None);
+    }
+
+    #[test]
+    fn a_containers_cpuset_is_read_from_its_cgroup_v1_or_v2() {
+        let tmp = placer_testkit::TempDir::new("nri-cg-cpus");
+        let root = tmp.path();
+        let v1 = root.join("sys/fs/cgroup/cpuset/kubepods/burstable/poda/c1");
+        std::fs::create_dir_all(&v1).unwrap();
+        std::fs::write(v1.join("cpuset.cpus"), "0-1\n").unwrap();
+        let v2 = root.join("sys/fs/cgroup/kubepods/podb/c2");
+        std::fs::create_dir_all(&v2).unwrap();
+        std::fs::write(v2.join("cpuset.cpus"), "3\n").unwrap();
+        let unset = root.join("sys/fs/cgroup/kubepods/podb/c3");
+        std::fs::create_dir_all(&unset).unwrap();
+        std::fs::write(unset.join("cpuset.cpus"), "\n").unwrap();
+        let got = |p: &str| cgroup_cpus(root, p).map(|c| c.to_list_string());
+        assert_eq!(got("/kubepods/burstable/poda/c1").as_deref(), Some("0-1"));
+        assert_eq!(got("/kubepods/podb/c2").as_deref(), Some("3"));
+        assert_eq!(got("/kubepods/podb/c3"), None);
+        assert_eq!(got("/kubepods/podb/gone"), None);
+        assert_eq!(got("kubepods-podb.slice:cri-containerd:c2"), None);
     }
 
     #[test]

@@ -107,6 +107,7 @@ fn session(
         private_dir: dir.join(format!("{name}-plugin")),
         timeout: LIMIT,
         journal: Some(journal.to_path_buf()),
+        root: dir.to_path_buf(),
     };
     let connect = std::thread::spawn(move || {
         let facts = Facts {
@@ -393,4 +394,25 @@ fn nri_host_sends_container_moves_to_the_runtime_and_the_rest_to_the_host() {
         .iter()
         .all(|a| a.action == Action::RestoreIrq { irq: 5 }));
     assert!(journal.exists());
+}
+
+#[test]
+fn a_restore_the_runtime_accepts_is_verified_in_the_containers_cgroup() {
+    let dir = placer_testkit::TempDir::new("nri-verify");
+    let journal = dir.path().join("nri-journal.json");
+    let mut c = container("0-3");
+    c.linux.as_mut().unwrap().cgroups_path = "/kubepods/poduid-1/c1".into();
+    let s = session(dir.path(), "v", &journal, vec![pod()], vec![c]);
+    let cg = dir.path().join("sys/fs/cgroup/cpuset/kubepods/poduid-1/c1");
+    std::fs::create_dir_all(&cg).unwrap();
+    move_c1(&s);
+    // The fake runtime says yes but changes nothing: the cgroup still holds placer's 2-3.
+    std::fs::write(cg.join("cpuset.cpus"), "2-3\n").unwrap();
+    assert_eq!(s.plugin.restore_all().expect("restore"), 0);
+    assert!(s.updates.recv_timeout(LIMIT).is_ok());
+    assert_eq!(journaled(&journal), 1, "an unverified restore stays journaled");
+    // Once the cgroup holds what was sent, the restore counts and is forgotten.
+    std::fs::write(cg.join("cpuset.cpus"), "0-3\n").unwrap();
+    assert_eq!(s.plugin.restore_all().expect("restore"), 1);
+    assert_eq!(journaled(&journal), 0);
 }

@@ -700,3 +700,86 @@ fn d4_a_restarted_placer_moves_containers_it_placed_at_creation() {
     rig.stop_placer(libc::SIGTERM);
     rig.finish();
 }
+
+/// Wall time of `crictl create` for `n` containers in `pod`, in milliseconds each.
+fn create_times_ms(rig: &Rig, pod: &str, pod_name: &str, tag: &str, n: usize) -> Vec<f64> {
+    let pod_file = rig.d().join(format!("pod-{pod_name}.json"));
+    (0..n)
+        .map(|i| {
+            let file = rig.d().join(format!("lat-{tag}-{i}.json"));
+            std::fs::write(
+                &file,
+                serde_json::json!({
+                    "metadata": {"name": format!("{tag}{i}")},
+                    "image": {"image": IMAGE},
+                    "command": ["/bin/sh", "-c", "sleep 3600"],
+                    "log_path": format!("{tag}{i}.log"),
+                    "linux": {"resources": {"cpu_period": 100000, "cpu_quota": 100000}},
+                })
+                .to_string(),
+            )
+            .expect("container.json");
+            let t0 = Instant::now();
+            rig.crictl(&[
+                "create",
+                pod,
+                file.to_str().expect("utf-8"),
+                pod_file.to_str().expect("utf-8"),
+            ]);
+            t0.elapsed().as_secs_f64() * 1e3
+        })
+        .collect()
+}
+
+/// The `q` quantile (nearest rank) of `v`.
+fn quantile(v: &[f64], q: f64) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    s[((q * s.len() as f64).ceil() as usize).clamp(1, s.len()) - 1]
+}
+
+/// The cost in the pod's path (docs/kubernetes.md, "Cost at creation"): `crictl create` of
+/// `PLACER_CRI_LATENCY_N` (default 100) containers without placer, then as many with placer
+/// registered and placing each (smt-energy pod), alternating in blocks of 10 so that the
+/// machine's drift falls on both. Run by hand: it prints, it does not judge.
+#[test]
+#[ignore = "a measurement, run by hand: cargo test -p placer --test cri_e2e -- --ignored cri_create_latency --nocapture"]
+fn cri_create_latency() {
+    let Some(mut rig) = Rig::start("latency") else {
+        return;
+    };
+    let n: usize = std::env::var("PLACER_CRI_LATENCY_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
+    let pod = rig.pod("lat", &[("policy.placer.io/pod", "smt-energy")]);
+    let (mut without, mut with) = (Vec::new(), Vec::new());
+    for block in 0..n.div_ceil(10) {
+        let k = 10.min(n - block * 10);
+        without.extend(create_times_ms(
+            &rig,
+            &pod,
+            "lat",
+            &format!("off{block}x"),
+            k,
+        ));
+        rig.start_placer("policies = [\"smt-energy\"]\n[metrics]\nenabled = false\n");
+        with.extend(create_times_ms(
+            &rig,
+            &pod,
+            "lat",
+            &format!("on{block}x"),
+            k,
+        ));
+        rig.stop_placer(libc::SIGTERM);
+    }
+    for (what, v) in [("without placer", &without), ("with placer", &with)] {
+        println!(
+            "CreateContainer (crictl create) {what}: n={} p50 {:.1} ms p99 {:.1} ms",
+            v.len(),
+            quantile(v, 0.5),
+            quantile(v, 0.99)
+        );
+    }
+    rig.finish();
+}

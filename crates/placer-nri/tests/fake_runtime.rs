@@ -410,7 +410,11 @@ fn a_restore_the_runtime_accepts_is_verified_in_the_containers_cgroup() {
     std::fs::write(cg.join("cpuset.cpus"), "2-3\n").unwrap();
     assert_eq!(s.plugin.restore_all().expect("restore"), 0);
     assert!(s.updates.recv_timeout(LIMIT).is_ok());
-    assert_eq!(journaled(&journal), 1, "an unverified restore stays journaled");
+    assert_eq!(
+        journaled(&journal),
+        1,
+        "an unverified restore stays journaled"
+    );
     // Once the cgroup holds what was sent, the restore counts and is forgotten.
     std::fs::write(cg.join("cpuset.cpus"), "0-3\n").unwrap();
     assert_eq!(s.plugin.restore_all().expect("restore"), 1);

@@ -26,6 +26,10 @@ if [ ${#missing[@]} -gt 0 ]; then
     echo "note: ${missing[*]} missing and cannot be installed; the tests that need them skip" >&2
   fi
 fi
+# The CRI end-to-end tests' runtime (containerd >= 1.7, runc, busybox-static, crictl) and helm (quick
+# when present; built cold, crictl and helm take minutes each).
+bash scripts/cri-tools.sh
+
 if ! need cargo; then
   echo "cargo not found: install Rust 1.95 (rustup) first" >&2
   exit 1

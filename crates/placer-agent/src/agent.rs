@@ -505,6 +505,7 @@ fn nri_connect<H: Host>(
         private_dir: state_dir.clone(),
         timeout: Duration::from_secs(10),
         journal: Some(state_dir.join(NRI_JOURNAL_FILE)),
+        root: opts.root.clone(),
     };
     placer_nri::plugin::Plugin::connect(&plugin_opts, State::new(cfg.kubernetes.clone(), facts))
         .map_err(|e| AgentError::Nri(e.to_string()))

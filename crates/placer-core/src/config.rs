@@ -183,7 +183,9 @@ impl Default for Metrics {
     fn default() -> Self {
         Metrics {
             enabled: true,
-            listen: "127.0.0.1:9464".into(),
+            // Not 9464 (OpenTelemetry's Prometheus exporter) nor inside 9100-9999, which the
+            // Prometheus default port allocations list has taken whole (docs/daemon.md).
+            listen: "127.0.0.1:10464".into(),
         }
     }
 }

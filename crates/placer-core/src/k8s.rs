@@ -40,6 +40,10 @@ pub enum K8sError {
     },
     #[error("kubelet CPU manager state: {0}")]
     KubeletState(String),
+    /// A preserve annotation that is not a boolean: refused rather than read as "false",
+    /// which would place a container its owner may have meant to keep.
+    #[error("annotation {annotation}: {value:?} is not a boolean (true/yes/1 or false/no/0): container left alone")]
+    NotABoolean { annotation: String, value: String },
 }
 
 /// What a container's annotations ask of placer.
@@ -53,8 +57,13 @@ pub enum Selection {
     Unspecified,
 }
 
-fn truthy(v: &str) -> bool {
-    matches!(v.trim().to_ascii_lowercase().as_str(), "true" | "yes" | "1")
+/// A boolean annotation's value; `None` when it is neither spelling.
+fn boolean(v: &str) -> Option<bool> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "true" | "yes" | "1" => Some(true),
+        "false" | "no" | "0" => Some(false),
+        _ => None,
+    }
 }
 
 /// The selection for container `container` of a pod with `annotations`.
@@ -64,8 +73,18 @@ pub fn selection(
 ) -> Result<Selection, K8sError> {
     let c_preserve = format!("{CONTAINER_PRESERVE_PREFIX}{container}");
     for key in [c_preserve.as_str(), POD_PRESERVE] {
-        if annotations.get(key).is_some_and(|v| truthy(v)) {
-            return Ok(Selection::Preserved { from: key.into() });
+        let Some(v) = annotations.get(key) else {
+            continue;
+        };
+        match boolean(v) {
+            Some(true) => return Ok(Selection::Preserved { from: key.into() }),
+            Some(false) => {}
+            None => {
+                return Err(K8sError::NotABoolean {
+                    annotation: key.into(),
+                    value: v.clone(),
+                })
+            }
         }
     }
     let c_policy = format!("{CONTAINER_POLICY_PREFIX}{container}");
@@ -234,9 +253,30 @@ pub enum NotAllowed {
          placer leaves it alone"
     )]
     Exclusive { container: String, cpus: CpuSet },
-    /// The kubelet allows CPUs, but none of those placer wants.
+    /// The kubelet allows CPUs, but none of those placer wants. `bound` names the
+    /// kubelet's own sets (its request, its shared pool), never their meeting with placer's.
     #[error("placer's CPUs {want} do not meet the CPUs the kubelet allows ({bound}): not moved")]
-    Conflict { want: CpuSet, bound: CpuSet },
+    Conflict { want: CpuSet, bound: KubeletBound },
+}
+
+/// What the kubelet allows a container, as a conflict names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeletBound {
+    /// The cpuset the kubelet asked for the container (None: none).
+    pub requested: Option<CpuSet>,
+    /// The static CPU manager's shared pool (None: no static CPU manager).
+    pub shared_pool: Option<CpuSet>,
+}
+
+impl std::fmt::Display for KubeletBound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (&self.requested, &self.shared_pool) {
+            (Some(r), Some(p)) => write!(f, "cpuset {r}, shared pool {p}"),
+            (Some(r), None) => write!(f, "cpuset {r}"),
+            (None, Some(p)) => write!(f, "shared pool {p}"),
+            (None, None) => write!(f, "any CPU"),
+        }
+    }
 }
 
 /// The CPUs placer may give a container, or why none.
@@ -247,7 +287,7 @@ pub fn allowed_cpus(
     container: &str,
     requested: Option<&CpuSet>,
 ) -> Result<CpuSet, NotAllowed> {
-    let mut bound = match kubelet {
+    let shared_pool = match kubelet {
         CpuManager::Static { shared, exclusive } => {
             if let Some(set) = exclusive.get(&(pod_uid.to_string(), container.to_string())) {
                 return Err(NotAllowed::Exclusive {
@@ -255,18 +295,22 @@ pub fn allowed_cpus(
                     cpus: set.clone(),
                 });
             }
-            shared.clone()
+            Some(shared)
         }
-        CpuManager::None => want.clone(),
+        CpuManager::None => None,
     };
-    if let Some(r) = requested.filter(|r| !r.is_empty()) {
-        bound = bound.intersection(r);
+    let requested = requested.filter(|r| !r.is_empty());
+    let mut got = want.clone();
+    for bound in [shared_pool, requested].into_iter().flatten() {
+        got = got.intersection(bound);
     }
-    let got = want.intersection(&bound);
     if got.is_empty() {
         return Err(NotAllowed::Conflict {
             want: want.clone(),
-            bound,
+            bound: KubeletBound {
+                requested: requested.cloned(),
+                shared_pool: shared_pool.cloned(),
+            },
         });
     }
     Ok(got)
@@ -337,6 +381,25 @@ mod tests {
         assert_eq!(selection(&ann(&[]), "x").unwrap(), Selection::Unspecified);
         let e = selection(&ann(&[(POD_POLICY, "fastest")]), "x").unwrap_err();
         assert!(e.to_string().contains("policy.placer.io/pod"), "{e}");
+    }
+
+    #[test]
+    fn a_preserve_annotation_that_is_no_boolean_is_refused_with_its_value() {
+        let maybe = ann(&[(POD_PRESERVE, "maybe"), (POD_POLICY, "smt-energy")]);
+        let e = selection(&maybe, "x").unwrap_err();
+        assert!(
+            matches!(&e, K8sError::NotABoolean { annotation, value }
+                if annotation == POD_PRESERVE && value == "maybe"),
+            "{e}"
+        );
+        assert!(e.to_string().contains("\"maybe\""), "{e}");
+        let c = ann(&[("preserve.placer.io/container.x", "perhaps")]);
+        assert!(selection(&c, "x").is_err());
+        // Every spelling of false is accepted as false.
+        for v in ["false", "No", "0", " FALSE "] {
+            let f = ann(&[(POD_PRESERVE, v)]);
+            assert_eq!(selection(&f, "x").unwrap(), Selection::Unspecified, "{v}");
+        }
     }
 
     #[test]
@@ -425,5 +488,26 @@ mod tests {
             allowed_cpus(&set("0-1,6-7"), &st, "p", "c", Some(&set("1,6"))).unwrap(),
             set("1,6")
         );
+    }
+
+    #[test]
+    fn a_conflict_names_the_kubelets_cpusets_not_their_empty_meeting() {
+        let set = |s: &str| CpuSet::parse_list(s).unwrap();
+        let e = allowed_cpus(&set("1"), &CpuManager::None, "p", "c", Some(&set("0"))).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "placer's CPUs 1 do not meet the CPUs the kubelet allows (cpuset 0): not moved"
+        );
+        let st = CpuManager::Static {
+            shared: set("4-7"),
+            exclusive: Default::default(),
+        };
+        let e = allowed_cpus(&set("1"), &st, "p", "c", Some(&set("0-5"))).unwrap_err();
+        assert!(
+            e.to_string().contains("(cpuset 0-5, shared pool 4-7)"),
+            "{e}"
+        );
+        let e = allowed_cpus(&set("1"), &st, "p", "c", None).unwrap_err();
+        assert!(e.to_string().contains("(shared pool 4-7)"), "{e}");
     }
 }

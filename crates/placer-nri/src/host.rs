@@ -72,10 +72,10 @@ impl<H: Host + ?Sized> Host for NriHost<'_, H> {
             };
             out[*i] = Some(ActionReport { planned, outcome });
         }
-        for (i, why) in &t.dropped {
+        for (i, outcome) in &t.dropped {
             out[*i] = Some(ActionReport {
                 planned: plan.actions[*i].clone(),
-                outcome: Outcome::Skipped(why.clone()),
+                outcome: outcome.clone(),
             });
         }
         out.into_iter()

@@ -27,12 +27,22 @@
 //!   becomes a container cpuset update (the pinned CPUs, intersected with the kubelet);
 //!   `RestoreProcess` puts the container's cpuset back; a thread pin stays a thread pin,
 //!   inside the container's cpuset. The cpuset a container has when placer first changes
-//!   it after creation (placer's own from creation, else the kubelet's) is journaled, and [`CpusetJournal::restores`] gives every one back (SIGTERM).
+//!   it after creation (placer's own from creation, else the kubelet's) is journaled, and
+//!   [`CpusetJournal::restores`] gives every one back (SIGTERM); so is the kubelet's cpuset
+//!   of a container placer substitutes its own for in an UpdateContainer (a resize).
+//! - **Explicit cpusets.** What is journaled is always an explicit list: a container the
+//!   kubelet set no cpuset on is journaled with every online CPU and node, because the
+//!   runtime reads an empty cpuset in an update as "unchanged", so restoring "" would leave
+//!   placer's cpuset in place.
+//! - **The kubelet's request is remembered.** For every container placer sets a cpuset on,
+//!   the journal keeps the cpuset the kubelet asked for ([`CpusetJournal::kubelet`]); later
+//!   moves are bounded by it, never by what the container has now (after a restart the
+//!   runtime reports placer's own cpuset as the container's, which would freeze it there).
 
 use placer_core::config::{Config, KubernetesScope, OnConflict};
 use placer_core::cpuset::CpuSet;
 use placer_core::k8s::{self, CpuManager, QosClass, Selection};
-use placer_core::plan::{Action, PlannedAction};
+use placer_core::plan::{Action, Outcome, PlannedAction};
 use placer_core::topology::Topology;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -128,6 +138,8 @@ pub struct Facts {
     /// The NICs' receive CPUs and their cache neighbours (empty = unknown).
     pub net_cpus: CpuSet,
     pub kubelet: CpuManager,
+    /// Every online CPU: what a container the kubelet set no cpuset on may use.
+    pub online: CpuSet,
 }
 
 impl Facts {
@@ -153,7 +165,22 @@ impl Facts {
             node_of_cpu,
             net_cpus: net_cpus.intersection(&topo.allowed()),
             kubelet,
+            online: topo.online(),
         }
+    }
+
+    /// `cpus`/`mems` as explicit lists: an empty one (no restriction) becomes every online
+    /// CPU / every node of those CPUs (module doc, "Explicit cpusets").
+    pub fn explicit(&self, cpus: &str, mems: &str) -> (String, String) {
+        let cpus = match cpus.trim() {
+            "" => self.online.to_list_string(),
+            c => c.to_string(),
+        };
+        let mems = match mems.trim() {
+            "" => self.mems_of(&self.online),
+            m => m.to_string(),
+        };
+        (cpus, mems)
     }
 
     /// The NUMA nodes of `cpus`, as a cpuset.mems list ("" when unknown).
@@ -343,13 +370,31 @@ pub struct CpusetUpdate {
     pub mems: String,
 }
 
-/// What placer changed after creation: container id -> the cpuset it had before.
+/// What placer changed after creation: container id -> the cpuset it had before; and the
+/// kubelet's request for every container placer set a cpuset on.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CpusetJournal {
     pub previous: BTreeMap<String, (String, String)>,
+    /// Container id -> the cpuset (`cpus`, `mems`, explicit) the kubelet asked for, kept for
+    /// every container placer set a cpuset on (at creation, on a resize or a move), so that a
+    /// restarted placer tells the kubelet's request from its own. A file written before it
+    /// existed reads as empty.
+    #[serde(default)]
+    pub kubelet: BTreeMap<String, (String, String)>,
 }
 
 impl CpusetJournal {
+    /// Nothing to restore and nothing remembered.
+    pub fn is_empty(&self) -> bool {
+        self.previous.is_empty() && self.kubelet.is_empty()
+    }
+
+    /// A removed container: nothing left to restore or remember.
+    pub fn forget(&mut self, id: &str) {
+        self.previous.remove(id);
+        self.kubelet.remove(id);
+    }
+
     /// Records the cpuset (`cpus`, `mems`) a container had before placer's first change
     /// after creation (later changes keep the first: that is what a restore puts back).
     pub fn record(&mut self, id: &str, cpus: &str, mems: &str) {
@@ -392,6 +437,28 @@ pub struct State {
     pub placed: HashMap<String, CpuSet>,
 }
 
+/// After `u` put a container back: it has `u`'s cpuset again, which is placer's own only
+/// when it differs from the kubelet's request.
+fn after_restore(
+    placed: &mut HashMap<String, CpuSet>,
+    journal: &CpusetJournal,
+    cache: &mut Cache,
+    u: &CpusetUpdate,
+) {
+    let kubelet_cpus = journal.kubelet.get(&u.container_id).map(|k| k.0.as_str());
+    match CpuSet::parse_list(&u.cpus) {
+        Ok(cpus) if kubelet_cpus.is_some_and(|k| k != u.cpus) => {
+            placed.insert(u.container_id.clone(), cpus);
+        }
+        _ => {
+            placed.remove(&u.container_id);
+        }
+    }
+    if let Some(c) = cache.containers.get_mut(&u.container_id) {
+        (c.cpus, c.mems) = (u.cpus.clone(), u.mems.clone());
+    }
+}
+
 impl State {
     pub fn new(scope: KubernetesScope, facts: Facts) -> State {
         State {
@@ -401,6 +468,72 @@ impl State {
             journal: CpusetJournal::default(),
             placed: HashMap::new(),
         }
+    }
+
+    /// CreateContainer: caches the pod and container and decides its cpuset; a cpuset set
+    /// remembers the kubelet's request (module doc).
+    pub fn create(&mut self, pod: Pod, ctr: Container) -> Placement {
+        let placement = decide_create(&self.scope, &self.facts, &pod, &ctr);
+        if let Placement::Cpuset { cpus, .. } = &placement {
+            let kubelet = self.facts.explicit(&ctr.cpus, &ctr.mems);
+            self.journal.kubelet.insert(ctr.id.clone(), kubelet);
+            self.placed.insert(ctr.id.clone(), cpus.clone());
+        }
+        self.cache.upsert_pod(pod);
+        self.cache.upsert_container(ctr);
+        placement
+    }
+
+    /// UpdateContainer: `ctr` carries the kubelet's new cpuset. A restore must now put that
+    /// back; a cpuset placer substitutes for it is journaled (module doc).
+    pub fn update(&mut self, pod: Pod, ctr: Container) -> Placement {
+        let kubelet = self.facts.explicit(&ctr.cpus, &ctr.mems);
+        if let Some(prev) = self.journal.previous.get_mut(&ctr.id) {
+            *prev = kubelet.clone();
+        }
+        if let Some(k) = self.journal.kubelet.get_mut(&ctr.id) {
+            *k = kubelet.clone();
+        }
+        let current = self.placed.get(&ctr.id).cloned();
+        let placement = decide_update(&self.scope, &self.facts, &pod, &ctr, current.as_ref());
+        if let Placement::Cpuset { cpus, .. } = &placement {
+            if cpus.to_list_string() != kubelet.0 {
+                self.journal.record(&ctr.id, &kubelet.0, &kubelet.1);
+            }
+            self.journal.kubelet.insert(ctr.id.clone(), kubelet);
+            self.placed.insert(ctr.id.clone(), cpus.clone());
+        }
+        self.cache.upsert_pod(pod);
+        self.cache.upsert_container(ctr);
+        placement
+    }
+
+    /// A removed container: nothing left to restore.
+    pub fn forget(&mut self, id: &str) {
+        self.cache.remove_container(id);
+        self.placed.remove(id);
+        self.journal.forget(id);
+    }
+
+    /// `u` put a container back (a restore the runtime accepted).
+    pub fn restored(&mut self, u: &CpusetUpdate) {
+        self.journal.take(&u.container_id);
+        after_restore(&mut self.placed, &self.journal, &mut self.cache, u);
+    }
+
+    /// The journal a previous placer left (killed, or stopped before a rollout): its
+    /// kubelet requests are adopted for the containers still there, so that placer's own
+    /// cpusets are not taken for the kubelet's; its restores are returned to be sent.
+    pub fn adopt(&mut self, left: &CpusetJournal) -> Vec<CpusetUpdate> {
+        for (id, k) in &left.kubelet {
+            if self.cache.containers.contains_key(id) {
+                self.journal.kubelet.insert(id.clone(), k.clone());
+            }
+        }
+        left.restores()
+            .into_iter()
+            .filter(|u| self.cache.containers.contains_key(&u.container_id))
+            .collect()
     }
 
     /// The containers the runtime reported, with placer's view of each (`placer explain`).
@@ -447,8 +580,11 @@ pub struct Translation {
     pub updates: Vec<(usize, CpusetUpdate)>,
     /// Actions left to the host (possibly narrowed), each with its index in the plan.
     pub host: Vec<(usize, PlannedAction)>,
-    /// Actions dropped, with the reason (index, why).
-    pub dropped: Vec<(usize, String)>,
+    /// Actions not applied, each with its outcome (index, outcome): a process pin placer may
+    /// not make is permanent, so the engine releases the process instead of holding it (a
+    /// held process whose affinity is not placer's would read as someone else's change every
+    /// cycle); the rest are skipped.
+    pub dropped: Vec<(usize, Outcome)>,
 }
 
 /// Splits `actions` (module doc, "Later moves"). `container_of(pid)` maps a pid to the id of
@@ -467,6 +603,14 @@ pub fn translate(
         placed,
     } = st;
     let mut t = Translation::default();
+    // A process pin placer may not make: permanent (the engine releases the process).
+    let drop = |t: &mut Translation, i: usize, why: String| {
+        let outcome = match &actions[i].action {
+            Action::PinProcess { .. } => Outcome::Permanent(why),
+            _ => Outcome::Skipped(why),
+        };
+        t.dropped.push((i, outcome));
+    };
     for (i, pa) in actions.iter().enumerate() {
         let known = pa
             .action
@@ -482,28 +626,28 @@ pub fn translate(
         // A pod's container placer does not manage (preserved, out of scope, no policy)
         // is left alone entirely: no process or thread pin either.
         if let Managed::No { why } = managed(scope, pod, c) {
-            t.dropped.push((
-                i,
-                format!(
-                    "{}/{} container {} is not placer's: {why}",
-                    pod.namespace, pod.name, c.name
-                ),
-            ));
+            let why = format!(
+                "{}/{} container {} is not placer's: {why}",
+                pod.namespace, pod.name, c.name
+            );
+            drop(&mut t, i, why);
             continue;
         }
         match &pa.action {
             Action::PinProcess { cpus, .. } => {
-                // The kubelet's request is the cpuset the container had before placer.
-                let kubelet_cpus = match journal.previous.get(&c.id) {
-                    Some((cpus0, _)) => cpus0.as_str(),
-                    None => c.cpus.as_str(),
-                };
+                // The kubelet's request: remembered when placer set a cpuset on the
+                // container; else what the container has, which is then the kubelet's.
+                let kubelet = journal
+                    .kubelet
+                    .get(&c.id)
+                    .cloned()
+                    .unwrap_or_else(|| facts.explicit(&c.cpus, &c.mems));
                 let placement = within_kubelet(
                     scope,
                     facts,
                     pod,
                     c,
-                    kubelet_cpus,
+                    &kubelet.0,
                     cpus,
                     &pa.policy,
                     String::new(),
@@ -515,8 +659,12 @@ pub fn translate(
                             Some(now) => {
                                 journal.record(&c.id, &now.to_list_string(), &facts.mems_of(now))
                             }
-                            None => journal.record(&c.id, &c.cpus, &c.mems),
+                            None => {
+                                let (cpus0, mems0) = facts.explicit(&c.cpus, &c.mems);
+                                journal.record(&c.id, &cpus0, &mems0)
+                            }
                         }
+                        journal.kubelet.entry(c.id.clone()).or_insert(kubelet);
                         placed.insert(c.id.clone(), cpus.clone());
                         t.updates.push((
                             i,
@@ -527,30 +675,31 @@ pub fn translate(
                             },
                         ));
                     }
-                    Placement::Leave { why } | Placement::Refuse { why } => {
-                        t.dropped.push((i, why))
-                    }
+                    Placement::Leave { why } | Placement::Refuse { why } => drop(&mut t, i, why),
                 }
             }
-            Action::RestoreProcess { .. } => {
-                placed.remove(&c.id);
-                match journal.take(&c.id) {
-                    Some(u) => t.updates.push((i, u)),
-                    None => t
-                        .dropped
-                        .push((i, "placer never changed this container's cpuset".into())),
+            Action::RestoreProcess { .. } => match journal.take(&c.id) {
+                Some(u) => {
+                    after_restore(placed, journal, cache, &u);
+                    t.updates.push((i, u));
                 }
-            }
+                None => drop(
+                    &mut t,
+                    i,
+                    "placer never changed this container's cpuset".into(),
+                ),
+            },
             Action::PinThread { proc, tid, cpus } => {
                 let inside = match placed.get(&c.id) {
                     Some(set) => cpus.intersection(set),
                     None => cpus.clone(),
                 };
                 if inside.is_empty() {
-                    t.dropped.push((
+                    drop(
+                        &mut t,
                         i,
                         "the thread's CPUs are outside its container's cpuset".into(),
-                    ));
+                    );
                 } else {
                     let mut narrowed = pa.clone();
                     narrowed.action = Action::PinThread {
@@ -583,6 +732,7 @@ mod tests {
             node_of_cpu: (0..8).map(|c| (c, c / 4)).collect(),
             net_cpus: set("2-3"),
             kubelet: CpuManager::None,
+            online: set("0-7"),
         }
     }
 
@@ -875,7 +1025,11 @@ mod tests {
         // The preserved container's thread: not touched at all.
         assert_eq!(t.dropped.len(), 1);
         assert_eq!(t.dropped[0].0, 4);
-        assert!(t.dropped[0].1.contains("opts out"), "{:?}", t.dropped);
+        assert!(
+            matches!(&t.dropped[0].1, Outcome::Skipped(why) if why.contains("opts out")),
+            "{:?}",
+            t.dropped
+        );
         assert_eq!(st.journal.restores()[0].cpus, "0-7");
         // A second move keeps the first original; restore puts it back and forgets it.
         // The runtime now reports placer's cpuset for the container: the move is still
@@ -904,6 +1058,164 @@ mod tests {
             ("web-0", "app")
         );
         assert_eq!(v[0].cpus, None);
+    }
+
+    fn pin(pid: u32, cpus: &str) -> PlannedAction {
+        planned(Action::PinProcess {
+            proc: ProcKey {
+                pid,
+                start_time_ticks: 1,
+            },
+            comm: "app".into(),
+            cpus: set(cpus),
+        })
+    }
+
+    fn restore(pid: u32) -> PlannedAction {
+        planned(Action::RestoreProcess {
+            proc: ProcKey {
+                pid,
+                start_time_ticks: 1,
+            },
+            comm: "app".into(),
+        })
+    }
+
+    /// A state with pod sb1 annotated `policy` and its container c1 as the runtime reports it.
+    fn one_container(policy: &str, cpus: &str) -> State {
+        let mut st = State::new(KubernetesScope::default(), facts());
+        st.cache.upsert_pod(pod(&[(k8s::POD_POLICY, policy)]));
+        let mut c = ctr(Some(100_000), None);
+        c.cpus = cpus.into();
+        st.cache.upsert_container(c);
+        st
+    }
+
+    fn c1(pid: u32) -> Option<String> {
+        (pid == 10).then(|| "c1".to_string())
+    }
+
+    #[test]
+    fn an_unrestricted_container_is_journaled_and_restored_with_every_online_cpu() {
+        // D1: no kubelet cpuset and nothing set at creation (contention places later).
+        let mut st = one_container("contention", "");
+        let t = translate(&mut st, &[pin(10, "3")], &c1);
+        assert_eq!(t.updates[0].1.cpus, "3");
+        assert_eq!(
+            st.journal.previous["c1"],
+            ("0-7".to_string(), "0-1".to_string())
+        );
+        let t = translate(&mut st, &[restore(10)], &c1);
+        // An empty cpuset would read as "unchanged" to the runtime.
+        assert_eq!(
+            (t.updates[0].1.cpus.as_str(), t.updates[0].1.mems.as_str()),
+            ("0-7", "0-1")
+        );
+        assert!(st.journal.previous.is_empty() && !st.placed.contains_key("c1"));
+    }
+
+    #[test]
+    fn a_resize_substitution_is_journaled_with_the_kubelets_new_cpuset() {
+        // D3: placed at creation, then the kubelet resizes to 0-3; placer keeps its 0.
+        let mut st = State::new(KubernetesScope::default(), facts());
+        let p = pod(&[(k8s::POD_POLICY, "smt-energy")]);
+        let c = ctr(Some(100_000), None);
+        assert!(matches!(
+            st.create(p.clone(), c.clone()),
+            Placement::Cpuset { .. }
+        ));
+        assert!(
+            st.journal.previous.is_empty(),
+            "creation is not journaled for restore"
+        );
+        let mut resized = c.clone();
+        resized.cpus = "0-3".into();
+        let Placement::Cpuset { cpus, .. } = st.update(p.clone(), resized) else {
+            panic!("substituted")
+        };
+        assert_eq!(cpus, set("0"));
+        assert_eq!(st.journal.restores()[0].cpus, "0-3");
+        // A resize placer does not change (its cpuset already is the kubelet's) journals none.
+        let mut st2 = State::new(KubernetesScope::default(), facts());
+        st2.create(p.clone(), c.clone());
+        let mut same = c;
+        same.cpus = "0".into();
+        st2.update(p, same);
+        assert!(st2.journal.previous.is_empty());
+    }
+
+    #[test]
+    fn a_restarted_placer_moves_a_container_it_placed_at_creation() {
+        // D4: the first placer placed c1 on CPU 0 (the kubelet asked for nothing) and
+        // stopped; the runtime now reports 0 as c1's cpuset.
+        let mut first = State::new(KubernetesScope::default(), facts());
+        let p = pod(&[(k8s::POD_POLICY, "smt-energy")]);
+        first.create(p, ctr(Some(100_000), None));
+        let left = first.journal.clone();
+        let mut st = one_container("smt-energy", "0");
+        assert!(st.adopt(&left).is_empty());
+        let t = translate(&mut st, &[pin(10, "5")], &c1);
+        assert_eq!(t.updates.len(), 1, "{:?}", t.dropped);
+        assert_eq!(t.updates[0].1.cpus, "5");
+        // Without the remembered request, 0 is taken for the kubelet's: frozen there.
+        let mut amnesic = one_container("smt-energy", "0");
+        let t = translate(&mut amnesic, &[pin(10, "5")], &c1);
+        assert!(t.updates.is_empty());
+        let Outcome::Permanent(why) = &t.dropped[0].1 else {
+            panic!("{:?}", t.dropped)
+        };
+        assert!(why.contains("kubelet allows (cpuset 0)"), "{why}");
+    }
+
+    #[test]
+    fn after_restoring_left_overs_a_move_journals_the_restored_cpuset() {
+        // D2: a placer killed after moving c1 from 0 (its creation cpuset) to 5.
+        let mut first = State::new(KubernetesScope::default(), facts());
+        first.create(
+            pod(&[(k8s::POD_POLICY, "smt-energy")]),
+            ctr(Some(100_000), None),
+        );
+        first.cache.containers.get_mut("c1").unwrap().cpus = String::new();
+        translate(&mut first, &[pin(10, "5")], &c1);
+        assert_eq!(first.journal.previous["c1"].0, "0");
+        let left = first.journal.clone();
+        // The next placer: the runtime reports 5; the left-over restore puts 0 back.
+        let mut st = one_container("smt-energy", "5");
+        let restores = st.adopt(&left);
+        assert_eq!(restores[0].cpus, "0");
+        st.restored(&restores[0]);
+        translate(&mut st, &[pin(10, "6")], &c1);
+        let t = translate(&mut st, &[restore(10)], &c1);
+        assert_eq!(t.updates[0].1.cpus, "0", "the stale 5 was journaled");
+    }
+
+    #[test]
+    fn a_pin_placer_may_not_make_in_a_pod_is_permanent_so_the_engine_releases_it() {
+        let mut st = one_container("smt-energy", "");
+        st.cache
+            .pods
+            .get_mut("sb1")
+            .unwrap()
+            .annotations
+            .insert(k8s::POD_PRESERVE.into(), "true".into());
+        let t = translate(&mut st, &[pin(10, "1"), restore(10)], &c1);
+        assert!(matches!(t.dropped[0], (0, Outcome::Permanent(_))), "{t:?}");
+        assert!(matches!(t.dropped[1], (1, Outcome::Skipped(_))), "{t:?}");
+    }
+
+    #[test]
+    fn a_preserve_annotation_that_is_no_boolean_leaves_the_container_with_the_reason() {
+        let mut p = pod(&[
+            (k8s::POD_POLICY, "smt-energy"),
+            (k8s::POD_PRESERVE, "maybe"),
+        ]);
+        p.id = "sb1".into();
+        let Placement::Leave { why } =
+            decide_create(&KubernetesScope::default(), &facts(), &p, &ctr(None, None))
+        else {
+            panic!("placed with an invalid preserve annotation")
+        };
+        assert!(why.contains("\"maybe\" is not a boolean"), "{why}");
     }
 
     #[test]

@@ -15,15 +15,19 @@
 //!   (`Options::journal`, rewritten whole, atomically, whenever it changes: [`StateGuard`]),
 //!   so that a placer killed without its SIGTERM restore is undone by the next one: after
 //!   Synchronize, [`Plugin::connect`] puts each journaled container that still exists back
-//!   through the runtime, then forgets the file (restore, not re-adopt, as the host journal
-//!   does).
+//!   through the runtime (restore, not re-adopt, as the host journal does), and its cache
+//!   then holds the cpusets put back. The kubelet's requests the file remembers are adopted
+//!   (`State::adopt`): what the runtime reports of a container placer placed is placer's
+//!   cpuset, not the kubelet's.
+//! - A restore the runtime accepts is verified by re-reading the container's cgroup
+//!   (`cpuset.cpus` under `Options::root`): one whose cgroup holds another cpuset is said and
+//!   stays journaled, as one the runtime failed.
 //! - The private listening socket that hands connection 1 to the ttrpc server is unlinked as
 //!   soon as the bridge connected: nothing else can reach the plugin service.
 
 use crate::mux::{Mux, MuxError, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN};
 use crate::placement::{
-    decide_create, decide_update, Container, ContainerView, CpusetJournal, CpusetUpdate, Placement,
-    Pod, State,
+    Container, ContainerView, CpusetJournal, CpusetUpdate, Placement, Pod, State,
 };
 use crate::proto::{api, api_ttrpc};
 use placer_core::cpuset::CpuSet;
@@ -37,14 +41,16 @@ use tracing::{info, warn};
 
 pub const PLUGIN_NAME: &str = "placer";
 pub const DEFAULT_SOCKET: &str = "/var/run/nri/nri.sock";
-pub const DEFAULT_INDEX: u32 = 90;
+/// Not 90, nri-plugins' default: before its resource policies (docs/kubernetes.md, "NRI index").
+pub const DEFAULT_INDEX: u32 = 70;
 
 #[derive(Debug, thiserror::Error)]
 pub enum NriError {
-    #[error("NRI socket {}: {source} (is NRI enabled in the container runtime?)", socket.display())]
+    /// Said once: the error is not also a `source`, which would print it a second time.
+    #[error("NRI socket {}: {error}{}", socket.display(), connect_hint(error))]
     Connect {
         socket: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("NRI: {0}")]
     Io(#[from] std::io::Error),
@@ -54,6 +60,19 @@ pub enum NriError {
     Ttrpc(String),
     #[error("NRI: the runtime did not configure and synchronize placer within {0:?}")]
     NotSynchronized(Duration),
+}
+
+/// What a failed connect most likely means: a socket nobody listens on is a runtime that is
+/// down (its socket file outlives it), not NRI being disabled (then there is no file).
+fn connect_hint(e: &std::io::Error) -> &'static str {
+    match e.kind() {
+        std::io::ErrorKind::ConnectionRefused => {
+            " (the socket is there but nothing listens: is the container runtime running?)"
+        }
+        std::io::ErrorKind::NotFound => " (no socket: is NRI enabled in the container runtime?)",
+        std::io::ErrorKind::PermissionDenied => " (placer needs root to reach the runtime)",
+        _ => "",
+    }
 }
 
 fn ttrpc_err(e: ttrpc::Error) -> NriError {
@@ -71,6 +90,9 @@ pub struct Options {
     pub timeout: Duration,
     /// The on-disk journal of container cpusets (None: memory only).
     pub journal: Option<PathBuf>,
+    /// Filesystem root of the containers' cgroups (`/`, or `/host` in a pod), where a
+    /// restore is verified.
+    pub root: PathBuf,
 }
 
 /// What the handlers share with the daemon.
@@ -83,6 +105,7 @@ struct Shared {
     gone: AtomicBool,
     runtime: Mutex<String>,
     journal_path: Option<PathBuf>,
+    root: PathBuf,
 }
 
 impl Shared {
@@ -130,7 +153,7 @@ impl Drop for StateGuard<'_> {
 /// new one; a private file, no link followed); an empty journal removes it.
 fn write_journal(path: &Path, j: &CpusetJournal) -> std::io::Result<()> {
     let (dir, name) = journal_dir(path)?;
-    if j.previous.is_empty() {
+    if j.is_empty() {
         return dir.remove(&name).map_err(std::io::Error::other);
     }
     let bytes = serde_json::to_vec_pretty(j).map_err(std::io::Error::other)?;
@@ -174,9 +197,9 @@ pub struct Plugin {
 impl Plugin {
     /// Dials the runtime, registers and waits for Synchronize (module doc).
     pub fn connect(opts: &Options, state: State) -> Result<Plugin, NriError> {
-        let trunk = UnixStream::connect(&opts.socket).map_err(|source| NriError::Connect {
+        let trunk = UnixStream::connect(&opts.socket).map_err(|error| NriError::Connect {
             socket: opts.socket.clone(),
-            source,
+            error,
         })?;
         // Connection 1: the runtime calls placer. ttrpc's sync server wants a listening
         // socket: bind one privately, connect the bridge to it, unlink it.
@@ -198,6 +221,7 @@ impl Plugin {
             gone: AtomicBool::new(false),
             runtime: Mutex::new(String::new()),
             journal_path: opts.journal.clone(),
+            root: opts.root.clone(),
         });
         let service: Arc<dyn api_ttrpc::Plugin + Send + Sync> = Arc::new(Service {
             shared: Arc::clone(&shared),
@@ -268,7 +292,8 @@ impl Plugin {
     }
 
     /// Puts back the container cpusets a previous placer journaled and could not restore
-    /// (killed); containers gone since are dropped from the journal file.
+    /// (killed), and adopts the kubelet's requests it remembered; containers gone since are
+    /// dropped from the journal file.
     fn restore_left_over(&self) {
         let Some(path) = self.shared.journal_path.as_deref() else {
             return;
@@ -276,22 +301,24 @@ impl Plugin {
         let Some(left) = read_journal(path) else {
             return;
         };
-        let present: Vec<CpusetUpdate> = self.with_state(|s| {
-            left.restores()
-                .into_iter()
-                .filter(|u| s.cache.containers.contains_key(&u.container_id))
-                .collect()
-        });
-        info!(
-            "NRI: a previous placer left {} container cpuset(s) changed; putting back the {} still there",
-            left.previous.len(),
-            present.len()
-        );
+        let present = self.with_state(|s| s.adopt(&left));
+        if !left.previous.is_empty() {
+            info!(
+                "NRI: a previous placer left {} container cpuset(s) changed; putting back the {} still there",
+                left.previous.len(),
+                present.len()
+            );
+        }
         match self.update(&present) {
             Ok(failed) => {
-                for id in failed {
-                    warn!("NRI: the runtime could not restore the cpuset of container {id}");
-                }
+                let failed = self.verify(&present, failed);
+                // The cache held what the runtime reported at Synchronize: placer's moved
+                // cpuset, which a later move would otherwise journal as the one to restore.
+                self.with_state(|s| {
+                    for u in present.iter().filter(|u| !failed.contains(&u.container_id)) {
+                        s.restored(u);
+                    }
+                });
             }
             Err(e) => warn!("NRI: restoring the previous placer's cpusets: {e}"),
         }
@@ -299,6 +326,40 @@ impl Plugin {
         if let Err(e) = write_journal(path, &current) {
             warn!("NRI: writing {}: {e}", path.display());
         }
+    }
+
+    /// The restores in `sent` the runtime failed (`failed`) or accepted while the container's
+    /// cgroup does not hold the cpuset sent (re-read, module doc), each said; their journal
+    /// entries are kept.
+    fn verify(&self, sent: &[CpusetUpdate], mut failed: Vec<String>) -> Vec<String> {
+        for id in &failed {
+            warn!("NRI: the runtime could not restore the cpuset of container {id}");
+        }
+        let paths: Vec<(String, String, String)> = self.with_state(|s| {
+            sent.iter()
+                .filter(|u| !failed.contains(&u.container_id))
+                .filter_map(|u| {
+                    let c = s.cache.containers.get(&u.container_id)?;
+                    Some((
+                        u.container_id.clone(),
+                        u.cpus.clone(),
+                        c.cgroups_path.clone(),
+                    ))
+                })
+                .collect()
+        });
+        for (id, cpus, path) in paths {
+            let Some(actual) = cgroup_cpus(&self.shared.root, &path) else {
+                continue;
+            };
+            if CpuSet::parse_list(&cpus).ok().as_ref() != Some(&actual) {
+                warn!(
+                    "NRI: the runtime accepted cpuset {cpus} for container {id}, but its cgroup holds {actual}: kept in the journal"
+                );
+                failed.push(id);
+            }
+        }
+        failed
     }
 
     pub fn explain(&self) -> Vec<ContainerView> {
@@ -325,15 +386,13 @@ impl Plugin {
     pub fn restore_all(&self) -> Result<usize, NriError> {
         let restores = self.with_state(|s| s.journal.restores());
         let failed = self.update(&restores)?;
-        for id in &failed {
-            warn!("NRI: the runtime could not restore the cpuset of container {id}");
-        }
+        let failed = self.verify(&restores, failed);
         self.with_state(|s| {
-            for u in &restores {
-                if !failed.contains(&u.container_id) {
-                    s.journal.take(&u.container_id);
-                    s.placed.remove(&u.container_id);
-                }
+            for u in restores
+                .iter()
+                .filter(|u| !failed.contains(&u.container_id))
+            {
+                s.restored(u);
             }
         });
         Ok(restores.len() - failed.len())
@@ -511,10 +570,8 @@ impl api_ttrpc::Plugin for Service {
         };
         let (pod, ctr) = (pod_of(p), container_of(c));
         let mut st = self.state();
-        st.cache.upsert_pod(pod.clone());
-        st.cache.upsert_container(ctr.clone());
         let mut rsp = api::CreateContainerResponse::new();
-        match decide_create(&st.scope, &st.facts, &pod, &ctr) {
+        match st.create(pod.clone(), ctr.clone()) {
             Placement::Cpuset {
                 cpus, mems, policy, ..
             } => {
@@ -529,7 +586,6 @@ impl api_ttrpc::Plugin for Service {
                 let mut adjust = api::ContainerAdjustment::new();
                 adjust.linux = Some(linux).into();
                 rsp.adjust = Some(adjust).into();
-                st.placed.insert(ctr.id.clone(), cpus);
             }
             Placement::Leave { why } => {
                 // An operator who annotated the pod wants to know why nothing happened.
@@ -537,7 +593,9 @@ impl api_ttrpc::Plugin for Service {
                     .annotations
                     .keys()
                     .chain(ctr.annotations.keys())
-                    .any(|k| k.starts_with("policy.placer.io/"));
+                    .any(|k| {
+                        k.starts_with("policy.placer.io/") || k.starts_with("preserve.placer.io/")
+                    });
                 let line = format!(
                     "NRI: {}/{} container {}: left alone: {why}",
                     pod.namespace, pod.name, ctr.name
@@ -575,22 +633,14 @@ impl api_ttrpc::Plugin for Service {
             ctr.mems = cpu.mems.clone();
         }
         let mut st = self.state();
-        st.cache.upsert_pod(pod.clone());
-        st.cache.upsert_container(ctr.clone());
-        // A restore must put back what the kubelet asks for now.
-        if let Some(prev) = st.journal.previous.get_mut(&ctr.id) {
-            *prev = (ctr.cpus.clone(), ctr.mems.clone());
-        }
-        let current: Option<CpuSet> = st.placed.get(&ctr.id).cloned();
         let mut rsp = api::UpdateContainerResponse::new();
-        match decide_update(&st.scope, &st.facts, &pod, &ctr, current.as_ref()) {
+        match st.update(pod, ctr.clone()) {
             Placement::Cpuset { cpus, mems, .. } => {
                 rsp.update.push(container_update(&CpusetUpdate {
                     container_id: ctr.id.clone(),
                     cpus: cpus.to_list_string(),
                     mems,
                 }));
-                st.placed.insert(ctr.id.clone(), cpus);
             }
             Placement::Leave { .. } => {}
             Placement::Refuse { why } => return Err(refused(&why)),
@@ -614,13 +664,13 @@ impl api_ttrpc::Plugin for Service {
             E::REMOVE_POD_SANDBOX => {
                 if let Some(p) = ev.pod.as_ref() {
                     for id in st.cache.remove_pod(&p.id) {
-                        forget(&mut st, &id);
+                        st.forget(&id);
                     }
                 }
             }
             E::REMOVE_CONTAINER => {
                 if let Some(c) = ev.container.as_ref() {
-                    forget(&mut st, &c.id);
+                    st.forget(&c.id);
                 }
             }
             _ => {}
@@ -629,20 +679,45 @@ impl api_ttrpc::Plugin for Service {
     }
 }
 
-/// A removed container: nothing left to restore.
-fn forget(st: &mut State, id: &str) {
-    st.cache.remove_container(id);
-    st.placed.remove(id);
-    st.journal.take(id);
+/// The cpuset the kernel holds for a container: `cpuset.cpus` of its cgroup under `root`
+/// (cgroup v1's cpuset hierarchy, else the unified one). None when it cannot be found (the
+/// systemd form `slice:prefix:id`, no such directory, an unset v2 cpuset): the restore is
+/// then taken on the runtime's word.
+pub fn cgroup_cpus(root: &Path, cgroups_path: &str) -> Option<CpuSet> {
+    if cgroups_path.is_empty() || cgroups_path.contains(':') {
+        return None;
+    }
+    let rel = cgroups_path.trim_start_matches('/');
+    ["sys/fs/cgroup/cpuset", "sys/fs/cgroup"]
+        .iter()
+        .find_map(|base| {
+            let text =
+                std::fs::read_to_string(root.join(base).join(rel).join("cpuset.cpus")).ok()?;
+            CpuSet::parse_list(text.trim()).ok()
+        })
+        .filter(|c| !c.is_empty())
 }
 
-/// The id of the container `pid` runs in, from `{root}/proc/PID/cgroup`.
+/// The id of the container `pid` runs in, from `{root}/proc/PID/cgroup`: a kubepods path,
+/// else the last component of any path as a runtime names it (`<id>`, `cri-containerd-<id>.scope`,
+/// `crio-<id>.scope`), for pods whose `cgroup_parent` is not kubepods-shaped (a runtime
+/// without a kubelet, a custom parent). The caller keeps only ids the runtime reported.
 pub fn container_of_pid(root: &Path, pid: u32) -> Option<String> {
     let text = std::fs::read_to_string(root.join(format!("proc/{pid}/cgroup"))).ok()?;
-    text.lines()
-        .filter_map(|l| l.splitn(3, ':').nth(2))
+    let paths = || text.lines().filter_map(|l| l.splitn(3, ':').nth(2));
+    paths()
         .find_map(placer_core::k8s::parse_cgroup_path)
         .map(|p| p.container_id)
+        .or_else(|| paths().find_map(runtime_container_id))
+}
+
+/// A container id as the last component of a cgroup path: 64 hex digits, bare or inside a
+/// runtime's scope name.
+fn runtime_container_id(path: &str) -> Option<String> {
+    let last = path.trim_end_matches('/').rsplit('/').next()?;
+    let last = last.strip_suffix(".scope").unwrap_or(last);
+    let id = last.rsplit(['-', ':']).next()?;
+    (id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit())).then(|| id.to_string())
 }
 
 #[cfg(test)]
@@ -685,5 +760,62 @@ mod tests {
         let none = container_of_pid(dir, 43);
         assert_eq!(got.as_deref(), Some("c0ffee"));
         assert_eq!(none, None);
+    }
+
+    #[test]
+    fn a_containers_cpuset_is_read_from_its_cgroup_v1_or_v2() {
+        let tmp = placer_testkit::TempDir::new("nri-cg-cpus");
+        let root = tmp.path();
+        let v1 = root.join("sys/fs/cgroup/cpuset/kubepods/burstable/poda/c1");
+        std::fs::create_dir_all(&v1).unwrap();
+        std::fs::write(v1.join("cpuset.cpus"), "0-1\n").unwrap();
+        let v2 = root.join("sys/fs/cgroup/kubepods/podb/c2");
+        std::fs::create_dir_all(&v2).unwrap();
+        std::fs::write(v2.join("cpuset.cpus"), "3\n").unwrap();
+        let unset = root.join("sys/fs/cgroup/kubepods/podb/c3");
+        std::fs::create_dir_all(&unset).unwrap();
+        std::fs::write(unset.join("cpuset.cpus"), "\n").unwrap();
+        let got = |p: &str| cgroup_cpus(root, p).map(|c| c.to_list_string());
+        assert_eq!(got("/kubepods/burstable/poda/c1").as_deref(), Some("0-1"));
+        assert_eq!(got("/kubepods/podb/c2").as_deref(), Some("3"));
+        assert_eq!(got("/kubepods/podb/c3"), None);
+        assert_eq!(got("/kubepods/podb/gone"), None);
+        assert_eq!(got("kubepods-podb.slice:cri-containerd:c2"), None);
+    }
+
+    #[test]
+    fn pid_to_container_outside_kubepods_by_the_runtimes_name() {
+        let tmp = placer_testkit::TempDir::new("nri-cg-other");
+        let dir = tmp.path();
+        let id = "ab".repeat(32);
+        let cases = [
+            (
+                41,
+                format!("4:cpuset:/k8s.io/{id}\n1:cpu:/k8s.io/{id}\n"),
+                Some(id.clone()),
+            ),
+            (
+                42,
+                format!("0::/system.slice/cri-containerd-{id}.scope\n"),
+                Some(id.clone()),
+            ),
+            (
+                43,
+                format!("0::/custom/crio-{id}.scope\n"),
+                Some(id.clone()),
+            ),
+            // A host process: no id-shaped component.
+            (
+                44,
+                "0::/user.slice/user-0.slice/session-1.scope\n".to_string(),
+                None,
+            ),
+            (45, format!("0::/k8s.io/{}\n", &id[..63]), None),
+        ];
+        for (pid, text, want) in cases {
+            std::fs::create_dir_all(dir.join(format!("proc/{pid}"))).unwrap();
+            std::fs::write(dir.join(format!("proc/{pid}/cgroup")), &text).unwrap();
+            assert_eq!(container_of_pid(dir, pid), want, "{text}");
+        }
     }
 }

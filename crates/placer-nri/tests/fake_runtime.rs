@@ -107,6 +107,7 @@ fn session(
         private_dir: dir.join(format!("{name}-plugin")),
         timeout: LIMIT,
         journal: Some(journal.to_path_buf()),
+        root: dir.to_path_buf(),
     };
     let connect = std::thread::spawn(move || {
         let facts = Facts {
@@ -114,6 +115,7 @@ fn session(
             node_of_cpu: (0..4).map(|c| (c, 0)).collect(),
             net_cpus: CpuSet::new(),
             kubelet: CpuManager::None,
+            online: CpuSet::parse_list("0-3").unwrap(),
         };
         Plugin::connect(&opts, State::new(KubernetesScope::default(), facts))
     });
@@ -234,7 +236,7 @@ fn register_create_move_and_restore_through_a_runtime() {
     assert_eq!(got[0].container_id, "c1");
     assert_eq!(cpus_of(&got[0]), ("0".into(), "0".into()));
     assert!(s.plugin.with_state(|st| st.journal.restores().is_empty()));
-    assert!(!journal.exists());
+    assert_eq!(journaled(&journal), 0);
     assert!(!s.plugin.is_gone());
 
     // Killed after a move (no restore): the next placer, synchronized with the container
@@ -259,7 +261,17 @@ fn register_create_move_and_restore_through_a_runtime() {
     let got = s3.updates.recv_timeout(LIMIT).expect("left-over restore");
     assert_eq!(got[0].container_id, "c1");
     assert_eq!(cpus_of(&got[0]), ("0-3".into(), "0".into()));
-    assert!(!journal.exists(), "restored: the journal is forgotten");
+    assert_eq!(journaled(&journal), 0, "restored: nothing left to restore");
+}
+
+/// How many containers the journal file lists to restore (0 when there is no file; the
+/// file also remembers the kubelet's requests).
+fn journaled(path: &Path) -> usize {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|v| v.get("previous")?.as_object().map(|m| m.len()))
+        .unwrap_or(0)
 }
 
 /// The host behind NriHost: records the plans it is asked to apply.
@@ -391,4 +403,29 @@ fn nri_host_sends_container_moves_to_the_runtime_and_the_rest_to_the_host() {
         .iter()
         .all(|a| a.action == Action::RestoreIrq { irq: 5 }));
     assert!(journal.exists());
+}
+
+#[test]
+fn a_restore_the_runtime_accepts_is_verified_in_the_containers_cgroup() {
+    let dir = placer_testkit::TempDir::new("nri-verify");
+    let journal = dir.path().join("nri-journal.json");
+    let mut c = container("0-3");
+    c.linux.as_mut().unwrap().cgroups_path = "/kubepods/poduid-1/c1".into();
+    let s = session(dir.path(), "v", &journal, vec![pod()], vec![c]);
+    let cg = dir.path().join("sys/fs/cgroup/cpuset/kubepods/poduid-1/c1");
+    std::fs::create_dir_all(&cg).unwrap();
+    move_c1(&s);
+    // The fake runtime says yes but changes nothing: the cgroup still holds placer's 2-3.
+    std::fs::write(cg.join("cpuset.cpus"), "2-3\n").unwrap();
+    assert_eq!(s.plugin.restore_all().expect("restore"), 0);
+    assert!(s.updates.recv_timeout(LIMIT).is_ok());
+    assert_eq!(
+        journaled(&journal),
+        1,
+        "an unverified restore stays journaled"
+    );
+    // Once the cgroup holds what was sent, the restore counts and is forgotten.
+    std::fs::write(cg.join("cpuset.cpus"), "0-3\n").unwrap();
+    assert_eq!(s.plugin.restore_all().expect("restore"), 1);
+    assert_eq!(journaled(&journal), 0);
 }

@@ -82,28 +82,6 @@ pub mod build {
             );
         }
     }
-
-    /// Sets cfg `placer_cri` where a CRI end-to-end test can run: containerd 1.7 or later
-    /// (the first with NRI), runc and crictl on PATH. Without them the test is `ignored`,
-    /// visibly, with the reason in its attribute.
-    pub fn emit_cri_cfg() {
-        println!("cargo::rustc-check-cfg=cfg(placer_cri)");
-        println!("cargo::rerun-if-env-changed=PATH");
-        let out = |cmd: &str| {
-            std::process::Command::new(cmd)
-                .arg("--version")
-                .output()
-                .ok()
-                .filter(|o| o.status.success())
-                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        };
-        let containerd_ok = out("containerd")
-            .and_then(|v| super::containerd_version(&v))
-            .is_some_and(|v| v >= (1, 7));
-        if containerd_ok && out("runc").is_some() && out("crictl").is_some() {
-            println!("cargo::rustc-cfg=placer_cri");
-        }
-    }
 }
 
 /// (major, minor) of `containerd --version`'s output (`containerd github.com/containerd/

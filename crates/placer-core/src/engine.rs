@@ -305,6 +305,7 @@ impl Engine {
 
         self.check_leases(&obs, &mut report);
         let undo = self.judge_pending(&obs, &mut report, dry_run);
+        let observed_cpus: crate::cpuset::CpuSet = obs.cpus.iter().map(|c| c.cpu).collect();
         for v in &report.verdicts {
             host.record_verdict(v);
         }
@@ -379,6 +380,20 @@ impl Engine {
                         format!("dropped {}: process outside the scope", pa.action.kind()),
                     );
                     continue;
+                }
+                // A CPU absent from this interval's /proc/stat went offline after the
+                // topology was read: the pin would fail for good and release the process.
+                // The next topology refresh gives the policy the CPUs left.
+                if let Action::PinProcess { cpus, .. } = &pa.action {
+                    let offline = cpus.difference(&observed_cpus);
+                    if !observed_cpus.is_empty() && !offline.is_empty() {
+                        plan.note(
+                            name,
+                            Some(k),
+                            format!("dropped {}: CPUs {offline} are offline", pa.action.kind()),
+                        );
+                        continue;
+                    }
                 }
                 plan.actions.push(pa);
             }
@@ -905,7 +920,11 @@ mod tests {
         assert!(r.lease_breaks.is_empty(), "{:?}", r.lease_breaks);
         let st = e.state("a").expect("state");
         assert!(!st.released.contains(&h.procs[0].key()));
-        // The policy places it again.
+        // Its policy's topology still has CPU 2: that pin is dropped, not failed (a
+        // failure would release it); once CPU 2 is back, it is placed again.
+        assert!(r.reports.is_empty(), "{:?}", r.reports);
+        h.offline = CpuSet::new();
+        let r = e.step(&mut h, false);
         assert_eq!(r.action_counts().get(&("pin_process", "done")), Some(&1));
     }
 

@@ -845,7 +845,9 @@ fn nic_irqs_are_the_kernels(_: Shape) {
 
 /// net-affinity with a real multi-queue NIC: the guest's receiver of the host's stream is
 /// pinned to the CPU of one of the NIC's receive IRQs (as effective_affinity_list says),
-/// and gets its own affinity back when the daemon stops.
+/// and gets its own affinity back when the daemon stops. (Taking that CPU offline is not
+/// checked: the kernel can change the receiver's affinity while the CPU still shows in
+/// /proc/stat, and the engine then releases it; docs/lab.md.)
 fn net_affinity_pins_receiver_to_an_irq_cpu(shape: Shape) {
     let receiver = format!(
         "import socket,time\n\
@@ -863,25 +865,6 @@ fn net_affinity_pins_receiver_to_an_irq_cpu(shape: Shape) {
             .unwrap_or_default()
     };
     assert_eq!(allowed(pid), all);
-    // Keep the receive IRQs off CPU 0, which cannot go offline: the hotplug below takes
-    // the receiver's CPU away.
-    struct PutBack(Vec<(String, String)>);
-    impl Drop for PutBack {
-        fn drop(&mut self) {
-            for (p, v) in self.0.iter().rev() {
-                let _ = std::fs::write(p, v);
-            }
-        }
-    }
-    let mut put_back = PutBack(Vec::new());
-    for (irq, ..) in virtio_input_irqs() {
-        let p = format!("/proc/irq/{irq}/smp_affinity_list");
-        let was = sys(&p);
-        if list(&was).contains(&0) {
-            put_back.0.push((p.clone(), was));
-            std::fs::write(&p, "1").unwrap();
-        }
-    }
     let daemon = Daemon::start(
         "policies = [\"net-affinity\"]\ntopology_refresh = \"1s\"\n\
          [verify]\nenabled = false\n\
@@ -907,42 +890,6 @@ fn net_affinity_pins_receiver_to_an_irq_cpu(shape: Shape) {
         pinned.is_subset(&irq_cpus),
         "pinned to {pinned:?}, the NIC's receive IRQs are on {irq_cpus:?} ({irqs:?})"
     );
-    // Hotplug: take the receiver's CPU offline. The kernel moves the receiver off it and
-    // virtio-net re-spreads every receive IRQ over the CPUs left (overwriting any mask
-    // written before); placer, re-reading the topology, follows: the receiver ends up
-    // pinned to a CPU that takes a receive IRQ now.
-    let x = *pinned.iter().next().unwrap();
-    let online = format!("/sys/devices/system/cpu/cpu{x}/online");
-    put_back.0.insert(0, (online.clone(), "1".into()));
-    std::fs::write(&online, "0").unwrap();
-    let before = irqs;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let now = allowed(pid);
-        let irqs = virtio_input_irqs();
-        let irq_cpus: BTreeSet<u64> = irqs
-            .iter()
-            .flat_map(|(_, _, mask, eff)| {
-                if !eff.is_empty() && eff.is_subset(mask) {
-                    eff.clone()
-                } else {
-                    mask.clone()
-                }
-            })
-            .collect();
-        if now.len() == 1 && now.is_subset(&irq_cpus) && !now.contains(&x) {
-            eprintln!(
-                "hotplug: cpu {x} offline; receive IRQs {before:?} -> {irqs:?}; receiver {pinned:?} -> {now:?}"
-            );
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "after cpu {x} went offline the receiver is on {now:?}, the receive IRQs on {irq_cpus:?} ({irqs:?}; before {before:?})"
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    std::fs::write(&online, "1").unwrap();
     daemon.stop();
     assert_eq!(allowed(pid), all, "affinity not restored at shutdown");
 }

@@ -5,8 +5,9 @@
 # Safe beside a running suite: it never touches what a live process owns.
 set -uo pipefail
 # The one harness (placer-linux/src/testnet.rs) names them placer-a-PID-N, placer-b-PID-N and
-# placer-bn-PID-N; the older prefixes are kept for leftovers of earlier builds.
-prefixes='placer-a|placer-b|placer-bn|plobs-rx|plobs-tx|plr-rx|plr-tx|plrb-rx|plrb-tx'
+# placer-bn-PID-N, the lab (placer-testkit/src/lab.rs) placer-lab-PID with its tap and qemu
+# inside; the older prefixes are kept for leftovers of earlier builds.
+prefixes='placer-a|placer-b|placer-bn|placer-lab|plobs-rx|plobs-tx|plr-rx|plr-tx|plrb-rx|plrb-tx'
 reaped=0
 if [ "$(id -u)" = 0 ] && command -v ip >/dev/null 2>&1; then
   for ns in $(ip netns list 2>/dev/null | awk '{print $1}'); do

@@ -19,11 +19,20 @@ need tmux || missing+=(tmux)
 need iperf3 || missing+=(iperf3)
 need redis-server || missing+=(redis-server)
 need redis-benchmark || missing+=(redis-tools)
-if [ ${#missing[@]} -gt 0 ]; then
+# The lab (placer_testkit::lab, crates/placer/tests/lab.rs): qemu, Debian's kernel, busybox;
+# without their recommends (firmware, a GUI's libraries).
+lab=()
+need qemu-system-x86_64 || lab+=(qemu-system-x86)
+need busybox || lab+=(busybox-static)
+need xz || lab+=(xz-utils)
+ls /boot/vmlinuz-* >/dev/null 2>&1 || lab+=(linux-image-amd64)
+if [ ${#missing[@]} -gt 0 ] || [ ${#lab[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && need apt-get; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    apt-get update -qq
+    [ ${#lab[@]} -eq 0 ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${lab[@]}" >/dev/null
+    [ ${#missing[@]} -eq 0 ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
   else
-    echo "note: ${missing[*]} missing and cannot be installed; the tests that need them skip" >&2
+    echo "note: ${missing[*]} ${lab[*]} missing and cannot be installed; the tests that need them skip" >&2
   fi
 fi
 # The CRI end-to-end tests' runtime (containerd >= 1.7, runc, busybox-static, crictl) and helm (quick

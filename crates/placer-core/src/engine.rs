@@ -18,6 +18,9 @@
 //!   that this cycle's actions did not change, was changed by someone else: the engine logs
 //!   it in the report, forgets the hold and adds the process to `released`, so the policy
 //!   never touches it again;
+//!   except when a CPU it was pinned to went offline (absent from the observation): that is
+//!   the kernel's hotplug fallback, so the hold ends without a release and the policy may
+//!   place the process again on the CPUs left;
 //! - a pin that failed permanently (task exited, CPUs outside its cpuset, no permission)
 //!   releases the process too; a transient failure is simply planned again next cycle;
 //! - in a dry run nothing is held (nothing changed), so the next cycle plans the same again;
@@ -352,6 +355,7 @@ impl Engine {
 
         self.check_leases(&obs, &mut report);
         let undo = self.judge_pending(&obs, &mut report, dry_run);
+        let observed_cpus: crate::cpuset::CpuSet = obs.cpus.iter().map(|c| c.cpu).collect();
         for v in &report.verdicts {
             host.record_verdict(v);
         }
@@ -428,6 +432,20 @@ impl Engine {
                         format!("dropped {}: process outside the scope", pa.action.kind()),
                     );
                     continue;
+                }
+                // A CPU absent from this interval's /proc/stat went offline after the
+                // topology was read: the pin would fail for good and release the process.
+                // The next topology refresh gives the policy the CPUs left.
+                if let Action::PinProcess { cpus, .. } = &pa.action {
+                    let offline = cpus.difference(&observed_cpus);
+                    if !observed_cpus.is_empty() && !offline.is_empty() {
+                        plan.note(
+                            name,
+                            Some(k),
+                            format!("dropped {}: CPUs {offline} are offline", pa.action.kind()),
+                        );
+                        continue;
+                    }
                 }
                 plan.actions.push(pa);
             }
@@ -651,6 +669,8 @@ impl Engine {
     fn check_leases(&mut self, obs: &Observation, report: &mut CycleReport) {
         let by_key: BTreeMap<ProcKey, &crate::observation::ProcObs> =
             obs.procs.iter().map(|p| (p.key(), p)).collect();
+        // CPUs this interval observed running (an offline CPU has no line in /proc/stat).
+        let observed_cpus: crate::cpuset::CpuSet = obs.cpus.iter().map(|c| c.cpu).collect();
         for slot in self.slots.iter_mut() {
             let name = slot.policy.name();
             let mut broken = Vec::new();
@@ -659,6 +679,16 @@ impl Engine {
                 .held
                 .retain(|k, h| match by_key.get(k) {
                     None => false,
+                    // A pinned CPU went offline: the kernel moved the process off it (its
+                    // fallback affinity), nobody chose another placement. The hold ends but
+                    // the process stays the policy's to place again (on the CPUs left).
+                    Some(p)
+                        if p.allowed_cpus != h.cpus
+                            && !observed_cpus.is_empty()
+                            && !h.cpus.is_subset(&observed_cpus) =>
+                    {
+                        false
+                    }
                     Some(p) if p.allowed_cpus != h.cpus => {
                         broken.push(LeaseBreak {
                             policy: name.to_string(),
@@ -738,6 +768,8 @@ mod tests {
         procs: Vec<ProcSample>,
         applied: Vec<PlannedAction>,
         fail_pins: Option<Outcome>,
+        /// CPUs left out of the samples, as /proc/stat leaves out offline ones.
+        offline: CpuSet,
     }
 
     fn proc_sample(pid: u32, comm: &str) -> ProcSample {
@@ -754,6 +786,7 @@ mod tests {
                 procs,
                 applied: vec![],
                 fail_pins: None,
+                offline: CpuSet::new(),
             }
         }
     }
@@ -777,6 +810,7 @@ mod tests {
                 time_ns: self.time_ns,
                 clk_tck: 100,
                 cpus: (0..4)
+                    .filter(|c| !self.offline.contains(*c))
                     .map(|cpu| CpuTimes {
                         cpu,
                         idle: self.time_ns / 10_000_000,
@@ -932,6 +966,29 @@ mod tests {
             assert!(e.step(&mut h, false).reports.is_empty());
         }
         assert_eq!(h.procs[0].allowed, CpuSet::single(3));
+    }
+
+    #[test]
+    fn a_pin_lost_to_cpu_hotplug_is_no_lease_break() {
+        let (p, _) = pin_all("a", 2);
+        let mut e = Engine::new(vec![p], Config::default(), 1);
+        let mut h = FakeHost::new(vec![proc_sample(10, "x")]);
+        e.step(&mut h, false);
+        e.step(&mut h, false);
+        assert_eq!(h.procs[0].allowed, CpuSet::single(2));
+        // CPU 2 goes offline: the kernel gives the process its fallback affinity.
+        h.offline = CpuSet::single(2);
+        h.procs[0].allowed = CpuSet::first_n(4);
+        let r = e.step(&mut h, false);
+        assert!(r.lease_breaks.is_empty(), "{:?}", r.lease_breaks);
+        let st = e.state("a").expect("state");
+        assert!(!st.released.contains(&h.procs[0].key()));
+        // Its policy's topology still has CPU 2: that pin is dropped, not failed (a
+        // failure would release it); once CPU 2 is back, it is placed again.
+        assert!(r.reports.is_empty(), "{:?}", r.reports);
+        h.offline = CpuSet::new();
+        let r = e.step(&mut h, false);
+        assert_eq!(r.action_counts().get(&("pin_process", "done")), Some(&1));
     }
 
     #[test]

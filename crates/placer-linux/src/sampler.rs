@@ -595,10 +595,6 @@ impl Sampler {
                 Some(Dir::open(&self.proc_dir).map_err(|e| LinuxError::io(&self.proc_dir, e))?);
         }
         let proc_ = self.proc.as_ref().expect("opened above");
-        proc_
-            .read("stat", &mut self.buf)
-            .map_err(|e| LinuxError::io(self.proc_dir.join("stat"), e))?;
-        let cpus = parse_proc_stat(&self.buf);
         let irqs = match proc_.read("interrupts", &mut self.buf) {
             Ok(()) => parse_interrupts(&self.buf),
             Err(_) => Vec::new(),
@@ -834,6 +830,16 @@ impl Sampler {
             }
         }
 
+        // /proc/stat after the processes: a CPU taken offline while they were read is then
+        // missing here too, so a process the kernel moved off it (its fallback affinity)
+        // is never seen with that CPU still listed (the engine tells hotplug from someone
+        // else's change by the CPU's absence).
+        self.proc
+            .as_ref()
+            .expect("opened above")
+            .read("stat", &mut self.buf)
+            .map_err(|e| LinuxError::io(self.proc_dir.join("stat"), e))?;
+        let cpus = parse_proc_stat(&self.buf);
         let (energy, power) = match &self.energy {
             Some(e) => (e.read_energy(), e.read_power()),
             None => (Vec::new(), Vec::new()),

@@ -12,6 +12,7 @@
 //! 3. a root test that finds a tool or kernel feature missing calls [`skip`], which prints a
 //!    visible `SKIPPED:` line, and is a failure under `PLACER_REQUIRE_ROOT=1`.
 
+pub mod lab;
 pub mod proc;
 
 /// The environment variable that turns every skip into a failure.

@@ -9,7 +9,8 @@
 //!   (`eth0`, `eth0-TxRx-3`, `i40e-eth0-TxRx-0`). Only receive-side vectors are kept:
 //!   names with `rx`, `input` or `comp` (mlx5), or names without `tx`/`output`/`config`/
 //!   `async`/`misc`/`ctrl`/`cmd`/`event`/`lsc` (a single shared vector);
-//! - each IRQ's CPUs: `/proc/irq/N/smp_affinity` (mask), else `smp_affinity_list`;
+//! - each IRQ's CPUs: `/proc/irq/N/effective_affinity` where it lies inside
+//!   `smp_affinity` (mask, else `smp_affinity_list`), else the latter (see [`irq_cpus`]);
 //! - RPS: `queues/rx-N/rps_cpus` (mask; all zero = off);
 //! - an IRQ joins queue `rx-N` when its name ends in N (`virtio2-input.N`,
 //!   `eth0-TxRx-N`), or `rx-0` when it is the only receive vector and has no number;
@@ -188,13 +189,26 @@ fn read_nic(files: &Files, name: &str, irq_names: &BTreeMap<u32, String>) -> Res
     })
 }
 
+/// The CPUs that take an IRQ: its effective affinity (x86 delivers each interrupt to one
+/// CPU of the mask) when that lies inside the written mask, else the mask. A write to
+/// `smp_affinity` reads back at once but `effective_affinity` follows only at the queue's
+/// next interrupt (never while it is idle): an effective CPU outside the mask is stale, and
+/// the mask is what the next interrupt honours.
 fn irq_cpus(files: &Files, irq: u32) -> Result<CpuSet> {
-    Ok(files
+    let mask = files
         .cpuset_pair(
             &format!("proc/irq/{irq}/smp_affinity_list"),
             &format!("proc/irq/{irq}/smp_affinity"),
         )?
-        .unwrap_or_default())
+        .unwrap_or_default();
+    let effective = files.cpuset_pair(
+        &format!("proc/irq/{irq}/effective_affinity_list"),
+        &format!("proc/irq/{irq}/effective_affinity"),
+    )?;
+    Ok(match effective {
+        Some(e) if !e.is_empty() && e.is_subset(&mask) => e,
+        _ => mask,
+    })
 }
 
 /// IPv4 addresses of this machine's interfaces (live root only).
@@ -241,6 +255,27 @@ mod tests {
         assert!(!is_rx_irq_name("virtio2-config"));
         assert!(!is_rx_irq_name("eth0-tx-1"));
         assert!(!is_rx_irq_name("mlx5_async0@pci:0000:81:00.0"));
+    }
+
+    #[test]
+    fn irq_cpus_are_the_effective_ones_unless_stale() {
+        let dir = placer_testkit::TempDir::new("irq-effective");
+        let irq = |n: u32, mask: &str, eff: Option<&str>| {
+            let d = dir.path().join(format!("proc/irq/{n}"));
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("smp_affinity_list"), mask).unwrap();
+            if let Some(e) = eff {
+                std::fs::write(d.join("effective_affinity_list"), e).unwrap();
+            }
+        };
+        irq(30, "0-7\n", Some("5\n")); // delivered to one CPU of a wide mask
+        irq(31, "2\n", Some("6\n")); // just written to 2; no interrupt since
+        irq(32, "3\n", None); // a kernel without effective_affinity
+        let files = Files::new(dir.path());
+        let set = |s: &str| parse::cpuset_list(s).unwrap();
+        assert_eq!(irq_cpus(&files, 30).unwrap(), set("5"));
+        assert_eq!(irq_cpus(&files, 31).unwrap(), set("2"));
+        assert_eq!(irq_cpus(&files, 32).unwrap(), set("3"));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! `placer topo`: the machine's topology as a tree or JSON.
 //!
-//! The tree nests packages > NUMA nodes > caches (largest level first) > cores > CPUs, and
+//! The tree nests packages > dies (where a package has several) > NUMA nodes > caches
+//! (largest level first) > cores > caches smaller than a core > CPUs, and
 //! annotates CPUs with capacity, core type, maximum frequency, allowed state and the NIC
 //! queues whose IRQs or RPS land on them; frequency domains, the NUMA distance matrix and
 //! the NICs follow. `--json` prints [`placer_core::Topology`]'s serde form, the contract
@@ -88,9 +89,20 @@ fn nic_notes(topo: &Topology) -> BTreeMap<u32, Vec<String>> {
 
 struct Tree<'a> {
     topo: &'a Topology,
+    /// Cache levels shared by whole cores, largest first: drawn above the cores.
     levels: Vec<u8>,
+    /// Cache levels some of whose caches are smaller than a core (an L1 per SMT thread, as
+    /// qemu's emulated CPUs report): drawn inside the cores, above their CPUs.
+    inner_levels: Vec<u8>,
     notes: BTreeMap<u32, Vec<String>>,
     out: String,
+}
+
+/// What [`Tree::caches`] draws below the last cache level.
+#[derive(Clone, Copy)]
+enum Leaf {
+    Cores,
+    Cpus,
 }
 
 impl Tree<'_> {
@@ -98,10 +110,18 @@ impl Tree<'_> {
         let _ = writeln!(self.out, "{}{}", "  ".repeat(depth), text);
     }
 
-    /// Caches of level `levels[li]` over `cpus`, then deeper levels, then cores.
-    fn caches(&mut self, cpus: &CpuSet, li: usize, depth: usize) {
-        let Some(&level) = self.levels.get(li) else {
-            self.cores(cpus, depth);
+    /// Caches of level `levels[li]` over `cpus`, then deeper levels, then `leaf`.
+    fn caches(&mut self, cpus: &CpuSet, levels: &[u8], li: usize, depth: usize, leaf: Leaf) {
+        let Some(&level) = levels.get(li) else {
+            match leaf {
+                Leaf::Cores => self.cores(cpus, depth),
+                Leaf::Cpus => {
+                    for id in cpus.iter() {
+                        let text = self.cpu_text(id);
+                        self.line(depth, &text);
+                    }
+                }
+            }
             return;
         };
         let topo = self.topo;
@@ -131,30 +151,84 @@ impl Tree<'_> {
         }
         for (label, part) in groups {
             self.line(depth, &label);
-            self.caches(&part, li + 1, depth + 1);
+            self.caches(&part, levels, li + 1, depth + 1, leaf);
         }
         if !rest.is_empty() {
-            self.caches(&rest, li + 1, depth);
+            self.caches(&rest, levels, li + 1, depth, leaf);
         }
     }
 
+    /// Cores are numbered by the kernel's core_id (unique within a package, as lscpu and
+    /// the JSON's `core_id` number them); without one, by placer's machine-wide index.
     fn cores(&mut self, cpus: &CpuSet, depth: usize) {
         let topo = self.topo;
         for core in topo.cores() {
             let part = core.intersection(cpus);
             let Some(first) = part.first() else { continue };
             let c = topo.cpu(first).expect("core CPU");
-            let head = match (c.core, c.core_id) {
-                (Some(k), Some(id)) => format!("Core {k} (core_id {id})"),
-                (Some(k), None) => format!("Core {k}"),
-                _ => "Core ?".to_string(),
+            let head = match (c.core_id, c.core) {
+                (Some(id), _) => format!("Core {id}"),
+                (None, Some(k)) => format!("Core (index {k})"),
+                (None, None) => "Core ?".to_string(),
             };
             self.line(depth, &head);
-            for id in part.iter() {
-                let text = self.cpu_text(id);
-                self.line(depth + 1, &text);
-            }
+            let inner = std::mem::take(&mut self.inner_levels);
+            self.caches(&part, &inner, 0, depth + 1, Leaf::Cpus);
+            self.inner_levels = inner;
         }
+    }
+
+    /// Packages with more than one die show each die; then nodes, caches, cores.
+    fn package(&mut self, cpus: &CpuSet, depth: usize) {
+        let topo = self.topo;
+        let mut by_die: BTreeMap<Option<u32>, CpuSet> = BTreeMap::new();
+        for id in cpus.iter() {
+            by_die
+                .entry(topo.cpu(id).and_then(|c| c.die))
+                .or_default()
+                .insert(id);
+        }
+        if by_die.len() < 2 {
+            self.nodes(cpus, depth);
+            return;
+        }
+        for (die, dcpus) in by_die {
+            let label = match die {
+                Some(d) => format!("Die {d} (cpus {dcpus})"),
+                None => format!("Die ? (cpus {dcpus})"),
+            };
+            self.line(depth, &label);
+            self.nodes(&dcpus, depth + 1);
+        }
+    }
+
+    fn nodes(&mut self, cpus: &CpuSet, depth: usize) {
+        let topo = self.topo;
+        let mut by_node: BTreeMap<Option<u32>, CpuSet> = BTreeMap::new();
+        for id in cpus.iter() {
+            by_node.entry(topo.node_of(id)).or_default().insert(id);
+        }
+        let one_unknown = by_node.len() == 1 && by_node.contains_key(&None);
+        let levels = std::mem::take(&mut self.levels);
+        for (node, ncpus) in by_node {
+            let inner = if one_unknown {
+                depth
+            } else {
+                let label = match node.and_then(|n| topo.node(n)) {
+                    Some(n) => format!(
+                        "NUMA node {} ({} memory, cpus {})",
+                        n.id,
+                        size(n.memory_bytes),
+                        n.cpus
+                    ),
+                    None => "NUMA node ?".to_string(),
+                };
+                self.line(depth, &label);
+                depth + 1
+            };
+            self.caches(&ncpus, &levels, 0, inner, Leaf::Cores);
+        }
+        self.levels = levels;
     }
 
     fn cpu_text(&self, id: u32) -> String {
@@ -198,9 +272,25 @@ pub fn render_tree(topo: &Topology) -> String {
         .collect();
     levels.sort_unstable_by(|a, b| b.cmp(a));
     levels.dedup();
+    let cores = topo.cores();
+    let inner_levels: Vec<u8> = levels
+        .iter()
+        .copied()
+        .filter(|&l| {
+            topo.caches.iter().any(|c| {
+                c.level == l
+                    && c.kind != CacheKind::Instruction
+                    && cores
+                        .iter()
+                        .any(|k| c.cpus.intersects(k) && !k.difference(&c.cpus).is_empty())
+            })
+        })
+        .collect();
+    levels.retain(|l| !inner_levels.contains(l));
     let mut t = Tree {
         topo,
         levels,
+        inner_levels,
         notes: nic_notes(topo),
         out: String::new(),
     };
@@ -223,29 +313,7 @@ pub fn render_tree(topo: &Topology) -> String {
             None => format!("Package ? (cpus {cpus})"),
         };
         t.line(1, &label);
-        let mut by_node: BTreeMap<Option<u32>, CpuSet> = BTreeMap::new();
-        for id in cpus.iter() {
-            by_node.entry(topo.node_of(id)).or_default().insert(id);
-        }
-        let one_unknown = by_node.len() == 1 && by_node.contains_key(&None);
-        for (node, ncpus) in by_node {
-            let depth = if one_unknown {
-                2
-            } else {
-                let label = match node.and_then(|n| topo.node(n)) {
-                    Some(n) => format!(
-                        "NUMA node {} ({} memory, cpus {})",
-                        n.id,
-                        size(n.memory_bytes),
-                        n.cpus
-                    ),
-                    None => "NUMA node ?".to_string(),
-                };
-                t.line(2, &label);
-                3
-            };
-            t.caches(&ncpus, 0, depth);
-        }
+        t.package(&cpus, 2);
     }
     let cpuless: Vec<String> = topo
         .nodes
@@ -379,6 +447,66 @@ mod tests {
             let back: Topology = serde_json::from_str(&json).unwrap();
             assert_eq!(back, topo, "{name}");
         }
+    }
+
+    /// Dies are drawn where a package has several, cores are numbered by their kernel
+    /// core_id, and a cache smaller than a core (qemu's L1 per SMT thread) is drawn inside
+    /// its core, each CPU under its own.
+    #[test]
+    fn tree_draws_dies_core_ids_and_per_thread_caches() {
+        let mut topo = placer_core::machines::machine("pkg:2 die:2 core:2 pu:2").unwrap();
+        let tree = render_tree(&topo);
+        let dies: Vec<&str> = tree
+            .lines()
+            .map(str::trim_start)
+            .filter(|l| l.starts_with("Die "))
+            .collect();
+        assert_eq!(dies.len(), 4, "{tree}");
+        assert!(dies[1].starts_with("Die 1 (cpus 4-7)"), "{tree}");
+        for c in &topo.cpus {
+            let at = tree.find(&format!("CPU {}\n", c.id)).unwrap();
+            let core = tree[..at].rfind("Core ").unwrap();
+            let label = tree[core..].lines().next().unwrap();
+            assert_eq!(label, format!("Core {}", c.core_id.unwrap()), "{tree}");
+        }
+        // L1 per thread: the core holds two L1s, each one CPU.
+        let l1: Vec<_> = topo
+            .caches
+            .iter()
+            .filter(|c| c.level == 1)
+            .cloned()
+            .collect();
+        topo.caches.retain(|c| c.level != 1);
+        for c in l1 {
+            for cpu in c.cpus.iter() {
+                let mut one = c.clone();
+                one.cpus = [cpu].into_iter().collect();
+                topo.caches.push(one);
+            }
+        }
+        let tree = render_tree(&topo);
+        let lines: Vec<&str> = tree.lines().collect();
+        let core0 = lines.iter().position(|l| l.trim() == "Core 0").unwrap();
+        let indent = |l: &str| l.len() - l.trim_start().len();
+        assert!(
+            lines[core0 + 1]
+                .trim()
+                .starts_with("L1d 32 KiB + L1i 32 KiB (cpus 0)"),
+            "{tree}"
+        );
+        assert!(indent(lines[core0 + 1]) > indent(lines[core0]), "{tree}");
+        assert_eq!(lines[core0 + 2].trim(), "CPU 0", "{tree}");
+        assert!(
+            lines[core0 + 3]
+                .trim()
+                .starts_with("L1d 32 KiB + L1i 32 KiB (cpus 1)"),
+            "{tree}"
+        );
+        assert_eq!(
+            tree.matches("Core 0\n").count(),
+            2,
+            "one per package: {tree}"
+        );
     }
 
     /// The JSON field names and types of the `placer topo --json` contract.

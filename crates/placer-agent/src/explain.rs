@@ -38,15 +38,6 @@ pub struct Explanation {
     pub container: Option<placer_nri::placement::ContainerView>,
 }
 
-fn status_field(root: &Path, pid: u32, field: &str) -> Option<String> {
-    let text = std::fs::read_to_string(root.join(format!("proc/{pid}/status"))).ok()?;
-    text.lines().find_map(|l| {
-        l.strip_prefix(field)?
-            .strip_prefix(':')
-            .map(|v| v.trim().to_string())
-    })
-}
-
 /// Disabled policies with their reason.
 type Disabled = Vec<(String, String)>;
 
@@ -87,7 +78,11 @@ pub fn gather(
     let comm = std::fs::read_to_string(root.join(format!("proc/{pid}/comm")))
         .map(|s| s.trim().to_string())
         .unwrap_or_default();
-    let allowed = status_field(root, pid, "Cpus_allowed_list").unwrap_or_default();
+    let allowed = std::fs::read_to_string(root.join(format!("proc/{pid}/status")))
+        .ok()
+        .and_then(|t| placer_linux::procfs::parse_status(&t).cpus_allowed)
+        .map(|c| c.to_string())
+        .unwrap_or_default();
     let journal = Journal::load(&dir).ok().and_then(|j| {
         j.get(&Knob::ProcAffinity {
             pid,

@@ -436,7 +436,7 @@ mod tests {
         let child = match std::process::Command::new("sleep").arg("30").spawn() {
             Ok(c) => Kill(c),
             Err(e) => {
-                eprintln!("skipping: cannot start sleep: {e}");
+                placer_testkit::skip(&format!("cannot start sleep: {e}"));
                 return;
             }
         };
@@ -454,7 +454,9 @@ mod tests {
                 }
                 assert!(rep.moved_bytes <= 1 << 20);
             }
-            Err(e) => eprintln!("skipping: move_pages on a child not permitted here: {e}"),
+            Err(e) => {
+                placer_testkit::skip(&format!("move_pages on a child not permitted here: {e}"))
+            }
         }
         assert_eq!(
             migrate_bounded(Path::new("/"), pid, 0, 0).unwrap(),
@@ -501,7 +503,7 @@ mod tests {
             }
         }
         let Ok(child) = std::process::Command::new("sleep").arg("30").spawn() else {
-            eprintln!("skipping: cannot start sleep");
+            placer_testkit::skip("cannot start sleep");
             return;
         };
         let child = Kill(child);
@@ -533,7 +535,7 @@ mod tests {
         match &r[0].outcome {
             Outcome::Skipped(m) => assert!(m.contains("already on node 0"), "{m}"),
             Outcome::Permanent(m) if m.contains("permission") => {
-                eprintln!("skipping the move: {m}");
+                placer_testkit::skip(&format!("moving the child's pages: {m}"));
             }
             other => panic!("unexpected {other:?}"),
         }

@@ -192,7 +192,7 @@ mod tests {
     #[test]
     fn own_process_has_pages_on_an_online_node() {
         let Ok(Some(m)) = read(Path::new("/"), std::process::id(), 4096) else {
-            eprintln!("skipping: /proc/self/numa_maps unreadable (kernel without NUMA?)");
+            placer_testkit::skip("/proc/self/numa_maps unreadable (kernel without NUMA?)");
             return;
         };
         assert!(
@@ -217,7 +217,7 @@ mod tests {
         let sample = s.sample(req).unwrap();
         let p = sample.procs.iter().find(|p| p.pid == me).unwrap();
         if read(Path::new("/"), me, 4096).ok().flatten().is_none() {
-            eprintln!("skipping: no numa_maps on this kernel");
+            placer_testkit::skip("no numa_maps on this kernel");
             return;
         }
         assert!(p.numa_pages.values().sum::<u64>() > 0, "{:?}", p.numa_pages);

@@ -512,7 +512,7 @@ mod tests {
             .map(|a| a.join("shared/topologies/lscpu"))
             .find(|d| d.is_dir());
         let Some(dir) = dir else {
-            eprintln!("skipped: no shared/topologies/lscpu above the crate");
+            placer_testkit::skip("no shared/topologies/lscpu above the crate");
             return;
         };
         if std::process::Command::new("tar")
@@ -520,7 +520,7 @@ mod tests {
             .output()
             .is_err()
         {
-            eprintln!("skipped: no tar");
+            placer_testkit::skip("no tar");
             return;
         }
         let t = TempRoot::new("fixtures");

@@ -53,20 +53,12 @@ fn missing() -> Option<String> {
     if !ok(Command::new("python3").args(["-c", "import socket"])) {
         return Some("needs python3".into());
     }
-    let allowed = status_field(std::process::id(), "Cpus_allowed_list").unwrap_or_default();
+    let allowed = placer_testkit::proc::status_field(std::process::id(), "Cpus_allowed_list:")
+        .unwrap_or_default();
     if !cpus(&allowed).is_some_and(|v| v.contains(&0) && v.contains(&1)) {
         return Some(format!("needs CPUs 0 and 1 (allowed: {allowed})"));
     }
     None
-}
-
-fn status_field(pid: u32, field: &str) -> Option<String> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    text.lines().find_map(|l| {
-        l.strip_prefix(field)?
-            .strip_prefix(':')
-            .map(|v| v.trim().to_string())
-    })
 }
 
 fn cpus(list: &str) -> Option<Vec<u32>> {
@@ -81,7 +73,7 @@ fn cpus(list: &str) -> Option<Vec<u32>> {
 }
 
 fn affinity(pid: u32) -> String {
-    status_field(pid, "Cpus_allowed_list").unwrap_or_default()
+    placer_testkit::proc::status_field(pid, "Cpus_allowed_list:").unwrap_or_default()
 }
 
 /// Polls `f` every 20 ms until it holds or `limit` passes; returns the instant it held.

@@ -1,6 +1,7 @@
 //! The house rules a newcomer relies on, checked on the sources: no import circle between
 //! the top-level modules of any crate (a module and the modules it uses can be read in
-//! order), and no `unsafe` in the binary (system calls live in `placer_linux::sys`).
+//! order), no `unsafe` in the binary (system calls live in `placer_linux::sys`), and no
+//! I/O in placer-core (what lets the simulator and replays run the daemon's code).
 //!
 //! A module's dependencies are the `crate::NAME` paths in its non-test code (comments and
 //! the `#[cfg(test)]` tail of a file are left out); `NAME` counts when it is another
@@ -190,6 +191,59 @@ fn the_binary_holds_no_unsafe() {
             !code.contains("unsafe ") && !code.contains("unsafe{"),
             "{} uses unsafe (system calls belong in placer_linux::sys)",
             f.display()
+        );
+    }
+}
+
+/// The ways Rust code reaches the operating system (files, sockets, processes, the
+/// environment, the clock, sleeping, raw system calls); generic `std::io::{Read, Write}`
+/// over a caller's reader is not among them (the record format is written that way), nor
+/// are `std::net`'s address types.
+const OS_IO: &[&str] = &[
+    "std::fs",
+    "TcpListener",
+    "TcpStream",
+    "UdpSocket",
+    "std::process",
+    "std::env",
+    "std::os",
+    "std::thread::sleep",
+    "SystemTime::now",
+    "Instant::now",
+    "std::io::stdin",
+    "std::io::stdout",
+    "std::io::stderr",
+    "libc::",
+    "File::",
+];
+
+/// The OS paths of [`OS_IO`] a file's non-test code names.
+fn os_io_uses(code: &str) -> Vec<&'static str> {
+    OS_IO.iter().copied().filter(|p| code.contains(p)).collect()
+}
+
+#[test]
+fn the_io_checker_finds_a_planted_read() {
+    let text = "fn f() { let _ = std::fs::read(\"x\"); }\n// TcpStream in a comment\n";
+    assert_eq!(os_io_uses(&code(text)), vec!["std::fs"]);
+    assert!(os_io_uses(&code("fn f(w: &mut impl std::io::Write) {}\n")).is_empty());
+    let tail = "fn f() {}\n#[cfg(test)]\nmod tests { fn g() { std::fs::read(\"x\"); } }\n";
+    assert!(os_io_uses(&code(tail)).is_empty());
+}
+
+#[test]
+fn placer_core_does_no_io() {
+    let mut files = Vec::new();
+    rust_files(&workspace().join("crates/placer-core/src"), &mut files);
+    assert!(files.len() > 20, "only {} files found", files.len());
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        let uses = os_io_uses(&code(&text));
+        assert!(
+            uses.is_empty(),
+            "{} reaches the OS ({}): placer-core is pure, I/O belongs in placer-linux",
+            f.display(),
+            uses.join(", ")
         );
     }
 }

@@ -162,13 +162,7 @@ fn pins(stderr: &str) -> Vec<Pin> {
 /// Runs `placer run -n 2 --watch WATCH -- CMD...` and returns its pins and the main pid, or
 /// None (after a visible skip) when fewer than 2 CPUs are allowed here.
 fn run_two(watch: &str, cmd: &[&str]) -> Option<(Vec<Pin>, u32)> {
-    let allowed = std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("Cpus_allowed_list:")
-                .map(|v| v.trim().to_string())
-        })
+    let allowed = placer_testkit::proc::status_field(std::process::id(), "Cpus_allowed_list:")
         .unwrap_or_default();
     if allowed == "0" || !(allowed.contains(',') || allowed.contains('-')) {
         placer_testkit::skip(&format!("needs 2 allowed CPUs (allowed: {allowed})"));

@@ -315,16 +315,12 @@ fn reaction_missing() -> Option<String> {
     if !placer_linux::sys::is_root() {
         return Some("needs root (network namespaces)".into());
     }
-    let allowed = std::fs::read_to_string("/proc/self/status")
-        .ok()?
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("Cpus_allowed_list:")
-                .map(|v| v.trim().to_string())
-        })?;
-    match placer_core::CpuSet::parse_list(&allowed) {
-        Ok(s) if s.contains(0) && s.contains(1) => None,
-        _ => Some(format!("needs CPUs 0 and 1 (allowed: {allowed})")),
+    let text = std::fs::read_to_string("/proc/self/status").ok()?;
+    let allowed = placer_linux::procfs::parse_status(&text).cpus_allowed?;
+    if allowed.contains(0) && allowed.contains(1) {
+        None
+    } else {
+        Some(format!("needs CPUs 0 and 1 (allowed: {allowed})"))
     }
 }
 
@@ -348,12 +344,8 @@ fn wait_line(child: &mut Child, prefix: &str, limit: Duration) -> Result<String>
 fn affinity(pid: u32) -> String {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
-        .and_then(|t| {
-            t.lines().find_map(|l| {
-                l.strip_prefix("Cpus_allowed_list:")
-                    .map(|v| v.trim().to_string())
-            })
-        })
+        .and_then(|t| placer_linux::procfs::parse_status(&t).cpus_allowed)
+        .map(|c| c.to_string())
         .unwrap_or_default()
 }
 

@@ -9,6 +9,11 @@
 
 use crate::classify::Thresholds;
 
+/// The smallest relative change a verdict counts by default (`[verify] min_effect`); each
+/// machine's sufficient-contention threshold is set by it too. Here, a leaf module, so that
+/// the config, the verdicts and the policies all reach it without importing each other.
+pub const DEFAULT_MIN_EFFECT: f64 = 0.05;
+
 /// Names of the built-in machines, with a one-line description.
 pub const MACHINES: &[(&str, &str)] = &[
     ("odroid-xu4", "Exynos 5422: 4x Cortex-A7 (CPUs 0-3) + 4x Cortex-A15 (4-7), two DVFS domains, one GbE NIC (seed 000)"),

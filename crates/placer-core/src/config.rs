@@ -65,7 +65,7 @@ impl Default for Verify {
             enabled: true,
             horizon_intervals: 5,
             window_intervals: 5,
-            min_effect: crate::verdict::DEFAULT_MIN_EFFECT,
+            min_effect: crate::catalogue::DEFAULT_MIN_EFFECT,
             backoff_intervals: 10,
             policy: Default::default(),
         }

@@ -515,10 +515,6 @@ pub fn who(group: &[&Verdict]) -> String {
     }
 }
 
-/// The smallest relative change a verdict counts by default (`[verify] min_effect`); the
-/// contention policy's per-machine sufficient-contention threshold is set by it too.
-pub const DEFAULT_MIN_EFFECT: f64 = 0.05;
-
 /// One metric's measured effects over a policy's judged moves (`placer report`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EffectSummary {

@@ -72,7 +72,7 @@ fn learned_softirq_cost_per_packet_matches_the_hand_computed_one() {
     let _tx = spawn(&["ab", "--worker", &format!("tx:{}", addr.trim())]);
 
     // `top` reads the topology at start: lo's receive CPU is CPU 1 from now on.
-    let mut top = spawn(&["top", "--json", "--interval", "1s"]);
+    let mut top = spawn(&["top", "--json", "--follow", "--interval", "1s"]);
     let (send, lines) = mpsc::channel();
     let top_out = BufReader::new(top.0.stdout.take().unwrap());
     std::thread::spawn(move || {

@@ -605,7 +605,7 @@ impl Contention {
                 .and_then(|m| {
                     catalogue::sufficient_contention_bytes_per_s(
                         m,
-                        crate::verdict::DEFAULT_MIN_EFFECT,
+                        crate::catalogue::DEFAULT_MIN_EFFECT,
                     )
                 })
                 .unwrap_or(DEFAULT_MIN_DOMAIN_BANDWIDTH),
@@ -1605,7 +1605,7 @@ mod tests {
         let synthetic = machine("pkg:2 node:2 core:4 pu:1").unwrap();
         let pol = Contention::default();
         let own = |m: &str| {
-            catalogue::sufficient_contention_bytes_per_s(m, crate::verdict::DEFAULT_MIN_EFFECT)
+            catalogue::sufficient_contention_bytes_per_s(m, crate::catalogue::DEFAULT_MIN_EFFECT)
                 .unwrap()
         };
         assert_eq!(pol.min_domain_bandwidth(&x5570), own("xeon-x5570x2"));

@@ -288,7 +288,9 @@ pub fn schedule(h: &mut SimHost) {
 ///   swapping with the task there when that one may run where this one was; each move
 ///   costs the task `sched.migration_cost_us` of CPU time (`cross_llc_migration_cost_us`
 ///   across LLCs);
-/// - **automatic NUMA balancing**: a process's pages migrate toward the node its first
+/// - **automatic NUMA balancing**: a task away from the node holding most of its pages
+///   moves there or swaps with a task there (`numa_task_placement`), and a process's
+///   pages migrate toward the node its first
 ///   thread runs on, at most `numa.balancing_mb_per_s`, each GB costing the process
 ///   `numa.migrate_s_per_gb` of CPU time; workloads bound to a node (`mem_node`) are left
 ///   alone.
@@ -320,6 +322,7 @@ fn kernel_background(h: &mut SimHost, l: &mut Load, dt: f64) {
             }
         }
     }
+    numa_task_placement(h, l);
     let mb_s = h.params.numa.balancing_mb_per_s;
     if mb_s > 0.0 && h.m.node_ids.len() > 1 {
         let budget = mb_s * 1e6 * dt;
@@ -351,6 +354,134 @@ fn kernel_background(h: &mut SimHost, l: &mut Load, dt: f64) {
             h.tasks[t0].left += mv * cost_s_per_byte;
         }
     }
+}
+
+/// The share of process `pi`'s pages on each node position (its NUMA hinting faults land
+/// there in proportion: the kernel's task_weight / 1000); None before it has memory.
+fn numa_weights(h: &SimHost, pi: usize) -> Option<Vec<f64>> {
+    let p = &h.procs[pi];
+    let total: f64 = p.mem_bytes.iter().sum();
+    (p.mem_placed && total > 0.0).then(|| p.mem_bytes.iter().map(|b| b / total).collect())
+}
+
+/// The kernel's SMALLIMP (30 of a task weight's 1000): a swap must gain more than this.
+const NUMA_SMALL_IMPROVEMENT: f64 = 0.03;
+
+/// Automatic NUMA balancing's task placement, as Linux's kernel/sched/fair.c does it
+/// (numa_migrate_preferred, task_numa_migrate, task_numa_find_cpu, task_numa_compare,
+/// load_too_imbalanced; the seed-003 paper's section II.3: a task whose remote accesses
+/// outnumber its local ones is moved to the node holding that memory). A task whose
+/// preferred node (the one holding most of its pages) is not the one it runs on tries,
+/// every `numa.task_retry_ms`, each allowed CPU of that node: an idle one takes it when
+/// the move leaves the two nodes' load no more imbalanced; a busy one's task is swapped
+/// with it when the two tasks' page shares gain in total (its own gain plus the other's
+/// change, more than SMALLIMP) and the swap leaves the load no more imbalanced. The best
+/// candidate wins; a plain move beats a swap that gains less.
+fn numa_task_placement(h: &mut SimHost, l: &mut Load) {
+    let retry_ns = (h.params.numa.task_retry_ms * 1e6) as u64;
+    if retry_ns == 0 || h.m.node_ids.len() < 2 {
+        return;
+    }
+    for ti in 0..h.tasks.len() {
+        let t = &h.tasks[ti];
+        if !(t.runnable && t.placed) || t.rt || h.time_ns < t.numa_retry_ns {
+            continue;
+        }
+        // Memory bound to a node (numactl --membind) takes no NUMA hinting faults.
+        if h.specs[h.procs[t.proc].spec].mem_node.is_some() {
+            continue;
+        }
+        let Some(w) = numa_weights(h, t.proc) else {
+            continue;
+        };
+        h.tasks[ti].numa_retry_ns = h.time_ns + retry_ns;
+        let src_cpu = h.tasks[ti].cpu;
+        let src = h.m.node_pos(h.m.cpus[src_cpu].node);
+        let pref = (0..w.len())
+            .max_by(|&a, &b| w[a].total_cmp(&w[b]).then(b.cmp(&a)))
+            .unwrap_or(src);
+        if pref == src || w[pref] <= w[src] {
+            continue;
+        }
+        if let Some((to, other)) = numa_find_cpu(h, l, ti, src, pref, &w) {
+            migrate(h, l, ti, to);
+            if let Some(o) = other {
+                migrate(h, l, o, src_cpu);
+            }
+        }
+    }
+}
+
+/// task_numa_find_cpu: the best CPU of node position `dst` for task `ti` (on node `src`,
+/// page shares `w`), and the task to swap with it, if any.
+fn numa_find_cpu(
+    h: &SimHost,
+    l: &Load,
+    ti: usize,
+    src: usize,
+    dst: usize,
+    w: &[f64],
+) -> Option<(usize, Option<usize>)> {
+    let node_of = |c: usize| h.m.node_pos(h.m.cpus[c].node);
+    let (mut src_load, mut dst_load, mut src_cap, mut dst_cap) = (0.0, 0.0, 0.0, 0.0);
+    for c in 0..h.m.cpus.len() {
+        if node_of(c) == src {
+            src_load += l.util[c];
+            src_cap += capacity(h, c);
+        } else if node_of(c) == dst {
+            dst_load += l.util[c];
+            dst_cap += capacity(h, c);
+        }
+    }
+    // load_too_imbalanced: would moving `load` from src to dst widen the imbalance of the
+    // capacity-corrected loads?
+    let too_imbalanced = |load: f64| {
+        let imb = ((dst_load + load) * src_cap - (src_load - load) * dst_cap).abs();
+        let old = (dst_load * src_cap - src_load * dst_cap).abs();
+        imb > old + 1e-12
+    };
+    let load_of = |t: usize| h.tasks[t].util_avg.max(0.05);
+    let task_imp = w[dst] - w[src];
+    let may_move = !too_imbalanced(load_of(ti));
+    let src_id = h.m.cpus[h.tasks[ti].cpu].id;
+    let mut best: Option<(usize, Option<usize>)> = None;
+    let mut best_imp = 0.0;
+    for c in allowed_idx(h, ti)
+        .into_iter()
+        .filter(|&c| node_of(c) == dst)
+    {
+        let Some(&cur) = l.on[c].iter().find(|&&o| o != ti) else {
+            if may_move && task_imp >= best_imp {
+                best = Some((c, None));
+                best_imp = task_imp;
+            }
+            continue;
+        };
+        if h.tasks[cur].rt || !h.tasks[cur].allowed.contains(src_id) {
+            continue;
+        }
+        let cur_spec = &h.specs[h.procs[h.tasks[cur].proc].spec];
+        let Some(wc) = numa_weights(h, h.tasks[cur].proc).filter(|_| cur_spec.mem_node.is_none())
+        else {
+            continue;
+        };
+        let imp = task_imp + wc[src] - wc[dst];
+        if may_move && task_imp > imp && task_imp > best_imp {
+            best = Some((c, None));
+            best_imp = task_imp;
+            continue;
+        }
+        if imp < NUMA_SMALL_IMPROVEMENT || imp <= best_imp + NUMA_SMALL_IMPROVEMENT / 2.0 {
+            continue;
+        }
+        let load = load_of(ti) - load_of(cur);
+        if load != 0.0 && too_imbalanced(load) {
+            continue;
+        }
+        best = Some((c, Some(cur)));
+        best_imp = imp;
+    }
+    best
 }
 
 /// A load-balancer move of a running task, with its cache-refill cost.
@@ -666,6 +797,99 @@ name = "hog"
             h.tasks[t].placed = true;
         }
         (r, g)
+    }
+
+    /// An X5570 pair (two nodes of four CPUs) with `n` endless single-thread jobs, run
+    /// until placed; `params` overrides.
+    fn numa_host(n: u32, params: &str) -> SimHost {
+        let sc = Scenario::from_toml(
+            "t",
+            &format!(
+                r#"name = "t"
+machine = "xeon-x5570x2"
+duration_s = 1.0
+{params}
+[[workloads]]
+kind = "cpu"
+name = "job{{i}}"
+count = {n}
+"#
+            ),
+        )
+        .unwrap();
+        let mut h = sc.host(None, Baseline::LinuxDefault, 1).unwrap();
+        h.run_until(10_000_000, false);
+        h
+    }
+
+    /// Puts job `j` on CPU `cpu` with all its pages on node position `mem`, due for its
+    /// NUMA placement try.
+    fn put(h: &mut SimHost, j: usize, cpu: usize, mem: usize) -> usize {
+        let t = h.procs[j].threads[0];
+        h.tasks[t].cpu = cpu;
+        h.tasks[t].numa_retry_ns = 0;
+        let p = &mut h.procs[j];
+        p.mem_bytes.iter_mut().for_each(|b| *b = 0.0);
+        p.mem_bytes[mem] = 1e9;
+        p.mem_placed = true;
+        t
+    }
+
+    fn node_of(h: &SimHost, t: usize) -> usize {
+        h.m.node_pos(h.m.cpus[h.tasks[t].cpu].node)
+    }
+
+    #[test]
+    fn a_task_whose_memory_is_on_the_far_node_moves_there() {
+        let mut h = numa_host(1, "");
+        let t = put(&mut h, 0, 0, 1);
+        assert_eq!(node_of(&h, t), 0);
+        let mut l = loads(&h);
+        numa_task_placement(&mut h, &mut l);
+        assert_eq!(node_of(&h, t), 1, "moved to an idle CPU of its pages' node");
+        // Not again before the retry interval.
+        assert_eq!(h.tasks[t].numa_retry_ns, h.time_ns + 62_500_000);
+        // With task placement off it stays where it is.
+        let mut h = numa_host(1, "[params.numa]\ntask_retry_ms = 0.0");
+        let t = put(&mut h, 0, 0, 1);
+        let mut l = loads(&h);
+        numa_task_placement(&mut h, &mut l);
+        assert_eq!(node_of(&h, t), 0);
+    }
+
+    #[test]
+    fn a_numa_swap_happens_only_when_both_tasks_gain() {
+        // Every CPU busy (four jobs per node): no idle CPU, and a plain move would leave the
+        // nodes 3:5, so only a swap can bring a task to its memory.
+        let setup = |b_mem: usize| {
+            let mut h = numa_host(8, "");
+            let node1: Vec<usize> = (0..h.m.cpus.len())
+                .filter(|&c| h.m.node_pos(h.m.cpus[c].node) == 1)
+                .collect();
+            let node0: Vec<usize> = (0..h.m.cpus.len())
+                .filter(|&c| h.m.node_pos(h.m.cpus[c].node) == 0)
+                .collect();
+            for (j, &c) in node0.iter().chain(node1.iter()).enumerate() {
+                let home = h.m.node_pos(h.m.cpus[c].node);
+                put(&mut h, j, c, home);
+            }
+            // Job 0 on node 0 with its pages on node 1; job 4 on node 1 with its pages on
+            // `b_mem`; the rest at home.
+            let a = put(&mut h, 0, node0[0], 1);
+            let b = put(&mut h, 4, node1[0], b_mem);
+            for t in 0..h.tasks.len() {
+                if t != a {
+                    h.tasks[t].numa_retry_ns = u64::MAX;
+                }
+            }
+            let mut l = loads(&h);
+            numa_task_placement(&mut h, &mut l);
+            (node_of(&h, a), node_of(&h, b))
+        };
+        // Both gain (each goes to its own pages): they swap.
+        assert_eq!(setup(0), (1, 0));
+        // The task on node 1 is at home and would lose all its locality: no swap.
+        assert_eq!(setup(1), (0, 1));
     }
 
     #[test]

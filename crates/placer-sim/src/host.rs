@@ -127,7 +127,45 @@ impl SimHost {
         for s in specs {
             host.add_workload(s)?;
         }
+        host.link_loopback_peers()?;
         Ok(host)
+    }
+
+    /// Pairs each loopback receiver (an `rx` workload with `peer`) with its local sender:
+    /// instance `i` of the receiver with the `tx` process named `peer` with `{i}` replaced,
+    /// on the same NIC. A sender without its own rate sends as fast as it can.
+    fn link_loopback_peers(&mut self) -> Result<(), SimError> {
+        for si in 0..self.specs.len() {
+            let Some(peer) = self.specs[si].peer.clone() else {
+                continue;
+            };
+            let receivers: Vec<usize> = (0..self.procs.len())
+                .filter(|&p| self.procs[p].spec == si)
+                .collect();
+            for (i, &rp) in receivers.iter().enumerate() {
+                let name = instance_name(&peer, i as u32);
+                let rf = self.procs[rp].flow.expect("rx processes have a flow");
+                let sender = self.procs.iter().position(|p| {
+                    p.kind == Kind::Tx
+                        && p.result.name == name
+                        && p.flow
+                            .is_some_and(|f| self.flows[f].nic == self.flows[rf].nic)
+                });
+                let Some(sp) = sender else {
+                    return Err(SimError::Invalid(format!(
+                        "workload {:?}: no tx process {name:?} on the same NIC to be its peer",
+                        self.specs[si].name
+                    )));
+                };
+                let sf = self.procs[sp].flow.expect("tx processes have a flow");
+                self.flows[rf].peer = Some(sf);
+                self.flows[sf].peer = Some(rf);
+                if self.specs[self.procs[sp].spec].rate_mbps.is_none() {
+                    self.flows[sf].rate_bps = f64::INFINITY;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Adds a workload (its processes start at their `start_s`).
@@ -176,6 +214,7 @@ impl SimHost {
                     instructions: 0.0,
                     cycles: 0.0,
                     mem_bytes: 0.0,
+                    numa_retry_ns: 0,
                 });
             }
             let mut mem_bytes = vec![0.0; self.m.node_ids.len()];
@@ -223,6 +262,8 @@ impl SimHost {
                         rx_cpu: 0,
                         offered: 0.0,
                         reader_slept: true,
+                        peer: None,
+                        pending: 0.0,
                     });
                     Some(fidx)
                 }

@@ -22,13 +22,16 @@ use crate::workload::Kind;
 use crate::world::SimHost;
 
 /// The CPU index doing receive processing for flow `f` (its queue's RPS CPU, else the
-/// first CPU of the queue's IRQ affinity).
+/// first CPU of the queue's IRQ affinity; over loopback without RPS, the sender's CPU,
+/// where netif_rx queued the packet).
 pub fn rx_cpu_of(h: &SimHost, f: usize) -> usize {
     let fl = &h.flows[f];
     let q = &h.topo.nics[fl.nic].queues[fl.queue];
     let id = if !q.rps_cpus.is_empty() {
         let v = q.rps_cpus.to_vec();
         v[f % v.len()]
+    } else if let Some(sender) = fl.peer.filter(|_| q.irq_cpus.is_empty()) {
+        return reader_cpu(h, sender);
     } else {
         q.irq_cpus.first().unwrap_or(0)
     };
@@ -45,7 +48,7 @@ pub fn softirq(h: &mut SimHost, dt: f64) {
     let mut active = vec![0usize; h.topo.nics.len()];
     for f in &h.flows {
         let p = &h.procs[f.proc];
-        if f.rx && p.started && !p.exited {
+        if f.rx && f.peer.is_none() && p.started && !p.exited {
             active[f.nic] += 1;
         }
     }
@@ -60,12 +63,21 @@ pub fn softirq(h: &mut SimHost, dt: f64) {
         }
         let rc = rx_cpu_of(h, fi);
         let f = &mut h.flows[fi];
+        // Loopback: what the local sender sent (no line rate; its window bounds it).
+        let rate_bps = if f.peer.is_some() {
+            f.pending / dt
+        } else {
+            f.rate_bps
+        };
         let mut line_mbps = h.topo.nics[f.nic].speed_mbps.unwrap_or(1000) as f64;
         if net.nic_max_rx_mbps > 0.0 {
             line_mbps = line_mbps.min(net.nic_max_rx_mbps);
         }
+        if f.peer.is_some() {
+            line_mbps = f64::INFINITY;
+        }
         let line_bps = line_mbps * 1e6 / 8.0;
-        let mut rate = f.rate_bps.min(line_bps / active[f.nic].max(1) as f64);
+        let mut rate = rate_bps.min(line_bps / active[f.nic].max(1) as f64);
         if let Some(l) = f.limit_bps {
             rate = rate.min(l);
         }
@@ -104,6 +116,9 @@ pub fn softirq(h: &mut SimHost, dt: f64) {
             continue;
         }
         let done = f.offered * grant[f.rx_cpu];
+        if f.peer.is_some() {
+            f.pending -= done;
+        }
         f.buffer += done;
         f.bytes += done;
         let pkts = done / f.packet_bytes;
@@ -184,9 +199,18 @@ fn tx_cost_per_byte(h: &SimHost, f: usize) -> f64 {
     n.tx_cycles_per_byte + n.tx_cycles_per_packet / h.flows[f].packet_bytes
 }
 
-fn tx_rate(h: &SimHost, f: usize) -> f64 {
+/// The rate flow `f`'s sender may send at, bytes/s: its own rate within the NIC's line
+/// rate, or over loopback what the receiver's socket buffer has room for this tick (TCP's
+/// window: the sender waits, using no CPU, while it is full).
+fn tx_rate(h: &SimHost, f: usize, dt: f64) -> f64 {
     let fl = &h.flows[f];
-    let line = h.topo.nics[fl.nic].speed_mbps.unwrap_or(1000) as f64 * 1e6 / 8.0;
+    let line = match fl.peer {
+        Some(r) => {
+            let rx = &h.flows[r];
+            (h.params.net.rcvbuf_bytes - rx.pending - rx.buffer).max(0.0) / dt
+        }
+        None => h.topo.nics[fl.nic].speed_mbps.unwrap_or(1000) as f64 * 1e6 / 8.0,
+    };
     let mut r = fl.rate_bps.min(line);
     if let Some(l) = fl.limit_bps {
         r = r.min(l);
@@ -228,7 +252,7 @@ pub fn task_want(h: &SimHost, ti: usize, c: usize, cycles: f64, dt: f64) -> f64 
         }
         Kind::Tx => {
             let Some(f) = p.flow else { return 0.0 };
-            let need = tx_rate(h, f) * dt * tx_cost_per_byte(h, f);
+            let need = tx_rate(h, f, dt) * dt * tx_cost_per_byte(h, f);
             let have = eff_cycles(h, ti, c, cycles);
             if have <= 0.0 {
                 return 0.0;
@@ -288,10 +312,13 @@ pub fn progress(
         Kind::Tx => {
             if let Some(f) = h.procs[pi].flow {
                 let per_byte = tx_cost_per_byte(h, f).max(1e-9);
-                let bytes = (eff_cycles(h, ti, c, cycles) / per_byte).min(tx_rate(h, f) * dt);
+                let bytes = (eff_cycles(h, ti, c, cycles) / per_byte).min(tx_rate(h, f, dt) * dt);
                 let fl = &mut h.flows[f];
                 fl.bytes += bytes;
                 fl.segs += bytes / fl.packet_bytes;
+                if let Some(r) = fl.peer {
+                    h.flows[r].pending += bytes;
+                }
                 if in_window {
                     h.procs[pi].result.tx_bytes += bytes;
                 }

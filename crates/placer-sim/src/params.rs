@@ -100,6 +100,11 @@ pub struct NumaParams {
     /// CPU time a process spends migrating 1 GB of its pages (fault, copy, remap), s.
     #[serde(default)]
     pub migrate_s_per_gb: f64,
+    /// Automatic NUMA balancing's task placement: a task away from its preferred node
+    /// (the one holding most of its pages) tries to move there, or to swap with a task
+    /// there, this often, ms (0 = off).
+    #[serde(default)]
+    pub task_retry_ms: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -267,6 +272,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("contention.core_bw_gbps", "[E] CAL C archetype 1: a streaming hog pulls 6-10 GB/s solo -> 10"),
     ("contention.loaded_latency", "placer_core::catalogue::LOADED_LATENCY: CAL C MLC 3.11b loaded-latency curve: 3/43/83/133/159 GB/s -> 82/91/101/128/~310 ns, normalised to 159 GB/s and 82 ns"),
     ("numa.balancing_mb_per_s", "Linux automatic NUMA balancing (on by default since 3.8; seed 003's 4.2 has it, its Sec. 2.2): numa_balancing_scan_size_mb 256 per scan_period_min_ms 1000 -> at most 256 MB/s of a process's pages scanned and migrated"),
+    ("numa.task_retry_ms", "Linux kernel/sched/fair.c numa_migrate_preferred: a task off its preferred node retries task_numa_migrate every min(1 s, numa_scan_period / 16); the scan period sits at numa_balancing_scan_period_min_ms = 1000 while its faults are remote and private: 62.5 ms"),
     ("numa.migrate_s_per_gb", "[E] a NUMA hinting fault + copy + remap per 4 KiB page, ~1 us: 0.25 s per GB"),
     ("numa.latency_ratio", "CAL D: 2S Intel MLC 1.7x (distance 20/21); Opteron 4P 1-hop 1.085 (16), 2-hop 1.30 (22)"),
     ("power.node_idle_w", "seed 001 Pn (dell-c6100 76.11, hp-dk388p 106.41); CAL B SPECpower idle for others; odroid CAL A4 3.89 W"),
@@ -415,6 +421,7 @@ impl Params {
                 ]),
                 balancing_mb_per_s: 256.0,
                 migrate_s_per_gb: 0.25,
+                task_retry_ms: 62.5,
             },
             power: PowerParams {
                 node_idle_w: 66.0,

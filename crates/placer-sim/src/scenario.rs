@@ -63,6 +63,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
         include_str!("../../../scenarios/seed-003-28.toml"),
     ),
     ("seed-004", include_str!("../../../scenarios/seed-004.toml")),
+    (
+        "device-16c-loopback",
+        include_str!("../../../scenarios/device-16c-loopback.toml"),
+    ),
 ];
 
 fn default_seeds() -> Vec<u64> {
@@ -486,6 +490,7 @@ impl Scenario {
         let mut topo =
             placer_core::machines::machine(&self.machine).map_err(|e| bad(e.to_string()))?;
         let max_khz = topo.cpus.iter().filter_map(|c| c.max_khz).max();
+        add_loopback_if_used(&mut topo, &self.workloads, &self.variants);
         let mut params = Params::for_machine(&self.machine, max_khz);
         if let Some(o) = &self.params {
             params = params.with_overrides(o).map_err(bad)?;
@@ -547,6 +552,35 @@ impl Scenario {
         )
         .map_err(|e| ScenarioError::Invalid(self.name.clone(), e.to_string()))
     }
+}
+
+/// Gives the machine a loopback device, `lo` (one queue, no IRQ, no line rate, 127.0.0.1),
+/// when a workload of the scenario or of a variant uses it and the model has none.
+fn add_loopback_if_used(
+    topo: &mut placer_core::Topology,
+    workloads: &[WorkloadSpec],
+    variants: &[Variant],
+) {
+    let uses_lo = workloads
+        .iter()
+        .chain(variants.iter().flat_map(|v| v.workloads.iter().flatten()))
+        .any(|w| w.nic.as_deref() == Some("lo"));
+    if !uses_lo || topo.nic("lo").is_some() {
+        return;
+    }
+    topo.nics.push(placer_core::topology::Nic {
+        name: "lo".into(),
+        node: None,
+        rx_cpus: CpuSet::new(),
+        queues: vec![placer_core::topology::NicQueue {
+            name: "lo".into(),
+            irq: None,
+            irq_cpus: CpuSet::new(),
+            rps_cpus: CpuSet::new(),
+        }],
+        speed_mbps: None,
+        addrs: vec![std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)],
+    });
 }
 
 /// Splits `eas+energy-qos` into the baseline and the placer policies; a spec that does
@@ -691,7 +725,10 @@ pub fn metrics_of(host: &SimHost, actions: u64) -> Metrics {
     let mut has_net = false;
     for p in &host.procs {
         rx += p.result.rx_bytes;
-        tx += p.result.tx_bytes;
+        // A loopback sender's bytes are its receiver's: counted once.
+        if p.flow.is_none_or(|f| host.flows[f].peer.is_none()) {
+            tx += p.result.tx_bytes;
+        }
         work += p.result.work_done_s;
         match p.kind {
             Kind::Cpu => completions.extend(p.result.completions_s.iter().copied()),

@@ -10,6 +10,10 @@
 //! - `rx`: a process receiving one TCP flow from a remote sender at `rate_mbps` (the
 //!   sender's rate; the NIC's line rate and the receiver's speed bound it) on `nic`.
 //! - `tx`: a process sending one flow at `rate_mbps` on `nic`.
+//! - over loopback (`nic = "lo"`, added to any machine that lacks one): an `rx` workload
+//!   names its local sender with `peer = "send{i}"`, a `tx` workload; the sender's bytes
+//!   are what the receiver's softirq processes (on the RPS CPU, else the sender's CPU), no
+//!   line rate applies, and the sender waits while the receiver's socket buffer is full.
 //! - `periodic`: a real-time (SCHED_FIFO when `rt`) task releasing a job of `work_ms`
 //!   every `period_ms`, to finish within `deadline_ms`; misses are counted.
 //!
@@ -80,6 +84,9 @@ pub struct WorkloadSpec {
     /// `rx`: reuse one receive buffer (cache-hot) rather than allocate one per message.
     #[serde(default = "yes")]
     pub buffer_reuse: bool,
+    /// `rx` over loopback: the local sender, a `tx` workload's instance name (`send{i}`).
+    #[serde(default)]
+    pub peer: Option<String>,
     /// `periodic`.
     #[serde(default)]
     pub period_ms: f64,
@@ -165,6 +172,9 @@ impl WorkloadSpec {
                 }
                 if self.packet_bytes <= 0.0 {
                     return bad("packet_bytes must be positive".into());
+                }
+                if self.peer.is_some() && self.kind != Kind::Rx {
+                    return bad("`peer` (the local sender) is for rx workloads".into());
                 }
             }
             Kind::Periodic => {

@@ -68,6 +68,9 @@ pub struct Task {
     pub cycles: f64,
     /// DRAM traffic, bytes (the class's bandwidth while it runs, scaled by its speed).
     pub mem_bytes: f64,
+    /// Automatic NUMA balancing: no try to move it toward its preferred node before this
+    /// time (the kernel's numa_migrate_retry).
+    pub numa_retry_ns: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -122,6 +125,10 @@ pub struct Flow {
     /// The reader emptied the socket buffer in the last tick, so it blocked in recv() and
     /// the next data wakes it (a wake-up placed by the scheduler, maybe an IPI).
     pub reader_slept: bool,
+    /// Loopback: the other end's flow (a receiver's local sender, a sender's receiver).
+    pub peer: Option<usize>,
+    /// Loopback receiver: bytes its sender sent that softirq has not processed yet.
+    pub pending: f64,
 }
 
 #[derive(Debug, Clone)]

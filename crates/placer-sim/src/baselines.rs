@@ -858,7 +858,7 @@ count = {n}
     }
 
     #[test]
-    fn a_numa_swap_happens_only_when_both_tasks_gain() {
+    fn a_numa_swap_happens_only_when_the_pair_gains() {
         // Every CPU busy (four jobs per node): no idle CPU, and a plain move would leave the
         // nodes 3:5, so only a swap can bring a task to its memory.
         let setup = |b_mem: usize| {
@@ -888,7 +888,9 @@ count = {n}
         };
         // Both gain (each goes to its own pages): they swap.
         assert_eq!(setup(0), (1, 0));
-        // The task on node 1 is at home and would lose all its locality: no swap.
+        // The task on node 1 is at home and would lose all its locality, what the other
+        // gains: the pair gains nothing, no swap. (The kernel's test is the pair's total,
+        // so a swap where one loses less than the other gains does happen.)
         assert_eq!(setup(1), (0, 1));
     }
 

@@ -16,25 +16,33 @@
 //! [`Actuator::maintain`], which every cycle fixes threads of held processes that appeared
 //! since with another affinity.
 //!
-//! Knob handlers are pluggable: [`KnobHandler`] applies the actions it knows and restores
-//! the journal entries of its knob kinds. Built in: process affinity, IRQ affinity, RPS.
-//! Other areas register theirs with [`Handlers::register`] (cpufreq, tc, memory policy).
+//! Each knob kind has one handler ([`KnobHandler`]: applies the actions of its kinds and
+//! restores their journal entries): process affinity, IRQ affinity, RPS (in `knobs/`),
+//! cpufreq, tc and memory policy. [`Handlers::for_kind`] matches a [`KnobKind`] to its
+//! handler exhaustively; the handler is given the planned action's policy for the journal.
 //!
 //! Process knobs act on the running kernel (syscalls by pid); `root` only locates /proc and
 //! /sys, so IRQ and RPS handling can be tested on a writable temporary tree.
 
-use crate::journal::{Entry, Journal, Knob};
+use crate::journal::{Entry, Journal, Knob, KnobKind};
 pub use crate::knob::{classify, settle, Ctx, KnobHandler, Restored};
 pub use crate::knobs::{irq::IrqHandler, proc_affinity::ProcAffinityHandler, rps::RpsHandler};
 pub use crate::pid::{parse_start_time, start_time_ticks, task_ids};
 // The affinity calls live in `sys`; re-exported for the binary and tests.
 pub use crate::sys::{get_affinity, set_affinity};
 use placer_core::plan::{ActionReport, Outcome, Plan};
+use placer_core::policies::PolicyKind;
 use std::path::{Path, PathBuf};
 
-/// The registered handlers; built-ins first.
+/// The knob handlers, one per area; [`Handlers::for_kind`] is an exhaustive match, so a
+/// knob kind (and so an action) added without a handler does not compile.
 pub struct Handlers {
-    list: Vec<Box<dyn KnobHandler>>,
+    pub proc_affinity: ProcAffinityHandler,
+    pub irq: IrqHandler,
+    pub rps: RpsHandler,
+    pub cpufreq: crate::cpufreq::CpufreqHandler,
+    pub tc: crate::tc::TcHandler,
+    pub mem_policy: crate::membind::MemPolicyHandler,
 }
 
 impl Default for Handlers {
@@ -45,28 +53,41 @@ impl Default for Handlers {
 
 impl Handlers {
     pub fn builtin() -> Handlers {
-        let list: Vec<Box<dyn KnobHandler>> = vec![
-            Box::new(ProcAffinityHandler::default()),
-            Box::new(IrqHandler),
-            Box::new(RpsHandler),
-            Box::new(crate::cpufreq::CpufreqHandler),
-            Box::new(crate::tc::TcHandler {
+        Handlers {
+            proc_affinity: ProcAffinityHandler::default(),
+            irq: IrqHandler,
+            rps: RpsHandler,
+            cpufreq: crate::cpufreq::CpufreqHandler,
+            tc: crate::tc::TcHandler {
                 ctx: crate::tc::TcCtx::current(),
                 ..Default::default()
-            }),
-            Box::new(crate::membind::MemPolicyHandler),
-            // Other areas add their handlers here.
-        ];
-        Handlers { list }
+            },
+            mem_policy: crate::membind::MemPolicyHandler,
+        }
     }
 
-    /// Adds a handler (tried after the ones before it).
-    pub fn register(&mut self, h: Box<dyn KnobHandler>) {
-        self.list.push(h);
+    /// The handler of `kind`.
+    pub fn for_kind(&mut self, kind: KnobKind) -> &mut dyn KnobHandler {
+        match kind {
+            KnobKind::ProcAffinity => &mut self.proc_affinity,
+            KnobKind::IrqAffinity => &mut self.irq,
+            KnobKind::Rps => &mut self.rps,
+            KnobKind::CpufreqMax | KnobKind::CpufreqGovernor => &mut self.cpufreq,
+            KnobKind::TcQdisc => &mut self.tc,
+            KnobKind::MemPolicy => &mut self.mem_policy,
+        }
     }
 
-    fn for_kind(&mut self, kind: &str) -> Option<&mut Box<dyn KnobHandler>> {
-        self.list.iter_mut().find(|h| h.kinds().contains(&kind))
+    /// Every handler, for the per-cycle upkeep.
+    fn all(&mut self) -> [&mut dyn KnobHandler; 6] {
+        [
+            &mut self.proc_affinity,
+            &mut self.irq,
+            &mut self.rps,
+            &mut self.cpufreq,
+            &mut self.tc,
+            &mut self.mem_policy,
+        ]
     }
 }
 
@@ -112,13 +133,7 @@ pub fn restore_where(
             settled.clear();
         };
     for e in entries {
-        let r = match handlers.for_kind(e.knob.kind()) {
-            Some(h) => h.restore(root, &e),
-            None => Restored::Failed(format!(
-                "no restorer for knob kind {} in this placer",
-                e.knob.kind()
-            )),
-        };
+        let r = handlers.for_kind(e.knob.kind()).restore(root, &e);
         if r.settled() {
             settled.push(out.len());
         }
@@ -191,8 +206,8 @@ impl Actuator {
         let entries = j.entries().to_vec();
         let root = self.root.clone();
         self.handlers
-            .list
-            .iter_mut()
+            .all()
+            .into_iter()
             .map(|h| h.maintain(&root, &entries))
             .sum()
     }
@@ -235,19 +250,11 @@ impl Actuator {
         };
         let mut out = Vec::new();
         for pa in &plan.actions {
-            let kind = crate::knob::kind_of(&pa.action);
+            let policy = PolicyKind::parse(&pa.policy);
             let outcome = self
                 .handlers
-                .list
-                .iter_mut()
-                .find(|h| h.kinds().contains(&kind))
-                .and_then(|h| h.apply(&mut ctx, &pa.action));
-            let outcome = outcome.unwrap_or_else(|| {
-                Outcome::Permanent(format!(
-                    "no handler for {} in this placer",
-                    pa.action.kind()
-                ))
-            });
+                .for_kind(KnobKind::of(&pa.action))
+                .apply(&mut ctx, &pa.action, policy);
             out.push(ActionReport {
                 planned: pa.clone(),
                 outcome,

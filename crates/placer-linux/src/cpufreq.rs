@@ -209,8 +209,9 @@ pub fn restore(root: &Path, prev: &CpufreqPrev) -> Result<()> {
 // `cpufreq_max` and `cpufreq_governor` knobs.
 
 use crate::journal::{Entry, Knob};
-use crate::knob::{classify, Ctx, KnobHandler, Restored};
+use crate::knob::{classify, policy_label, Ctx, KnobHandler, Restored};
 use placer_core::plan::{Action, Outcome};
+use placer_core::policies::PolicyKind;
 
 /// Journal value of a governor knob: `name`, or `userspace:KHZ`.
 fn governor_value(st: &CpufreqState) -> String {
@@ -231,7 +232,7 @@ fn outcome_of(e: &LinuxError, what: &str) -> Outcome {
     }
 }
 
-/// The cpufreq knob handler (register with `Handlers::register`).
+/// The cpufreq knob handler (the actuator's for `cpufreq_max` and `cpufreq_governor`).
 #[derive(Debug, Default)]
 pub struct CpufreqHandler;
 
@@ -243,12 +244,13 @@ impl CpufreqHandler {
         knob: Knob,
         previous: &str,
         applied: &str,
+        policy: Option<PolicyKind>,
         write: impl FnOnce() -> Result<()>,
     ) -> Outcome {
         let Some(journal) = ctx.journal.as_deref_mut() else {
             return Outcome::Transient("no journal".into());
         };
-        let new = match journal.record(knob.clone(), previous, applied, "energy-qos") {
+        let new = match journal.record(knob.clone(), previous, applied, policy_label(policy)) {
             Ok(n) => n,
             Err(e) => return Outcome::Transient(format!("journal: {e}")),
         };
@@ -263,7 +265,13 @@ impl CpufreqHandler {
         }
     }
 
-    fn cap(ctx: &mut Ctx<'_>, domain: u32, khz: u64, dry_run: bool) -> Outcome {
+    fn cap(
+        ctx: &mut Ctx<'_>,
+        domain: u32,
+        khz: u64,
+        policy: Option<PolicyKind>,
+        dry_run: bool,
+    ) -> Outcome {
         let st = match read_state(ctx.root, domain) {
             Ok(s) => s,
             Err(e) => return Outcome::Permanent(e.to_string()),
@@ -281,7 +289,7 @@ impl CpufreqHandler {
             .map(|k| k.to_string())
             .unwrap_or_default();
         let root = ctx.root.to_path_buf();
-        Self::journaled(ctx, knob, &prev, &f.to_string(), || {
+        Self::journaled(ctx, knob, &prev, &f.to_string(), policy, || {
             cap_max(&root, domain, f).map(|_| ())
         })
     }
@@ -291,6 +299,7 @@ impl CpufreqHandler {
         domain: u32,
         governor: &str,
         speed: Option<u64>,
+        policy: Option<PolicyKind>,
         dry_run: bool,
     ) -> Outcome {
         let st = match read_state(ctx.root, domain) {
@@ -311,28 +320,24 @@ impl CpufreqHandler {
         }
         let root = ctx.root.to_path_buf();
         let g = governor.to_string();
-        Self::journaled(ctx, knob, &prev, &applied, || {
+        Self::journaled(ctx, knob, &prev, &applied, policy, || {
             set_governor(&root, domain, &g, speed).map(|_| ())
         })
     }
 }
 
 impl KnobHandler for CpufreqHandler {
-    fn kinds(&self) -> &'static [&'static str] {
-        &["cpufreq_max", "cpufreq_governor"]
-    }
-
-    fn apply(&mut self, ctx: &mut Ctx<'_>, action: &Action) -> Option<Outcome> {
+    fn apply(&mut self, ctx: &mut Ctx<'_>, action: &Action, policy: Option<PolicyKind>) -> Outcome {
         let dry_run = ctx.dry_run();
         match action {
             Action::CapFrequency { domain, max_khz } => {
-                Some(Self::cap(ctx, *domain, *max_khz, dry_run))
+                Self::cap(ctx, *domain, *max_khz, policy, dry_run)
             }
             Action::SetGovernor {
                 domain,
                 governor,
                 speed_khz,
-            } => Some(Self::governor(ctx, *domain, governor, *speed_khz, dry_run)),
+            } => Self::governor(ctx, *domain, governor, *speed_khz, policy, dry_run),
             Action::RestoreFrequency { domain } => {
                 let mut out = Outcome::Skipped(format!("policy{domain}: placer did not change it"));
                 // Governor first, then the cap (see `restore`).
@@ -348,9 +353,9 @@ impl KnobHandler for CpufreqHandler {
                     let r = self.restore(ctx.root, &e);
                     out = crate::knob::settle(ctx, &knob, r);
                 }
-                Some(out)
+                out
             }
-            _ => None,
+            _ => crate::knob::not_mine("cpufreq", action),
         }
     }
 
@@ -519,7 +524,6 @@ pub(crate) mod tests {
         let fs = FakeSysfs::new("handler");
         let state = fs.root.join("state");
         let mut act = Actuator::new(&fs.root, &state);
-        act.handlers.register(Box::new(CpufreqHandler));
         let mut plan = Plan::default();
         plan.push(
             "energy-qos",
@@ -553,6 +557,8 @@ pub(crate) mod tests {
             (e.previous.as_str(), e.applied.as_str()),
             ("2000000", "1000000")
         );
+        // Labelled with the policy that planned it.
+        assert_eq!(e.label, "energy-qos");
         let e = j.get(&Knob::CpufreqGovernor { domain: 0 }).unwrap();
         assert_eq!(
             (e.previous.as_str(), e.applied.as_str()),
@@ -579,7 +585,6 @@ pub(crate) mod tests {
         let fs = FakeSysfs::new("lease");
         let state = fs.root.join("state");
         let mut act = Actuator::new(&fs.root, &state);
-        act.handlers.register(Box::new(CpufreqHandler));
         let mut plan = Plan::default();
         plan.push(
             "energy-qos",

@@ -12,8 +12,8 @@
 //! compares the knob's current value with `applied`: if they differ, someone else changed the
 //! knob since, and placer leaves it alone (the lease idea, applied at restore time too).
 //!
-//! Knob kinds cover every knob placer's policies touch; each kind has a restorer registered
-//! with the actuator (`crate::actuator::Handlers`). Values are text in the knob's own format
+//! Knob kinds ([`KnobKind`]) cover every knob placer's policies touch; each kind has one
+//! handler, which restores it (`crate::actuator::Handlers::for_kind`). Values are text in the knob's own format
 //! (a CPU list, a hex mask, kHz, a governor name, JSON for a qdisc setup).
 
 use crate::error::{LinuxError, Result};
@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 pub const JOURNAL_FILE: &str = "journal.json";
 pub const JOURNAL_VERSION: u32 = 1;
 
-pub use placer_core::journal::{Entry, Knob};
+pub use placer_core::journal::{Entry, Knob, KnobKind};
 
 /// The journal in memory, mirrored durably to its file on every change.
 #[derive(Debug)]

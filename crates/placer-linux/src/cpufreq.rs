@@ -409,102 +409,83 @@ impl KnobHandler for CpufreqHandler {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
+    use placer_testkit::FakeRoot;
 
-    /// A writable fake cpufreq tree: policy0 (A7-like) and policy4 (A15-like).
-    pub(crate) struct FakeSysfs {
-        pub root: PathBuf,
-    }
-
-    impl FakeSysfs {
-        pub fn new(tag: &str) -> FakeSysfs {
-            let root = std::env::temp_dir().join(format!(
-                "placer-cpufreq-{tag}-{}-{:?}",
-                std::process::id(),
-                std::thread::current().id()
-            ));
-            let _ = std::fs::remove_dir_all(&root);
-            for (id, top) in [(0u32, 14u64), (4, 20)] {
-                let d = root.join(format!("sys/devices/system/cpu/cpufreq/policy{id}"));
-                std::fs::create_dir_all(&d).unwrap();
-                let freqs: Vec<String> = (2..=top).map(|m| (m * 100_000).to_string()).collect();
-                let files = [
-                    ("scaling_available_frequencies", freqs.join(" ")),
-                    ("cpuinfo_min_freq", "200000".into()),
-                    ("cpuinfo_max_freq", (top * 100_000).to_string()),
-                    ("scaling_max_freq", (top * 100_000).to_string()),
-                    ("scaling_min_freq", "200000".into()),
-                    ("scaling_governor", "schedutil".into()),
-                    (
-                        "scaling_available_governors",
-                        "performance powersave schedutil userspace".into(),
-                    ),
-                    ("scaling_setspeed", "<unsupported>".into()),
-                ];
-                for (f, v) in files {
-                    std::fs::write(d.join(f), format!("{v}\n")).unwrap();
-                }
+    /// A fake root with a writable cpufreq tree: policy0 (A7-like) and policy4 (A15-like).
+    fn cpufreq_root(tag: &str) -> FakeRoot {
+        let root = FakeRoot::new(&format!("cpufreq-{tag}"));
+        for (id, top) in [(0u32, 14u64), (4, 20)] {
+            let freqs: Vec<String> = (2..=top).map(|m| (m * 100_000).to_string()).collect();
+            let files = [
+                ("scaling_available_frequencies", freqs.join(" ")),
+                ("cpuinfo_min_freq", "200000".into()),
+                ("cpuinfo_max_freq", (top * 100_000).to_string()),
+                ("scaling_max_freq", (top * 100_000).to_string()),
+                ("scaling_min_freq", "200000".into()),
+                ("scaling_governor", "schedutil".into()),
+                (
+                    "scaling_available_governors",
+                    "performance powersave schedutil userspace".into(),
+                ),
+                ("scaling_setspeed", "<unsupported>".into()),
+            ];
+            for (f, v) in files {
+                root.sys(&format!("devices/system/cpu/cpufreq/policy{id}/{f}"), &v);
             }
-            FakeSysfs { root }
         }
-        pub fn read(&self, domain: u32, file: &str) -> String {
-            std::fs::read_to_string(self.root.join(format!(
-                "sys/devices/system/cpu/cpufreq/policy{domain}/{file}"
-            )))
-            .unwrap()
-            .trim()
-            .to_string()
-        }
+        root
     }
 
-    impl Drop for FakeSysfs {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.root);
-        }
+    /// A policy's file in [`cpufreq_root`]'s tree, trimmed.
+    fn policy_file(root: &FakeRoot, domain: u32, file: &str) -> String {
+        root.read(format!(
+            "sys/devices/system/cpu/cpufreq/policy{domain}/{file}"
+        ))
     }
 
     #[test]
     fn cap_snaps_and_restores() {
-        let fs = FakeSysfs::new("cap");
-        let (prev, f) = cap_max(&fs.root, 4, 1_250_000).unwrap();
+        let fs = cpufreq_root("cap");
+        let (prev, f) = cap_max(fs.path(), 4, 1_250_000).unwrap();
         assert_eq!(f, 1_200_000);
-        assert_eq!(fs.read(4, "scaling_max_freq"), "1200000");
+        assert_eq!(policy_file(&fs, 4, "scaling_max_freq"), "1200000");
         assert_eq!(prev.scaling_max_khz, Some(2_000_000));
         assert_eq!(prev.governor.as_deref(), Some("schedutil"));
         // Below the lowest OPP: the lowest.
-        let (_, f) = cap_max(&fs.root, 0, 50_000).unwrap();
+        let (_, f) = cap_max(fs.path(), 0, 50_000).unwrap();
         assert_eq!(f, 200_000);
-        restore(&fs.root, &prev).unwrap();
-        assert_eq!(fs.read(4, "scaling_max_freq"), "2000000");
+        restore(fs.path(), &prev).unwrap();
+        assert_eq!(policy_file(&fs, 4, "scaling_max_freq"), "2000000");
         // Policy 0 untouched by restoring policy 4.
-        assert_eq!(fs.read(0, "scaling_max_freq"), "200000");
+        assert_eq!(policy_file(&fs, 0, "scaling_max_freq"), "200000");
     }
 
     #[test]
     fn userspace_governor_and_restore() {
-        let fs = FakeSysfs::new("gov");
-        let prev = set_governor(&fs.root, 0, "userspace", Some(999_000)).unwrap();
-        assert_eq!(fs.read(0, "scaling_governor"), "userspace");
-        assert_eq!(fs.read(0, "scaling_setspeed"), "900000");
+        let fs = cpufreq_root("gov");
+        let prev = set_governor(fs.path(), 0, "userspace", Some(999_000)).unwrap();
+        assert_eq!(policy_file(&fs, 0, "scaling_governor"), "userspace");
+        assert_eq!(policy_file(&fs, 0, "scaling_setspeed"), "900000");
         assert_eq!(prev.governor.as_deref(), Some("schedutil"));
         assert_eq!(prev.setspeed_khz, None);
         // A second change journals the userspace state, and restoring it brings it back.
-        let prev2 = set_governor(&fs.root, 0, "powersave", None).unwrap();
+        let prev2 = set_governor(fs.path(), 0, "powersave", None).unwrap();
         assert_eq!(prev2.setspeed_khz, Some(900_000));
-        restore(&fs.root, &prev2).unwrap();
-        assert_eq!(fs.read(0, "scaling_governor"), "userspace");
-        restore(&fs.root, &prev).unwrap();
-        assert_eq!(fs.read(0, "scaling_governor"), "schedutil");
-        assert!(set_governor(&fs.root, 0, "ondemand", None).is_err());
+        restore(fs.path(), &prev2).unwrap();
+        assert_eq!(policy_file(&fs, 0, "scaling_governor"), "userspace");
+        restore(fs.path(), &prev).unwrap();
+        assert_eq!(policy_file(&fs, 0, "scaling_governor"), "schedutil");
+        assert!(set_governor(fs.path(), 0, "ondemand", None).is_err());
     }
 
     #[test]
     fn missing_policy_is_an_error_with_the_path() {
-        let fs = FakeSysfs::new("miss");
-        let e = cap_max(&fs.root, 2, 1_000_000).unwrap_err().to_string();
+        let fs = cpufreq_root("miss");
+        let e = cap_max(fs.path(), 2, 1_000_000).unwrap_err().to_string();
         assert!(e.contains("policy 2") && e.contains("cpufreq"), "{e}");
-        assert!(unavailable_reason(&fs.root).is_none());
+        assert!(unavailable_reason(fs.path()).is_none());
         assert!(unavailable_reason(Path::new("/nonexistent-placer-root")).is_some());
     }
 
@@ -521,9 +502,9 @@ pub(crate) mod tests {
     fn handler_journals_caps_and_restores() {
         use crate::actuator::Actuator;
         use placer_core::plan::Plan;
-        let fs = FakeSysfs::new("handler");
-        let state = fs.root.join("state");
-        let mut act = Actuator::new(&fs.root, &state);
+        let fs = cpufreq_root("handler");
+        let state = fs.join("state");
+        let mut act = Actuator::new(fs.path(), &state);
         let mut plan = Plan::default();
         plan.push(
             "energy-qos",
@@ -545,12 +526,12 @@ pub(crate) mod tests {
         // Dry run changes nothing.
         let r = act.apply(&plan, true);
         assert!(r.iter().all(|r| r.outcome.kind() == "skipped"), "{r:?}");
-        assert_eq!(fs.read(4, "scaling_max_freq"), "2000000");
+        assert_eq!(policy_file(&fs, 4, "scaling_max_freq"), "2000000");
         let r = act.apply(&plan, false);
         assert!(r.iter().all(|r| r.outcome == Outcome::Done), "{r:?}");
-        assert_eq!(fs.read(4, "scaling_max_freq"), "1000000");
-        assert_eq!(fs.read(0, "scaling_governor"), "userspace");
-        assert_eq!(fs.read(0, "scaling_setspeed"), "600000");
+        assert_eq!(policy_file(&fs, 4, "scaling_max_freq"), "1000000");
+        assert_eq!(policy_file(&fs, 0, "scaling_governor"), "userspace");
+        assert_eq!(policy_file(&fs, 0, "scaling_setspeed"), "600000");
         let j = crate::journal::Journal::load(&state).unwrap();
         let e = j.get(&Knob::CpufreqMax { domain: 4 }).unwrap();
         assert_eq!(
@@ -573,8 +554,8 @@ pub(crate) mod tests {
             restored.iter().all(|(_, r)| *r == Restored::Restored),
             "{restored:?}"
         );
-        assert_eq!(fs.read(4, "scaling_max_freq"), "2000000");
-        assert_eq!(fs.read(0, "scaling_governor"), "schedutil");
+        assert_eq!(policy_file(&fs, 4, "scaling_max_freq"), "2000000");
+        assert_eq!(policy_file(&fs, 0, "scaling_governor"), "schedutil");
         assert!(crate::journal::Journal::load(&state).unwrap().is_empty());
     }
 
@@ -582,9 +563,9 @@ pub(crate) mod tests {
     fn handler_leaves_a_cap_someone_else_changed() {
         use crate::actuator::Actuator;
         use placer_core::plan::Plan;
-        let fs = FakeSysfs::new("lease");
-        let state = fs.root.join("state");
-        let mut act = Actuator::new(&fs.root, &state);
+        let fs = cpufreq_root("lease");
+        let state = fs.join("state");
+        let mut act = Actuator::new(fs.path(), &state);
         let mut plan = Plan::default();
         plan.push(
             "energy-qos",
@@ -595,15 +576,13 @@ pub(crate) mod tests {
             "test",
         );
         assert_eq!(act.apply(&plan, false)[0].outcome, Outcome::Done);
-        std::fs::write(
-            fs.root
-                .join("sys/devices/system/cpu/cpufreq/policy0/scaling_max_freq"),
-            "1000000\n",
-        )
-        .unwrap();
+        fs.sys(
+            "devices/system/cpu/cpufreq/policy0/scaling_max_freq",
+            "1000000",
+        );
         let mut plan = Plan::default();
         plan.push("energy-qos", Action::RestoreFrequency { domain: 0 }, "test");
         assert_eq!(act.apply(&plan, false)[0].outcome.kind(), "skipped");
-        assert_eq!(fs.read(0, "scaling_max_freq"), "1000000");
+        assert_eq!(policy_file(&fs, 0, "scaling_max_freq"), "1000000");
     }
 }

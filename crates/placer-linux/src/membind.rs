@@ -424,13 +424,7 @@ mod tests {
     /// moves nothing either and fails per page or as a whole, never silently succeeds.
     #[test]
     fn live_child_on_node_0() {
-        struct Kill(std::process::Child);
-        impl Drop for Kill {
-            fn drop(&mut self) {
-                let _ = self.0.kill();
-                let _ = self.0.wait();
-            }
-        }
+        use placer_testkit::proc::KillOnDrop as Kill;
         let child = match std::process::Command::new("sleep").arg("30").spawn() {
             Ok(c) => Kill(c),
             Err(e) => {
@@ -471,17 +465,6 @@ mod tests {
         }
     }
 
-    fn state_dir(tag: &str) -> std::path::PathBuf {
-        std::env::temp_dir().join(format!("placer-membind-{tag}-{}", std::process::id()))
-    }
-
-    struct Rm(std::path::PathBuf);
-    impl Drop for Rm {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
     fn one(action: Action) -> placer_core::plan::Plan {
         let mut p = placer_core::plan::Plan::default();
         p.push("numa-local", action, "test");
@@ -493,13 +476,7 @@ mod tests {
     /// exited process is Permanent; a journal entry of an exited process restores as gone.
     #[test]
     fn actuator_handles_bind_and_restore() {
-        struct Kill(std::process::Child);
-        impl Drop for Kill {
-            fn drop(&mut self) {
-                let _ = self.0.kill();
-                let _ = self.0.wait();
-            }
-        }
+        use placer_testkit::proc::KillOnDrop as Kill;
         let Ok(child) = std::process::Command::new("sleep").arg("30").spawn() else {
             placer_testkit::skip("cannot start sleep");
             return;
@@ -513,8 +490,8 @@ mod tests {
             pid,
             start_time_ticks: start,
         };
-        let dir = state_dir("act");
-        let _rm = Rm(dir.clone());
+        let tmp = placer_testkit::FakeRoot::new("membind-act");
+        let dir = tmp.join("state");
         let mut act = crate::actuator::Actuator::new(root, &dir);
         let bind = |max| Action::BindMemory {
             proc: key,

@@ -1219,7 +1219,6 @@ mod tests {
     /// [`run_verdict`], in a dry run or not; a dry run's host answers its pins Done and
     /// the policy pins once only (so nothing but the engine's dry-run rules stops a
     /// verdict).
-
     fn run_verdict_dry(before: &[u64], after: &[u64], dry_run: bool) -> (Vec<CycleReport>, Engine) {
         let mut cfg = Config::default();
         cfg.verify.horizon_intervals = 4;

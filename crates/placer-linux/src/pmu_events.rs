@@ -454,19 +454,19 @@ mod tests {
         let r = FakeRoot::new("pmu-mbm");
         let rc = "sys/fs/resctrl";
         r.write(
-            &format!("{rc}/info/L3_MON/mon_features"),
+            format!("{rc}/info/L3_MON/mon_features"),
             "llc_occupancy\nmbm_total_bytes\nmbm_local_bytes\n",
         );
         r.write(
-            &format!("{rc}/mon_groups/app1/mon_data/mon_L3_00/mbm_total_bytes"),
+            format!("{rc}/mon_groups/app1/mon_data/mon_L3_00/mbm_total_bytes"),
             "1000\n",
         );
         r.write(
-            &format!("{rc}/mon_groups/app1/mon_data/mon_L3_01/mbm_total_bytes"),
+            format!("{rc}/mon_groups/app1/mon_data/mon_L3_01/mbm_total_bytes"),
             "24\n",
         );
         r.write(
-            &format!("{rc}/mon_groups/app1/mon_data/mon_L3_02/mbm_total_bytes"),
+            format!("{rc}/mon_groups/app1/mon_data/mon_L3_02/mbm_total_bytes"),
             "Unavailable\n",
         );
         let src = memory_bandwidth_source(r.path(), Uarch::IntelHaswellToSkylake);

@@ -12,7 +12,7 @@ use placer_core::CpuSet;
 use placer_linux::LinuxHost;
 use placer_sim::host::SimHost;
 use placer_sim::scenario::Scenario;
-use placer_testkit::TempDir;
+use placer_testkit::{FakeRoot, TempDir};
 
 /// Two receivers on their own NICs, each NIC's receive processing on its own CPU:
 /// net-affinity pins each to its NIC's CPU within a few intervals.
@@ -141,7 +141,7 @@ fn on_the_simulator_a_dry_run_changes_nothing() {
 /// A temporary root with one IRQ whose affinity placer set to CPU 1 from 0-3, as a dead
 /// daemon leaves it; the state dir beside it.
 struct TempHost {
-    root: TempDir,
+    root: FakeRoot,
     state: TempDir,
 }
 
@@ -150,20 +150,18 @@ const IRQ: u32 = 5;
 impl TempHost {
     fn new() -> TempHost {
         let t = TempHost {
-            root: TempDir::new("agent-root"),
+            root: FakeRoot::new("agent-root"),
             state: TempDir::new("agent-state"),
         };
-        let irq = t.root.path().join(format!("proc/irq/{IRQ}"));
-        std::fs::create_dir_all(&irq).expect("mkdir");
-        std::fs::write(irq.join("smp_affinity_list"), "0-3\n").expect("write");
+        t.root
+            .write(format!("proc/irq/{IRQ}/smp_affinity_list"), "0-3\n");
         t
     }
     fn irq_cpus(&self) -> String {
-        let p = self
-            .root
-            .path()
-            .join(format!("proc/irq/{IRQ}/smp_affinity_list"));
-        std::fs::read_to_string(p).expect("read").trim().to_string()
+        self.root
+            .read(format!("proc/irq/{IRQ}/smp_affinity_list"))
+            .trim()
+            .to_string()
     }
     fn host(&self) -> LinuxHost {
         LinuxHost::new(self.root.path(), self.state.path())

@@ -6,25 +6,25 @@
 //! policy plans, in config order -> the host applies the combined plan -> each policy's
 //! [`PolicyState`] learns what it now holds from the outcomes.
 //!
-//! Invariants, each tested below:
-//! - a disabled policy never plans; its reason is reported once (first step);
-//! - a later policy never acts on a process an earlier policy holds or acted on this cycle
-//!   (its actions are dropped with a note);
+//! Invariants, each tested below (a test's name starts with the ones it checks):
+//! - E1: a disabled policy never plans; its reason is reported once (first step);
+//! - E2: a later policy never acts on a process an earlier policy holds or acted on this
+//!   cycle (its actions are dropped with a note);
 //!   memory actions (`BindMemory`, `RestoreMemory`) are the exception: they touch another
 //!   knob, so numa-local can move the pages of a process net-affinity pinned;
-//! - nothing is ever pinned outside the configured scope (kernel threads, placer's own pid,
+//! - E3: nothing is ever pinned outside the configured scope (kernel threads, placer's own pid,
 //!   `scope` exclusions): the engine drops such actions whatever a policy asked;
-//! - leases: a held process whose observed affinity differs from what it was pinned to, and
+//! - E4: leases: a held process whose observed affinity differs from what it was pinned to, and
 //!   that this cycle's actions did not change, was changed by someone else: the engine logs
 //!   it in the report, forgets the hold and adds the process to `released`, so the policy
 //!   never touches it again;
 //!   except when a CPU it was pinned to went offline (absent from the observation): that is
 //!   the kernel's hotplug fallback, so the hold ends without a release and the policy may
 //!   place the process again on the CPUs left;
-//! - a pin that failed permanently (task exited, CPUs outside its cpuset, no permission)
+//! - E5: a pin that failed permanently (task exited, CPUs outside its cpuset, no permission)
 //!   releases the process too; a transient failure is simply planned again next cycle;
-//! - in a dry run nothing is held (nothing changed), so the next cycle plans the same again;
-//! - verdicts (crate::verdict): a pin that succeeded is judged after the policy's horizon
+//! - E6: in a dry run nothing is held (nothing changed), so the next cycle plans the same again;
+//! - E7: verdicts (crate::verdict): a pin that succeeded is judged after the policy's horizon
 //!   against the intervals before it; an undone one is restored in that cycle's plan and the
 //!   policy may not move that process again (its CPUs or its memory) before its back-off
 //!   (doubling per failure) ends; nothing is judged in a dry run. A policy whose pins are
@@ -770,6 +770,9 @@ mod tests {
         fail_pins: Option<Outcome>,
         /// CPUs left out of the samples, as /proc/stat leaves out offline ones.
         offline: CpuSet,
+        /// Answers a dry run's pins Done, as if it had applied them (the engine's own
+        /// dry-run rules then are all that keeps it from treating them as applied).
+        dry_run_answers_done: bool,
     }
 
     fn proc_sample(pid: u32, comm: &str) -> ProcSample {
@@ -787,6 +790,7 @@ mod tests {
                 applied: vec![],
                 fail_pins: None,
                 offline: CpuSet::new(),
+                dry_run_answers_done: false,
             }
         }
     }
@@ -827,7 +831,7 @@ mod tests {
                 .map(|pa| {
                     self.applied.push(pa.clone());
                     let mut outcome = Outcome::Done;
-                    if dry_run {
+                    if dry_run && !self.dry_run_answers_done {
                         outcome = Outcome::Skipped("dry run".into());
                     } else if let Action::PinProcess { proc, cpus, .. } = &pa.action {
                         if let Some(o) = &self.fail_pins {
@@ -946,7 +950,7 @@ mod tests {
     }
 
     #[test]
-    fn lease_broken_when_someone_else_changes_affinity() {
+    fn e4_lease_broken_when_someone_else_changes_affinity() {
         let (p, _) = pin_all("a", 2);
         let mut e = Engine::new(vec![p], Config::default(), 1);
         let mut h = FakeHost::new(vec![proc_sample(10, "x")]);
@@ -969,7 +973,7 @@ mod tests {
     }
 
     #[test]
-    fn a_pin_lost_to_cpu_hotplug_is_no_lease_break() {
+    fn e4_a_pin_lost_to_cpu_hotplug_is_no_lease_break() {
         let (p, _) = pin_all("a", 2);
         let mut e = Engine::new(vec![p], Config::default(), 1);
         let mut h = FakeHost::new(vec![proc_sample(10, "x")]);
@@ -992,7 +996,7 @@ mod tests {
     }
 
     #[test]
-    fn later_policy_does_not_touch_what_earlier_holds() {
+    fn e2_later_policy_does_not_touch_what_earlier_holds() {
         let (a, _) = pin_all("a", 1);
         let (b, seen_b) = pin_all("b", 3);
         let mut e = Engine::new(vec![a, b], Config::default(), 1);
@@ -1035,7 +1039,7 @@ mod tests {
     }
 
     #[test]
-    fn memory_actions_pass_an_earlier_cpu_hold() {
+    fn e2_memory_actions_pass_an_earlier_cpu_hold() {
         let (a, _) = pin_all("a", 1);
         let (b, _) = pin_all("b", 3);
         let mut e = Engine::new(vec![a, boxed(MemAll), b], Config::default(), 1);
@@ -1052,7 +1056,7 @@ mod tests {
     }
 
     #[test]
-    fn disabled_policy_reported_once_and_never_plans() {
+    fn e1_disabled_policy_reported_once_and_never_plans() {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let p = boxed(PinAll {
             name: "off",
@@ -1071,7 +1075,7 @@ mod tests {
     }
 
     #[test]
-    fn scope_enforced_whatever_the_policy_asks() {
+    fn e3_scope_enforced_whatever_the_policy_asks() {
         let (p, _) = pin_all("a", 2);
         let mut cfg = Config::default();
         cfg.scope.exclude_comm = vec!["sshd".into()];
@@ -1097,7 +1101,7 @@ mod tests {
     }
 
     #[test]
-    fn dry_run_holds_nothing() {
+    fn e6_dry_run_holds_nothing() {
         let (p, _) = pin_all("a", 2);
         let mut e = Engine::new(vec![p], Config::default(), 1);
         let mut h = FakeHost::new(vec![proc_sample(10, "x")]);
@@ -1112,7 +1116,7 @@ mod tests {
     }
 
     #[test]
-    fn permanent_failure_releases_transient_retries() {
+    fn e5_permanent_failure_releases_transient_retries() {
         let (p, _) = pin_all("a", 2);
         let mut e = Engine::new(vec![p], Config::default(), 1);
         let mut h = FakeHost::new(vec![proc_sample(10, "x")]);
@@ -1155,11 +1159,13 @@ mod tests {
     }
 
     /// Pins every process to `cpu` once the clock reaches `from_s` (so verdicts have a
-    /// before-window), as policy `name` (whose expectation judges the pins).
+    /// before-window) and until `until_s`, as policy `name` (whose expectation judges the
+    /// pins).
     struct PinLater {
         name: &'static str,
         cpu: u32,
         from_s: f64,
+        until_s: f64,
         /// Also move each pinned process's memory (to node 0).
         bind: bool,
     }
@@ -1172,7 +1178,7 @@ mod tests {
         }
         fn plan(&self, _topo: &Topology, obs: &Observation, state: &mut PolicyState) -> Plan {
             let mut plan = Plan::default();
-            if state.now_s < self.from_s {
+            if state.now_s < self.from_s || state.now_s >= self.until_s {
                 return plan;
             }
             for p in &obs.procs {
@@ -1207,6 +1213,13 @@ mod tests {
     /// Runs PinLater over CPU shares `before` (per step, before the pin) then `after`;
     /// returns every report.
     fn run_verdict(before: &[u64], after: &[u64]) -> (Vec<CycleReport>, Engine) {
+        run_verdict_dry(before, after, false)
+    }
+
+    /// [`run_verdict`], in a dry run or not; a dry run's host answers its pins Done and
+    /// the policy pins once only (so nothing but the engine's dry-run rules stops a
+    /// verdict).
+    fn run_verdict_dry(before: &[u64], after: &[u64], dry_run: bool) -> (Vec<CycleReport>, Engine) {
         let mut cfg = Config::default();
         cfg.verify.horizon_intervals = 4;
         cfg.verify.window_intervals = 4;
@@ -1217,14 +1230,16 @@ mod tests {
             name: "smt-energy",
             cpu: 2,
             from_s,
+            until_s: if dry_run { from_s + 0.5 } else { f64::INFINITY },
             bind: false,
         });
         let mut e = Engine::new(vec![p], cfg, 1);
         let mut h = FakeHost::new(vec![proc_sample(10, "x")]);
-        let mut out = vec![e.step(&mut h, false)];
+        h.dry_run_answers_done = dry_run;
+        let mut out = vec![e.step(&mut h, dry_run)];
         for ticks in before.iter().chain(after) {
             h.procs[0].utime_ticks += ticks;
-            out.push(e.step(&mut h, false));
+            out.push(e.step(&mut h, dry_run));
         }
         (out, e)
     }
@@ -1236,7 +1251,7 @@ mod tests {
     }
 
     #[test]
-    fn a_move_that_worsens_is_undone_and_backed_off() {
+    fn e7_a_move_that_worsens_is_undone_and_backed_off() {
         use crate::verdict::VerdictKind;
         let (rs, e) = run_verdict(&[90, 88, 92, 90], &[50, 52, 49, 51, 50, 50, 50, 50, 50, 50]);
         assert_eq!(verdicts(&rs), vec![VerdictKind::Undone]);
@@ -1267,8 +1282,30 @@ mod tests {
         assert!(e.backoff.values().all(|(n, _)| *n == 1));
     }
 
+    /// E7: nothing is judged in a dry run (nothing was changed): the worsening run above,
+    /// dry, plans its pin once and gets no verdict and no restore, even from a host that
+    /// answers the dry run's pins Done.
     #[test]
-    fn a_move_that_improves_is_kept() {
+    fn e7_nothing_is_judged_in_a_dry_run() {
+        let (rs, _) = run_verdict_dry(
+            &[90, 88, 92, 90],
+            &[50, 52, 49, 51, 50, 50, 50, 50, 50, 50],
+            true,
+        );
+        assert!(verdicts(&rs).is_empty());
+        let planned = |r: &CycleReport, pin: bool| {
+            r.plan.actions.iter().any(|a| match a.action {
+                Action::PinProcess { .. } => pin,
+                Action::RestoreProcess { .. } => !pin,
+                _ => false,
+            })
+        };
+        assert_eq!(rs.iter().filter(|r| planned(r, true)).count(), 1);
+        assert!(!rs.iter().any(|r| planned(r, false)));
+    }
+
+    #[test]
+    fn e7_a_move_that_improves_is_kept() {
         use crate::verdict::VerdictKind;
         let (rs, e) = run_verdict(&[50, 52, 49, 51], &[90, 88, 92, 90, 90]);
         assert_eq!(verdicts(&rs), vec![VerdictKind::Kept]);
@@ -1281,7 +1318,7 @@ mod tests {
     }
 
     #[test]
-    fn noise_is_inconclusive_and_kept() {
+    fn e7_noise_is_inconclusive_and_kept() {
         use crate::verdict::VerdictKind;
         let (rs, e) = run_verdict(&[40, 60, 45, 55], &[60, 40, 55, 45, 50]);
         assert_eq!(verdicts(&rs), vec![VerdictKind::Inconclusive]);
@@ -1301,6 +1338,7 @@ mod tests {
             name: "contention",
             cpu: 2,
             from_s: 6.0,
+            until_s: f64::INFINITY,
             bind: true,
         });
         let mut e = Engine::new(vec![p], cfg, 1);
@@ -1330,7 +1368,7 @@ mod tests {
     }
 
     #[test]
-    fn one_cycles_pins_judged_together_stand_or_fall_as_one() {
+    fn e7_one_cycles_pins_judged_together_stand_or_fall_as_one() {
         use crate::verdict::VerdictKind;
         // Two moved processes lose 5%, two protected ones gain 25%: all four kept.
         let (rs, e) = run_together(&[2000, 2000, 1000, 1000], &[1900, 1900, 1250, 1250]);
@@ -1380,13 +1418,14 @@ mod tests {
     }
 
     #[test]
-    fn verify_off_judges_nothing() {
+    fn e7_verify_off_judges_nothing() {
         let mut cfg = Config::default();
         cfg.verify.enabled = false;
         let p: Box<dyn AnyPolicy> = boxed(PinLater {
             name: "smt-energy",
             cpu: 2,
             from_s: 4.0,
+            until_s: f64::INFINITY,
             bind: false,
         });
         let mut e = Engine::new(vec![p], cfg, 1);

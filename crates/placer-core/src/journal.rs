@@ -25,17 +25,69 @@ pub enum Knob {
     MemPolicy { pid: u32, start_time_ticks: u64 },
 }
 
-impl Knob {
-    /// Kind name, the key restorers are registered under.
-    pub fn kind(&self) -> &'static str {
+/// The kinds of knob: what a host's handler is chosen by. Matched exhaustively (from an
+/// action, [`KnobKind::of`]; from a journal entry, [`Knob::kind`]; to a handler, the
+/// actuator's), so a knob or an action added without a handler does not compile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum KnobKind {
+    ProcAffinity,
+    IrqAffinity,
+    Rps,
+    CpufreqMax,
+    CpufreqGovernor,
+    TcQdisc,
+    MemPolicy,
+}
+
+impl KnobKind {
+    /// The kind of knob `action` changes.
+    pub fn of(action: &crate::plan::Action) -> KnobKind {
+        use crate::plan::Action;
+        match action {
+            Action::PinProcess { .. }
+            | Action::PinThread { .. }
+            | Action::RestoreProcess { .. } => KnobKind::ProcAffinity,
+            Action::SetIrqAffinity { .. } | Action::RestoreIrq { .. } => KnobKind::IrqAffinity,
+            Action::SetRps { .. } => KnobKind::Rps,
+            // RestoreFrequency puts back both of a domain's knobs; one handler holds both.
+            Action::CapFrequency { .. } | Action::RestoreFrequency { .. } => KnobKind::CpufreqMax,
+            Action::SetGovernor { .. } => KnobKind::CpufreqGovernor,
+            Action::LimitBandwidth { .. } | Action::RemoveLimit { .. } => KnobKind::TcQdisc,
+            Action::BindMemory { .. } | Action::RestoreMemory { .. } => KnobKind::MemPolicy,
+        }
+    }
+
+    /// The name in the journal file and messages.
+    pub fn name(self) -> &'static str {
         match self {
-            Knob::ProcAffinity { .. } => "proc_affinity",
-            Knob::IrqAffinity { .. } => "irq_affinity",
-            Knob::Rps { .. } => "rps",
-            Knob::CpufreqMax { .. } => "cpufreq_max",
-            Knob::CpufreqGovernor { .. } => "cpufreq_governor",
-            Knob::TcQdisc { .. } => "tc_qdisc",
-            Knob::MemPolicy { .. } => "mem_policy",
+            KnobKind::ProcAffinity => "proc_affinity",
+            KnobKind::IrqAffinity => "irq_affinity",
+            KnobKind::Rps => "rps",
+            KnobKind::CpufreqMax => "cpufreq_max",
+            KnobKind::CpufreqGovernor => "cpufreq_governor",
+            KnobKind::TcQdisc => "tc_qdisc",
+            KnobKind::MemPolicy => "mem_policy",
+        }
+    }
+}
+
+impl std::fmt::Display for KnobKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Knob {
+    /// The kind of this knob (its handler's key).
+    pub fn kind(&self) -> KnobKind {
+        match self {
+            Knob::ProcAffinity { .. } => KnobKind::ProcAffinity,
+            Knob::IrqAffinity { .. } => KnobKind::IrqAffinity,
+            Knob::Rps { .. } => KnobKind::Rps,
+            Knob::CpufreqMax { .. } => KnobKind::CpufreqMax,
+            Knob::CpufreqGovernor { .. } => KnobKind::CpufreqGovernor,
+            Knob::TcQdisc { .. } => KnobKind::TcQdisc,
+            Knob::MemPolicy { .. } => KnobKind::MemPolicy,
         }
     }
 }

@@ -15,8 +15,8 @@ use crate::cpuset::CpuSet;
 use crate::topology::*;
 use std::collections::BTreeMap;
 
-/// Names of the built-in machines, with a one-line description (in the catalogue).
-pub use crate::catalogue::MACHINES;
+/// The built-in machines (in the catalogue, with their other facts).
+pub use crate::catalogue::Machine;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MachineError {
@@ -291,10 +291,21 @@ pub fn machine(name: &str) -> Result<Topology, MachineError> {
     if name.contains(':') {
         return synthetic(name);
     }
-    let src = format!("machine:{name}");
-    let topo = match name {
-        "odroid-xu4" => odroid_xu4(&src),
-        "dell-c6100" => {
+    match Machine::parse(name) {
+        Some(m) => Ok(build(m)),
+        None => Err(MachineError::Unknown(
+            name.to_string(),
+            Machine::ALL.map(Machine::name).join(", "),
+        )),
+    }
+}
+
+/// The topology of a built-in machine.
+pub fn build(m: Machine) -> Topology {
+    let src = format!("machine:{m}");
+    match m {
+        Machine::OdroidXu4 => odroid_xu4(&src),
+        Machine::DellC6100 => {
             let mut s = Shape::new(2, 4, 2);
             s.numbering = Numbering::Interleaved;
             s.max_khz = ghz(2.26);
@@ -305,7 +316,7 @@ pub fn machine(name: &str) -> Result<Topology, MachineError> {
                 .push(nic("eth0", Some(0), 1000, 48, 4, |q| CpuSet::single(q * 2)));
             t
         }
-        "hp-dk388p" => {
+        Machine::HpDk388p => {
             let mut s = Shape::new(2, 6, 2);
             s.max_khz = ghz(2.9);
             s.caches[3].size_bytes = 15 << 20;
@@ -316,7 +327,7 @@ pub fn machine(name: &str) -> Result<Topology, MachineError> {
                 .push(nic("eth0", Some(0), 1000, 64, 4, CpuSet::single));
             t
         }
-        "xeon-5355x2" => {
+        Machine::Xeon5355x2 => {
             let mut s = Shape::new(2, 4, 1);
             s.clusters_per_node = 2;
             s.cores_per_cluster = 2;
@@ -348,21 +359,21 @@ pub fn machine(name: &str) -> Result<Topology, MachineError> {
             }
             t
         }
-        "xeon-x5570x2" => {
+        Machine::XeonX5570x2 => {
             let mut s = Shape::new(2, 4, 1);
             s.max_khz = ghz(2.93);
             s.distance_other_package = 21;
             s.memory_bytes_per_node = 12 << 30;
             s.build(&src)
         }
-        "xeon-e5-2697x2" => {
+        Machine::XeonE52697x2 => {
             let mut s = Shape::new(2, 14, 1);
             s.max_khz = ghz(2.6);
             s.caches[3].size_bytes = 35 << 20;
             s.memory_bytes_per_node = 64 << 30;
             s.build(&src)
         }
-        "opteron-magny-cours-4p" => {
+        Machine::OpteronMagnyCours4p => {
             let mut s = Shape::new(4, 8, 1);
             s.dies_per_package = 2;
             s.cores_per_cluster = 4;
@@ -402,18 +413,7 @@ pub fn machine(name: &str) -> Result<Topology, MachineError> {
             }));
             t
         }
-        _ => {
-            return Err(MachineError::Unknown(
-                name.to_string(),
-                MACHINES
-                    .iter()
-                    .map(|(n, _)| *n)
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            ))
-        }
-    };
-    Ok(topo)
+    }
 }
 
 fn odroid_xu4(src: &str) -> Topology {
@@ -557,7 +557,8 @@ mod tests {
 
     #[test]
     fn every_machine_builds_and_validates() {
-        for (name, _) in MACHINES {
+        for m in Machine::ALL {
+            let name = m.name();
             let t = machine(name).unwrap();
             t.validate().unwrap_or_else(|e| panic!("{name}: {e}"));
             let json = serde_json::to_string(&t).unwrap();

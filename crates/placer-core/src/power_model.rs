@@ -54,20 +54,20 @@ pub struct PowerModel {
     pub source: String,
 }
 
-/// Names of the built-in models (of [`crate::catalogue::POWER_MODELS`]).
+/// Names of the built-in models (the machines with
+/// [`crate::catalogue::Machine::measured_power_model`]).
 pub fn builtin_names() -> Vec<&'static str> {
-    crate::catalogue::POWER_MODELS
-        .iter()
-        .map(|m| m.machine)
+    crate::catalogue::Machine::ALL
+        .into_iter()
+        .filter(|m| m.measured_power_model().is_some())
+        .map(|m| m.name())
         .collect()
 }
 
-/// The seed's measured coefficients, by machine name (the numbers live in
-/// [`crate::catalogue::POWER_MODELS`]).
+/// The seed's measured coefficients, by machine name (the numbers live in the catalogue:
+/// [`crate::catalogue::Machine::measured_power_model`]).
 pub fn builtin(name: &str) -> Option<PowerModel> {
-    let m = crate::catalogue::POWER_MODELS
-        .iter()
-        .find(|m| m.machine == name)?;
+    let m = crate::catalogue::Machine::parse(name)?.measured_power_model()?;
     Some(PowerModel {
         name: name.to_string(),
         node_w: m.node_w,

@@ -16,25 +16,33 @@
 //! [`Actuator::maintain`], which every cycle fixes threads of held processes that appeared
 //! since with another affinity.
 //!
-//! Knob handlers are pluggable: [`KnobHandler`] applies the actions it knows and restores
-//! the journal entries of its knob kinds. Built in: process affinity, IRQ affinity, RPS.
-//! Other areas register theirs with [`Handlers::register`] (cpufreq, tc, memory policy).
+//! Each knob kind has one handler ([`KnobHandler`]: applies the actions of its kinds and
+//! restores their journal entries): process affinity, IRQ affinity, RPS (in `knobs/`),
+//! cpufreq, tc and memory policy. [`Handlers::for_kind`] matches a [`KnobKind`] to its
+//! handler exhaustively; the handler is given the planned action's policy for the journal.
 //!
 //! Process knobs act on the running kernel (syscalls by pid); `root` only locates /proc and
 //! /sys, so IRQ and RPS handling can be tested on a writable temporary tree.
 
-use crate::journal::{Entry, Journal, Knob};
+use crate::journal::{Entry, Journal, Knob, KnobKind};
 pub use crate::knob::{classify, settle, Ctx, KnobHandler, Restored};
 pub use crate::knobs::{irq::IrqHandler, proc_affinity::ProcAffinityHandler, rps::RpsHandler};
 pub use crate::pid::{parse_start_time, start_time_ticks, task_ids};
 // The affinity calls live in `sys`; re-exported for the binary and tests.
 pub use crate::sys::{get_affinity, set_affinity};
 use placer_core::plan::{ActionReport, Outcome, Plan};
+use placer_core::policies::PolicyKind;
 use std::path::{Path, PathBuf};
 
-/// The registered handlers; built-ins first.
+/// The knob handlers, one per area; [`Handlers::for_kind`] is an exhaustive match, so a
+/// knob kind (and so an action) added without a handler does not compile.
 pub struct Handlers {
-    list: Vec<Box<dyn KnobHandler>>,
+    pub proc_affinity: ProcAffinityHandler,
+    pub irq: IrqHandler,
+    pub rps: RpsHandler,
+    pub cpufreq: crate::cpufreq::CpufreqHandler,
+    pub tc: crate::tc::TcHandler,
+    pub mem_policy: crate::membind::MemPolicyHandler,
 }
 
 impl Default for Handlers {
@@ -45,28 +53,41 @@ impl Default for Handlers {
 
 impl Handlers {
     pub fn builtin() -> Handlers {
-        let list: Vec<Box<dyn KnobHandler>> = vec![
-            Box::new(ProcAffinityHandler::default()),
-            Box::new(IrqHandler),
-            Box::new(RpsHandler),
-            Box::new(crate::cpufreq::CpufreqHandler),
-            Box::new(crate::tc::TcHandler {
+        Handlers {
+            proc_affinity: ProcAffinityHandler::default(),
+            irq: IrqHandler,
+            rps: RpsHandler,
+            cpufreq: crate::cpufreq::CpufreqHandler,
+            tc: crate::tc::TcHandler {
                 ctx: crate::tc::TcCtx::current(),
                 ..Default::default()
-            }),
-            Box::new(crate::membind::MemPolicyHandler),
-            // Other areas add their handlers here.
-        ];
-        Handlers { list }
+            },
+            mem_policy: crate::membind::MemPolicyHandler,
+        }
     }
 
-    /// Adds a handler (tried after the ones before it).
-    pub fn register(&mut self, h: Box<dyn KnobHandler>) {
-        self.list.push(h);
+    /// The handler of `kind`.
+    pub fn for_kind(&mut self, kind: KnobKind) -> &mut dyn KnobHandler {
+        match kind {
+            KnobKind::ProcAffinity => &mut self.proc_affinity,
+            KnobKind::IrqAffinity => &mut self.irq,
+            KnobKind::Rps => &mut self.rps,
+            KnobKind::CpufreqMax | KnobKind::CpufreqGovernor => &mut self.cpufreq,
+            KnobKind::TcQdisc => &mut self.tc,
+            KnobKind::MemPolicy => &mut self.mem_policy,
+        }
     }
 
-    fn for_kind(&mut self, kind: &str) -> Option<&mut Box<dyn KnobHandler>> {
-        self.list.iter_mut().find(|h| h.kinds().contains(&kind))
+    /// Every handler, for the per-cycle upkeep.
+    fn all(&mut self) -> [&mut dyn KnobHandler; 6] {
+        [
+            &mut self.proc_affinity,
+            &mut self.irq,
+            &mut self.rps,
+            &mut self.cpufreq,
+            &mut self.tc,
+            &mut self.mem_policy,
+        ]
     }
 }
 
@@ -112,13 +133,7 @@ pub fn restore_where(
             settled.clear();
         };
     for e in entries {
-        let r = match handlers.for_kind(e.knob.kind()) {
-            Some(h) => h.restore(root, &e),
-            None => Restored::Failed(format!(
-                "no restorer for knob kind {} in this placer",
-                e.knob.kind()
-            )),
-        };
+        let r = handlers.for_kind(e.knob.kind()).restore(root, &e);
         if r.settled() {
             settled.push(out.len());
         }
@@ -191,8 +206,8 @@ impl Actuator {
         let entries = j.entries().to_vec();
         let root = self.root.clone();
         self.handlers
-            .list
-            .iter_mut()
+            .all()
+            .into_iter()
             .map(|h| h.maintain(&root, &entries))
             .sum()
     }
@@ -235,19 +250,11 @@ impl Actuator {
         };
         let mut out = Vec::new();
         for pa in &plan.actions {
-            let kind = crate::knob::kind_of(&pa.action);
+            let policy = PolicyKind::parse(&pa.policy);
             let outcome = self
                 .handlers
-                .list
-                .iter_mut()
-                .find(|h| h.kinds().contains(&kind))
-                .and_then(|h| h.apply(&mut ctx, &pa.action));
-            let outcome = outcome.unwrap_or_else(|| {
-                Outcome::Permanent(format!(
-                    "no handler for {} in this placer",
-                    pa.action.kind()
-                ))
-            });
+                .for_kind(KnobKind::of(&pa.action))
+                .apply(&mut ctx, &pa.action, policy);
             out.push(ActionReport {
                 planned: pa.clone(),
                 outcome,
@@ -264,41 +271,9 @@ mod tests {
     use placer_core::plan::PlannedAction;
     use placer_core::sample::ProcKey;
     use placer_core::CpuSet;
-    use std::process::{Child, Command};
-
-    struct TempRoot(PathBuf);
-
-    impl TempRoot {
-        fn new(tag: &str) -> TempRoot {
-            let d = std::env::temp_dir().join(format!("placer-act-{tag}-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&d);
-            std::fs::create_dir_all(&d).expect("mkdir");
-            TempRoot(d)
-        }
-        fn file(&self, rel: &str, text: &str) -> PathBuf {
-            let p = self.0.join(rel);
-            std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
-            std::fs::write(&p, text).expect("write");
-            p
-        }
-        fn state(&self) -> PathBuf {
-            self.0.join("state")
-        }
-    }
-
-    impl Drop for TempRoot {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
-    struct Kid(Child);
-    impl Drop for Kid {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
+    use placer_testkit::proc::KillOnDrop as Kid;
+    use placer_testkit::FakeRoot;
+    use std::process::Command;
 
     fn plan(actions: Vec<Action>) -> Plan {
         Plan {
@@ -327,9 +302,9 @@ mod tests {
 
     #[test]
     fn irq_affinity_journaled_set_and_restored() {
-        let r = TempRoot::new("irq");
-        let f = r.file("proc/irq/30/smp_affinity_list", "0-3\n");
-        let mut a = Actuator::new(&r.0, &r.state());
+        let r = FakeRoot::new("act-irq");
+        let f = r.write("proc/irq/30/smp_affinity_list", "0-3\n");
+        let mut a = Actuator::new(r.path(), &r.join("state"));
         let rep = a.apply(
             &plan(vec![Action::SetIrqAffinity {
                 irq: 30,
@@ -339,7 +314,7 @@ mod tests {
         );
         assert_eq!(rep[0].outcome, Outcome::Done);
         assert_eq!(read(&f), "1");
-        let j = Journal::load(&r.state()).expect("journal");
+        let j = Journal::load(&r.join("state")).expect("journal");
         assert_eq!(j.entries()[0].previous, "0-3");
         // Again: already so.
         let rep = a.apply(
@@ -354,14 +329,14 @@ mod tests {
         let rep = a.apply(&plan(vec![Action::RestoreIrq { irq: 30 }]), false);
         assert_eq!(rep[0].outcome, Outcome::Done);
         assert_eq!(read(&f), "0-3");
-        assert!(Journal::load(&r.state()).expect("journal").is_empty());
+        assert!(Journal::load(&r.join("state")).expect("journal").is_empty());
     }
 
     #[test]
     fn rps_mask_set_and_restored_by_restore_all() {
-        let r = TempRoot::new("rps");
-        let f = r.file("sys/class/net/veth0/queues/rx-0/rps_cpus", "0\n");
-        let mut a = Actuator::new(&r.0, &r.state());
+        let r = FakeRoot::new("act-rps");
+        let f = r.write("sys/class/net/veth0/queues/rx-0/rps_cpus", "0\n");
+        let mut a = Actuator::new(r.path(), &r.join("state"));
         let rep = a.apply(
             &plan(vec![Action::SetRps {
                 dev: "veth0".into(),
@@ -376,19 +351,19 @@ mod tests {
             CpuSet::single(1)
         );
         // A new actuator (as after a crash) restores from the file alone.
-        let mut b = Actuator::new(&r.0, &r.state());
+        let mut b = Actuator::new(r.path(), &r.join("state"));
         let res = b.restore_all().expect("restore");
         assert_eq!(res.len(), 1);
         assert_eq!(res[0].1, Restored::Restored);
         assert_eq!(read(&f), "0");
-        assert!(Journal::load(&r.state()).expect("journal").is_empty());
+        assert!(Journal::load(&r.join("state")).expect("journal").is_empty());
     }
 
     #[test]
     fn knob_changed_by_someone_else_is_left_alone_on_restore() {
-        let r = TempRoot::new("lease");
-        let f = r.file("proc/irq/31/smp_affinity_list", "0-3\n");
-        let mut a = Actuator::new(&r.0, &r.state());
+        let r = FakeRoot::new("act-lease");
+        let f = r.write("proc/irq/31/smp_affinity_list", "0-3\n");
+        let mut a = Actuator::new(r.path(), &r.join("state"));
         a.apply(
             &plan(vec![Action::SetIrqAffinity {
                 irq: 31,
@@ -404,14 +379,14 @@ mod tests {
             res[0].1
         );
         assert_eq!(read(&f), "3");
-        assert!(Journal::load(&r.state()).expect("journal").is_empty());
+        assert!(Journal::load(&r.join("state")).expect("journal").is_empty());
     }
 
     #[test]
     fn dry_run_changes_nothing_not_even_the_journal() {
-        let r = TempRoot::new("dry");
-        let f = r.file("proc/irq/30/smp_affinity_list", "0-3\n");
-        let mut a = Actuator::new(&r.0, &r.state());
+        let r = FakeRoot::new("act-dry");
+        let f = r.write("proc/irq/30/smp_affinity_list", "0-3\n");
+        let mut a = Actuator::new(r.path(), &r.join("state"));
         let rep = a.apply(
             &plan(vec![Action::SetIrqAffinity {
                 irq: 30,
@@ -424,13 +399,13 @@ mod tests {
             o => panic!("{o:?}"),
         }
         assert_eq!(read(&f), "0-3");
-        assert!(!r.state().exists());
+        assert!(!r.join("state").exists());
     }
 
     #[test]
     fn missing_knob_is_permanent_and_leaves_no_journal_entry() {
-        let r = TempRoot::new("missing");
-        let mut a = Actuator::new(&r.0, &r.state());
+        let r = FakeRoot::new("act-missing");
+        let mut a = Actuator::new(r.path(), &r.join("state"));
         let rep = a.apply(
             &plan(vec![Action::SetIrqAffinity {
                 irq: 99,
@@ -443,7 +418,7 @@ mod tests {
             "{:?}",
             rep[0].outcome
         );
-        assert!(Journal::load(&r.state()).expect("journal").is_empty());
+        assert!(Journal::load(&r.join("state")).expect("journal").is_empty());
         let rep = a.apply(
             &plan(vec![Action::CapFrequency {
                 domain: 0,
@@ -457,11 +432,11 @@ mod tests {
 
     #[test]
     fn unwritable_state_dir_changes_nothing() {
-        let r = TempRoot::new("nostate");
-        let f = r.file("proc/irq/30/smp_affinity_list", "0-3\n");
+        let r = FakeRoot::new("act-nostate");
+        let f = r.write("proc/irq/30/smp_affinity_list", "0-3\n");
         // A file where the state directory should be.
-        let state = r.file("state", "");
-        let mut a = Actuator::new(&r.0, &state);
+        let state = r.write("state", "");
+        let mut a = Actuator::new(r.path(), &state);
         let rep = a.apply(
             &plan(vec![Action::SetIrqAffinity {
                 irq: 30,
@@ -541,7 +516,7 @@ mod tests {
             );
             std::thread::sleep(std::time::Duration::from_millis(20));
         };
-        let root = TempRoot::new("perthread");
+        let root = FakeRoot::new("act-perthread");
         let k = ProcKey {
             pid,
             start_time_ticks: start_time_ticks(Path::new("/"), pid).expect("start"),
@@ -569,7 +544,7 @@ mod tests {
             }
         };
         for interruption in ["half the threads back", "main thread only (taskset -p)"] {
-            let mut a = Actuator::new(Path::new("/"), &root.state());
+            let mut a = Actuator::new(Path::new("/"), &root.join("state"));
             let rep = a.apply(
                 &plan(vec![Action::PinProcess {
                     proc: k,
@@ -594,7 +569,7 @@ mod tests {
             }
             assert_eq!(restore_once(&mut a), Outcome::Done, "{interruption}");
             check_all_back();
-            assert!(Journal::load(&root.state()).expect("j").is_empty());
+            assert!(Journal::load(&root.join("state")).expect("j").is_empty());
         }
     }
 
@@ -609,13 +584,13 @@ mod tests {
             return;
         };
         let pid = kid.0.id();
-        let root = TempRoot::new("proc");
+        let root = FakeRoot::new("act-proc");
         let k = ProcKey {
             pid,
             start_time_ticks: start_time_ticks(Path::new("/"), pid).expect("start"),
         };
         let target = CpuSet::single(all.last().expect("cpu"));
-        let mut a = Actuator::new(Path::new("/"), &root.state());
+        let mut a = Actuator::new(Path::new("/"), &root.join("state"));
         let rep = a.apply(
             &plan(vec![Action::PinProcess {
                 proc: k,
@@ -628,7 +603,7 @@ mod tests {
         for tid in task_ids(Path::new("/"), pid).expect("tasks") {
             assert_eq!(get_affinity(tid).expect("aff"), target, "thread {tid}");
         }
-        let e = Journal::load(&root.state()).expect("j").entries()[0].clone();
+        let e = Journal::load(&root.join("state")).expect("j").entries()[0].clone();
         assert_eq!(CpuSet::parse_list(&e.previous).expect("list"), all);
         // A thread appears later with another affinity (as if created mid-walk).
         let tids = task_ids(Path::new("/"), pid).expect("tasks");
@@ -647,7 +622,7 @@ mod tests {
         for tid in task_ids(Path::new("/"), pid).expect("tasks") {
             assert_eq!(get_affinity(tid).expect("aff"), all, "thread {tid}");
         }
-        assert!(Journal::load(&root.state()).expect("j").is_empty());
+        assert!(Journal::load(&root.join("state")).expect("j").is_empty());
     }
 
     #[test]
@@ -659,8 +634,8 @@ mod tests {
         let kid = Kid(Command::new("sleep").arg("30").spawn().expect("sleep"));
         let pid = kid.0.id();
         let st = start_time_ticks(Path::new("/"), pid).expect("start");
-        let root = TempRoot::new("reuse");
-        let mut a = Actuator::new(Path::new("/"), &root.state());
+        let root = FakeRoot::new("act-reuse");
+        let mut a = Actuator::new(Path::new("/"), &root.join("state"));
         let wrong = ProcKey {
             pid,
             start_time_ticks: st + 1,
@@ -696,7 +671,7 @@ mod tests {
             rep[0].outcome
         );
         assert_eq!(get_affinity(pid).expect("aff"), all);
-        assert!(Journal::load(&root.state()).expect("j").is_empty());
+        assert!(Journal::load(&root.join("state")).expect("j").is_empty());
     }
 
     #[test]
@@ -711,8 +686,8 @@ mod tests {
             pid,
             start_time_ticks: start_time_ticks(Path::new("/"), pid).expect("start"),
         };
-        let root = TempRoot::new("moved");
-        let mut a = Actuator::new(Path::new("/"), &root.state());
+        let root = FakeRoot::new("act-moved");
+        let mut a = Actuator::new(Path::new("/"), &root.join("state"));
         let first = CpuSet::single(all.first().expect("cpu"));
         let second = CpuSet::single(all.last().expect("cpu"));
         a.apply(
@@ -745,19 +720,19 @@ mod tests {
         let _ = kid.0.wait();
         let res = a.restore_all().expect("restore");
         assert!(matches!(res[0].1, Restored::Gone(_)), "{:?}", res[0].1);
-        assert!(Journal::load(&root.state()).expect("j").is_empty());
+        assert!(Journal::load(&root.join("state")).expect("j").is_empty());
     }
     /// Issue 36: the RPS restorer itself (whatever the journal says) refuses a device name
     /// with `..` or `/`, a symbolic link as the knob file, and a `previous` that is not a
     /// mask; nothing is written.
     #[test]
     fn crafted_rps_entries_write_nothing() {
-        let r = TempRoot::new("rps-crafted");
-        let outside = r.file("outside/queues/rx-0/rps_cpus", "1\n");
-        let f = r.file("sys/class/net/eth0/queues/rx-0/rps_cpus", "1\n");
-        let target = r.file("target", "1\n");
-        std::fs::create_dir_all(r.0.join("sys/class/net/evil/queues/rx-0")).unwrap();
-        std::os::unix::fs::symlink(&target, r.0.join("sys/class/net/evil/queues/rx-0/rps_cpus"))
+        let r = FakeRoot::new("act-rps-crafted");
+        let outside = r.write("outside/queues/rx-0/rps_cpus", "1\n");
+        let f = r.write("sys/class/net/eth0/queues/rx-0/rps_cpus", "1\n");
+        let target = r.write("target", "1\n");
+        std::fs::create_dir_all(r.join("sys/class/net/evil/queues/rx-0")).unwrap();
+        std::os::unix::fs::symlink(&target, r.join("sys/class/net/evil/queues/rx-0/rps_cpus"))
             .unwrap();
         let entry = |dev: &str, previous: &str| Entry {
             knob: Knob::Rps {
@@ -778,13 +753,13 @@ mod tests {
             entry("eth0", "hello world"),
             entry("eth0", "3\nanything"),
         ] {
-            let got = crate::knob::KnobHandler::restore(&mut h, &r.0, &e);
+            let got = crate::knob::KnobHandler::restore(&mut h, r.path(), &e);
             assert!(!got.settled(), "{e:?}: {got:?}");
         }
         for p in [&outside, &f, &target] {
             assert_eq!(read(p), "1", "{} written", p.display());
         }
-        let ok = crate::knob::KnobHandler::restore(&mut h, &r.0, &entry("eth0", "3"));
+        let ok = crate::knob::KnobHandler::restore(&mut h, r.path(), &entry("eth0", "3"));
         assert_eq!(ok, Restored::Restored);
         assert_eq!(read(&f), "3");
     }
@@ -809,8 +784,8 @@ mod tests {
             pid,
             start_time_ticks: start_time_ticks(Path::new("/"), pid).expect("start"),
         };
-        let root = TempRoot::new("latepin");
-        let mut a = Actuator::new(Path::new("/"), &root.state());
+        let root = FakeRoot::new("act-latepin");
+        let mut a = Actuator::new(Path::new("/"), &root.join("state"));
         let pin = |a: &mut Actuator| {
             a.apply(
                 &plan(vec![Action::PinProcess {

@@ -209,8 +209,9 @@ pub fn restore(root: &Path, prev: &CpufreqPrev) -> Result<()> {
 // `cpufreq_max` and `cpufreq_governor` knobs.
 
 use crate::journal::{Entry, Knob};
-use crate::knob::{classify, Ctx, KnobHandler, Restored};
+use crate::knob::{classify, policy_label, Ctx, KnobHandler, Restored};
 use placer_core::plan::{Action, Outcome};
+use placer_core::policies::PolicyKind;
 
 /// Journal value of a governor knob: `name`, or `userspace:KHZ`.
 fn governor_value(st: &CpufreqState) -> String {
@@ -231,7 +232,7 @@ fn outcome_of(e: &LinuxError, what: &str) -> Outcome {
     }
 }
 
-/// The cpufreq knob handler (register with `Handlers::register`).
+/// The cpufreq knob handler (the actuator's for `cpufreq_max` and `cpufreq_governor`).
 #[derive(Debug, Default)]
 pub struct CpufreqHandler;
 
@@ -243,12 +244,13 @@ impl CpufreqHandler {
         knob: Knob,
         previous: &str,
         applied: &str,
+        policy: Option<PolicyKind>,
         write: impl FnOnce() -> Result<()>,
     ) -> Outcome {
         let Some(journal) = ctx.journal.as_deref_mut() else {
             return Outcome::Transient("no journal".into());
         };
-        let new = match journal.record(knob.clone(), previous, applied, "energy-qos") {
+        let new = match journal.record(knob.clone(), previous, applied, policy_label(policy)) {
             Ok(n) => n,
             Err(e) => return Outcome::Transient(format!("journal: {e}")),
         };
@@ -263,7 +265,13 @@ impl CpufreqHandler {
         }
     }
 
-    fn cap(ctx: &mut Ctx<'_>, domain: u32, khz: u64, dry_run: bool) -> Outcome {
+    fn cap(
+        ctx: &mut Ctx<'_>,
+        domain: u32,
+        khz: u64,
+        policy: Option<PolicyKind>,
+        dry_run: bool,
+    ) -> Outcome {
         let st = match read_state(ctx.root, domain) {
             Ok(s) => s,
             Err(e) => return Outcome::Permanent(e.to_string()),
@@ -281,7 +289,7 @@ impl CpufreqHandler {
             .map(|k| k.to_string())
             .unwrap_or_default();
         let root = ctx.root.to_path_buf();
-        Self::journaled(ctx, knob, &prev, &f.to_string(), || {
+        Self::journaled(ctx, knob, &prev, &f.to_string(), policy, || {
             cap_max(&root, domain, f).map(|_| ())
         })
     }
@@ -291,6 +299,7 @@ impl CpufreqHandler {
         domain: u32,
         governor: &str,
         speed: Option<u64>,
+        policy: Option<PolicyKind>,
         dry_run: bool,
     ) -> Outcome {
         let st = match read_state(ctx.root, domain) {
@@ -311,28 +320,24 @@ impl CpufreqHandler {
         }
         let root = ctx.root.to_path_buf();
         let g = governor.to_string();
-        Self::journaled(ctx, knob, &prev, &applied, || {
+        Self::journaled(ctx, knob, &prev, &applied, policy, || {
             set_governor(&root, domain, &g, speed).map(|_| ())
         })
     }
 }
 
 impl KnobHandler for CpufreqHandler {
-    fn kinds(&self) -> &'static [&'static str] {
-        &["cpufreq_max", "cpufreq_governor"]
-    }
-
-    fn apply(&mut self, ctx: &mut Ctx<'_>, action: &Action) -> Option<Outcome> {
+    fn apply(&mut self, ctx: &mut Ctx<'_>, action: &Action, policy: Option<PolicyKind>) -> Outcome {
         let dry_run = ctx.dry_run();
         match action {
             Action::CapFrequency { domain, max_khz } => {
-                Some(Self::cap(ctx, *domain, *max_khz, dry_run))
+                Self::cap(ctx, *domain, *max_khz, policy, dry_run)
             }
             Action::SetGovernor {
                 domain,
                 governor,
                 speed_khz,
-            } => Some(Self::governor(ctx, *domain, governor, *speed_khz, dry_run)),
+            } => Self::governor(ctx, *domain, governor, *speed_khz, policy, dry_run),
             Action::RestoreFrequency { domain } => {
                 let mut out = Outcome::Skipped(format!("policy{domain}: placer did not change it"));
                 // Governor first, then the cap (see `restore`).
@@ -348,9 +353,9 @@ impl KnobHandler for CpufreqHandler {
                     let r = self.restore(ctx.root, &e);
                     out = crate::knob::settle(ctx, &knob, r);
                 }
-                Some(out)
+                out
             }
-            _ => None,
+            _ => crate::knob::not_mine("cpufreq", action),
         }
     }
 
@@ -404,102 +409,83 @@ impl KnobHandler for CpufreqHandler {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
+    use placer_testkit::FakeRoot;
 
-    /// A writable fake cpufreq tree: policy0 (A7-like) and policy4 (A15-like).
-    pub(crate) struct FakeSysfs {
-        pub root: PathBuf,
-    }
-
-    impl FakeSysfs {
-        pub fn new(tag: &str) -> FakeSysfs {
-            let root = std::env::temp_dir().join(format!(
-                "placer-cpufreq-{tag}-{}-{:?}",
-                std::process::id(),
-                std::thread::current().id()
-            ));
-            let _ = std::fs::remove_dir_all(&root);
-            for (id, top) in [(0u32, 14u64), (4, 20)] {
-                let d = root.join(format!("sys/devices/system/cpu/cpufreq/policy{id}"));
-                std::fs::create_dir_all(&d).unwrap();
-                let freqs: Vec<String> = (2..=top).map(|m| (m * 100_000).to_string()).collect();
-                let files = [
-                    ("scaling_available_frequencies", freqs.join(" ")),
-                    ("cpuinfo_min_freq", "200000".into()),
-                    ("cpuinfo_max_freq", (top * 100_000).to_string()),
-                    ("scaling_max_freq", (top * 100_000).to_string()),
-                    ("scaling_min_freq", "200000".into()),
-                    ("scaling_governor", "schedutil".into()),
-                    (
-                        "scaling_available_governors",
-                        "performance powersave schedutil userspace".into(),
-                    ),
-                    ("scaling_setspeed", "<unsupported>".into()),
-                ];
-                for (f, v) in files {
-                    std::fs::write(d.join(f), format!("{v}\n")).unwrap();
-                }
+    /// A fake root with a writable cpufreq tree: policy0 (A7-like) and policy4 (A15-like).
+    fn cpufreq_root(tag: &str) -> FakeRoot {
+        let root = FakeRoot::new(&format!("cpufreq-{tag}"));
+        for (id, top) in [(0u32, 14u64), (4, 20)] {
+            let freqs: Vec<String> = (2..=top).map(|m| (m * 100_000).to_string()).collect();
+            let files = [
+                ("scaling_available_frequencies", freqs.join(" ")),
+                ("cpuinfo_min_freq", "200000".into()),
+                ("cpuinfo_max_freq", (top * 100_000).to_string()),
+                ("scaling_max_freq", (top * 100_000).to_string()),
+                ("scaling_min_freq", "200000".into()),
+                ("scaling_governor", "schedutil".into()),
+                (
+                    "scaling_available_governors",
+                    "performance powersave schedutil userspace".into(),
+                ),
+                ("scaling_setspeed", "<unsupported>".into()),
+            ];
+            for (f, v) in files {
+                root.sys(&format!("devices/system/cpu/cpufreq/policy{id}/{f}"), &v);
             }
-            FakeSysfs { root }
         }
-        pub fn read(&self, domain: u32, file: &str) -> String {
-            std::fs::read_to_string(self.root.join(format!(
-                "sys/devices/system/cpu/cpufreq/policy{domain}/{file}"
-            )))
-            .unwrap()
-            .trim()
-            .to_string()
-        }
+        root
     }
 
-    impl Drop for FakeSysfs {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.root);
-        }
+    /// A policy's file in [`cpufreq_root`]'s tree, trimmed.
+    fn policy_file(root: &FakeRoot, domain: u32, file: &str) -> String {
+        root.read(format!(
+            "sys/devices/system/cpu/cpufreq/policy{domain}/{file}"
+        ))
     }
 
     #[test]
     fn cap_snaps_and_restores() {
-        let fs = FakeSysfs::new("cap");
-        let (prev, f) = cap_max(&fs.root, 4, 1_250_000).unwrap();
+        let fs = cpufreq_root("cap");
+        let (prev, f) = cap_max(fs.path(), 4, 1_250_000).unwrap();
         assert_eq!(f, 1_200_000);
-        assert_eq!(fs.read(4, "scaling_max_freq"), "1200000");
+        assert_eq!(policy_file(&fs, 4, "scaling_max_freq"), "1200000");
         assert_eq!(prev.scaling_max_khz, Some(2_000_000));
         assert_eq!(prev.governor.as_deref(), Some("schedutil"));
         // Below the lowest OPP: the lowest.
-        let (_, f) = cap_max(&fs.root, 0, 50_000).unwrap();
+        let (_, f) = cap_max(fs.path(), 0, 50_000).unwrap();
         assert_eq!(f, 200_000);
-        restore(&fs.root, &prev).unwrap();
-        assert_eq!(fs.read(4, "scaling_max_freq"), "2000000");
+        restore(fs.path(), &prev).unwrap();
+        assert_eq!(policy_file(&fs, 4, "scaling_max_freq"), "2000000");
         // Policy 0 untouched by restoring policy 4.
-        assert_eq!(fs.read(0, "scaling_max_freq"), "200000");
+        assert_eq!(policy_file(&fs, 0, "scaling_max_freq"), "200000");
     }
 
     #[test]
     fn userspace_governor_and_restore() {
-        let fs = FakeSysfs::new("gov");
-        let prev = set_governor(&fs.root, 0, "userspace", Some(999_000)).unwrap();
-        assert_eq!(fs.read(0, "scaling_governor"), "userspace");
-        assert_eq!(fs.read(0, "scaling_setspeed"), "900000");
+        let fs = cpufreq_root("gov");
+        let prev = set_governor(fs.path(), 0, "userspace", Some(999_000)).unwrap();
+        assert_eq!(policy_file(&fs, 0, "scaling_governor"), "userspace");
+        assert_eq!(policy_file(&fs, 0, "scaling_setspeed"), "900000");
         assert_eq!(prev.governor.as_deref(), Some("schedutil"));
         assert_eq!(prev.setspeed_khz, None);
         // A second change journals the userspace state, and restoring it brings it back.
-        let prev2 = set_governor(&fs.root, 0, "powersave", None).unwrap();
+        let prev2 = set_governor(fs.path(), 0, "powersave", None).unwrap();
         assert_eq!(prev2.setspeed_khz, Some(900_000));
-        restore(&fs.root, &prev2).unwrap();
-        assert_eq!(fs.read(0, "scaling_governor"), "userspace");
-        restore(&fs.root, &prev).unwrap();
-        assert_eq!(fs.read(0, "scaling_governor"), "schedutil");
-        assert!(set_governor(&fs.root, 0, "ondemand", None).is_err());
+        restore(fs.path(), &prev2).unwrap();
+        assert_eq!(policy_file(&fs, 0, "scaling_governor"), "userspace");
+        restore(fs.path(), &prev).unwrap();
+        assert_eq!(policy_file(&fs, 0, "scaling_governor"), "schedutil");
+        assert!(set_governor(fs.path(), 0, "ondemand", None).is_err());
     }
 
     #[test]
     fn missing_policy_is_an_error_with_the_path() {
-        let fs = FakeSysfs::new("miss");
-        let e = cap_max(&fs.root, 2, 1_000_000).unwrap_err().to_string();
+        let fs = cpufreq_root("miss");
+        let e = cap_max(fs.path(), 2, 1_000_000).unwrap_err().to_string();
         assert!(e.contains("policy 2") && e.contains("cpufreq"), "{e}");
-        assert!(unavailable_reason(&fs.root).is_none());
+        assert!(unavailable_reason(fs.path()).is_none());
         assert!(unavailable_reason(Path::new("/nonexistent-placer-root")).is_some());
     }
 
@@ -516,10 +502,9 @@ pub(crate) mod tests {
     fn handler_journals_caps_and_restores() {
         use crate::actuator::Actuator;
         use placer_core::plan::Plan;
-        let fs = FakeSysfs::new("handler");
-        let state = fs.root.join("state");
-        let mut act = Actuator::new(&fs.root, &state);
-        act.handlers.register(Box::new(CpufreqHandler));
+        let fs = cpufreq_root("handler");
+        let state = fs.join("state");
+        let mut act = Actuator::new(fs.path(), &state);
         let mut plan = Plan::default();
         plan.push(
             "energy-qos",
@@ -541,18 +526,20 @@ pub(crate) mod tests {
         // Dry run changes nothing.
         let r = act.apply(&plan, true);
         assert!(r.iter().all(|r| r.outcome.kind() == "skipped"), "{r:?}");
-        assert_eq!(fs.read(4, "scaling_max_freq"), "2000000");
+        assert_eq!(policy_file(&fs, 4, "scaling_max_freq"), "2000000");
         let r = act.apply(&plan, false);
         assert!(r.iter().all(|r| r.outcome == Outcome::Done), "{r:?}");
-        assert_eq!(fs.read(4, "scaling_max_freq"), "1000000");
-        assert_eq!(fs.read(0, "scaling_governor"), "userspace");
-        assert_eq!(fs.read(0, "scaling_setspeed"), "600000");
+        assert_eq!(policy_file(&fs, 4, "scaling_max_freq"), "1000000");
+        assert_eq!(policy_file(&fs, 0, "scaling_governor"), "userspace");
+        assert_eq!(policy_file(&fs, 0, "scaling_setspeed"), "600000");
         let j = crate::journal::Journal::load(&state).unwrap();
         let e = j.get(&Knob::CpufreqMax { domain: 4 }).unwrap();
         assert_eq!(
             (e.previous.as_str(), e.applied.as_str()),
             ("2000000", "1000000")
         );
+        // Labelled with the policy that planned it.
+        assert_eq!(e.label, "energy-qos");
         let e = j.get(&Knob::CpufreqGovernor { domain: 0 }).unwrap();
         assert_eq!(
             (e.previous.as_str(), e.applied.as_str()),
@@ -567,8 +554,8 @@ pub(crate) mod tests {
             restored.iter().all(|(_, r)| *r == Restored::Restored),
             "{restored:?}"
         );
-        assert_eq!(fs.read(4, "scaling_max_freq"), "2000000");
-        assert_eq!(fs.read(0, "scaling_governor"), "schedutil");
+        assert_eq!(policy_file(&fs, 4, "scaling_max_freq"), "2000000");
+        assert_eq!(policy_file(&fs, 0, "scaling_governor"), "schedutil");
         assert!(crate::journal::Journal::load(&state).unwrap().is_empty());
     }
 
@@ -576,10 +563,9 @@ pub(crate) mod tests {
     fn handler_leaves_a_cap_someone_else_changed() {
         use crate::actuator::Actuator;
         use placer_core::plan::Plan;
-        let fs = FakeSysfs::new("lease");
-        let state = fs.root.join("state");
-        let mut act = Actuator::new(&fs.root, &state);
-        act.handlers.register(Box::new(CpufreqHandler));
+        let fs = cpufreq_root("lease");
+        let state = fs.join("state");
+        let mut act = Actuator::new(fs.path(), &state);
         let mut plan = Plan::default();
         plan.push(
             "energy-qos",
@@ -590,15 +576,13 @@ pub(crate) mod tests {
             "test",
         );
         assert_eq!(act.apply(&plan, false)[0].outcome, Outcome::Done);
-        std::fs::write(
-            fs.root
-                .join("sys/devices/system/cpu/cpufreq/policy0/scaling_max_freq"),
-            "1000000\n",
-        )
-        .unwrap();
+        fs.sys(
+            "devices/system/cpu/cpufreq/policy0/scaling_max_freq",
+            "1000000",
+        );
         let mut plan = Plan::default();
         plan.push("energy-qos", Action::RestoreFrequency { domain: 0 }, "test");
         assert_eq!(act.apply(&plan, false)[0].outcome.kind(), "skipped");
-        assert_eq!(fs.read(0, "scaling_max_freq"), "1000000");
+        assert_eq!(policy_file(&fs, 0, "scaling_max_freq"), "1000000");
     }
 }

@@ -143,8 +143,9 @@ mod tests {
 
     #[test]
     fn probes_a_fixture_tree() {
-        let d = std::env::temp_dir().join(format!("placer-energy-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
+        let root = placer_testkit::FakeRoot::new("energy");
+        // The tree under the root (removed whole below, while the root stays for cleanup).
+        let d = root.join("tree");
         let z = d.join("sys/class/powercap/intel-rapl:0");
         let sz = d.join("sys/class/powercap/intel-rapl:0:0");
         let h = d.join("sys/class/hwmon/hwmon1");

@@ -12,8 +12,8 @@
 //! compares the knob's current value with `applied`: if they differ, someone else changed the
 //! knob since, and placer leaves it alone (the lease idea, applied at restore time too).
 //!
-//! Knob kinds cover every knob placer's policies touch; each kind has a restorer registered
-//! with the actuator (`crate::actuator::Handlers`). Values are text in the knob's own format
+//! Knob kinds ([`KnobKind`]) cover every knob placer's policies touch; each kind has one
+//! handler, which restores it (`crate::actuator::Handlers::for_kind`). Values are text in the knob's own format
 //! (a CPU list, a hex mask, kHz, a governor name, JSON for a qdisc setup).
 
 use crate::error::{LinuxError, Result};
@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 pub const JOURNAL_FILE: &str = "journal.json";
 pub const JOURNAL_VERSION: u32 = 1;
 
-pub use placer_core::journal::{Entry, Knob};
+pub use placer_core::journal::{Entry, Knob, KnobKind};
 
 /// The journal in memory, mirrored durably to its file on every change.
 #[derive(Debug)]
@@ -407,15 +407,15 @@ fn parse_file(path: &Path, text: &str) -> Result<(Vec<Entry>, Vec<Refused>)> {
 mod tests {
     use super::*;
 
-    fn tmpdir(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("placer-journal-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        d
+    /// A state dir not created yet, in a fake root removed on drop.
+    fn tmpdir(tag: &str) -> (PathBuf, placer_testkit::FakeRoot) {
+        let root = placer_testkit::FakeRoot::new(&format!("journal-{tag}"));
+        (root.join("state"), root)
     }
 
     #[test]
     fn record_keeps_the_first_previous_and_survives_reopen() {
-        let d = tmpdir("first");
+        let (d, _root) = tmpdir("first");
         let mut j = Journal::open(&d).expect("open");
         let k = Knob::IrqAffinity { irq: 30 };
         assert!(j.record(k.clone(), "0-3", "1", "eth0").expect("record"));
@@ -437,7 +437,7 @@ mod tests {
 
     #[test]
     fn every_knob_kind_round_trips() {
-        let d = tmpdir("kinds");
+        let (d, _root) = tmpdir("kinds");
         let mut j = Journal::open(&d).expect("open");
         let knobs = vec![
             Knob::ProcAffinity {
@@ -479,7 +479,7 @@ mod tests {
 
     #[test]
     fn read_only_journal_refuses_changes_and_bad_files_are_errors() {
-        let d = tmpdir("ro");
+        let (d, _root) = tmpdir("ro");
         std::fs::create_dir_all(&d).expect("mkdir");
         let mut j = Journal::load(&d).expect("load missing = empty");
         assert!(j
@@ -495,7 +495,7 @@ mod tests {
     /// of processes that exited settle in well under 2 s, and the journal ends empty.
     #[test]
     fn six_thousand_entries_restore_quickly() {
-        let d = tmpdir("many");
+        let (d, _root) = tmpdir("many");
         let mut j = Journal::open(&d).expect("open");
         // Built in memory and written once: recording 6,000 one by one is not under test.
         for n in 0..6000u32 {
@@ -531,7 +531,7 @@ mod tests {
 
     #[test]
     fn entries_of_exited_processes_are_pruned() {
-        let d = tmpdir("prune");
+        let (d, _root) = tmpdir("prune");
         let mut j = Journal::open(&d).expect("open");
         let me = std::process::id();
         let start = crate::actuator::start_time_ticks(Path::new("/"), me).expect("own start");
@@ -558,7 +558,7 @@ mod tests {
     /// their position, kept in the file for inspection, and never reach a restorer.
     #[test]
     fn crafted_entries_are_refused_with_their_position_and_kept() {
-        let d = tmpdir("crafted");
+        let (d, _root) = tmpdir("crafted");
         std::fs::create_dir_all(&d).expect("mkdir");
         std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o700))
             .expect("chmod");
@@ -603,7 +603,7 @@ mod tests {
     /// unsaved is adopted.
     #[test]
     fn a_failed_save_rolls_the_entry_back() {
-        let d = tmpdir("rollback");
+        let (d, _root) = tmpdir("rollback");
         let mut j = Journal::open(&d).expect("open");
         j.record(Knob::IrqAffinity { irq: 1 }, "0", "1", "")
             .expect("record");

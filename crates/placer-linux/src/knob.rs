@@ -8,26 +8,11 @@
 
 use crate::journal::{Entry, Journal, Knob};
 use placer_core::plan::{Action, Outcome};
+use placer_core::policies::PolicyKind;
 use placer_core::CpuSet;
 use std::path::Path;
 
 pub use placer_core::journal::Restored;
-
-/// The knob kind of the handler that takes `action`: an exhaustive match (no catch-all), so
-/// an action added without a handler does not compile.
-pub fn kind_of(action: &Action) -> &'static str {
-    match action {
-        Action::PinProcess { .. } | Action::PinThread { .. } | Action::RestoreProcess { .. } => {
-            "proc_affinity"
-        }
-        Action::SetIrqAffinity { .. } | Action::RestoreIrq { .. } => "irq_affinity",
-        Action::SetRps { .. } => "rps",
-        Action::CapFrequency { .. } | Action::RestoreFrequency { .. } => "cpufreq_max",
-        Action::SetGovernor { .. } => "cpufreq_governor",
-        Action::LimitBandwidth { .. } | Action::RemoveLimit { .. } => "tc_qdisc",
-        Action::BindMemory { .. } | Action::RestoreMemory { .. } => "mem_policy",
-    }
-}
 
 /// What a handler may use while applying an action.
 pub struct Ctx<'a> {
@@ -54,13 +39,13 @@ impl Ctx<'_> {
     }
 }
 
-/// Applies some actions and restores some knob kinds.
+/// Applies the actions of its knob kinds and restores their journal entries. Which handler
+/// takes which [`crate::journal::KnobKind`] is the actuator's exhaustive match.
 pub trait KnobHandler: Send {
-    /// Knob kinds ([`Knob::kind`]) this handler restores.
-    fn kinds(&self) -> &'static [&'static str];
-    /// Applies `action` if it is one of this handler's; None otherwise. A dry run is
-    /// `ctx.dry_run()`: nothing is written then.
-    fn apply(&mut self, ctx: &mut Ctx<'_>, action: &Action) -> Option<Outcome>;
+    /// Applies `action`, one of this handler's kinds, planned by `policy` (None: a planner
+    /// that is no configured policy, such as a test's); the journal entry is labelled with
+    /// it. A dry run is `ctx.dry_run()`: nothing is written then.
+    fn apply(&mut self, ctx: &mut Ctx<'_>, action: &Action, policy: Option<PolicyKind>) -> Outcome;
     /// Puts a journaled knob back (only if it still holds what placer applied).
     fn restore(&mut self, root: &Path, entry: &Entry) -> Restored;
     /// Per-cycle upkeep of the knobs it holds (e.g. threads created since a pin); returns
@@ -68,6 +53,20 @@ pub trait KnobHandler: Send {
     fn maintain(&mut self, _root: &Path, _entries: &[Entry]) -> usize {
         0
     }
+}
+
+/// The journal label of a knob set for `policy`.
+pub fn policy_label(policy: Option<PolicyKind>) -> &'static str {
+    policy.map_or("", PolicyKind::name)
+}
+
+/// What a handler answers for an action of another kind: the actuator's dispatch never
+/// hands it one, so this is a bug, refused rather than guessed at.
+pub fn not_mine(handler: &str, action: &Action) -> Outcome {
+    Outcome::Permanent(format!(
+        "{} is not an action of the {handler} handler",
+        action.kind()
+    ))
 }
 
 /// Outcome for an errno from a syscall or a write.

@@ -21,10 +21,11 @@
 
 use crate::error::{LinuxError, Result};
 use crate::journal::{Entry, Knob};
-use crate::knob::{Ctx, KnobHandler, Restored};
+use crate::knob::{policy_label, Ctx, KnobHandler, Restored};
 use crate::numa_maps;
 use placer_bufpool::numa as sys;
 use placer_core::plan::{Action, Outcome};
+use placer_core::policies::PolicyKind;
 use placer_core::sample::ProcKey;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -238,6 +239,7 @@ impl MemPolicyHandler {
         proc: ProcKey,
         nodes: &[u32],
         max_bytes: u64,
+        policy: Option<PolicyKind>,
         dry_run: bool,
     ) -> Outcome {
         let Some(&target) = nodes.first() else {
@@ -271,7 +273,7 @@ impl MemPolicyHandler {
             let prev = serde_json::to_string(&rec).unwrap_or_default();
             let applied = serde_json::to_string(nodes).unwrap_or_default();
             match ctx.journal.as_deref_mut() {
-                Some(j) => match j.record(knob.clone(), &prev, &applied, "numa-local") {
+                Some(j) => match j.record(knob.clone(), &prev, &applied, policy_label(policy)) {
                     Ok(n) => new_entry = n,
                     Err(e) => return Outcome::Transient(format!("journal: {e}")),
                 },
@@ -312,28 +314,24 @@ impl MemPolicyHandler {
 }
 
 impl KnobHandler for MemPolicyHandler {
-    fn kinds(&self) -> &'static [&'static str] {
-        &["mem_policy"]
-    }
-
-    fn apply(&mut self, ctx: &mut Ctx<'_>, action: &Action) -> Option<Outcome> {
+    fn apply(&mut self, ctx: &mut Ctx<'_>, action: &Action, policy: Option<PolicyKind>) -> Outcome {
         let dry_run = ctx.dry_run();
         match action {
             Action::BindMemory {
                 proc,
                 nodes,
                 migrate_max_bytes,
-            } => Some(self.bind(ctx, *proc, nodes, *migrate_max_bytes, dry_run)),
+            } => self.bind(ctx, *proc, nodes, *migrate_max_bytes, policy, dry_run),
             Action::RestoreMemory { proc } => {
                 let knob = mem_knob(proc.pid, proc.start_time_ticks);
                 let Some(entry) = ctx.entry(&knob) else {
-                    return Some(Outcome::Skipped("placer never moved its memory".into()));
+                    return Outcome::Skipped("placer never moved its memory".into());
                 };
                 if dry_run {
-                    return Some(Outcome::Skipped(format!(
+                    return Outcome::Skipped(format!(
                         "dry run: would move pid {}'s pages back",
                         proc.pid
-                    )));
+                    ));
                 }
                 let r = self.restore(ctx.root, &entry);
                 if r.settled() {
@@ -341,13 +339,13 @@ impl KnobHandler for MemPolicyHandler {
                         let _ = j.remove(&knob);
                     }
                 }
-                Some(match r {
+                match r {
                     Restored::Restored => Outcome::Done,
                     Restored::Gone(m) | Restored::ChangedElsewhere(m) => Outcome::Skipped(m),
                     Restored::Failed(m) => Outcome::Transient(m),
-                })
+                }
             }
-            _ => None,
+            _ => crate::knob::not_mine("memory policy", action),
         }
     }
 
@@ -426,13 +424,7 @@ mod tests {
     /// moves nothing either and fails per page or as a whole, never silently succeeds.
     #[test]
     fn live_child_on_node_0() {
-        struct Kill(std::process::Child);
-        impl Drop for Kill {
-            fn drop(&mut self) {
-                let _ = self.0.kill();
-                let _ = self.0.wait();
-            }
-        }
+        use placer_testkit::proc::KillOnDrop as Kill;
         let child = match std::process::Command::new("sleep").arg("30").spawn() {
             Ok(c) => Kill(c),
             Err(e) => {
@@ -473,17 +465,6 @@ mod tests {
         }
     }
 
-    fn state_dir(tag: &str) -> std::path::PathBuf {
-        std::env::temp_dir().join(format!("placer-membind-{tag}-{}", std::process::id()))
-    }
-
-    struct Rm(std::path::PathBuf);
-    impl Drop for Rm {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
     fn one(action: Action) -> placer_core::plan::Plan {
         let mut p = placer_core::plan::Plan::default();
         p.push("numa-local", action, "test");
@@ -495,13 +476,7 @@ mod tests {
     /// exited process is Permanent; a journal entry of an exited process restores as gone.
     #[test]
     fn actuator_handles_bind_and_restore() {
-        struct Kill(std::process::Child);
-        impl Drop for Kill {
-            fn drop(&mut self) {
-                let _ = self.0.kill();
-                let _ = self.0.wait();
-            }
-        }
+        use placer_testkit::proc::KillOnDrop as Kill;
         let Ok(child) = std::process::Command::new("sleep").arg("30").spawn() else {
             placer_testkit::skip("cannot start sleep");
             return;
@@ -515,8 +490,8 @@ mod tests {
             pid,
             start_time_ticks: start,
         };
-        let dir = state_dir("act");
-        let _rm = Rm(dir.clone());
+        let tmp = placer_testkit::FakeRoot::new("membind-act");
+        let dir = tmp.join("state");
         let mut act = crate::actuator::Actuator::new(root, &dir);
         let bind = |max| Action::BindMemory {
             proc: key,

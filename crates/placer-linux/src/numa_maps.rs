@@ -174,19 +174,11 @@ mod tests {
 
     #[test]
     fn reads_under_a_root_and_absent_is_none() {
-        struct Cleanup(std::path::PathBuf);
-        impl Drop for Cleanup {
-            fn drop(&mut self) {
-                let _ = std::fs::remove_dir_all(&self.0);
-            }
-        }
-        let dir = std::env::temp_dir().join(format!("placer-numa-maps-{}", std::process::id()));
-        let _cleanup = Cleanup(dir.clone());
-        std::fs::create_dir_all(dir.join("proc/42")).unwrap();
-        std::fs::write(dir.join("proc/42/numa_maps"), TEXT).unwrap();
-        let got = read(&dir, 42, 4096).unwrap().unwrap();
+        let root = placer_testkit::FakeRoot::new("numa-maps");
+        root.proc_pid(42, &[("numa_maps", TEXT)]);
+        let got = read(root.path(), 42, 4096).unwrap().unwrap();
         assert_eq!(got[&1], 527);
-        assert_eq!(read(&dir, 43, 4096).unwrap(), None);
+        assert_eq!(read(root.path(), 43, 4096).unwrap(), None);
     }
 
     #[test]

@@ -346,30 +346,7 @@ pub fn read_mbm_total_bytes(resctrl: &Path, group: &str) -> Result<u64> {
 mod tests {
     use super::*;
     use placer_core::classify::{BUFFER_FULL, L2_PREFETCH, LLC_REFERENCES};
-
-    struct TempRoot(PathBuf);
-    impl TempRoot {
-        fn new(tag: &str) -> TempRoot {
-            let p = std::env::temp_dir().join(format!(
-                "placer-pmu-{tag}-{}-{:?}",
-                std::process::id(),
-                std::thread::current().id()
-            ));
-            let _ = std::fs::remove_dir_all(&p);
-            std::fs::create_dir_all(&p).unwrap();
-            TempRoot(p)
-        }
-        fn write(&self, rel: &str, text: &str) {
-            let p = self.0.join(rel);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, text).unwrap();
-        }
-    }
-    impl Drop for TempRoot {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+    use placer_testkit::FakeRoot;
 
     const X5570: &str = "processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 26\nmodel name\t: Intel(R) Xeon(R) CPU           X5570  @ 2.93GHz\n\nprocessor\t: 1\nvendor_id\t: GenuineIntel\n";
 
@@ -447,9 +424,9 @@ mod tests {
 
     #[test]
     fn resolve_on_temp_roots() {
-        let r = TempRoot::new("resolve");
+        let r = FakeRoot::new("pmu-resolve");
         r.write("proc/cpuinfo", X5570);
-        let res = resolve(&r.0).unwrap();
+        let res = resolve(r.path()).unwrap();
         assert_eq!(res.uarch, Uarch::IntelNehalem);
         assert!(res.note.is_none());
         let e = res.pmu.unwrap_err();
@@ -457,7 +434,7 @@ mod tests {
         assert!(matches!(res.memory_bandwidth, MemBwSource::None(_)));
         r.write("sys/bus/event_source/devices/cpu/type", "4\n");
         r.write("sys/bus/event_source/devices/uncore/type", "9\n");
-        let res = resolve(&r.0).unwrap();
+        let res = resolve(r.path()).unwrap();
         assert!(res.pmu.unwrap().contains("perf type 4"));
         assert_eq!(
             res.memory_bandwidth,
@@ -466,33 +443,33 @@ mod tests {
             }
         );
         // No cpuinfo: generic, with a note.
-        let empty = TempRoot::new("empty");
-        let res = resolve(&empty.0).unwrap();
+        let empty = FakeRoot::new("pmu-empty");
+        let res = resolve(empty.path()).unwrap();
         assert_eq!(res.uarch, Uarch::Generic);
         assert!(res.note.unwrap().contains("generic"));
     }
 
     #[test]
     fn resctrl_mbm_sums_domains() {
-        let r = TempRoot::new("mbm");
+        let r = FakeRoot::new("pmu-mbm");
         let rc = "sys/fs/resctrl";
         r.write(
-            &format!("{rc}/info/L3_MON/mon_features"),
+            format!("{rc}/info/L3_MON/mon_features"),
             "llc_occupancy\nmbm_total_bytes\nmbm_local_bytes\n",
         );
         r.write(
-            &format!("{rc}/mon_groups/app1/mon_data/mon_L3_00/mbm_total_bytes"),
+            format!("{rc}/mon_groups/app1/mon_data/mon_L3_00/mbm_total_bytes"),
             "1000\n",
         );
         r.write(
-            &format!("{rc}/mon_groups/app1/mon_data/mon_L3_01/mbm_total_bytes"),
+            format!("{rc}/mon_groups/app1/mon_data/mon_L3_01/mbm_total_bytes"),
             "24\n",
         );
         r.write(
-            &format!("{rc}/mon_groups/app1/mon_data/mon_L3_02/mbm_total_bytes"),
+            format!("{rc}/mon_groups/app1/mon_data/mon_L3_02/mbm_total_bytes"),
             "Unavailable\n",
         );
-        let src = memory_bandwidth_source(&r.0, Uarch::IntelHaswellToSkylake);
+        let src = memory_bandwidth_source(r.path(), Uarch::IntelHaswellToSkylake);
         let MemBwSource::ResctrlMbm { resctrl } = src else {
             panic!("expected resctrl, got {src:?}");
         };
@@ -523,7 +500,7 @@ mod tests {
             placer_testkit::skip("no tar");
             return;
         }
-        let t = TempRoot::new("fixtures");
+        let t = FakeRoot::new("pmu-fixtures");
         for (tarball, top, want) in [
             (
                 "x86_64-epyc_7451.tar.gz",
@@ -532,16 +509,8 @@ mod tests {
             ),
             ("x86_64-64cpu.tar.gz", "x86_64-64cpu", Uarch::IntelNehalem), // Xeon X7550
         ] {
-            let ok = std::process::Command::new("tar")
-                .arg("xzf")
-                .arg(dir.join(tarball))
-                .arg("-C")
-                .arg(&t.0)
-                .status()
-                .map(|s| s.success())
-                .unwrap_or(false);
-            assert!(ok, "unpacking {tarball}");
-            let res = resolve(&t.0.join(top)).unwrap();
+            assert_eq!(t.unpack(&dir.join(tarball)), t.join(top));
+            let res = resolve(&t.join(top)).unwrap();
             assert_eq!(res.uarch, want, "{tarball}");
         }
     }

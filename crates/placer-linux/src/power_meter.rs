@@ -331,37 +331,14 @@ pub fn calibrate(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use placer_testkit::FakeRoot;
     use std::collections::BTreeMap;
-
-    struct TmpRoot(PathBuf);
-    impl TmpRoot {
-        fn new(tag: &str) -> TmpRoot {
-            let p = std::env::temp_dir().join(format!(
-                "placer-power-{tag}-{}-{:?}",
-                std::process::id(),
-                std::thread::current().id()
-            ));
-            let _ = std::fs::remove_dir_all(&p);
-            std::fs::create_dir_all(&p).unwrap();
-            TmpRoot(p)
-        }
-        fn write(&self, rel: &str, text: &str) {
-            let p = self.0.join(rel);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, text).unwrap();
-        }
-    }
-    impl Drop for TmpRoot {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
 
     #[test]
     fn discovers_rapl_hwmon_and_board_sensors() {
-        let r = TmpRoot::new("disc");
-        assert!(discover(&r.0).is_empty());
-        assert!(unavailable_reason(&r.0)
+        let r = FakeRoot::new("power-disc");
+        assert!(discover(r.path()).is_empty());
+        assert!(unavailable_reason(r.path())
             .unwrap()
             .contains("no power sensor"));
         r.write("sys/class/powercap/intel-rapl:0/energy_uj", "1000\n");
@@ -375,7 +352,7 @@ mod tests {
         r.write("sys/class/hwmon/hwmon1/power1_input", "2500000\n");
         r.write("sys/class/hwmon/hwmon1/temp1_input", "40000\n");
         r.write("sys/bus/i2c/drivers/INA231/4-0040/sensor_W", "1.234\n");
-        let s = discover(&r.0);
+        let s = discover(r.path());
         let names: Vec<&str> = s.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(
             names,
@@ -385,7 +362,7 @@ mod tests {
                 "board:INA231/4-0040"
             ]
         );
-        assert!(unavailable_reason(&r.0).is_none());
+        assert!(unavailable_reason(r.path()).is_none());
         // Static readings: 2.5 W + 1.234 W, RAPL counter not moving.
         let w = SensorMeter { sensors: s }
             .watts(Duration::from_millis(150))
@@ -457,9 +434,9 @@ mod tests {
     fn tables_round_trip_and_malformed_ones_name_their_line() {
         let topo = placer_core::machines::machine("odroid-xu4").unwrap();
         let m = StatePowerTable::for_topology(&topo);
-        let r = TmpRoot::new("table");
+        let r = FakeRoot::new("power-table");
         r.write("t.table", &m.to_table());
-        let t = read_table(&r.0.join("t.table")).unwrap();
+        let t = read_table(&r.join("t.table")).unwrap();
         assert!(t.source.starts_with("measured:"), "{}", t.source);
         assert_eq!(t.base_w, m.base_w);
         for (a, b) in t.domains.iter().zip(&m.domains) {
@@ -483,10 +460,10 @@ mod tests {
             ("base_w 0.5\n", 1, "no rows"),
         ] {
             r.write("bad.table", text);
-            let e = read_table(&r.0.join("bad.table")).unwrap_err();
+            let e = read_table(&r.join("bad.table")).unwrap_err();
             assert!(e.contains(&format!("line {line}: ")), "{text:?}: {e}");
             assert!(e.contains(what), "{text:?}: {e}");
         }
-        assert!(read_table(&r.0.join("missing.table")).is_err());
+        assert!(read_table(&r.join("missing.table")).is_err());
     }
 }

@@ -337,18 +337,11 @@ impl StateDir {
 mod tests {
     use super::*;
 
-    /// A fresh directory under /tmp, removed on drop (even when the test fails).
-    struct Tmp(PathBuf);
-    impl Drop for Tmp {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+    /// A path not created yet, in a fake root removed on drop (even when the test fails).
+    struct Tmp(PathBuf, #[allow(dead_code)] placer_testkit::FakeRoot);
     fn tmp(tag: &str) -> Tmp {
-        let d =
-            std::env::temp_dir().join(format!("placer-test-statedir-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        Tmp(d)
+        let root = placer_testkit::FakeRoot::new(&format!("statedir-{tag}"));
+        Tmp(root.join("d"), root)
     }
 
     #[test]

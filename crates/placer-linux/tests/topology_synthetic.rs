@@ -6,48 +6,28 @@
 use placer_core::topology::{CacheKind, CoreType};
 use placer_core::CpuSet;
 use placer_linux::topology::read;
-use std::path::{Path, PathBuf};
+use placer_testkit::FakeRoot;
+use std::path::Path;
 
-/// A temporary root, removed on drop.
-struct Root(PathBuf);
-
-impl Drop for Root {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+/// A fake root with the helpers these tests chain.
+struct Root(FakeRoot);
 
 impl Root {
     fn new() -> Root {
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let p = std::env::temp_dir().join(format!("placer-topo-syn-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Root(p)
+        Root(FakeRoot::new("topo-syn"))
     }
     fn write(&self, rel: &str, text: &str) -> &Self {
-        let p = self.0.join(rel);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, text).unwrap();
+        self.0.write(rel, text);
         self
     }
     fn remove(&self, rel: &str) {
-        let p = self.0.join(rel);
-        if p.is_dir() {
-            std::fs::remove_dir_all(p).unwrap();
-        } else {
-            std::fs::remove_file(p).unwrap();
-        }
+        self.0.remove(rel);
     }
     fn symlink(&self, rel: &str, target: &str) {
-        let p = self.0.join(rel);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::os::unix::fs::symlink(target, p).unwrap();
+        self.0.symlink(rel, target);
     }
     fn path(&self) -> &Path {
-        &self.0
+        self.0.path()
     }
 }
 

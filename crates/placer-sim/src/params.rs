@@ -268,18 +268,18 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("contention.llc_additive_per_pressure", "fitted: 0.028 slowdown per streaming co-runner (calibration/contention.toml, x86-16core-llc) / P 0.9 of a streaming app = 0.031 per unit pressure"),
     ("contention.llc_reference_bytes", "[E] 8 MiB: the CAL C archetype pressures were set for seed 003's first machine, whose 4-core domains share an 8 MB L3 (X5570); the share-of-LLC scaling follows the occupancy view of Chandra, Guo, Kim, Solihin, 'Predicting inter-thread cache contention on a chip multi-processor architecture', HPCA 2005 (a co-runner's harm grows with the part of the shared cache its accesses take); docs/contention.md"),
     ("contention.llc_scale", "[E] CAL C: 'scale so worst pairs reach +100-200%': 2.0 gives antagonist(P=1)+sensitive(S=0.9) = +114%, lbm+omnetpp = +107%"),
-    ("contention.node_bw_gbps", "placer_core::catalogue::MEMORY per built-in machine (each with its source; docs/simulator.md); 40 [E] for synthetic machines"),
+    ("contention.node_bw_gbps", "placer_core::catalogue::Machine::memory per built-in machine (each with its source; docs/simulator.md); 40 [E] for synthetic machines"),
     ("contention.core_bw_gbps", "[E] CAL C archetype 1: a streaming hog pulls 6-10 GB/s solo -> 10"),
     ("contention.loaded_latency", "placer_core::catalogue::LOADED_LATENCY: CAL C MLC 3.11b loaded-latency curve: 3/43/83/133/159 GB/s -> 82/91/101/128/~310 ns, normalised to 159 GB/s and 82 ns"),
     ("numa.balancing_mb_per_s", "Linux automatic NUMA balancing (on by default since 3.8; seed 003's 4.2 has it, its Sec. 2.2): numa_balancing_scan_size_mb 256 per scan_period_min_ms 1000 -> at most 256 MB/s of a process's pages scanned and migrated"),
     ("numa.task_retry_ms", "Linux kernel/sched/fair.c numa_migrate_preferred: a task off its preferred node retries task_numa_migrate every min(1 s, numa_scan_period / 16); the scan period sits at numa_balancing_scan_period_min_ms = 1000 while its faults are remote and private: 62.5 ms"),
     ("numa.migrate_s_per_gb", "[E] a NUMA hinting fault + copy + remap per 4 KiB page, ~1 us: 0.25 s per GB"),
     ("numa.latency_ratio", "CAL D: 2S Intel MLC 1.7x (distance 20/21); Opteron 4P 1-hop 1.085 (16), 2-hop 1.30 (22)"),
-    ("power.node_idle_w", "seed 001 Pn (dell-c6100 76.11, hp-dk388p 106.41); CAL B SPECpower idle for others; odroid CAL A4 3.89 W"),
-    ("power.package_w", "seed 001 Ps (25.19 / 39.74); 0 where the source folds it into idle"),
-    ("power.big_core_w", "seed 001 Pc (9.68 / 11.13); CAL B SPECpower (peak-idle)/cores for others; odroid CAL A3 IPA A15 1888 mW at 2 GHz"),
+    ("power.node_idle_w", "placer_core::catalogue::Machine::power_coefficients (each with its source): seed 001 Pn (dell-c6100, hp-dk388p); CAL B SPECpower idle for others; odroid CAL A4 3.89 W"),
+    ("power.package_w", "catalogue power_coefficients: seed 001 Ps; 0 where the source folds it into idle"),
+    ("power.big_core_w", "catalogue power_coefficients: seed 001 Pc; CAL B SPECpower (peak-idle)/cores for others; odroid CAL A3 IPA A15 1888 mW at 2 GHz"),
     ("power.little_core_w", "CAL A3 IPA A7 250 mW at 1.4 GHz"),
-    ("power.smt_sibling_w", "seed 001 Pt (2.61 / 2.83); [E] 27% of Pc elsewhere (CAL B)"),
+    ("power.smt_sibling_w", "catalogue power_coefficients: seed 001 Pt; [E] 27% of Pc elsewhere (CAL B)"),
     ("power.big_opp", "CAL A1 exynos5800.dtsi A15 OPPs"),
     ("power.little_opp", "CAL A1 exynos5800.dtsi A7 OPPs"),
     ("power.em_big_coeff", "CAL A2 dynamic-power-coefficient A15 310"),
@@ -464,63 +464,20 @@ impl Params {
             },
             archetypes: default_archetypes(),
         };
+        let Some(machine) = catalogue::Machine::parse(name) else {
+            return p;
+        };
         let pw = &mut p.power;
-        match name {
-            "dell-c6100" => {
-                (
-                    pw.node_idle_w,
-                    pw.package_w,
-                    pw.big_core_w,
-                    pw.smt_sibling_w,
-                ) = (76.11, 25.19, 9.68, 2.61);
-            }
-            "hp-dk388p" => {
-                (
-                    pw.node_idle_w,
-                    pw.package_w,
-                    pw.big_core_w,
-                    pw.smt_sibling_w,
-                ) = (106.41, 39.74, 11.13, 2.83);
-            }
-            "xeon-5355x2" => {
-                // Fujitsu RX300 S4, 2x E5440 (same 65 nm/45 nm FSB generation): idle 166 W,
-                // peak 265 W over 8 cores -> 12.4 W per core.
-                (
-                    pw.node_idle_w,
-                    pw.package_w,
-                    pw.big_core_w,
-                    pw.smt_sibling_w,
-                ) = (166.0, 0.0, 12.4, 0.0);
-            }
-            "xeon-x5570x2" => {
-                // Same Nehalem generation as seed 001's L5520 box: its Pn/Ps/Pc.
-                (
-                    pw.node_idle_w,
-                    pw.package_w,
-                    pw.big_core_w,
-                    pw.smt_sibling_w,
-                ) = (76.11, 25.19, 9.68, 2.61);
-            }
-            "xeon-e5-2697x2" => {
-                // IBM x3550 M3 style: (247-66)/12 = 15 W per loaded core, idle 66 W.
-                (
-                    pw.node_idle_w,
-                    pw.package_w,
-                    pw.big_core_w,
-                    pw.smt_sibling_w,
-                ) = (66.0, 0.0, 15.0, 4.0);
-            }
-            "opteron-magny-cours-4p" => {
-                // RX300 S4-era idle per 2 sockets x2, 12.4 W per core x 0.75 (smaller
-                // cores at 2.4 GHz): [E].
-                (
-                    pw.node_idle_w,
-                    pw.package_w,
-                    pw.big_core_w,
-                    pw.smt_sibling_w,
-                ) = (250.0, 0.0, 9.3, 0.0);
-            }
-            "odroid-xu4" => {
+        if let Some(c) = machine.power_coefficients() {
+            (
+                pw.node_idle_w,
+                pw.package_w,
+                pw.big_core_w,
+                pw.smt_sibling_w,
+            ) = (c.node_w, c.package_w, c.core_w, c.thread_w);
+        }
+        match machine {
+            catalogue::Machine::OdroidXu4 => {
                 (
                     pw.node_idle_w,
                     pw.package_w,
@@ -553,15 +510,18 @@ impl Params {
                     (1400.0, 1.275),
                 ]);
                 p.cpu.big_max_khz = 2_000_000;
-                pw.cluster_leak_a = 0.0856;
+                pw.cluster_leak_a = catalogue::EXYNOS5422_LEAK_A_PER_CLUSTER;
                 p.net.nic_max_rx_mbps = 280.0;
                 p.contention.core_bw_gbps = 3.0;
             }
-            _ => {}
+            catalogue::Machine::DellC6100
+            | catalogue::Machine::HpDk388p
+            | catalogue::Machine::Xeon5355x2
+            | catalogue::Machine::XeonX5570x2
+            | catalogue::Machine::XeonE52697x2
+            | catalogue::Machine::OpteronMagnyCours4p => {}
         }
-        if let Some(m) = catalogue::memory(name) {
-            p.contention.node_bw_gbps = m.node_bw_bytes_per_s / 1e9;
-        }
+        p.contention.node_bw_gbps = machine.memory().node_bw_bytes_per_s / 1e9;
         p
     }
 
@@ -677,7 +637,8 @@ mod tests {
 
     #[test]
     fn every_parameter_has_a_source() {
-        for (name, _) in placer_core::machines::MACHINES {
+        for m in catalogue::Machine::ALL {
+            let name = m.name();
             let p = Params::for_machine(name, None);
             for (k, _, src) in p.describe() {
                 assert!(!src.starts_with("(no source"), "{name}: {k} has no source");

@@ -12,8 +12,11 @@
 //! 3. a root test that finds a tool or kernel feature missing calls [`skip`], which prints a
 //!    visible `SKIPPED:` line, and is a failure under `PLACER_REQUIRE_ROOT=1`.
 
+pub mod fake_root;
 pub mod lab;
 pub mod proc;
+
+pub use fake_root::FakeRoot;
 
 /// The environment variable that turns every skip into a failure.
 pub const REQUIRE_ROOT_ENV: &str = "PLACER_REQUIRE_ROOT";

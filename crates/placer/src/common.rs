@@ -132,10 +132,9 @@ impl clap::builder::TypedValueParser for Offered {
 
 /// The built-in machine models, offered for `--machine`.
 pub fn machine_names() -> Vec<&'static str> {
-    placer_core::machines::MACHINES
-        .iter()
-        .map(|m| m.0)
-        .collect()
+    placer_core::machines::Machine::ALL
+        .map(|m| m.name())
+        .to_vec()
 }
 
 /// clap value parser for an allocation order: its four names, completed by the shells.

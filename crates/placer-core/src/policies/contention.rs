@@ -602,6 +602,7 @@ impl Contention {
             DomainBandwidth::BytesPerS(b) => b,
             DomainBandwidth::Machine(_) => self
                 .machine(topo)
+                .and_then(catalogue::Machine::parse)
                 .and_then(|m| {
                     catalogue::sufficient_contention_bytes_per_s(
                         m,
@@ -1605,8 +1606,11 @@ mod tests {
         let synthetic = machine("pkg:2 node:2 core:4 pu:1").unwrap();
         let pol = Contention::default();
         let own = |m: &str| {
-            catalogue::sufficient_contention_bytes_per_s(m, crate::catalogue::DEFAULT_MIN_EFFECT)
-                .unwrap()
+            catalogue::sufficient_contention_bytes_per_s(
+                catalogue::Machine::parse(m).unwrap(),
+                crate::catalogue::DEFAULT_MIN_EFFECT,
+            )
+            .unwrap()
         };
         assert_eq!(pol.min_domain_bandwidth(&x5570), own("xeon-x5570x2"));
         assert_eq!(pol.min_domain_bandwidth(&e5), own("xeon-e5-2697x2"));

@@ -40,15 +40,15 @@
 //!    `repin_after_intervals` consecutive intervals (IRQ affinity moved, its CPU got busy),
 //!    and held at least `min_hold_ms`, is pinned to the new target.
 //!
-//! Invariants (each tested below):
-//! - never pins a process outside the scope (kernel threads, placer's own pid, `scope`);
-//! - never touches a process released (lease broken / permanent failure) or held by an
+//! Invariants (each tested below; a test's name starts with the ones it checks):
+//! - N1: never pins a process outside the scope (kernel threads, placer's own pid, `scope`);
+//! - N2: never touches a process released (lease broken / permanent failure) or held by an
 //!   earlier policy (`PolicyState::taken`);
-//! - never pins a process to CPUs outside the affinity it had before placer first pinned it
-//!   (its cpuset or a user's choice), nor one already confined to exactly that CPU;
-//! - a pinned CPU is a receive CPU of the process's NIC, or shares a cache with one;
-//! - a pin is restored only after every connection has been idle for the timeout;
-//! - at most one action per process per interval.
+//! - N3: never pins a process to CPUs outside the affinity it had before placer first pinned
+//!   it (its cpuset or a user's choice), nor one already confined to exactly that CPU;
+//! - N4: a pinned CPU is a receive CPU of the process's NIC, or shares a cache with one;
+//! - N5: a pin is restored only after every connection has been idle for the timeout;
+//! - N6: at most one action per process per interval.
 
 use crate::cpuset::CpuSet;
 use crate::observation::{Observation, ProcObs};
@@ -893,7 +893,7 @@ mod tests {
     }
 
     #[test]
-    fn intensive_process_pinned_to_the_receive_cpu() {
+    fn n4_intensive_process_pinned_to_the_receive_cpu() {
         let t = xeon();
         let p = policy(Default::default());
         let mut st = PolicyState::default();
@@ -914,7 +914,7 @@ mod tests {
     }
 
     #[test]
-    fn busy_receive_cpu_sends_it_to_the_cache_sharing_cpu() {
+    fn n4_busy_receive_cpu_sends_it_to_the_cache_sharing_cpu() {
         let t = xeon();
         let p = policy(Default::default());
         let mut st = PolicyState::default();
@@ -1025,7 +1025,7 @@ mod tests {
     }
 
     #[test]
-    fn restored_only_after_every_connection_idles_past_the_timeout() {
+    fn n5_restored_only_after_every_connection_idles_past_the_timeout() {
         let t = xeon();
         let p = policy(NetAffinityConfig {
             idle_timeout_ms: 3000,
@@ -1122,6 +1122,68 @@ mod tests {
         assert_eq!(pinned_to(&plan, 10), Some(CpuSet::single(1)));
     }
 
+    /// N6: over a run where processes are pinned, moved as their traffic changes NIC, and
+    /// restored once quiet, no plan holds two actions for one process.
+    #[test]
+    fn n6_at_most_one_action_per_process_per_interval() {
+        let t = xeon();
+        let p = policy(NetAffinityConfig {
+            repin_after_intervals: 1,
+            min_hold_ms: 0,
+            idle_timeout_ms: 1000,
+            ..Default::default()
+        });
+        let mut st = PolicyState::default();
+        let mut allowed: std::collections::BTreeMap<u32, CpuSet> = Default::default();
+        let (mut pins, mut moves, mut restores) = (0, 0, 0);
+        for i in 0..24u32 {
+            let procs: Vec<ProcObs> = [10u32, 11, 12]
+                .iter()
+                .map(|&pid| {
+                    // Traffic moves to another NIC (another receive CPU) every 3 intervals;
+                    // process 12 goes quiet from interval 12.
+                    let nic = ((i / 3 + pid) % 8) as u8;
+                    let rx = if pid == 12 && i >= 12 { 0.0 } else { 40.0 * MB };
+                    let flows = vec![
+                        flow(nic, u64::from(pid), rx),
+                        flow((nic + 3) % 8, u64::from(pid) + 100, rx / 2.0),
+                    ];
+                    let mut pr = proc_obs(pid, "rx", t.online(), flows);
+                    if let Some(a) = allowed.get(&pid) {
+                        pr.allowed_cpus = a.clone();
+                    }
+                    pr
+                })
+                .collect();
+            let plan = run(&p, &t, &obs(&t, &[], procs, 1.0 + f64::from(i)), &mut st);
+            let mut per_pid: std::collections::BTreeMap<u32, usize> = Default::default();
+            for a in &plan.actions {
+                let pid = a.action.proc().expect("a process's action").pid;
+                *per_pid.entry(pid).or_default() += 1;
+                match &a.action {
+                    Action::PinProcess { cpus, .. } => match allowed.insert(pid, cpus.clone()) {
+                        Some(_) => moves += 1,
+                        None => pins += 1,
+                    },
+                    Action::RestoreProcess { .. } => {
+                        allowed.remove(&pid);
+                        restores += 1;
+                    }
+                    _ => {}
+                }
+            }
+            assert!(
+                per_pid.values().all(|&n| n <= 1),
+                "interval {i}: {:?}",
+                plan.actions
+            );
+        }
+        assert!(
+            pins > 0 && moves > 0 && restores > 0,
+            "pins {pins}, moves {moves}, restores {restores}"
+        );
+    }
+
     #[test]
     fn moved_only_after_the_new_target_persists() {
         let mut t = xeon();
@@ -1175,7 +1237,7 @@ mod tests {
     }
 
     #[test]
-    fn scope_exclusions_are_never_pinned() {
+    fn n1_scope_exclusions_are_never_pinned() {
         let t = xeon();
         let scope = Scope {
             exclude_comm: vec!["sshd".into()],
@@ -1208,7 +1270,7 @@ mod tests {
     }
 
     #[test]
-    fn released_and_taken_processes_are_left_alone() {
+    fn n2_released_and_taken_processes_are_left_alone() {
         let t = xeon();
         let p = policy(Default::default());
         let mut st = PolicyState::default();
@@ -1223,7 +1285,7 @@ mod tests {
     }
 
     #[test]
-    fn never_outside_the_original_affinity_nor_on_an_own_pin() {
+    fn n3_never_outside_the_original_affinity_nor_on_an_own_pin() {
         let t = xeon();
         let p = policy(Default::default());
         let mut st = PolicyState::default();

@@ -28,11 +28,13 @@
 //!    CPUs back (`RestoreProcess`); its pages stay where they are (moving them back would
 //!    cost another migration for nothing: `placer restore` does it on request).
 //!
-//! Invariants (tested): on a single-node machine no action, one note saying why; the sum
-//! of `migrate_max_bytes` over one plan never exceeds the interval's budget, so over any
-//! run it never exceeds `migrate_max_bytes_per_s` times the time elapsed; a process already
-//! local enough gets no memory action; pins are only to CPUs of the target node that this
-//! placer may use; quiet processes are never touched except to restore what was pinned.
+//! Invariants (each tested; a test's name starts with the ones it checks):
+//! - M1: on a single-node machine no action, one note saying why;
+//! - M2: the sum of `migrate_max_bytes` over one plan never exceeds the interval's budget,
+//!   so over any run it never exceeds `migrate_max_bytes_per_s` times the time elapsed;
+//! - M3: a process already local enough gets no memory action;
+//! - M4: pins are only to CPUs of the target node that this placer may use;
+//! - M5: quiet processes are never touched except to restore what was pinned.
 
 use crate::cpuset::CpuSet;
 use crate::observation::{Observation, ProcObs};
@@ -620,7 +622,7 @@ mod tests {
     }
 
     #[test]
-    fn single_node_does_nothing_and_says_so() {
+    fn m1_single_node_does_nothing_and_says_so() {
         let topo = machine("pkg:1 node:1 core:4").unwrap();
         let pol = NumaLocal::new(migrating());
         let plan = pol.plan(
@@ -732,7 +734,7 @@ mod tests {
     }
 
     #[test]
-    fn local_enough_quiet_and_migration_off_give_no_memory_action() {
+    fn m3_m5_local_enough_quiet_and_migration_off_give_no_memory_action() {
         let topo = machine("pkg:2 node:2 core:4").unwrap();
         let pol = NumaLocal::new(migrating());
         let procs = vec![
@@ -759,7 +761,7 @@ mod tests {
     }
 
     #[test]
-    fn migration_rate_bound_holds_over_many_cycles() {
+    fn m2_migration_rate_bound_holds_over_many_cycles() {
         let topo = machine("opteron-magny-cours-4p").unwrap();
         let rate = 8u64 << 20;
         let pol = NumaLocal::new(NumaLocalConfig {
@@ -806,7 +808,7 @@ mod tests {
     }
 
     #[test]
-    fn pins_only_usable_cpus_of_the_target() {
+    fn m4_pins_only_usable_cpus_of_the_target() {
         let mut topo = machine("pkg:2 node:2 core:4").unwrap();
         for c in topo.cpus.iter_mut().filter(|c| c.id == 1 || c.id == 2) {
             c.allowed = false;
@@ -821,7 +823,7 @@ mod tests {
     }
 
     #[test]
-    fn quiet_pinned_process_gets_cpus_back_after_quiet_s() {
+    fn m5_quiet_pinned_process_gets_cpus_back_after_quiet_s() {
         let topo = machine("pkg:2 node:2 core:4").unwrap();
         let pol = NumaLocal::new(NumaLocalConfig::default());
         let mut state = PolicyState::default();

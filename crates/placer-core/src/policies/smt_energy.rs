@@ -24,10 +24,13 @@
 //! 5. Held processes that no longer match, or went idle below `min_cpu_share` for
 //!    `shrink_after_s`, are restored.
 //!
-//! Invariants (tested): only allowed online CPUs are used; a lone matched process gets a
-//! prefix of the order; processes that fit get disjoint CPU sets; unmatched processes are
-//! never touched; with unchanged observations a second cycle plans nothing; the number of
-//! CPUs given never exceeds `max_units`, `num_threads` or the Amdahl cap.
+//! Invariants (each tested; a test's name starts with the ones it checks):
+//! - S1: only allowed online CPUs are used;
+//! - S2: a lone matched process gets a prefix of the order;
+//! - S3: processes that fit get disjoint CPU sets;
+//! - S4: unmatched processes are never touched;
+//! - S5: with unchanged observations a second cycle plans nothing;
+//! - S6: the number of CPUs given never exceeds `max_units`, `num_threads` or the Amdahl cap.
 
 use crate::alloc::{self, AllocOptions, AllocPolicy};
 use crate::cpuset::CpuSet;
@@ -436,7 +439,7 @@ mod tests {
     }
 
     #[test]
-    fn lone_process_gets_a_prefix_of_the_efficiency_order() {
+    fn s2_lone_process_gets_a_prefix_of_the_efficiency_order() {
         let t = machine("dell-c6100").unwrap();
         let pol = SmtEnergy::new(cfg_for("wc"));
         let mut st = PolicyState::default();
@@ -464,7 +467,7 @@ mod tests {
     }
 
     #[test]
-    fn unmatched_kernel_and_idle_processes_are_not_touched() {
+    fn s4_unmatched_kernel_and_idle_processes_are_not_touched() {
         let t = machine("dell-c6100").unwrap();
         let pol = SmtEnergy::new(cfg_for("wc"));
         let mut k = proc_obs(3, "wc", 4.0, 4);
@@ -483,7 +486,7 @@ mod tests {
     }
 
     #[test]
-    fn two_processes_get_disjoint_sets_oldest_first() {
+    fn s3_two_processes_get_disjoint_sets_oldest_first() {
         let t = machine("dell-c6100").unwrap();
         let pol = SmtEnergy::new(cfg_for("wc"));
         let plan = pol.plan(
@@ -500,7 +503,7 @@ mod tests {
     }
 
     #[test]
-    fn only_allowed_cpus_and_threads_bound_the_units() {
+    fn s1_s6_only_allowed_cpus_and_threads_bound_the_units() {
         let mut t = machine("dell-c6100").unwrap();
         t.cpus[8].allowed = false;
         let pol = SmtEnergy::new(cfg_for("wc"));
@@ -515,7 +518,7 @@ mod tests {
     }
 
     #[test]
-    fn steady_state_plans_nothing_and_small_changes_are_absorbed() {
+    fn s5_steady_state_plans_nothing_and_small_changes_are_absorbed() {
         let t = machine("dell-c6100").unwrap();
         let pol = SmtEnergy::new(cfg_for("wc"));
         let mut st = PolicyState::default();
@@ -599,7 +602,7 @@ mod tests {
     }
 
     #[test]
-    fn amdahl_cap_limits_units() {
+    fn s6_amdahl_cap_limits_units() {
         let t = machine("dell-c6100").unwrap();
         let mut cfg = cfg_for("wc");
         cfg.serial_fraction = Some(0.5);

@@ -3,6 +3,7 @@
 use crate::journal::{Entry, Knob};
 use crate::knob::{CpuFileKnob, Ctx, KnobFs, KnobHandler, Restored};
 use placer_core::plan::{Action, Outcome};
+use placer_core::policies::PolicyKind;
 use placer_core::CpuSet;
 use std::path::Path;
 
@@ -27,23 +28,25 @@ impl CpuFileKnob for IrqHandler {
 }
 
 impl KnobHandler for IrqHandler {
-    fn kinds(&self) -> &'static [&'static str] {
-        &["irq_affinity"]
-    }
-    fn apply(&mut self, ctx: &mut Ctx<'_>, action: &Action) -> Option<Outcome> {
+    fn apply(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        action: &Action,
+        _policy: Option<PolicyKind>,
+    ) -> Outcome {
         let dry_run = ctx.dry_run();
         match action {
-            Action::SetIrqAffinity { irq, cpus } => Some(self.set(
+            Action::SetIrqAffinity { irq, cpus } => self.set(
                 ctx,
                 Knob::IrqAffinity { irq: *irq },
                 cpus,
                 &format!("irq {irq}"),
                 dry_run,
-            )),
+            ),
             Action::RestoreIrq { irq } => {
-                Some(self.restore_action(ctx, Knob::IrqAffinity { irq: *irq }, dry_run))
+                self.restore_action(ctx, Knob::IrqAffinity { irq: *irq }, dry_run)
             }
-            _ => None,
+            _ => crate::knob::not_mine("IRQ affinity", action),
         }
     }
     fn restore(&mut self, root: &Path, entry: &Entry) -> Restored {

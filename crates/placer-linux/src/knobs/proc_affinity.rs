@@ -7,6 +7,7 @@ use crate::knob::{classify, settle, Ctx, KnobHandler, Restored};
 use crate::pid::{start_time_ticks, task_ids};
 use crate::sys::{get_affinity, set_affinity};
 use placer_core::plan::{Action, Outcome};
+use placer_core::policies::PolicyKind;
 use placer_core::sample::ProcKey;
 use placer_core::CpuSet;
 use std::collections::{BTreeMap, BTreeSet};
@@ -102,8 +103,6 @@ pub struct ProcAffinityHandler {
 }
 
 impl ProcAffinityHandler {
-    const KINDS: &'static [&'static str] = &["proc_affinity"];
-
     /// Sets `cpus` on every thread, walking the task list until no new thread shows up
     /// (at most 4 walks). Errors on the main thread decide the outcome; a thread that
     /// exited meanwhile is fine.
@@ -291,33 +290,32 @@ impl ProcAffinityHandler {
 }
 
 impl KnobHandler for ProcAffinityHandler {
-    fn kinds(&self) -> &'static [&'static str] {
-        Self::KINDS
-    }
-
-    fn apply(&mut self, ctx: &mut Ctx<'_>, action: &Action) -> Option<Outcome> {
+    fn apply(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        action: &Action,
+        _policy: Option<PolicyKind>,
+    ) -> Outcome {
         let dry_run = ctx.dry_run();
         match action {
-            Action::PinProcess { proc, comm, cpus } => {
-                Some(self.pin(ctx, *proc, comm, cpus, dry_run))
-            }
+            Action::PinProcess { proc, comm, cpus } => self.pin(ctx, *proc, comm, cpus, dry_run),
             Action::RestoreProcess { proc, comm } => {
                 let knob = proc_knob(*proc);
                 let Some(e) = ctx.entry(&knob) else {
-                    return Some(Outcome::Skipped(format!(
+                    return Outcome::Skipped(format!(
                         "{comm} ({}): placer did not change it",
                         proc.pid
-                    )));
+                    ));
                 };
                 if dry_run {
-                    return Some(Outcome::Skipped(format!(
+                    return Outcome::Skipped(format!(
                         "dry run: would restore {comm} ({}) to {}",
                         proc.pid, e.previous
-                    )));
+                    ));
                 }
-                Some(settle(ctx, &e.knob, self.restore_proc(ctx.root, *proc, &e)))
+                settle(ctx, &e.knob, self.restore_proc(ctx.root, *proc, &e))
             }
-            _ => None,
+            _ => crate::knob::not_mine("process affinity", action),
         }
     }
 

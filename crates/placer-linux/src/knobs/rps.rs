@@ -3,6 +3,7 @@
 use crate::journal::{valid_dev_name, valid_queue_name, Entry, Knob};
 use crate::knob::{CpuFileKnob, Ctx, KnobFs, KnobHandler, Restored};
 use placer_core::plan::{Action, Outcome};
+use placer_core::policies::PolicyKind;
 use placer_core::CpuSet;
 use std::path::Path;
 
@@ -28,13 +29,15 @@ impl CpuFileKnob for RpsHandler {
 }
 
 impl KnobHandler for RpsHandler {
-    fn kinds(&self) -> &'static [&'static str] {
-        &["rps"]
-    }
-    fn apply(&mut self, ctx: &mut Ctx<'_>, action: &Action) -> Option<Outcome> {
+    fn apply(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        action: &Action,
+        _policy: Option<PolicyKind>,
+    ) -> Outcome {
         let dry_run = ctx.dry_run();
         match action {
-            Action::SetRps { dev, queue, cpus } => Some(self.set(
+            Action::SetRps { dev, queue, cpus } => self.set(
                 ctx,
                 Knob::Rps {
                     dev: dev.clone(),
@@ -43,8 +46,8 @@ impl KnobHandler for RpsHandler {
                 cpus,
                 dev,
                 dry_run,
-            )),
-            _ => None,
+            ),
+            _ => crate::knob::not_mine("RPS", action),
         }
     }
     fn restore(&mut self, root: &Path, entry: &Entry) -> Restored {

@@ -9,6 +9,7 @@ use crate::error::LinuxError;
 use crate::journal::{Entry, Knob};
 use crate::knob::{Ctx, KnobHandler, Restored};
 use placer_core::plan::{Action, Outcome};
+use placer_core::policies::PolicyKind;
 use std::path::Path;
 
 // ---------------------------------------------------------------------------------------
@@ -16,7 +17,7 @@ use std::path::Path;
 // The journal entry's `previous` is the device's root qdisc before placer (for people);
 // `applied` is the device's [`DevLimits`] as JSON, which is all a restore needs.
 
-/// The tc knob handler: owns the [`Limiter`] (register with `Handlers::register`).
+/// The tc knob handler: owns the [`Limiter`] (the actuator's for `tc_qdisc`).
 #[derive(Debug, Default)]
 pub struct TcHandler {
     pub limiter: Limiter,
@@ -68,11 +69,12 @@ impl TcHandler {
 }
 
 impl KnobHandler for TcHandler {
-    fn kinds(&self) -> &'static [&'static str] {
-        &["tc_qdisc"]
-    }
-
-    fn apply(&mut self, ctx: &mut Ctx<'_>, action: &Action) -> Option<Outcome> {
+    fn apply(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        action: &Action,
+        _policy: Option<PolicyKind>,
+    ) -> Outcome {
         let dry_run = ctx.dry_run();
         match action {
             Action::LimitBandwidth {
@@ -83,18 +85,18 @@ impl KnobHandler for TcHandler {
                 direction,
             } => {
                 if let Some(o) = Self::live(ctx) {
-                    return Some(o);
+                    return o;
                 }
                 if dry_run {
-                    return Some(Outcome::Skipped(format!(
+                    return Outcome::Skipped(format!(
                         "dry run: would limit {app} on {dev} to {rate_bytes_per_s} B/s \
                          ({} flows, {direction:?})",
                         flows.len()
-                    )));
+                    ));
                 }
                 self.adopt_from_journal(ctx, dev);
                 let Some(journal) = ctx.journal.as_deref_mut() else {
-                    return Some(Outcome::Transient("no journal".into()));
+                    return Outcome::Transient("no journal".into());
                 };
                 let spec = LimitSpec {
                     app,
@@ -111,23 +113,23 @@ impl KnobHandler for TcHandler {
                         .inspect_err(|_| journal_failed = true)
                         .map(|_| ())
                 });
-                Some(match r {
+                match r {
                     Err(e) if journal_failed => Outcome::Transient(format!("journal: {e}")),
                     Ok(LimitChange::Unchanged) => {
                         Outcome::Skipped(format!("{app} already limited on {dev}"))
                     }
                     Ok(LimitChange::Applied) => Outcome::Done,
                     Err(e) => outcome_of_tc(&e),
-                })
+                }
             }
             Action::RemoveLimit { app, dev } => {
                 if let Some(o) = Self::live(ctx) {
-                    return Some(o);
+                    return o;
                 }
                 if dry_run {
-                    return Some(Outcome::Skipped(format!(
+                    return Outcome::Skipped(format!(
                         "dry run: would remove {app}'s limit on {dev}"
-                    )));
+                    ));
                 }
                 self.adopt_from_journal(ctx, dev);
                 let knob = Knob::TcQdisc {
@@ -137,7 +139,7 @@ impl KnobHandler for TcHandler {
                 let tctx = self.ctx.clone();
                 let r = self.limiter.remove(&tctx, dev, app);
                 let Some(journal) = ctx.journal.as_deref_mut() else {
-                    return Some(Outcome::Transient("no journal".into()));
+                    return Outcome::Transient("no journal".into());
                 };
                 let j = match &r {
                     Ok(None) => journal.remove(&knob),
@@ -151,13 +153,13 @@ impl KnobHandler for TcHandler {
                         .map(|_| ()),
                     Err(_) => Ok(()),
                 };
-                Some(match (r, j) {
+                match (r, j) {
                     (Err(e), _) => outcome_of_tc(&e),
                     (_, Err(e)) => Outcome::Transient(format!("journal: {e}")),
                     _ => Outcome::Done,
-                })
+                }
             }
-            _ => None,
+            _ => crate::knob::not_mine("tc", action),
         }
     }
 

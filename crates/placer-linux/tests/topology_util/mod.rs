@@ -5,77 +5,28 @@
 
 use placer_core::topology::CacheKind;
 use placer_core::{CpuSet, Topology};
+use placer_testkit::FakeRoot;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-/// A snapshot unpacked into a fresh temporary directory, removed on drop.
+/// A snapshot unpacked into a fake root of its own, removed on drop.
 pub struct Unpacked {
-    dir: PathBuf,
+    _dir: FakeRoot,
     /// The snapshot's single top-level directory: the fake filesystem root.
     pub root: PathBuf,
 }
-
-impl Drop for Unpacked {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 /// Unpacks `tarball` (`.tar.bz2` or `.tar.gz`) with the `tar` command.
 pub fn unpack(tarball: &Path) -> Unpacked {
     unpack_all(&[tarball.to_path_buf()]).pop().unwrap()
 }
 
-/// Unpacks several tarballs with concurrent `tar` processes (the fixture tests' main
-/// cost is creating the snapshots' files).
+/// Unpacks several tarballs with concurrent `tar` processes.
 pub fn unpack_all(tarballs: &[PathBuf]) -> Vec<Unpacked> {
-    let mut jobs = Vec::new();
-    for tarball in tarballs {
-        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let dir = std::env::temp_dir().join(format!(
-            "placer-topo-test-{}-{}-{}",
-            std::process::id(),
-            n,
-            tarball.file_name().unwrap().to_string_lossy()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let guard = Unpacked {
-            dir: dir.clone(),
-            root: dir.clone(),
-        };
-        let flag = if tarball.to_string_lossy().ends_with(".bz2") {
-            "-xjf"
-        } else {
-            "-xzf"
-        };
-        let child = Command::new("tar")
-            .arg("--no-same-owner")
-            .arg(flag)
-            .arg(tarball)
-            .arg("-C")
-            .arg(&dir)
-            .spawn()
-            .expect("running tar");
-        jobs.push((tarball, guard, child));
-    }
-    let mut out = Vec::new();
-    for (tarball, mut guard, mut child) in jobs {
-        let st = child.wait().expect("waiting for tar");
-        assert!(st.success(), "tar failed on {}", tarball.display());
-        let tops: Vec<PathBuf> = std::fs::read_dir(&guard.dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.is_dir())
-            .collect();
-        assert_eq!(tops.len(), 1, "{}: expected one top dir", tarball.display());
-        guard.root = tops[0].clone();
-        out.push(guard);
-    }
-    out
+    FakeRoot::unpack_each("topo-test", tarballs)
+        .into_iter()
+        .map(|(dir, root)| Unpacked { _dir: dir, root })
+        .collect()
 }
 
 pub fn fixtures_dir() -> PathBuf {

@@ -28,8 +28,8 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<()> {
     if args.list_machines {
-        for (name, desc) in placer_core::machines::MACHINES {
-            outln!("{name:24} {desc}");
+        for m in placer_core::machines::Machine::ALL {
+            outln!("{:24} {}", m.name(), m.description());
         }
         return Ok(());
     }
@@ -429,10 +429,9 @@ mod tests {
 
     #[test]
     fn every_model_prints_and_round_trips_through_json() {
-        let mut names: Vec<&str> = placer_core::machines::MACHINES
-            .iter()
-            .map(|(n, _)| *n)
-            .collect();
+        let mut names: Vec<&str> = placer_core::machines::Machine::ALL
+            .map(|m| m.name())
+            .to_vec();
         names.push("pkg:2 node:2 core:4 pu:2");
         for name in names {
             let topo = placer_core::machines::machine(name).unwrap();

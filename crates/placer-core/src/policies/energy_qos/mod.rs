@@ -32,13 +32,14 @@
 //! Exhaustive over (cluster per app): for each assignment every cluster's load is fixed, and
 //! both targets and power are sums over clusters, so each domain's frequency is chosen
 //! independently (the lowest power among those meeting that cluster's targets) -- exactly the
-//! optimum of the full product space (tested against brute force). Invariants:
-//! - the chosen state meets every target when any state does, with the least power;
-//! - otherwise it misses the fewest targets (then least power) and `Plan.notes` names each
-//!   missed target with the numbers that make it miss;
-//! - network apps are always limited (the limit is what bounds their softirq load);
-//! - the plan is the same for the same inputs; actions are emitted when the chosen state
-//!   changes (new state, new process), notes every cycle.
+//! optimum of the full product space (tested against brute force). Invariants (a test's
+//! name starts with the ones it checks):
+//! - Q1: the chosen state meets every target when any state does, with the least power;
+//! - Q2: otherwise it misses the fewest targets (then least power) and `Plan.notes` names
+//!   each missed target with the numbers that make it miss;
+//! - Q3: network apps are always limited (the limit is what bounds their softirq load);
+//! - Q4: the plan is the same for the same inputs; actions are emitted when the chosen
+//!   state changes (new state, new process), notes every cycle.
 
 use crate::cpuset::CpuSet;
 use crate::observation::Observation;
@@ -927,14 +928,14 @@ mod tests {
     }
 
     #[test]
-    fn one_ftp_app_optimal_against_brute_force() {
+    fn q1_one_ftp_app_optimal_against_brute_force() {
         let sol = check_optimal(&[net("ftp1", 10.0, 1448.0)]);
         // A 10 MB/s download fits the LITTLE cluster: big stays idle.
         assert_eq!(sol.state.cluster_of_app, vec![0]);
     }
 
     #[test]
-    fn mixes_optimal_against_brute_force() {
+    fn q1_mixes_optimal_against_brute_force() {
         check_optimal(&[net("ftp1", 5.0, 1448.0), cpu("parsec", 0.5, 4)]);
         check_optimal(&[net("ftp1", 5.0, 1448.0), cpu("parsec", 0.75, 4)]);
         check_optimal(&[
@@ -977,7 +978,7 @@ mod tests {
     }
 
     #[test]
-    fn infeasible_targets_are_named() {
+    fn q2_infeasible_targets_are_named() {
         let cfg = EnergyQosConfig::default();
         let (_, m) = xu4();
         // 400 MB/s of 64-byte segments: the receive CPU (an A7) cannot keep up.
@@ -1049,7 +1050,7 @@ mod tests {
     }
 
     #[test]
-    fn policy_emits_caps_pins_and_limits() {
+    fn q3_q4_policy_emits_caps_pins_and_limits() {
         let mut t = machine("odroid-xu4").unwrap();
         t.nics[0].addrs = vec!["10.0.0.2".parse().unwrap()];
         let mut ftp = app("ftp", "wget");
@@ -1338,7 +1339,7 @@ mod tests {
     }
 
     #[test]
-    fn policy_reports_infeasible_targets_in_notes() {
+    fn q2_policy_reports_infeasible_targets_in_notes() {
         let t = machine("odroid-xu4").unwrap();
         let mut a = app("a", "a");
         a.target_perf_share = Some(1.0);
@@ -1356,6 +1357,29 @@ mod tests {
         assert!(plan.notes.iter().any(
             |n| n.text.contains("misses its target") && n.text.contains("maximum performance")
         ));
+    }
+
+    /// Q4: the same inputs give the same plan, actions and notes alike.
+    #[test]
+    fn q4_the_same_inputs_give_the_same_plan() {
+        let t = machine("odroid-xu4").unwrap();
+        let mut a = app("a", "a");
+        a.target_perf_share = Some(0.3);
+        let mut b = app("b", "b");
+        b.target_perf_share = Some(0.6);
+        let cfg = EnergyQosConfig {
+            apps: vec![a, b],
+            learn_costs: false,
+            ..Default::default()
+        };
+        let obs = Observation {
+            procs: vec![proc_obs(1, "a", 4), proc_obs(2, "b", 2)],
+            ..Default::default()
+        };
+        let first = EnergyQos::new(cfg.clone()).plan(&t, &obs, &mut PolicyState::default());
+        let again = EnergyQos::new(cfg).plan(&t, &obs, &mut PolicyState::default());
+        assert!(!first.actions.is_empty() && !first.notes.is_empty());
+        assert_eq!(first, again);
     }
 
     #[test]

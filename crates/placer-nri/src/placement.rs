@@ -574,17 +574,25 @@ impl State {
 
     /// The journal a previous placer left (killed, or stopped before a rollout): its
     /// kubelet requests are adopted for the containers still there, so that placer's own
-    /// cpusets are not taken for the kubelet's; its restores are returned to be sent.
+    /// cpusets are not taken for the kubelet's; its restores of those containers are
+    /// journaled again and returned to be sent.
     pub fn adopt(&mut self, left: &CpusetJournal) -> Vec<CpusetUpdate> {
         for (id, k) in &left.kubelet {
             if self.cache.containers.contains_key(id) {
                 self.journal.kubelet.insert(id.clone(), k.clone());
             }
         }
-        left.restores()
+        let present: Vec<CpusetUpdate> = left
+            .restores()
             .into_iter()
             .filter(|u| self.cache.containers.contains_key(&u.container_id))
-            .collect()
+            .collect();
+        // Journaled until the runtime confirms each ([`State::restored`] forgets it): one
+        // the runtime fails stays on disk for the stop's restore or the next placer.
+        for u in &present {
+            self.journal.record(&u.container_id, &u.cpus, &u.mems);
+        }
+        present
     }
 
     /// The containers the runtime reported, with placer's view of each (`placer explain`).

@@ -14,11 +14,11 @@
 use protobuf::Message;
 use std::io::{Read, Write};
 use ttrpc::proto::{
-    MessageHeader, Request, Response, Status, MESSAGE_HEADER_LENGTH, MESSAGE_LENGTH_MAX,
+    MessageHeader, Response, Status, MESSAGE_HEADER_LENGTH, MESSAGE_LENGTH_MAX,
     MESSAGE_TYPE_REQUEST, MESSAGE_TYPE_RESPONSE,
 };
-/// A response's status code.
-pub use ttrpc::Code;
+/// A response's status code, its status, a request's envelope, and the status constructor.
+pub use ttrpc::{get_status, proto::Request, Code};
 
 #[derive(Debug, thiserror::Error)]
 pub enum WireError {

@@ -535,12 +535,28 @@ fn online() -> String {
         .to_string()
 }
 
-/// Waits until the journal lists container `id` as changed after creation.
+/// Waits until the journal lists container `id` as changed after creation, and the change
+/// reached the container: the journal is written before the update is sent, so a placer
+/// killed at once could leave the container as it was (seen in CI: d2 found it unmoved).
 fn wait_journaled(rig: &Rig, id: &str) {
+    let previous = || {
+        rig.journal()
+            .pointer(&format!("/previous/{id}/0"))
+            .and_then(|c| c.as_str().map(str::to_string))
+    };
     wait_for(
         &format!("placer to move container {id}"),
         Duration::from_secs(30),
-        || rig.journal().pointer(&format!("/previous/{id}")).is_some(),
+        || previous().is_some(),
+    );
+    let before = set(&previous().unwrap_or_default());
+    wait_for(
+        &format!("the move of container {id} to reach it"),
+        Duration::from_secs(10),
+        || {
+            let now = rig.cpuset(id);
+            !now.is_empty() && set(&now) != before
+        },
     );
 }
 

@@ -168,15 +168,19 @@ impl Drop for StateGuard<'_> {
     }
 }
 
-/// Replaces the journal file durably, as the host journal is (a crash leaves the old or the
-/// new one; a private file, no link followed); an empty journal removes it.
+/// Replaces the journal file atomically (temporary file and rename: a placer killed at any
+/// point leaves the old or the new one; a private file, no link followed), without fsync:
+/// what it protects against is a placer that dies, whose writes the page cache keeps; a
+/// machine that crashes restarts every container with the kubelet's cpuset anyway. Each
+/// CreateContainer of a managed container rewrites it, in the pod's path: two fsyncs there
+/// cost milliseconds (docs/kubernetes.md, "Cost at creation"). An empty journal removes it.
 fn write_journal(path: &Path, j: &CpusetJournal) -> std::io::Result<()> {
     let (dir, name) = journal_dir(path)?;
     if j.is_empty() {
         return dir.remove(&name).map_err(std::io::Error::other);
     }
     let bytes = serde_json::to_vec_pretty(j).map_err(std::io::Error::other)?;
-    dir.write_durably(&name, &bytes)
+    dir.write_replace(&name, &bytes)
         .map_err(std::io::Error::other)
 }
 
@@ -730,14 +734,24 @@ fn call<Q: protobuf::Message, R: protobuf::Message>(
 }
 
 impl Service {
-    /// One request of the plugin service: its reply, or the error status to answer with.
-    fn dispatch(&self, request: &[u8]) -> Result<Vec<u8>, Status> {
-        let req = ttrpc::proto::Request::parse_from_bytes(request).map_err(|e| {
-            ttrpc::get_status(
-                ttrpc::Code::INVALID_ARGUMENT,
-                format!("placer cannot decode this ttrpc request: {e}"),
-            )
-        })?;
+    /// One request of the plugin service: its reply, or the error status to answer with;
+    /// and its method, when the envelope decoded.
+    fn dispatch(&self, request: &[u8]) -> (String, Result<Vec<u8>, Status>) {
+        let req = match ttrpc::proto::Request::parse_from_bytes(request) {
+            Ok(r) => r,
+            Err(e) => {
+                let s = ttrpc::get_status(
+                    ttrpc::Code::INVALID_ARGUMENT,
+                    format!("placer cannot decode this ttrpc request: {e}"),
+                );
+                return (String::new(), Err(s));
+            }
+        };
+        let reply = self.handle(&req);
+        (req.method, reply)
+    }
+
+    fn handle(&self, req: &ttrpc::proto::Request) -> Result<Vec<u8>, Status> {
         let (m, body) = (req.method.as_str(), req.payload.as_slice());
         if req.service != PLUGIN_SERVICE {
             return Err(ttrpc::get_status(
@@ -770,24 +784,28 @@ fn serve(mut conn: UnixStream, svc: &Service, mux: &Mux) {
             Err(e) => break e,
         };
         let t0 = std::time::Instant::now();
-        let reply = if wire::is_request(&mh) {
+        let (method, reply) = if wire::is_request(&mh) {
             svc.dispatch(&payload)
         } else {
-            Err(ttrpc::get_status(
+            let s = ttrpc::get_status(
                 ttrpc::Code::INVALID_ARGUMENT,
                 format!(
                     "placer serves requests only, not a message of type {}",
                     mh.type_
                 ),
-            ))
+            );
+            (String::new(), Err(s))
         };
         if let Err(s) = &reply {
             warn!("NRI: answering a request with an error: {}", s.message);
         }
         let took = t0.elapsed();
         if took > SLOW_REQUEST {
-            warn!("NRI: a request took {took:?} (the runtime's budget is 2 s)");
+            warn!("NRI: a {method} request took {took:?} (the runtime's budget is 2 s)");
         }
+        // placer's own handling time, from the decoded request to the encoded reply (the
+        // cost in the pod's path, docs/kubernetes.md; PLACER_LOG=placer_nri=debug).
+        tracing::debug!("NRI: {method} handled in {} us", took.as_micros());
         let (rh, body) = wire::response(mh.stream_id, reply);
         if let Err(e) = conn
             .set_write_timeout(Some(WRITE_TIMEOUT))

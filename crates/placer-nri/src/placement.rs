@@ -459,6 +459,27 @@ impl CpusetJournal {
         })
     }
 
+    /// Drops the entries whose cpuset or memory nodes are not a list placer can read
+    /// ([`kubelet_request`]'s bounds) from a journal read back from disk: they are never
+    /// sent to the runtime. Returns what was refused, one line each.
+    pub fn refuse_unreadable(&mut self) -> Vec<String> {
+        let mut refused = Vec::new();
+        for (what, map) in [
+            ("restore", &mut self.previous),
+            ("kubelet request", &mut self.kubelet),
+        ] {
+            map.retain(|id, (cpus, mems)| match kubelet_request(cpus, mems) {
+                Ok(_) => true,
+                Err(why) => {
+                    let id: String = id.chars().take(80).collect();
+                    refused.push(format!("the {what} of container {id}: {why}"));
+                    false
+                }
+            });
+        }
+        refused
+    }
+
     /// Every journaled container back to its previous cpuset.
     pub fn restores(&self) -> Vec<CpusetUpdate> {
         self.previous
@@ -1226,6 +1247,25 @@ mod tests {
             panic!("{:?}", t.dropped)
         };
         assert!(why.contains("kubelet allows (cpuset 0)"), "{why}");
+    }
+
+    #[test]
+    fn unreadable_journal_entries_are_refused_before_any_restore() {
+        let mut j = CpusetJournal::default();
+        j.record("ok", "0-3", "0");
+        j.record("bad", "0-3; rm", "0");
+        j.record("long", &"0,".repeat(40_000), "0");
+        j.kubelet.insert("k".into(), ("1".into(), "zz".into()));
+        let refused = j.refuse_unreadable();
+        assert_eq!(refused.len(), 3, "{refused:?}");
+        assert_eq!(
+            j.restores()
+                .iter()
+                .map(|u| u.container_id.as_str())
+                .collect::<Vec<_>>(),
+            vec!["ok"]
+        );
+        assert!(j.kubelet.is_empty());
     }
 
     #[test]

@@ -318,9 +318,12 @@ impl Plugin {
         let Some(path) = self.shared.journal_path.as_deref() else {
             return;
         };
-        let Some(left) = read_journal(path) else {
+        let Some(mut left) = read_journal(path) else {
             return;
         };
+        for why in left.refuse_unreadable() {
+            warn!("NRI: {}: refusing {why}", path.display());
+        }
         let present = self.with_state(|s| s.adopt(&left));
         if !left.previous.is_empty() {
             info!(

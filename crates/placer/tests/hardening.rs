@@ -1072,7 +1072,12 @@ mod nri_faults {
         )
         .unwrap();
         let cfg = dir.join("c.toml");
-        std::fs::write(&cfg, "interval = \"100ms\"\n[metrics]\nenabled = false\n").unwrap();
+        // No policy: the daemon touches no host process while tests beside it run.
+        std::fs::write(
+            &cfg,
+            "interval = \"100ms\"\npolicies = []\n[metrics]\nenabled = false\n",
+        )
+        .unwrap();
         let listener = UnixListener::bind(&sock).unwrap();
         listener.set_nonblocking(true).unwrap();
         let log = dir.join("daemon.log");

@@ -8,8 +8,16 @@
 # while it restores what a SIGKILLed one left (the daemon alone must restore), and a
 # planted journal entry (an RPS device name with `..` reaching a file outside /sys, a
 # non-mask value) that `placer restore` must refuse without writing.
+# Then 10 x TRIALS faults of the NRI plugin's runtime (issue 36 item 3), through
+# crates/placer/tests/hardening.rs's nri_runtime_faults_are_answered_or_end_in_exit_1: real
+# daemons with --nri against a runtime played on the wire, sent malformed frames and
+# requests (each must be answered, and a valid request after it), then an oversized ttrpc
+# header or mux frame, a request cut short, Shutdown or a closed connection, or a refused
+# registration (each daemon must exit 1 within 5 s, having put back through the runtime
+# what it still could, else kept it journaled).
 # Prints "N tried, M failed" (", nothing lost" when M = 0) and fails when M > 0.
-# Usage: scripts/faults.sh [TRIALS]   (root; PLACER_BIN=path skips the build)
+# Usage: scripts/faults.sh [TRIALS]   (root; PLACER_BIN=path skips the build of placer,
+# PLACER_NRI_FAULTS_TEST=path that of the hardening test binary)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 trials=${1:-20}
@@ -148,6 +156,32 @@ for i in $(seq "$total"); do
     echo "trial $i ($what): $n thread(s) left pinned" >&2
   fi
 done
+
+# The NRI runtime's faults.
+nri_test=${PLACER_NRI_FAULTS_TEST:-}
+if [ -z "$nri_test" ]; then
+  nri_test=$(cargo test -q -p placer --test hardening --no-run --message-format=json |
+    python3 -c 'import json, sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("executable") and m.get("target", {}).get("name") == "hardening":
+        print(m["executable"])')
+fi
+nri_trials=$((trials * 10))
+nri_out=$(PLACER_NRI_FAULT_TRIALS=$nri_trials "$nri_test" --exact \
+  nri_runtime_faults_are_answered_or_end_in_exit_1 --nocapture 2>"$work/nri.log" || true)
+nri_line=$(printf '%s\n' "$nri_out" | sed -n 's/^NRI: \([0-9]*\) tried, \([0-9]*\) failed.*/\1 \2/p')
+if [ -z "$nri_line" ]; then
+  echo "NRI faults: no result (see below)" >&2
+  tail -20 "$work/nri.log" >&2
+  total=$((total + nri_trials))
+  left=$((left + nri_trials))
+else
+  read -r nri_tried nri_failed <<<"$nri_line"
+  total=$((total + nri_tried))
+  left=$((left + nri_failed))
+  [ "$nri_failed" -eq 0 ] || grep '^daemon ' "$work/nri.log" >&2 || true
+fi
 if [ "$left" -eq 0 ]; then
   echo "$total tried, 0 failed, nothing lost"
 else

@@ -502,7 +502,6 @@ fn nri_connect<H: Host>(
     let plugin_opts = placer_nri::plugin::Options {
         socket: nri.socket.clone(),
         index: nri.index,
-        private_dir: state_dir.clone(),
         timeout: Duration::from_secs(10),
         journal: Some(state_dir.join(NRI_JOURNAL_FILE)),
         root: opts.root.clone(),

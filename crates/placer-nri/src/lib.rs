@@ -6,3 +6,4 @@ pub mod mux;
 pub mod placement;
 pub mod plugin;
 pub mod proto;
+pub mod wire;

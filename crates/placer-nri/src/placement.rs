@@ -34,6 +34,12 @@
 //!   kubelet set no cpuset on is journaled with every online CPU and node, because the
 //!   runtime reads an empty cpuset in an update as "unchanged", so restoring "" would leave
 //!   placer's cpuset in place.
+//! - **Unreadable requests fail closed.** A cpuset or memory-node list from the runtime
+//!   that does not parse, or is longer than [`MAX_LIST_BYTES`], is never taken as "no
+//!   bound": the container is left alone ([`Placement::Invalid`], said as a warning), an
+//!   UpdateContainer carrying one changes nothing placer remembers, and a move of its
+//!   processes is refused. Lists parse by ranges (`CpuSet::parse_list` works on 64-bit
+//!   words), so the work per request stays bounded.
 //! - **The kubelet's request is remembered.** For every container placer sets a cpuset on,
 //!   the journal keeps the cpuset the kubelet asked for ([`CpusetJournal::kubelet`]); later
 //!   moves are bounded by it, never by what the container has now (after a restart the
@@ -246,11 +252,40 @@ pub fn managed(scope: &KubernetesScope, pod: &Pod, c: &Container) -> Managed {
     }
 }
 
+/// The longest cpuset or memory-node list placer reads from the runtime. Linux's NR_CPUS
+/// is at most 8192, whose longest list form ("0,2,...,8190") is about 20 KB; a longer one
+/// is not a list any kernel writes or accepts.
+pub const MAX_LIST_BYTES: usize = 64 * 1024;
+
+/// The cpuset (`cpus`, `mems`) the kubelet asked for as a bound: None when it sets none
+/// (empty: unrestricted); the reason when it is not a list placer can read (module doc,
+/// "Unreadable requests fail closed").
+pub fn kubelet_request(cpus: &str, mems: &str) -> Result<Option<CpuSet>, String> {
+    let read = |what: &str, list: &str| {
+        if list.len() > MAX_LIST_BYTES {
+            return Err(format!(
+                "the kubelet's {what} is {} bytes long (at most {MAX_LIST_BYTES} are read): left alone",
+                list.len()
+            ));
+        }
+        CpuSet::parse_list(list).map_err(|e| {
+            // The error quotes the list: a line, not a page, in the log.
+            let e: String = e.to_string().chars().take(160).collect();
+            format!("the kubelet's {what} does not parse ({e}): left alone")
+        })
+    };
+    read("memory nodes", mems)?;
+    Ok(Some(read("cpuset", cpus)?).filter(|c| !c.is_empty()))
+}
+
 /// The decision for one container.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Placement {
     /// No adjustment.
     Leave { why: String },
+    /// No adjustment: the runtime's request carries a cpuset placer cannot read
+    /// ([`kubelet_request`]); said as a warning, once per request.
+    Invalid { why: String },
     /// Set the container's cpuset.
     Cpuset {
         cpus: CpuSet,
@@ -292,20 +327,29 @@ pub fn decide_create(
             }
         }
     };
-    within_kubelet(scope, facts, pod, c, &c.cpus, &want, &policy, why)
+    within_kubelet(
+        scope,
+        facts,
+        pod,
+        c,
+        (&c.cpus, &c.mems),
+        &want,
+        &policy,
+        why,
+    )
 }
 
 /// `want` intersected with what the kubelet allows for `c`, or the reason it cannot be.
-/// `kubelet_cpus` is the cpuset the kubelet asked for `c`: its current one, or for a later
-/// move the one placer replaced (from the journal), passed apart so that a move does not
-/// clone the container.
+/// `kubelet` is the cpuset (`cpus`, `mems`) the kubelet asked for `c`: its current one, or
+/// for a later move the one placer replaced (from the journal), passed apart so that a move
+/// does not clone the container.
 #[allow(clippy::too_many_arguments)]
 fn within_kubelet(
     scope: &KubernetesScope,
     facts: &Facts,
     pod: &Pod,
     c: &Container,
-    kubelet_cpus: &str,
+    kubelet: (&str, &str),
     want: &CpuSet,
     policy: &str,
     why: String,
@@ -315,7 +359,10 @@ fn within_kubelet(
             why: format!("{policy}: no CPUs known"),
         };
     }
-    let requested = CpuSet::parse_list(kubelet_cpus.trim()).ok();
+    let requested = match kubelet_request(kubelet.0, kubelet.1) {
+        Ok(r) => r,
+        Err(why) => return Placement::Invalid { why },
+    };
     match k8s::allowed_cpus(want, &facts.kubelet, &pod.uid, &c.name, requested.as_ref()) {
         Ok(cpus) => Placement::Cpuset {
             mems: facts.mems_of(&cpus),
@@ -353,7 +400,7 @@ pub fn decide_update(
             facts,
             pod,
             c,
-            &c.cpus,
+            (&c.cpus, &c.mems),
             cur,
             &policy,
             "kept inside the kubelet's new cpuset".into(),
@@ -410,6 +457,27 @@ impl CpusetJournal {
             cpus,
             mems,
         })
+    }
+
+    /// Drops the entries whose cpuset or memory nodes are not a list placer can read
+    /// ([`kubelet_request`]'s bounds) from a journal read back from disk: they are never
+    /// sent to the runtime. Returns what was refused, one line each.
+    pub fn refuse_unreadable(&mut self) -> Vec<String> {
+        let mut refused = Vec::new();
+        for (what, map) in [
+            ("restore", &mut self.previous),
+            ("kubelet request", &mut self.kubelet),
+        ] {
+            map.retain(|id, (cpus, mems)| match kubelet_request(cpus, mems) {
+                Ok(_) => true,
+                Err(why) => {
+                    let id: String = id.chars().take(80).collect();
+                    refused.push(format!("the {what} of container {id}: {why}"));
+                    false
+                }
+            });
+        }
+        refused
     }
 
     /// Every journaled container back to its previous cpuset.
@@ -487,6 +555,10 @@ impl State {
     /// UpdateContainer: `ctr` carries the kubelet's new cpuset. A restore must now put that
     /// back; a cpuset placer substitutes for it is journaled (module doc).
     pub fn update(&mut self, pod: Pod, ctr: Container) -> Placement {
+        // An unreadable request changes nothing placer remembers (module doc).
+        if let Err(why) = kubelet_request(&ctr.cpus, &ctr.mems) {
+            return Placement::Invalid { why };
+        }
         let kubelet = self.facts.explicit(&ctr.cpus, &ctr.mems);
         if let Some(prev) = self.journal.previous.get_mut(&ctr.id) {
             *prev = kubelet.clone();
@@ -523,17 +595,25 @@ impl State {
 
     /// The journal a previous placer left (killed, or stopped before a rollout): its
     /// kubelet requests are adopted for the containers still there, so that placer's own
-    /// cpusets are not taken for the kubelet's; its restores are returned to be sent.
+    /// cpusets are not taken for the kubelet's; its restores of those containers are
+    /// journaled again and returned to be sent.
     pub fn adopt(&mut self, left: &CpusetJournal) -> Vec<CpusetUpdate> {
         for (id, k) in &left.kubelet {
             if self.cache.containers.contains_key(id) {
                 self.journal.kubelet.insert(id.clone(), k.clone());
             }
         }
-        left.restores()
+        let present: Vec<CpusetUpdate> = left
+            .restores()
             .into_iter()
             .filter(|u| self.cache.containers.contains_key(&u.container_id))
-            .collect()
+            .collect();
+        // Journaled until the runtime confirms each ([`State::restored`] forgets it): one
+        // the runtime fails stays on disk for the stop's restore or the next placer.
+        for u in &present {
+            self.journal.record(&u.container_id, &u.cpus, &u.mems);
+        }
+        present
     }
 
     /// The containers the runtime reported, with placer's view of each (`placer explain`).
@@ -647,7 +727,7 @@ pub fn translate(
                     facts,
                     pod,
                     c,
-                    &kubelet.0,
+                    (&kubelet.0, &kubelet.1),
                     cpus,
                     &pa.policy,
                     String::new(),
@@ -675,7 +755,9 @@ pub fn translate(
                             },
                         ));
                     }
-                    Placement::Leave { why } | Placement::Refuse { why } => drop(&mut t, i, why),
+                    Placement::Leave { why }
+                    | Placement::Invalid { why }
+                    | Placement::Refuse { why } => drop(&mut t, i, why),
                 }
             }
             Action::RestoreProcess { .. } => match journal.take(&c.id) {
@@ -1165,6 +1247,25 @@ mod tests {
             panic!("{:?}", t.dropped)
         };
         assert!(why.contains("kubelet allows (cpuset 0)"), "{why}");
+    }
+
+    #[test]
+    fn unreadable_journal_entries_are_refused_before_any_restore() {
+        let mut j = CpusetJournal::default();
+        j.record("ok", "0-3", "0");
+        j.record("bad", "0-3; rm", "0");
+        j.record("long", &"0,".repeat(40_000), "0");
+        j.kubelet.insert("k".into(), ("1".into(), "zz".into()));
+        let refused = j.refuse_unreadable();
+        assert_eq!(refused.len(), 3, "{refused:?}");
+        assert_eq!(
+            j.restores()
+                .iter()
+                .map(|u| u.container_id.as_str())
+                .collect::<Vec<_>>(),
+            vec!["ok"]
+        );
+        assert!(j.kubelet.is_empty());
     }
 
     #[test]

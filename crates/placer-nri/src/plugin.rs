@@ -22,15 +22,25 @@
 //! - A restore the runtime accepts is verified by re-reading the container's cgroup
 //!   (`cpuset.cpus` under `Options::root`): one whose cgroup holds another cpuset is said and
 //!   stays journaled, as one the runtime failed.
-//! - The private listening socket that hands connection 1 to the ttrpc server is unlinked as
-//!   soon as the bridge connected: nothing else can reach the plugin service.
+//! - **Never hangs, never deaf** (issue 36). The plugin service is served here, on
+//!   connection 1 itself (no listening socket, no ttrpc server and its thread joins), one
+//!   request at a time within the runtime's 2 s budget: every request gets a reply, an
+//!   error status when it cannot be decoded, names an unknown method or is not a request;
+//!   a broken stream (EOF, a header over ttrpc's 4 MiB, a reply the runtime does not read
+//!   within [`WRITE_TIMEOUT`]) is the runtime gone: what placer changed is put back through
+//!   the runtime while it can still be reached, then the trunk is closed and
+//!   [`Plugin::is_gone`] says so (the daemon restores the host and exits 1). Nothing on
+//!   any path waits for a thread to end: dropping the plugin closes the trunk, and every
+//!   thread ends on its EOF.
 
 use crate::mux::{Mux, MuxError, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN};
 use crate::placement::{
     Container, ContainerView, CpusetJournal, CpusetUpdate, Placement, Pod, State,
 };
 use crate::proto::{api, api_ttrpc};
+use crate::wire::{self, WireError};
 use placer_core::cpuset::CpuSet;
+use protobuf::Message;
 use std::os::fd::IntoRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -38,11 +48,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 use tracing::{info, warn};
+use ttrpc::proto::Status;
 
 pub const PLUGIN_NAME: &str = "placer";
 pub const DEFAULT_SOCKET: &str = "/var/run/nri/nri.sock";
 /// Not 90, nri-plugins' default: before its resource policies (docs/kubernetes.md, "NRI index").
 pub const DEFAULT_INDEX: u32 = 70;
+/// The plugin service's name on the wire (api.proto's package and service).
+pub const PLUGIN_SERVICE: &str = "nri.pkg.api.v1alpha1.Plugin";
+/// How long a reply may wait for the runtime to read it before the stream counts as broken.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
+/// A request handled slower than this is said (the runtime gives up at 2 s).
+const SLOW_REQUEST: Duration = Duration::from_millis(500);
 
 #[derive(Debug, thiserror::Error)]
 pub enum NriError {
@@ -60,6 +77,8 @@ pub enum NriError {
     Ttrpc(String),
     #[error("NRI: the runtime did not configure and synchronize placer within {0:?}")]
     NotSynchronized(Duration),
+    #[error("NRI: the connection to the runtime ended or broke during registration")]
+    GoneWhileRegistering,
 }
 
 /// What a failed connect most likely means: a socket nobody listens on is a runtime that is
@@ -84,8 +103,6 @@ fn ttrpc_err(e: ttrpc::Error) -> NriError {
 pub struct Options {
     pub socket: PathBuf,
     pub index: u32,
-    /// A private directory (placer's state dir) for the short-lived listening socket.
-    pub private_dir: PathBuf,
     /// How long to wait for registration, Configure and Synchronize.
     pub timeout: Duration,
     /// The on-disk journal of container cpusets (None: memory only).
@@ -106,6 +123,8 @@ struct Shared {
     runtime: Mutex<String>,
     journal_path: Option<PathBuf>,
     root: PathBuf,
+    /// Placer's calls to the runtime (connection 2).
+    client: api_ttrpc::RuntimeClient,
 }
 
 impl Shared {
@@ -149,15 +168,19 @@ impl Drop for StateGuard<'_> {
     }
 }
 
-/// Replaces the journal file durably, as the host journal is (a crash leaves the old or the
-/// new one; a private file, no link followed); an empty journal removes it.
+/// Replaces the journal file atomically (temporary file and rename: a placer killed at any
+/// point leaves the old or the new one; a private file, no link followed), without fsync:
+/// what it protects against is a placer that dies, whose writes the page cache keeps; a
+/// machine that crashes restarts every container with the kubelet's cpuset anyway. Each
+/// CreateContainer of a managed container rewrites it, in the pod's path: two fsyncs there
+/// cost milliseconds (docs/kubernetes.md, "Cost at creation"). An empty journal removes it.
 fn write_journal(path: &Path, j: &CpusetJournal) -> std::io::Result<()> {
     let (dir, name) = journal_dir(path)?;
     if j.is_empty() {
         return dir.remove(&name).map_err(std::io::Error::other);
     }
     let bytes = serde_json::to_vec_pretty(j).map_err(std::io::Error::other)?;
-    dir.write_durably(&name, &bytes)
+    dir.write_replace(&name, &bytes)
         .map_err(std::io::Error::other)
 }
 
@@ -189,9 +212,7 @@ fn read_journal(path: &Path) -> Option<CpusetJournal> {
 /// A connected, registered plugin.
 pub struct Plugin {
     shared: Arc<Shared>,
-    client: api_ttrpc::RuntimeClient,
-    mux: Mux,
-    server: Option<ttrpc::Server>,
+    mux: Arc<Mux>,
 }
 
 impl Plugin {
@@ -201,19 +222,20 @@ impl Plugin {
             socket: opts.socket.clone(),
             error,
         })?;
-        // Connection 1: the runtime calls placer. ttrpc's sync server wants a listening
-        // socket: bind one privately, connect the bridge to it, unlink it.
-        let (listener, served) = crate::mux::bridged_listener(&opts.private_dir)?;
+        // Connection 1: the runtime calls placer (served by `serve`).
+        let (served, serve_end) = UnixStream::pair()?;
         // Connection 2: placer calls the runtime.
         let (called, client_end) = UnixStream::pair()?;
-        let mux = Mux::start(
+        let mux = Arc::new(Mux::start(
             trunk,
             vec![
                 (PLUGIN_SERVICE_CONN, served),
                 (RUNTIME_SERVICE_CONN, called),
             ],
-        )?;
-
+        )?);
+        let client = api_ttrpc::RuntimeClient::new(
+            ttrpc::Client::new(client_end.into_raw_fd()).map_err(ttrpc_err)?,
+        );
         let shared = Arc::new(Shared {
             state: Mutex::new(state),
             synced: Mutex::new(false),
@@ -222,30 +244,23 @@ impl Plugin {
             runtime: Mutex::new(String::new()),
             journal_path: opts.journal.clone(),
             root: opts.root.clone(),
-        });
-        let service: Arc<dyn api_ttrpc::Plugin + Send + Sync> = Arc::new(Service {
-            shared: Arc::clone(&shared),
-        });
-        let mut server = ttrpc::Server::new()
-            .add_listener(listener.into_raw_fd())
-            .map_err(ttrpc_err)?
-            .register_service(api_ttrpc::create_plugin(service));
-        server.start().map_err(ttrpc_err)?;
-        let client = api_ttrpc::RuntimeClient::new(
-            ttrpc::Client::new(client_end.into_raw_fd()).map_err(ttrpc_err)?,
-        );
-        let plugin = Plugin {
-            shared,
             client,
-            mux,
-            server: Some(server),
+        });
+        let service = Service {
+            shared: Arc::clone(&shared),
         };
+        let trunk_mux = Arc::clone(&mux);
+        std::thread::Builder::new()
+            .name("nri-serve".into())
+            .spawn(move || serve(serve_end, &service, &trunk_mux))?;
+        let plugin = Plugin { shared, mux };
         let req = api::RegisterPluginRequest {
             plugin_name: PLUGIN_NAME.into(),
             plugin_idx: format!("{:02}", opts.index),
             ..Default::default()
         };
         plugin
+            .shared
             .client
             .register_plugin(ctx(opts.timeout), &req)
             .map_err(ttrpc_err)?;
@@ -257,8 +272,13 @@ impl Plugin {
         let (synced, _) = plugin
             .shared
             .synced_cv
-            .wait_timeout_while(synced, opts.timeout, |s| !*s)
+            .wait_timeout_while(synced, opts.timeout, |s| {
+                !*s && !plugin.shared.gone.load(Ordering::SeqCst)
+            })
             .unwrap_or_else(|p| p.into_inner());
+        if plugin.shared.gone.load(Ordering::SeqCst) {
+            return Err(NriError::GoneWhileRegistering);
+        }
         if !*synced {
             return Err(NriError::NotSynchronized(opts.timeout));
         }
@@ -288,7 +308,7 @@ impl Plugin {
 
     /// Runs `f` on the state, under its lock (the journal file follows its changes).
     pub fn with_state<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
-        f(&mut self.shared.state())
+        self.shared.with_state(f)
     }
 
     /// Puts back the container cpusets a previous placer journaled and could not restore
@@ -298,9 +318,12 @@ impl Plugin {
         let Some(path) = self.shared.journal_path.as_deref() else {
             return;
         };
-        let Some(left) = read_journal(path) else {
+        let Some(mut left) = read_journal(path) else {
             return;
         };
+        for why in left.refuse_unreadable() {
+            warn!("NRI: {}: refusing {why}", path.display());
+        }
         let present = self.with_state(|s| s.adopt(&left));
         if !left.previous.is_empty() {
             info!(
@@ -309,9 +332,9 @@ impl Plugin {
                 present.len()
             );
         }
-        match self.update(&present) {
+        match self.shared.update(&present) {
             Ok(failed) => {
-                let failed = self.verify(&present, failed);
+                let failed = self.shared.verify(&present, failed);
                 // The cache held what the runtime reported at Synchronize: placer's moved
                 // cpuset, which a later move would otherwise journal as the one to restore.
                 self.with_state(|s| {
@@ -326,6 +349,26 @@ impl Plugin {
         if let Err(e) = write_journal(path, &current) {
             warn!("NRI: writing {}: {e}", path.display());
         }
+    }
+
+    pub fn explain(&self) -> Vec<ContainerView> {
+        self.with_state(|s| s.explain())
+    }
+
+    /// Sends unsolicited cpuset updates; returns the ids the runtime failed to update.
+    pub fn update(&self, updates: &[CpusetUpdate]) -> Result<Vec<String>, NriError> {
+        self.shared.update(updates)
+    }
+
+    /// Puts back every cpuset placer replaced after creation (SIGTERM); returns how many.
+    pub fn restore_all(&self) -> Result<usize, NriError> {
+        self.shared.restore_all()
+    }
+}
+
+impl Shared {
+    fn with_state<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
+        f(&mut self.state())
     }
 
     /// The restores in `sent` the runtime failed (`failed`) or accepted while the container's
@@ -349,7 +392,7 @@ impl Plugin {
                 .collect()
         });
         for (id, cpus, path) in paths {
-            let Some(actual) = cgroup_cpus(&self.shared.root, &path) else {
+            let Some(actual) = cgroup_cpus(&self.root, &path) else {
                 continue;
             };
             if CpuSet::parse_list(&cpus).ok().as_ref() != Some(&actual) {
@@ -360,10 +403,6 @@ impl Plugin {
             }
         }
         failed
-    }
-
-    pub fn explain(&self) -> Vec<ContainerView> {
-        self.with_state(|s| s.explain())
     }
 
     /// Sends unsolicited cpuset updates; returns the ids the runtime failed to update.
@@ -400,11 +439,11 @@ impl Plugin {
 }
 
 impl Drop for Plugin {
+    /// Ends the trunk; every thread ends on its EOF (none is waited for).
     fn drop(&mut self) {
+        // Expected: the serve thread ends quietly on the EOF.
+        self.shared.gone.store(true, Ordering::SeqCst);
         self.mux.close();
-        if let Some(s) = self.server.take() {
-            s.shutdown();
-        }
     }
 }
 
@@ -504,19 +543,15 @@ impl Service {
     }
 }
 
-fn refused(why: &str) -> ttrpc::Error {
-    ttrpc::Error::RpcStatus(ttrpc::get_status(
+fn refused(why: &str) -> Status {
+    ttrpc::get_status(
         ttrpc::Code::FAILED_PRECONDITION,
         format!("placer refuses this container: {why}"),
-    ))
+    )
 }
 
-impl api_ttrpc::Plugin for Service {
-    fn configure(
-        &self,
-        _ctx: &ttrpc::TtrpcContext,
-        req: api::ConfigureRequest,
-    ) -> ttrpc::Result<api::ConfigureResponse> {
+impl Service {
+    fn configure(&self, req: api::ConfigureRequest) -> Result<api::ConfigureResponse, Status> {
         *self
             .shared
             .runtime
@@ -531,9 +566,8 @@ impl api_ttrpc::Plugin for Service {
 
     fn synchronize(
         &self,
-        _ctx: &ttrpc::TtrpcContext,
         req: api::SynchronizeRequest,
-    ) -> ttrpc::Result<api::SynchronizeResponse> {
+    ) -> Result<api::SynchronizeResponse, Status> {
         {
             let mut st = self.state();
             for p in &req.pods {
@@ -554,7 +588,7 @@ impl api_ttrpc::Plugin for Service {
         })
     }
 
-    fn shutdown(&self, _ctx: &ttrpc::TtrpcContext, _: api::Empty) -> ttrpc::Result<api::Empty> {
+    fn shutdown(&self, _: api::Empty) -> Result<api::Empty, Status> {
         info!("NRI: the runtime is shutting down");
         self.shared.gone.store(true, Ordering::SeqCst);
         Ok(api::Empty::new())
@@ -562,9 +596,8 @@ impl api_ttrpc::Plugin for Service {
 
     fn create_container(
         &self,
-        _ctx: &ttrpc::TtrpcContext,
         req: api::CreateContainerRequest,
-    ) -> ttrpc::Result<api::CreateContainerResponse> {
+    ) -> Result<api::CreateContainerResponse, Status> {
         let (Some(p), Some(c)) = (req.pod.as_ref(), req.container.as_ref()) else {
             return Ok(api::CreateContainerResponse::new());
         };
@@ -613,15 +646,18 @@ impl api_ttrpc::Plugin for Service {
                 );
                 return Err(refused(&why));
             }
+            Placement::Invalid { why } => warn!(
+                "NRI: {}/{} container {}: {why}",
+                pod.namespace, pod.name, ctr.name
+            ),
         }
         Ok(rsp)
     }
 
     fn update_container(
         &self,
-        _ctx: &ttrpc::TtrpcContext,
         req: api::UpdateContainerRequest,
-    ) -> ttrpc::Result<api::UpdateContainerResponse> {
+    ) -> Result<api::UpdateContainerResponse, Status> {
         let (Some(p), Some(c)) = (req.pod.as_ref(), req.container.as_ref()) else {
             return Ok(api::UpdateContainerResponse::new());
         };
@@ -643,16 +679,16 @@ impl api_ttrpc::Plugin for Service {
                 }));
             }
             Placement::Leave { .. } => {}
+            Placement::Invalid { why } => warn!(
+                "NRI: {}/{} container {}: update: {why}",
+                p.namespace, p.name, ctr.name
+            ),
             Placement::Refuse { why } => return Err(refused(&why)),
         }
         Ok(rsp)
     }
 
-    fn state_change(
-        &self,
-        _ctx: &ttrpc::TtrpcContext,
-        ev: api::StateChangeEvent,
-    ) -> ttrpc::Result<api::Empty> {
+    fn state_change(&self, ev: api::StateChangeEvent) -> Result<api::Empty, Status> {
         use api::Event as E;
         let mut st = self.state();
         match ev.event.enum_value_or_default() {
@@ -677,6 +713,129 @@ impl api_ttrpc::Plugin for Service {
         }
         Ok(api::Empty::new())
     }
+}
+
+/// `method`'s request `body` decoded, handled by `f`, its reply encoded; an undecodable
+/// body is an error status (the request is answered, never dropped).
+fn call<Q: protobuf::Message, R: protobuf::Message>(
+    method: &str,
+    body: &[u8],
+    f: impl FnOnce(Q) -> Result<R, Status>,
+) -> Result<Vec<u8>, Status> {
+    let req = Q::parse_from_bytes(body).map_err(|e| {
+        ttrpc::get_status(
+            ttrpc::Code::INVALID_ARGUMENT,
+            format!("placer cannot decode this {method} request: {e}"),
+        )
+    })?;
+    f(req)?.write_to_bytes().map_err(|e| {
+        ttrpc::get_status(
+            ttrpc::Code::INTERNAL,
+            format!("placer cannot encode its {method} reply: {e}"),
+        )
+    })
+}
+
+impl Service {
+    /// One request of the plugin service: its reply, or the error status to answer with;
+    /// and its method, when the envelope decoded.
+    fn dispatch(&self, request: &[u8]) -> (String, Result<Vec<u8>, Status>) {
+        let req = match ttrpc::proto::Request::parse_from_bytes(request) {
+            Ok(r) => r,
+            Err(e) => {
+                let s = ttrpc::get_status(
+                    ttrpc::Code::INVALID_ARGUMENT,
+                    format!("placer cannot decode this ttrpc request: {e}"),
+                );
+                return (String::new(), Err(s));
+            }
+        };
+        let reply = self.handle(&req);
+        (req.method, reply)
+    }
+
+    fn handle(&self, req: &ttrpc::proto::Request) -> Result<Vec<u8>, Status> {
+        let (m, body) = (req.method.as_str(), req.payload.as_slice());
+        if req.service != PLUGIN_SERVICE {
+            return Err(ttrpc::get_status(
+                ttrpc::Code::UNIMPLEMENTED,
+                format!("placer serves {PLUGIN_SERVICE}, not {:?}", req.service),
+            ));
+        }
+        match m {
+            "Configure" => call(m, body, |q| self.configure(q)),
+            "Synchronize" => call(m, body, |q| self.synchronize(q)),
+            "Shutdown" => call(m, body, |q| self.shutdown(q)),
+            "CreateContainer" => call(m, body, |q| self.create_container(q)),
+            "UpdateContainer" => call(m, body, |q| self.update_container(q)),
+            "StateChange" => call(m, body, |q| self.state_change(q)),
+            _ => Err(ttrpc::get_status(
+                ttrpc::Code::UNIMPLEMENTED,
+                format!("placer does not serve {PLUGIN_SERVICE}/{m:?}"),
+            )),
+        }
+    }
+}
+
+/// Serves the plugin service on `conn` (connection 1) until the stream ends or breaks
+/// (module doc); then puts back what placer changed while the runtime can still be
+/// reached, marks the runtime gone and closes the trunk. Never waits for another thread.
+fn serve(mut conn: UnixStream, svc: &Service, mux: &Mux) {
+    let end = loop {
+        let (mh, payload) = match wire::read_message(&mut conn) {
+            Ok(m) => m,
+            Err(e) => break e,
+        };
+        let t0 = std::time::Instant::now();
+        let (method, reply) = if wire::is_request(&mh) {
+            svc.dispatch(&payload)
+        } else {
+            let s = ttrpc::get_status(
+                ttrpc::Code::INVALID_ARGUMENT,
+                format!(
+                    "placer serves requests only, not a message of type {}",
+                    mh.type_
+                ),
+            );
+            (String::new(), Err(s))
+        };
+        if let Err(s) = &reply {
+            warn!("NRI: answering a request with an error: {}", s.message);
+        }
+        let took = t0.elapsed();
+        if took > SLOW_REQUEST {
+            warn!("NRI: a {method} request took {took:?} (the runtime's budget is 2 s)");
+        }
+        // placer's own handling time, from the decoded request to the encoded reply (the
+        // cost in the pod's path, docs/kubernetes.md; PLACER_LOG=placer_nri=debug).
+        tracing::debug!("NRI: {method} handled in {} us", took.as_micros());
+        let (rh, body) = wire::response(mh.stream_id, reply);
+        if let Err(e) = conn
+            .set_write_timeout(Some(WRITE_TIMEOUT))
+            .and_then(|()| wire::write_message(&mut conn, rh, &body))
+        {
+            break WireError::Io(e);
+        }
+    };
+    // Gone already: the runtime said Shutdown, or placer itself let go of the plugin.
+    let expected = svc.shared.gone.load(Ordering::SeqCst);
+    if !matches!(end, WireError::Closed) || !expected {
+        warn!("NRI: the plugin connection ended: {end}; the runtime is taken as gone");
+    }
+    // A broken plugin connection on a working trunk: put the containers back while the
+    // runtime can still be reached (a closed trunk leaves them to the journal file).
+    if !mux.ended() && !expected {
+        match svc.shared.restore_all() {
+            Ok(n) if n > 0 => info!("NRI: {n} container cpuset(s) put back through the runtime"),
+            Ok(_) => {}
+            Err(e) => warn!("NRI: putting container cpusets back: {e}"),
+        }
+    }
+    svc.shared.gone.store(true, Ordering::SeqCst);
+    // A connect still waiting for Synchronize fails now, not at its timeout.
+    let _synced = svc.shared.synced.lock().unwrap_or_else(|p| p.into_inner());
+    svc.shared.synced_cv.notify_all();
+    mux.close();
 }
 
 /// The cpuset the kernel holds for a container: `cpuset.cpus` of its cgroup under `root`

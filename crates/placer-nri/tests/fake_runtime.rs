@@ -104,7 +104,6 @@ fn session(
     let opts = Options {
         socket: sock,
         index: 7,
-        private_dir: dir.join(format!("{name}-plugin")),
         timeout: LIMIT,
         journal: Some(journal.to_path_buf()),
         root: dir.to_path_buf(),
@@ -428,4 +427,604 @@ fn a_restore_the_runtime_accepts_is_verified_in_the_containers_cgroup() {
     std::fs::write(cg.join("cpuset.cpus"), "0-3\n").unwrap();
     assert_eq!(s.plugin.restore_all().expect("restore"), 1);
     assert_eq!(journaled(&journal), 0);
+}
+
+// ---- Faults (issue 36): malformed frames and requests, oversized headers, broken
+// registration. The runtime here speaks raw ttrpc messages on the plugin's connection, so
+// that it can send what a ttrpc client never would.
+
+const PLUGIN_SERVICE: &str = "nri.pkg.api.v1alpha1.Plugin";
+/// No fault may hold the plugin longer than this.
+const HANG: Duration = Duration::from_secs(5);
+/// The runtime's budget for one request (containerd's default plugin request timeout).
+const BUDGET: Duration = Duration::from_secs(2);
+
+/// A small deterministic generator (xorshift64*): the same faults on every run.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+}
+
+/// A runtime that calls the plugin with raw messages on connection 1 (`calls`) and serves
+/// the runtime service on connection 2 with ttrpc.
+struct Raw {
+    calls: UnixStream,
+    /// The runtime's end of the trunk, to break it by hand.
+    trunk: UnixStream,
+    mux: Mux,
+    _server: ttrpc::Server,
+    updates: mpsc::Receiver<Vec<api::ContainerUpdate>>,
+    next_stream: u32,
+}
+
+impl Raw {
+    fn send(&mut self, bytes: &[u8]) {
+        use std::io::Write;
+        self.calls.write_all(bytes).expect("write to the plugin");
+    }
+
+    /// Sends `body` as `method`'s request; the stream id used.
+    fn call(&mut self, method: &str, body: Vec<u8>) -> u32 {
+        let s = self.stream();
+        self.send(&placer_nri::wire::request(s, PLUGIN_SERVICE, method, body));
+        s
+    }
+
+    fn stream(&mut self) -> u32 {
+        self.next_stream += 2;
+        self.next_stream
+    }
+
+    /// The response to `stream` (code, message, reply), None when none came within `HANG`.
+    fn answer(&mut self, stream: u32) -> Option<(ttrpc::Code, String, Vec<u8>)> {
+        let t0 = std::time::Instant::now();
+        loop {
+            let left = HANG.checked_sub(t0.elapsed())?;
+            self.calls.set_read_timeout(Some(left)).unwrap();
+            let (mh, payload) = placer_nri::wire::read_message(&mut self.calls).ok()?;
+            if mh.stream_id == stream {
+                return placer_nri::wire::decode_response(&mh, &payload);
+            }
+        }
+    }
+}
+
+fn raw_session(
+    dir: &Path,
+    name: &str,
+    pods: Vec<api::PodSandbox>,
+    containers: Vec<api::Container>,
+) -> (Raw, Plugin) {
+    use protobuf::Message;
+    let sock = dir.join(format!("{name}.sock"));
+    let listener = UnixListener::bind(&sock).unwrap();
+    let opts = options(dir, name, &sock);
+    let (reg_tx, reg_rx) = mpsc::channel();
+    let (upd_tx, upd_rx) = mpsc::channel();
+    let connect = std::thread::spawn(move || Plugin::connect(&opts, state()));
+    let (trunk, _) = listener.accept().unwrap();
+    let raw_trunk = trunk.try_clone().unwrap();
+    let (rl, served) = bridged_listener(&dir.join(format!("{name}-runtime"))).unwrap();
+    let (calls, raw_end) = UnixStream::pair().unwrap();
+    let mux = Mux::start(
+        trunk,
+        vec![
+            (RUNTIME_SERVICE_CONN, served),
+            (PLUGIN_SERVICE_CONN, raw_end),
+        ],
+    )
+    .unwrap();
+    let svc: Arc<dyn api_ttrpc::Runtime + Send + Sync> = Arc::new(RuntimeService {
+        registered: Mutex::new(Some(reg_tx)),
+        updates: Mutex::new(upd_tx),
+    });
+    let mut server = ttrpc::Server::new()
+        .add_listener(rl.into_raw_fd())
+        .unwrap()
+        .register_service(api_ttrpc::create_runtime(svc));
+    server.start().unwrap();
+    reg_rx.recv_timeout(LIMIT).expect("registration");
+    let mut raw = Raw {
+        calls,
+        trunk: raw_trunk,
+        mux,
+        _server: server,
+        updates: upd_rx,
+        next_stream: 1,
+    };
+    let s = raw.call(
+        "Configure",
+        api::ConfigureRequest::new().write_to_bytes().unwrap(),
+    );
+    assert_eq!(
+        raw.answer(s).expect("Configure answered").0,
+        ttrpc::Code::OK
+    );
+    let sync = api::SynchronizeRequest {
+        pods,
+        containers,
+        ..Default::default()
+    };
+    let s = raw.call("Synchronize", sync.write_to_bytes().unwrap());
+    assert_eq!(
+        raw.answer(s).expect("Synchronize answered").0,
+        ttrpc::Code::OK
+    );
+    let plugin = connect.join().unwrap().expect("plugin connected");
+    (raw, plugin)
+}
+
+fn options(dir: &Path, name: &str, sock: &Path) -> Options {
+    Options {
+        socket: sock.to_path_buf(),
+        index: 7,
+        timeout: Duration::from_secs(2),
+        journal: Some(dir.join(format!("{name}-journal.json"))),
+        root: dir.to_path_buf(),
+    }
+}
+
+fn state() -> State {
+    let facts = Facts {
+        alloc_order: vec![0, 1, 2, 3],
+        node_of_cpu: (0..4).map(|c| (c, 0)).collect(),
+        net_cpus: CpuSet::new(),
+        kubelet: CpuManager::None,
+        online: CpuSet::parse_list("0-3").unwrap(),
+    };
+    State::new(KubernetesScope::default(), facts)
+}
+
+fn create_request(id: &str, cpus: &str) -> Vec<u8> {
+    use protobuf::Message;
+    let mut c = container(cpus);
+    c.id = id.into();
+    let req = api::CreateContainerRequest {
+        pod: Some(pod()).into(),
+        container: Some(c).into(),
+        ..Default::default()
+    };
+    req.write_to_bytes().unwrap()
+}
+
+/// The cpuset of a CreateContainer reply ("" when it adjusts nothing).
+fn adjusted_cpus(reply: &[u8]) -> String {
+    use protobuf::Message;
+    api::CreateContainerResponse::parse_from_bytes(reply)
+        .ok()
+        .and_then(|r| Some(r.adjust.linux.resources.cpu.as_ref()?.cpus.clone()))
+        .unwrap_or_default()
+}
+
+/// A CPU list of about `bytes` bytes that parses (ranges over the whole id space).
+fn long_cpu_list(bytes: usize) -> String {
+    let mut s = String::new();
+    while s.len() < bytes {
+        s.push_str("0-65535,");
+    }
+    s.push('0');
+    s
+}
+
+/// Sends one malformed message of kind `i % 8`; its stream id and what it was.
+fn malformed(rng: &mut Rng, raw: &mut Raw, i: usize) -> (u32, &'static str) {
+    use protobuf::Message;
+    let methods = [
+        "Configure",
+        "Synchronize",
+        "CreateContainer",
+        "UpdateContainer",
+        "StateChange",
+        "Shutdown",
+    ];
+    let s = raw.stream();
+    let msg =
+        |method: &str, body: Vec<u8>| placer_nri::wire::request(s, PLUGIN_SERVICE, method, body);
+    let (bytes, what) = match i % 8 {
+        0 => {
+            // A frame whose payload is not a ttrpc.Request at all.
+            let n = 1 + rng.below(64);
+            let body = rng.bytes(n);
+            let mut m: Vec<u8> =
+                ttrpc::proto::MessageHeader::new_request(s, body.len() as u32).into();
+            m.extend_from_slice(&body);
+            (m, "garbage request envelope")
+        }
+        1 => {
+            let m = methods[rng.below(methods.len())];
+            let n = 1 + rng.below(128);
+            (msg(m, rng.bytes(n)), "garbage request body")
+        }
+        2 => {
+            // A real CreateContainer with a few bytes flipped.
+            let mut body = create_request(&format!("f{i}"), "0-3");
+            for _ in 0..1 + rng.below(8) {
+                let k = rng.below(body.len());
+                body[k] ^= 1 << rng.below(8);
+            }
+            (msg("CreateContainer", body), "flipped CreateContainer")
+        }
+        3 => {
+            let (svc, m) = if rng.below(2) == 0 {
+                (PLUGIN_SERVICE, "NoSuchMethod")
+            } else {
+                ("no.such.Service", "CreateContainer")
+            };
+            (
+                placer_nri::wire::request(s, svc, m, Vec::new()),
+                "unknown method",
+            )
+        }
+        4 => {
+            // Not a request: a response or data frame on the plugin's connection.
+            let n = rng.below(32);
+            let body = rng.bytes(n);
+            let mut mh = ttrpc::proto::MessageHeader::new_data(s, body.len() as u32);
+            mh.type_ = [2u8, 3, 0, 0x7f][rng.below(4)];
+            let mut m: Vec<u8> = mh.into();
+            m.extend_from_slice(&body);
+            (m, "not a request")
+        }
+        5 => {
+            let cpus = [
+                long_cpu_list(1_600_000),
+                "x-y".into(),
+                "5-2".into(),
+                "99999999".into(),
+                "0,,1".into(),
+                "0-3:0".into(),
+            ][i / 8 % 6]
+                .clone();
+            (
+                msg("CreateContainer", create_request(&format!("c{i}"), &cpus)),
+                "CreateContainer with a bad CPU list",
+            )
+        }
+        6 => {
+            let mut c = container("0-3");
+            c.id = format!("m{i}");
+            let mut cpu = api::LinuxCPU::new();
+            cpu.cpus = "0-3".into();
+            cpu.mems = if i % 16 < 8 {
+                long_cpu_list(1_600_000)
+            } else {
+                "zz".into()
+            };
+            let mut r = api::LinuxResources::new();
+            r.cpu = Some(cpu).into();
+            c.linux.as_mut().unwrap().resources = Some(r).into();
+            let req = api::CreateContainerRequest {
+                pod: Some(pod()).into(),
+                container: Some(c).into(),
+                ..Default::default()
+            };
+            (
+                msg("CreateContainer", req.write_to_bytes().unwrap()),
+                "CreateContainer with bad mems",
+            )
+        }
+        _ => {
+            // A valid envelope with flags and a stream id a client never uses.
+            let mut m = msg(
+                "StateChange",
+                api::StateChangeEvent::new().write_to_bytes().unwrap(),
+            );
+            m[9] = rng.next() as u8;
+            (m, "odd flags")
+        }
+    };
+    raw.send(&bytes);
+    (s, what)
+}
+
+#[test]
+fn malformed_requests_are_answered_and_later_requests_still_are() {
+    let dir = placer_testkit::TempDir::new("nri-fuzz");
+    let (mut raw, plugin) = raw_session(dir.path(), "z", vec![pod()], vec![]);
+    let mut rng = Rng(0x005e_ed36);
+    let (mut tried, mut silent, mut deaf, mut slow, mut opened) = (0, 0, 0, 0, 0);
+    let t_all = std::time::Instant::now();
+    for i in 0..320 {
+        let t0 = std::time::Instant::now();
+        let (s, what) = malformed(&mut rng, &mut raw, i);
+        tried += 1;
+        match raw.answer(s) {
+            None => {
+                silent += 1;
+                eprintln!("fault {i} ({what}): no answer within {HANG:?}");
+            }
+            Some((code, msg, reply)) => {
+                if t0.elapsed() > BUDGET {
+                    slow += 1;
+                    eprintln!("fault {i} ({what}): answered after {:?}", t0.elapsed());
+                }
+                // A bad CPU list or mems is never taken as no bound: the container is left
+                // alone (fails closed).
+                if matches!(i % 8, 5 | 6)
+                    && code == ttrpc::Code::OK
+                    && !adjusted_cpus(&reply).is_empty()
+                {
+                    opened += 1;
+                    eprintln!(
+                        "fault {i} ({what}): cpuset {} set ({msg})",
+                        adjusted_cpus(&reply)
+                    );
+                }
+            }
+        }
+        // Still listening: a well-formed request right after is answered.
+        let probe = raw.call("StateChange", {
+            use protobuf::Message;
+            api::StateChangeEvent::new().write_to_bytes().unwrap()
+        });
+        if raw.answer(probe).map(|a| a.0) != Some(ttrpc::Code::OK) {
+            deaf += 1;
+            eprintln!("after fault {i} ({what}): a valid request went unanswered");
+            break;
+        }
+        assert!(
+            t_all.elapsed() < Duration::from_secs(120),
+            "the fuzz run is bounded"
+        );
+    }
+    eprintln!(
+        "{tried} tried, {} failed (silent {silent}, deaf {deaf}, slow {slow}, failed open {opened})",
+        silent + deaf + slow + opened
+    );
+    assert_eq!((silent, deaf, slow, opened), (0, 0, 0, 0));
+    assert!(tried >= 300);
+    assert!(!plugin.is_gone());
+    // A real CreateContainer is still placed as before.
+    let s = raw.call("CreateContainer", create_request("ok", "0-3"));
+    let (code, _, reply) = raw.answer(s).expect("answered");
+    assert_eq!(
+        (code, adjusted_cpus(&reply).as_str()),
+        (ttrpc::Code::OK, "0")
+    );
+}
+
+/// Moves container c1 (pid 10) through the plugin and waits for the runtime to get it.
+fn move_c1_raw(raw: &Raw, plugin: &Plugin) {
+    let pin = PlannedAction {
+        action: Action::PinProcess {
+            proc: ProcKey {
+                pid: 10,
+                start_time_ticks: 1,
+            },
+            comm: "app".into(),
+            cpus: CpuSet::parse_list("2-3").unwrap(),
+        },
+        policy: "smt-energy".into(),
+        reason: "test".into(),
+    };
+    let t = plugin.with_state(|st| translate(st, &[pin], &|pid| (pid == 10).then(|| "c1".into())));
+    let updates: Vec<_> = t.updates.into_iter().map(|(_, u)| u).collect();
+    assert_eq!(
+        plugin.update(&updates).expect("update"),
+        Vec::<String>::new()
+    );
+    raw.updates.recv_timeout(LIMIT).expect("move received");
+}
+
+/// Waits up to `HANG` for the plugin to say the runtime is gone.
+fn gone_within(plugin: &Plugin) -> Option<Duration> {
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < HANG {
+        if plugin.is_gone() {
+            return Some(t0.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    None
+}
+
+#[test]
+fn a_broken_stream_is_the_runtime_gone_and_what_can_be_restored_is_first() {
+    use std::io::Write;
+    let dir = placer_testkit::TempDir::new("nri-broken");
+    let (mut tried, mut failed) = (0, 0);
+    for i in 0..24 {
+        let name = format!("b{i}");
+        let (mut raw, plugin) = raw_session(dir.path(), &name, vec![pod()], vec![container("0-3")]);
+        move_c1_raw(&raw, &plugin);
+        let journal = dir.path().join(format!("{name}-journal.json"));
+        assert_eq!(journaled(&journal), 1);
+        let what = match i % 4 {
+            0 => {
+                // A ttrpc header announcing 4 GiB on the plugin's connection: the trunk
+                // still works, so the moved container is put back before placer leaves.
+                let mh = ttrpc::proto::MessageHeader::new_request(99, u32::MAX);
+                raw.send(&Vec::<u8>::from(mh));
+                "oversized ttrpc header"
+            }
+            1 => {
+                // A mux frame announcing 4 GiB: the trunk itself is corrupt.
+                let mut f = 1u32.to_be_bytes().to_vec();
+                f.extend_from_slice(&u32::MAX.to_be_bytes());
+                raw.trunk.write_all(&f).unwrap();
+                "oversized mux frame"
+            }
+            2 => {
+                // Half a request, then the runtime dies.
+                let m = placer_nri::wire::request(99, PLUGIN_SERVICE, "StateChange", vec![1; 64]);
+                raw.send(&m[..20]);
+                std::thread::sleep(Duration::from_millis(20));
+                raw.mux.close();
+                "truncated request, then closed"
+            }
+            _ => {
+                raw.mux.close();
+                "closed between requests"
+            }
+        };
+        tried += 1;
+        let Some(after) = gone_within(&plugin) else {
+            failed += 1;
+            eprintln!("{what}: the plugin did not see the runtime gone within {HANG:?}");
+            continue;
+        };
+        if i % 4 == 0 {
+            // Restored through the runtime before leaving, and nothing left journaled.
+            match raw.updates.recv_timeout(HANG) {
+                Ok(got) if got[0].container_id == "c1" && cpus_of(&got[0]).0 == "0-3" => {}
+                other => {
+                    failed += 1;
+                    eprintln!("{what}: no restore before leaving: {other:?}");
+                }
+            }
+            if journaled(&journal) != 0 {
+                failed += 1;
+                eprintln!("{what}: still journaled after the restore");
+            }
+        } else if journaled(&journal) != 1 {
+            // The runtime cannot be reached: the journal file keeps the move for the next
+            // placer.
+            failed += 1;
+            eprintln!("{what}: the journal file lost the move");
+        }
+        // Dropping the plugin never waits on anything.
+        let t0 = std::time::Instant::now();
+        drop(plugin);
+        if t0.elapsed() > HANG {
+            failed += 1;
+            eprintln!("{what}: dropping the plugin took {:?}", t0.elapsed());
+        }
+        eprintln!("{what}: gone after {after:?}");
+    }
+    eprintln!("{tried} tried, {failed} failed");
+    assert_eq!(failed, 0);
+}
+
+/// A runtime that fails registration in one of six ways (`how`), raw on both connections.
+fn broken_registration(listener: UnixListener, how: usize) {
+    use protobuf::Message;
+    use std::io::Write;
+    let Ok((trunk, _)) = listener.accept() else {
+        return;
+    };
+    if how == 0 {
+        return; // accepted, then gone
+    }
+    let mut raw_trunk = trunk.try_clone().unwrap();
+    let (mut calls, c1) = UnixStream::pair().unwrap();
+    let (mut serves, c2) = UnixStream::pair().unwrap();
+    let mux = Mux::start(
+        trunk,
+        vec![(PLUGIN_SERVICE_CONN, c1), (RUNTIME_SERVICE_CONN, c2)],
+    )
+    .unwrap();
+    serves.set_read_timeout(Some(HANG)).unwrap();
+    let Ok((mh, _)) = placer_nri::wire::read_message(&mut serves) else {
+        return;
+    };
+    let reply = |ok: bool| {
+        placer_nri::wire::response(
+            mh.stream_id,
+            if ok {
+                Ok(api::Empty::new().write_to_bytes().unwrap())
+            } else {
+                Err(ttrpc::get_status(
+                    ttrpc::Code::UNAVAILABLE,
+                    "no plugins today",
+                ))
+            },
+        )
+    };
+    match how {
+        1 => drop(mux), // RegisterPlugin read, never answered: the stream breaks
+        2 => {
+            let (h, p) = reply(false);
+            let _ = placer_nri::wire::write_message(&mut serves, h, &p);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        3 => {
+            let (h, p) = reply(true);
+            let _ = placer_nri::wire::write_message(&mut serves, h, &p);
+            let mut f = 1u32.to_be_bytes().to_vec();
+            f.extend_from_slice(&u32::MAX.to_be_bytes());
+            let _ = raw_trunk.write_all(&f);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        4 => {
+            // Configured, then a Synchronize that says more is coming, and silence.
+            let (h, p) = reply(true);
+            let _ = placer_nri::wire::write_message(&mut serves, h, &p);
+            let conf = placer_nri::wire::request(1, PLUGIN_SERVICE, "Configure", Vec::new());
+            let more = api::SynchronizeRequest {
+                more: true,
+                ..Default::default()
+            };
+            let sync = placer_nri::wire::request(
+                3,
+                PLUGIN_SERVICE,
+                "Synchronize",
+                more.write_to_bytes().unwrap(),
+            );
+            let _ = calls.write_all(&conf);
+            let _ = calls.write_all(&sync);
+            std::thread::sleep(Duration::from_secs(3));
+        }
+        _ => {
+            let (h, p) = reply(true);
+            let _ = placer_nri::wire::write_message(&mut serves, h, &p);
+            let mh = ttrpc::proto::MessageHeader::new_request(1, u32::MAX);
+            let _ = calls.write_all(&Vec::<u8>::from(mh));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+#[test]
+fn a_broken_registration_fails_the_connect_in_bounded_time() {
+    let dir = placer_testkit::TempDir::new("nri-reg");
+    let (mut tried, mut failed) = (0, 0);
+    for i in 0..42 {
+        let name = format!("r{i}");
+        let sock = dir.path().join(format!("{name}.sock"));
+        let listener = UnixListener::bind(&sock).unwrap();
+        let mut opts = options(dir.path(), &name, &sock);
+        opts.timeout = Duration::from_secs(1);
+        let runtime = std::thread::spawn(move || broken_registration(listener, i % 6));
+        let (tx, rx) = mpsc::channel();
+        let t0 = std::time::Instant::now();
+        std::thread::spawn(move || {
+            let r = Plugin::connect(&opts, state()).map(|_| ());
+            let _ = tx.send(r);
+        });
+        tried += 1;
+        match rx.recv_timeout(Duration::from_secs(1) + HANG) {
+            Ok(Err(e)) => eprintln!(
+                "broken registration {}: {e} after {:?}",
+                i % 6,
+                t0.elapsed()
+            ),
+            Ok(Ok(())) => {
+                failed += 1;
+                eprintln!("broken registration {}: connected", i % 6);
+            }
+            Err(_) => {
+                failed += 1;
+                eprintln!(
+                    "broken registration {}: connect hung over {:?}",
+                    i % 6,
+                    Duration::from_secs(1) + HANG
+                );
+            }
+        }
+        let _ = runtime.join();
+    }
+    eprintln!("{tried} tried, {failed} failed");
+    assert_eq!(failed, 0);
 }

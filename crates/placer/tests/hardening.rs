@@ -526,7 +526,8 @@ fn metrics_server_is_bounded_in_size_time_and_connections() {
 
 /// Issue 17: the fault-injection script's crash and signal trials leave nothing changed
 /// (on a 1,000-thread process, 20 trials each of SIGTERM then SIGKILL mid-restore, SIGKILL,
-/// and a terminating signal, each followed by `placer restore`).
+/// and a terminating signal, each followed by `placer restore`); issue 36: and its 200
+/// faults of the NRI runtime are answered or end in exit 1 after restoring.
 #[test]
 #[cfg_attr(not(placer_root), ignore = "needs root")]
 fn fault_injection_trials_leave_no_knob_changed() {
@@ -540,12 +541,14 @@ fn fault_injection_trials_leave_no_knob_changed() {
         .arg(&script)
         .arg("20")
         .env("PLACER_BIN", PLACER)
+        // The NRI runtime's faults run from this very binary (no cargo inside a test).
+        .env("PLACER_NRI_FAULTS_TEST", std::env::current_exe().unwrap())
         .stdin(Stdio::null())
         .output()
         .unwrap();
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
-        o.status.success() && out.contains("100 tried, 0 failed, nothing lost"),
+        o.status.success() && out.contains("300 tried, 0 failed, nothing lost"),
         "{out}\n{}",
         String::from_utf8_lossy(&o.stderr)
     );
@@ -802,5 +805,433 @@ fn ab_presets_run_and_leave_nothing_behind() {
         assert_eq!(rps_lo(), before, "{preset}: RPS left changed");
         let after: Vec<usize> = programs.iter().map(|p| procs_named(p)).collect();
         assert_eq!(after, running, "{preset}: {programs:?} outlived placer ab");
+    }
+}
+
+/// Issue 36 item 3: `placer daemon --nri` against a runtime that misbehaves, played here on
+/// the real wire (placer_nri's mux and ttrpc message layer, raw on both connections, so that
+/// it can send what no ttrpc client would). Each daemon gets malformed requests (each must
+/// be answered within 5 s, and a valid request after it too), then one fatal fault (an
+/// oversized ttrpc header or mux frame, a request cut short by the runtime's death, a
+/// closed connection, or a registration that breaks): the daemon must exit 1 within 5 s,
+/// having put back through the runtime what it still could. `PLACER_NRI_FAULT_TRIALS` sets
+/// how many faults (default 200; scripts/faults.sh passes its own); prints "NRI: N tried,
+/// M failed".
+#[test]
+fn nri_runtime_faults_are_answered_or_end_in_exit_1() {
+    use nri_faults::*;
+    let trials: usize = std::env::var("PLACER_NRI_FAULT_TRIALS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(200);
+    let t_all = Instant::now();
+    let (mut tried, mut failed) = (0usize, 0usize);
+    let mut rng = Rng(0x0363);
+    let mut life = 0;
+    while tried < trials {
+        assert!(
+            t_all.elapsed() < Duration::from_secs(600),
+            "the NRI fault run is bounded"
+        );
+        life += 1;
+        let dir = TempDir::new("nri-faults");
+        let fatal = life % 6;
+        // The fatal fault counts too: exactly `trials` in all.
+        let malformed = if fatal == 5 {
+            0
+        } else {
+            24.min(trials - tried - 1)
+        };
+        match one_life(dir.path(), &mut rng, malformed, fatal) {
+            Ok(n) => tried += n,
+            Err((n, why)) => {
+                tried += n;
+                failed += 1;
+                eprintln!("daemon {life}: {why}");
+            }
+        }
+    }
+    println!(
+        "NRI: {tried} tried, {failed} failed{}",
+        if failed == 0 { ", nothing lost" } else { "" }
+    );
+    assert_eq!(failed, 0);
+}
+
+mod nri_faults {
+    use placer_nri::mux::{Mux, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN};
+    use placer_nri::plugin::PLUGIN_SERVICE;
+    use placer_nri::proto::api;
+    use placer_nri::wire::{self, Code};
+    use std::io::Write;
+    use std::os::unix::net::{UnixListener, UnixStream};
+    use std::path::Path;
+    use std::process::{Command, Stdio};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    /// No fault may hold placer longer than this.
+    pub const HANG: Duration = Duration::from_secs(5);
+
+    /// A small deterministic generator (xorshift64*): the same faults on every run.
+    pub struct Rng(pub u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+        fn bytes(&mut self, n: usize) -> Vec<u8> {
+            (0..n).map(|_| self.next() as u8).collect()
+        }
+    }
+
+    /// A raw ttrpc header: payload length, stream id, type, flags.
+    fn header(len: u32, stream: u32, type_: u8, flags: u8) -> Vec<u8> {
+        [
+            &len.to_be_bytes()[..],
+            &stream.to_be_bytes(),
+            &[type_, flags],
+        ]
+        .concat()
+    }
+
+    /// A runtime's side of the trunk: raw calls on connection 1; connection 2 answered by a
+    /// thread (RegisterPlugin, UpdateContainers: the first failed, so that a restore stays
+    /// journaled until placer leaves).
+    struct Runtime {
+        calls: UnixStream,
+        trunk: UnixStream,
+        mux: Mux,
+        updates: Arc<AtomicUsize>,
+        stream: u32,
+    }
+
+    impl Runtime {
+        fn send(&mut self, bytes: &[u8]) {
+            let _ = self.calls.write_all(bytes);
+        }
+        fn next_stream(&mut self) -> u32 {
+            self.stream += 2;
+            self.stream
+        }
+        fn call(&mut self, method: &str, body: Vec<u8>) -> u32 {
+            let s = self.next_stream();
+            self.send(&wire::request(s, PLUGIN_SERVICE, method, body));
+            s
+        }
+        /// The status code of the response to `stream`, None when none came within `HANG`.
+        fn answer(&mut self, stream: u32) -> Option<Code> {
+            let t0 = Instant::now();
+            loop {
+                let left = HANG.checked_sub(t0.elapsed())?;
+                self.calls.set_read_timeout(Some(left)).ok()?;
+                let (mh, p) = wire::read_message(&mut self.calls).ok()?;
+                if mh.stream_id == stream {
+                    return wire::decode_response(&mh, &p).map(|(c, _, _)| c);
+                }
+            }
+        }
+    }
+
+    /// Answers placer's calls on connection 2 until the stream ends. `register_ok`: how
+    /// RegisterPlugin is answered.
+    fn serve_runtime(mut conn: UnixStream, register_ok: bool, updates: Arc<AtomicUsize>) {
+        while let Ok((mh, p)) = wire::read_message(&mut conn) {
+            let Some(req) = wire::decode::<wire::Request>(&p) else {
+                return;
+            };
+            let reply = match req.method.as_str() {
+                "RegisterPlugin" if !register_ok => {
+                    Err(wire::get_status(Code::UNAVAILABLE, "no plugins today"))
+                }
+                "UpdateContainers" => {
+                    let q: api::UpdateContainersRequest =
+                        wire::decode(&req.payload).unwrap_or_default();
+                    let mut r = api::UpdateContainersResponse::new();
+                    if updates.fetch_add(1, Ordering::SeqCst) == 0 {
+                        r.failed = q.update;
+                    }
+                    Ok(wire::encode(&r))
+                }
+                _ => Ok(wire::encode(&api::Empty::new())),
+            };
+            let (h, b) = wire::response(mh.stream_id, reply);
+            if wire::write_message(&mut conn, h, &b).is_err() {
+                return;
+            }
+        }
+    }
+
+    fn pod() -> api::PodSandbox {
+        let mut p = api::PodSandbox::new();
+        p.id = "sb1".into();
+        p.name = "web-0".into();
+        p.uid = "uid-1".into();
+        p.namespace = "default".into();
+        p
+    }
+
+    fn container(id: &str, cpus: &str) -> api::Container {
+        let mut c = api::Container::new();
+        c.id = id.into();
+        c.pod_sandbox_id = "sb1".into();
+        c.name = "app".into();
+        let mut cpu = api::LinuxCPU::new();
+        cpu.cpus = cpus.into();
+        cpu.mems = "0".into();
+        let mut r = api::LinuxResources::new();
+        r.cpu = Some(cpu).into();
+        let mut l = api::LinuxContainer::new();
+        l.resources = Some(r).into();
+        c.linux = Some(l).into();
+        c
+    }
+
+    /// One malformed message (five kinds in turn); its stream id and what it was.
+    fn malformed(rng: &mut Rng, rt: &mut Runtime, i: usize) -> (u32, &'static str) {
+        let s = rt.next_stream();
+        let (bytes, what) = match i % 5 {
+            0 => {
+                let n = 1 + rng.below(64);
+                let body = rng.bytes(n);
+                let mut m = header(body.len() as u32, s, 1, 0);
+                m.extend_from_slice(&body);
+                (m, "garbage request envelope")
+            }
+            1 => {
+                let methods = [
+                    "Configure",
+                    "Synchronize",
+                    "CreateContainer",
+                    "UpdateContainer",
+                    "StateChange",
+                ];
+                let m = methods[rng.below(methods.len())];
+                let n = 1 + rng.below(128);
+                (
+                    wire::request(s, PLUGIN_SERVICE, m, rng.bytes(n)),
+                    "garbage request body",
+                )
+            }
+            2 => (
+                wire::request(s, "no.such.Service", "CreateContainer", Vec::new()),
+                "unknown service",
+            ),
+            3 => {
+                let n = rng.below(32);
+                let body = rng.bytes(n);
+                let mut m = header(body.len() as u32, s, [2u8, 3, 0][rng.below(3)], 0);
+                m.extend_from_slice(&body);
+                (m, "not a request")
+            }
+            _ => {
+                let long = "0-65535,".repeat(200_000);
+                let cpus = ["x-y", "5-2", "99999999", long.as_str()][rng.below(4)];
+                let req = api::CreateContainerRequest {
+                    pod: Some(pod()).into(),
+                    container: Some(container(&format!("c{i}"), cpus)).into(),
+                    ..Default::default()
+                };
+                (
+                    wire::request(s, PLUGIN_SERVICE, "CreateContainer", wire::encode(&req)),
+                    "CreateContainer with a bad CPU list",
+                )
+            }
+        };
+        rt.send(&bytes);
+        (s, what)
+    }
+
+    /// One daemon's life: `malformed` faults, then fatal fault `fatal` (0-4; 5 breaks the
+    /// registration). Ok(faults tried), or Err((faults tried, what went wrong)).
+    pub fn one_life(
+        dir: &Path,
+        rng: &mut Rng,
+        malformed_n: usize,
+        fatal: usize,
+    ) -> Result<usize, (usize, String)> {
+        use std::os::unix::fs::PermissionsExt;
+        let tried = malformed_n + 1;
+        let fail = |why: String| Err((tried, why));
+        let sock = dir.join("nri.sock");
+        let state = dir.join("state");
+        std::fs::create_dir(&state).unwrap();
+        std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700)).unwrap();
+        // A container a previous placer moved: put back through the runtime at start, which
+        // fails it the first time, so that it stays journaled until the fatal fault.
+        std::fs::write(
+            state.join("nri-journal.json"),
+            r#"{"previous":{"c1":["0-3","0"]},"kubelet":{}}"#,
+        )
+        .unwrap();
+        let cfg = dir.join("c.toml");
+        // No policy: the daemon touches no host process while tests beside it run.
+        std::fs::write(
+            &cfg,
+            "interval = \"100ms\"\npolicies = []\n[metrics]\nenabled = false\n",
+        )
+        .unwrap();
+        let listener = UnixListener::bind(&sock).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let log = dir.join("daemon.log");
+        let mut cmd = Command::new(super::PLACER);
+        cmd.args(["daemon", "--nri", "--nri-socket"])
+            .arg(&sock)
+            .arg("--config")
+            .arg(&cfg)
+            .arg("--state-dir")
+            .arg(&state)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        let mut child = placer_testkit::proc::KillOnDrop(
+            placer_testkit::proc::die_with_parent(&mut cmd)
+                .spawn()
+                .unwrap(),
+        );
+        let t0 = Instant::now();
+        let trunk = loop {
+            match listener.accept() {
+                Ok((t, _)) => break t,
+                Err(_) if t0.elapsed() < Duration::from_secs(20) => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
+                Err(e) => return fail(format!("the daemon never connected: {e}")),
+            }
+        };
+        trunk.set_nonblocking(false).unwrap();
+        let raw_trunk = trunk.try_clone().unwrap();
+        let (calls, c1) = UnixStream::pair().unwrap();
+        let (serves, c2) = UnixStream::pair().unwrap();
+        let mux = Mux::start(
+            trunk,
+            vec![(PLUGIN_SERVICE_CONN, c1), (RUNTIME_SERVICE_CONN, c2)],
+        )
+        .unwrap();
+        let updates = Arc::new(AtomicUsize::new(0));
+        let u = Arc::clone(&updates);
+        std::thread::spawn(move || serve_runtime(serves, fatal != 5, u));
+        let mut rt = Runtime {
+            calls,
+            trunk: raw_trunk,
+            mux,
+            updates,
+            stream: 1,
+        };
+        let exited = |child: &mut placer_testkit::proc::KillOnDrop| {
+            let t0 = Instant::now();
+            while t0.elapsed() < HANG {
+                if let Ok(Some(st)) = child.0.try_wait() {
+                    return Some(st);
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            None
+        };
+        let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+        if fatal == 5 {
+            // The runtime refuses the registration: the daemon fails, within bounds.
+            return match exited(&mut child) {
+                Some(st) if st.code() == Some(1) => Ok(tried),
+                Some(st) => fail(format!("refused registration: exit {st:?}\n{}", log_text())),
+                None => fail(format!(
+                    "refused registration: still running after {HANG:?}"
+                )),
+            };
+        }
+        let s = rt.call("Configure", wire::encode(&api::ConfigureRequest::new()));
+        if rt.answer(s) != Some(Code::OK) {
+            return fail("Configure unanswered".into());
+        }
+        let sync = api::SynchronizeRequest {
+            pods: vec![pod()],
+            containers: vec![container("c1", "2-3")],
+            ..Default::default()
+        };
+        let s = rt.call("Synchronize", wire::encode(&sync));
+        if rt.answer(s) != Some(Code::OK) {
+            return fail("Synchronize unanswered".into());
+        }
+        let t0 = Instant::now();
+        while rt.updates.load(Ordering::SeqCst) == 0 {
+            if t0.elapsed() > HANG {
+                return fail("the left-over restore never came".into());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let mut bad = Vec::new();
+        for i in 0..malformed_n {
+            let (s, what) = malformed(rng, &mut rt, i);
+            if rt.answer(s).is_none() {
+                bad.push(format!("fault {i} ({what}) unanswered"));
+            }
+            let probe = rt.call("StateChange", wire::encode(&api::StateChangeEvent::new()));
+            if rt.answer(probe) != Some(Code::OK) {
+                bad.push(format!("after fault {i} ({what}): deaf"));
+                break;
+            }
+        }
+        let what = match fatal {
+            0 => {
+                rt.send(&header(u32::MAX, 99, 1, 0));
+                "oversized ttrpc header"
+            }
+            1 => {
+                let mut f = 1u32.to_be_bytes().to_vec();
+                f.extend_from_slice(&u32::MAX.to_be_bytes());
+                let _ = rt.trunk.write_all(&f);
+                "oversized mux frame"
+            }
+            2 => {
+                let m = wire::request(99, PLUGIN_SERVICE, "StateChange", vec![1; 64]);
+                rt.send(&m[..20]);
+                std::thread::sleep(Duration::from_millis(20));
+                rt.mux.close();
+                "a request cut short, then the runtime gone"
+            }
+            3 => {
+                let s = rt.call("Shutdown", wire::encode(&api::Empty::new()));
+                let _ = rt.answer(s);
+                rt.mux.close();
+                "Shutdown, then the runtime gone"
+            }
+            _ => {
+                rt.mux.close();
+                "the runtime gone"
+            }
+        };
+        match exited(&mut child) {
+            Some(st) if st.code() == Some(1) => {}
+            Some(st) => bad.push(format!("{what}: exit {st:?}")),
+            None => bad.push(format!("{what}: still running after {HANG:?}")),
+        }
+        let text = log_text();
+        if !text.contains("restoring and exiting") {
+            bad.push(format!("{what}: no restore said"));
+        }
+        // Put back through the runtime when it could still be reached, else kept on disk
+        // for the next placer.
+        let journaled = std::fs::read_to_string(state.join("nri-journal.json"))
+            .is_ok_and(|t| t.contains("\"c1\""));
+        if fatal == 0 && (rt.updates.load(Ordering::SeqCst) < 2 || journaled) {
+            bad.push(format!(
+                "{what}: the moved container was not put back before exiting"
+            ));
+        }
+        if fatal != 0 && !journaled {
+            bad.push(format!("{what}: the journal file lost the moved container"));
+        }
+        if bad.is_empty() {
+            Ok(tried)
+        } else {
+            fail(format!("{}\n{text}", bad.join("; ")))
+        }
     }
 }

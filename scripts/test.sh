@@ -19,6 +19,10 @@ need tmux || missing+=(tmux)
 need iperf3 || missing+=(iperf3)
 need redis-server || missing+=(redis-server)
 need redis-benchmark || missing+=(redis-tools)
+need nginx || missing+=(nginx)
+need wrk || missing+=(wrk)
+need memcached || missing+=(memcached)
+need memcaslap || missing+=(libmemcached-tools)
 # The lab (placer_testkit::lab, crates/placer/tests/lab.rs): qemu, Debian's kernel, busybox;
 # without their recommends (firmware, a GUI's libraries).
 lab=()

@@ -328,6 +328,9 @@ pub struct Metrics {
     /// counts each of its processes).
     #[serde(default)]
     pub undone: u64,
+    /// Moves kept on their verdict (better beyond noise and `min_effect`; counted alike).
+    #[serde(default)]
+    pub kept: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -624,6 +627,7 @@ pub fn run_one(
     };
     let mut actions = 0u64;
     let mut undone = 0u64;
+    let mut kept = 0u64;
     let mut cycle = |host: &mut SimHost, engine: &mut Option<Engine>| {
         if let Some(e) = engine.as_mut() {
             let rep = e.step(host, false);
@@ -639,6 +643,11 @@ pub fn run_one(
                 .verdicts
                 .iter()
                 .filter(|v| v.judgement.kind == VerdictKind::Undone)
+                .count() as u64;
+            kept += rep
+                .verdicts
+                .iter()
+                .filter(|v| v.judgement.kind == VerdictKind::Kept)
                 .count() as u64;
             actions += rep
                 .reports
@@ -680,6 +689,7 @@ pub fn run_one(
         seed,
         metrics: Metrics {
             undone,
+            kept,
             ..metrics_of(&host, actions)
         },
         procs: host
@@ -770,6 +780,7 @@ pub fn metrics_of(host: &SimHost, actions: u64) -> Metrics {
         deadline_misses: misses,
         actions,
         undone: 0,
+        kept: 0,
     }
 }
 
@@ -835,6 +846,7 @@ fn mean_metrics(runs: &[RunResult]) -> Metrics {
         deadline_misses: (avg(&|m| m.deadline_misses as f64)).round() as u64,
         actions: (avg(&|m| m.actions as f64)).round() as u64,
         undone: (avg(&|m| m.undone as f64)).round() as u64,
+        kept: (avg(&|m| m.kept as f64)).round() as u64,
     }
 }
 

@@ -754,16 +754,18 @@ fn procs_named(comm: &str) -> usize {
         .count()
 }
 
-/// Issue 32: each real-program preset runs its real server and load generator per phase over
-/// loopback, gives a verdict with 5 rounds, and leaves no server, no load generator and RPS
-/// as it was.
+/// Issue 32: each real-program preset (iperf3, redis, nginx, memcached) runs its real server
+/// and load generator per phase over loopback, gives a verdict with 5 rounds, and leaves no
+/// server, no load generator, no temp directory and RPS as it was.
 #[test]
 #[cfg_attr(not(placer_root), ignore = "needs root")]
 fn ab_presets_run_and_leave_nothing_behind() {
     placer_testkit::require_root();
-    let presets: [(&str, &[&str]); 2] = [
+    let presets: [(&str, &[&str]); 4] = [
         ("iperf3:2", &["iperf3"]),
         ("redis", &["redis-server", "redis-benchmark"]),
+        ("nginx", &["nginx", "wrk"]),
+        ("memcached", &["memcached", "memcaslap"]),
     ];
     for (preset, programs) in presets {
         if let Some(why) = placer_testkit::missing_tool(programs) {
@@ -773,12 +775,17 @@ fn ab_presets_run_and_leave_nothing_behind() {
         let _turn = LO_RPS.lock().unwrap_or_else(|e| e.into_inner());
         let before = rps_lo();
         let running: Vec<usize> = programs.iter().map(|p| procs_named(p)).collect();
-        let o = Command::new(PLACER)
-            .args(["ab", "--workload", preset, "--rounds", "5"])
+        let mut cmd = Command::new(PLACER);
+        cmd.args(["ab", "--workload", preset, "--rounds", "5"])
             .args(["--phase", "1s", "--warmup", "1s", "--json"])
             .stdin(Stdio::null())
-            .output()
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let child = placer_testkit::proc::die_with_parent(&mut cmd)
+            .spawn()
             .unwrap();
+        let ab_pid = child.id();
+        let o = child.wait_with_output().unwrap();
         assert!(
             o.status.success(),
             "{preset}: {}",
@@ -805,6 +812,14 @@ fn ab_presets_run_and_leave_nothing_behind() {
         assert_eq!(rps_lo(), before, "{preset}: RPS left changed");
         let after: Vec<usize> = programs.iter().map(|p| procs_named(p)).collect();
         assert_eq!(after, running, "{preset}: {programs:?} outlived placer ab");
+        // Its work directory and a server's own (nginx's config, page and logs) are gone.
+        let left: Vec<String> = std::fs::read_dir(std::env::temp_dir())
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|n| n.starts_with(&format!("placer-ab-{ab_pid}")))
+            .collect();
+        assert!(left.is_empty(), "{preset}: left {left:?}");
     }
 }
 

@@ -16,8 +16,10 @@
 //!
 //! Workloads: `streams:N` (N loopback TCP streams between child processes of this binary;
 //! `--rps-cpu C` steers loopback receive processing to CPU C with RPS, as a NIC's interrupt
-//! would, and puts the old mask back afterwards), and `cmd:'...'` (a shell command per phase:
-//! its last output line is the metric, higher is better, else its runtime, lower is better).
+//! would, and puts the old mask back afterwards), real programs from Debian (`iperf3[:N]`,
+//! `redis`, `nginx`, `memcached`: a server on a free loopback port per phase and its load
+//! generator, whose own report is parsed), and `cmd:'...'` (a shell command per phase: its
+//! last output line is the metric, higher is better, else its runtime, lower is better).
 //!
 //! Nothing is left behind: the daemon runs as a child that receives SIGTERM (it restores
 //! every knob) at the end of each on-phase, when this command is interrupted, and (parent
@@ -35,7 +37,8 @@ use std::time::{Duration, Instant};
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// `streams:N` (loopback TCP streams), `iperf3[:N]` (iperf3 server and client on
-    /// loopback, N streams) or `cmd:COMMAND` (run per phase).
+    /// loopback, N streams), `redis` (redis-benchmark), `nginx` (wrk), `memcached`
+    /// (memaslap) or `cmd:COMMAND` (run per phase).
     #[arg(long, default_value = "streams:1")]
     pub workload: String,
     /// Steer loopback receive processing to this CPU with RPS during the run.
@@ -685,47 +688,339 @@ fn run_phase_redis(
         &port,
     )?;
     let _daemon = daemon_if(daemon, args, state)?;
-    let bench = |requests: u32| -> Result<Command> {
-        let mut c = Command::new("redis-benchmark");
-        c.args(["-h", "127.0.0.1", "-p", &port, "-t", "get", "-c", "50"])
-            .args(["-n", &requests.to_string(), "--csv"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        placer_linux::sys::stop_with_parent(&mut c)?;
-        Ok(c)
+    let bench = |requests: u32| {
+        load_command(
+            "redis-benchmark",
+            &[
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-t",
+                "get",
+                "-c",
+                "50",
+                "-n",
+                &requests.to_string(),
+                "--csv",
+            ],
+        )
     };
     // The warm-up: GETs until --warmup has passed, then stopped.
-    let warm = Kid(bench(1_000_000_000)?
-        .spawn()
-        .context("starting redis-benchmark")?);
-    sleep_or_stop(args.warmup);
-    drop(warm);
-    let (c0, t0) = (machine_busy_s(), Instant::now());
-    let out = bench(REDIS_REQUESTS)?
-        .output()
-        .context("running redis-benchmark")?;
-    let (c1, secs) = (machine_busy_s(), t0.elapsed().as_secs_f64());
-    if STOP.load(Ordering::SeqCst) {
-        bail!("interrupted: the daemon stopped and restored; RPS put back");
-    }
+    let run = warm_then_measure(bench(1_000_000_000)?, bench(REDIS_REQUESTS)?, args.warmup)?;
     let (rps, p50, p99) =
-        parse_redis_csv(&String::from_utf8_lossy(&out.stdout)).with_context(|| {
-            format!(
-                "redis-benchmark ({}): {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            )
-        })?;
+        parse_redis_csv(&run.stdout()).with_context(|| run.failure("redis-benchmark"))?;
     let mut metrics = std::collections::BTreeMap::new();
     metrics.insert("requests_per_s".to_string(), rps);
     metrics.insert("p50_ms".to_string(), p50);
     metrics.insert("p99_ms".to_string(), p99);
     metrics.insert(
         "cpu_us_per_request".to_string(),
-        (c1 - c0) * 1e6 / REDIS_REQUESTS as f64,
+        run.busy_s * 1e6 / REDIS_REQUESTS as f64,
     );
-    Ok(Phase::measured(round, daemon, secs, metrics))
+    Ok(Phase::measured(round, daemon, run.secs, metrics))
+}
+
+/// A load generator's command: no stdin, output piped, stopped with this process.
+fn load_command(program: &str, args: &[&str]) -> Result<Command> {
+    let mut c = Command::new(program);
+    c.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    placer_linux::sys::stop_with_parent(&mut c)?;
+    Ok(c)
+}
+
+/// A load generator's measured run: its output, and the machine's busy CPU seconds and the
+/// wall seconds over it.
+struct LoadRun {
+    out: std::process::Output,
+    busy_s: f64,
+    secs: f64,
+}
+
+impl LoadRun {
+    fn stdout(&self) -> std::borrow::Cow<'_, str> {
+        String::from_utf8_lossy(&self.out.stdout)
+    }
+
+    /// The context of a report that did not parse: the tool's exit and its stderr.
+    fn failure(&self, program: &str) -> String {
+        format!(
+            "{program} ({}): {}",
+            self.out.status,
+            String::from_utf8_lossy(&self.out.stderr).trim()
+        )
+    }
+}
+
+/// The load of a server preset: `warm` runs for `warmup` and is stopped, so the daemon has
+/// traffic to act on before the measurement, then `measured` runs to completion; CPU from
+/// /proc/stat over the measured run only.
+fn warm_then_measure(
+    mut warm: Command,
+    mut measured: Command,
+    warmup: Duration,
+) -> Result<LoadRun> {
+    // Nobody reads the warm-up's report: a tool that prints as it goes must not block.
+    warm.stdout(Stdio::null()).stderr(Stdio::null());
+    let program = measured.get_program().to_string_lossy().into_owned();
+    let warm = Kid(warm
+        .spawn()
+        .with_context(|| format!("starting {program} (warm-up)"))?);
+    sleep_or_stop(warmup);
+    drop(warm);
+    if STOP.load(Ordering::SeqCst) {
+        bail!("interrupted: the daemon stopped and restored; RPS put back");
+    }
+    let (c0, t0) = (machine_busy_s(), Instant::now());
+    let out = measured
+        .output()
+        .with_context(|| format!("running {program}"))?;
+    let (c1, secs) = (machine_busy_s(), t0.elapsed().as_secs_f64());
+    if STOP.load(Ordering::SeqCst) {
+        bail!("interrupted: the daemon stopped and restored; RPS put back");
+    }
+    Ok(LoadRun {
+        out,
+        busy_s: c1 - c0,
+        secs,
+    })
+}
+
+/// What `wrk --latency` reports.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WrkReport {
+    pub requests_per_s: f64,
+    /// Requests completed in the run.
+    pub requests: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+}
+
+/// A wrk latency ("377.00us", "1.57ms", "2.00s", "1.00m") in milliseconds.
+fn wrk_latency_ms(text: &str) -> Option<f64> {
+    let at = text.find(|c: char| c.is_ascii_alphabetic())?;
+    let v: f64 = text[..at].parse().ok()?;
+    let ms_per_unit = match &text[at..] {
+        "us" => 1e-3,
+        "ms" => 1.0,
+        "s" => 1e3,
+        "m" => 60e3,
+        "h" => 3600e3,
+        _ => return None,
+    };
+    Some(v * ms_per_unit)
+}
+
+/// Requests/s, requests, p50 and p99 latency from `wrk --latency`'s report; a run with
+/// non-2xx/3xx answers or failed connections is an error (the server is not serving what
+/// the preset measures).
+pub fn parse_wrk(text: &str) -> Result<WrkReport> {
+    let after = |prefix: &str| {
+        text.lines()
+            .map(str::trim)
+            .find_map(|l| l.strip_prefix(prefix).map(str::trim))
+    };
+    if let Some(n) = after("Non-2xx or 3xx responses:") {
+        bail!("wrk: {n} answers were not 2xx/3xx");
+    }
+    if let Some(e) = after("Socket errors:") {
+        let connect = e
+            .strip_prefix("connect ")
+            .and_then(|r| r.split(',').next())
+            .and_then(|n| n.trim().parse::<u64>().ok());
+        if connect != Some(0) {
+            bail!("wrk: socket errors: {e}");
+        }
+    }
+    let requests_per_s = after("Requests/sec:")
+        .and_then(|v| v.parse().ok())
+        .context("wrk printed no Requests/sec")?;
+    let requests = text
+        .lines()
+        .find_map(|l| l.split_once(" requests in "))
+        .and_then(|(n, _)| n.trim().parse().ok())
+        .context("wrk printed no 'N requests in' line")?;
+    let percentile = |p: &str| {
+        after(p)
+            .and_then(wrk_latency_ms)
+            .with_context(|| format!("wrk printed no {p} latency (run with --latency)"))
+    };
+    Ok(WrkReport {
+        requests_per_s,
+        requests,
+        p50_ms: percentile("50%")?,
+        p99_ms: percentile("99%")?,
+    })
+}
+
+/// Bytes of the page nginx serves (about its default welcome page's size).
+pub const NGINX_PAGE_BYTES: usize = 1024;
+
+/// nginx's config for one phase: foreground, listening on 127.0.0.1:`port` only, every
+/// file (pid, logs, temp paths, the page) in `dir`, no access log (its writes would be
+/// part of what is measured).
+fn nginx_config(dir: &std::path::Path, port: &str) -> String {
+    let d = dir.display();
+    format!(
+        "daemon off;\nworker_processes auto;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
+         events {{ worker_connections 1024; }}\n\
+         http {{\n  access_log off;\n  client_body_temp_path {d}/tmp;\n  proxy_temp_path {d}/tmp;\n  \
+         fastcgi_temp_path {d}/tmp;\n  uwsgi_temp_path {d}/tmp;\n  scgi_temp_path {d}/tmp;\n  \
+         server {{ listen 127.0.0.1:{port}; root {d}/www; }}\n}}\n"
+    )
+}
+
+/// One phase of nginx: a server (config, page and logs in a directory of its own, removed
+/// at the end) on a free loopback port, wrk for the warm-up, then wrk for `--phase`,
+/// measured (2 threads, 50 connections, `--latency`); CPU from /proc/stat.
+fn run_phase_nginx(
+    args: &Args,
+    state: &std::path::Path,
+    round: u32,
+    daemon: bool,
+) -> Result<Phase> {
+    // Its own directory, searchable by all: when started as root nginx's workers run as
+    // nobody and must read the page; ab's work directory is private.
+    let dir = tempdir("nginx", 0o755)?;
+    let www = dir.0.join("www");
+    std::fs::create_dir(&www)?;
+    std::fs::write(www.join("index.html"), vec![b'x'; NGINX_PAGE_BYTES])?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&www, std::fs::Permissions::from_mode(0o755))?;
+    std::fs::set_permissions(
+        www.join("index.html"),
+        std::fs::Permissions::from_mode(0o644),
+    )?;
+    let port = free_port()?.to_string();
+    let conf = dir.0.join("nginx.conf");
+    std::fs::write(&conf, nginx_config(&dir.0, &port))?;
+    let (prefix, conf_s, log) = (
+        dir.0.display().to_string(),
+        conf.display().to_string(),
+        dir.0.join("error.log").display().to_string(),
+    );
+    let _server = start_server("nginx", &["-p", &prefix, "-c", &conf_s, "-e", &log], &port)
+        .with_context(|| {
+            format!(
+                "nginx's error log: {}",
+                std::fs::read_to_string(&log).unwrap_or_default().trim()
+            )
+        })?;
+    let _daemon = daemon_if(daemon, args, state)?;
+    let url = format!("http://127.0.0.1:{port}/");
+    let wrk = |secs: u64| {
+        load_command(
+            "wrk",
+            &[
+                "-t",
+                "2",
+                "-c",
+                "50",
+                "-d",
+                &format!("{secs}s"),
+                "--latency",
+                &url,
+            ],
+        )
+    };
+    let phase_s = args.phase.as_secs().max(1);
+    let run = warm_then_measure(wrk(3600)?, wrk(phase_s)?, args.warmup)?;
+    let r = parse_wrk(&run.stdout()).with_context(|| run.failure("wrk"))?;
+    let mut metrics = std::collections::BTreeMap::new();
+    metrics.insert("requests_per_s".to_string(), r.requests_per_s);
+    metrics.insert("p50_ms".to_string(), r.p50_ms);
+    metrics.insert("p99_ms".to_string(), r.p99_ms);
+    metrics.insert(
+        "cpu_us_per_request".to_string(),
+        run.busy_s * 1e6 / r.requests.max(1.0),
+    );
+    Ok(Phase::measured(round, daemon, run.secs, metrics))
+}
+
+/// What memaslap (`memcaslap` in Debian's libmemcached-tools) reports.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MemaslapReport {
+    pub ops_per_s: f64,
+    pub ops: f64,
+    /// Mean latency of every operation (its report's total Avg, in us, as ms).
+    pub mean_ms: f64,
+}
+
+/// Operations/s, operations and mean latency from memaslap's report (`-S` set, so that it
+/// prints its statistics). It gives no percentiles, only a log2 histogram (a factor of 2
+/// per bucket: too coarse for a ratio), so the latency is the mean.
+pub fn parse_memaslap(text: &str) -> Result<MemaslapReport> {
+    let last = text
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with("Run time:"))
+        .context("memaslap printed no 'Run time:' line")?;
+    let fields: Vec<&str> = last.split_whitespace().collect();
+    let value = |key: &str| {
+        fields
+            .iter()
+            .position(|f| *f == key)
+            .and_then(|i| fields.get(i + 1))
+            .and_then(|v| v.parse::<f64>().ok())
+            .with_context(|| format!("memaslap's last line has no {key} number: {last}"))
+    };
+    let (ops, ops_per_s) = (value("Ops:")?, value("TPS:")?);
+    if ops <= 0.0 {
+        bail!("memaslap completed no operation: {last}");
+    }
+    let total = text
+        .rfind("Total Statistics (")
+        .context("memaslap printed no Total Statistics (run it with -S)")?;
+    let mean_us: f64 = text[total..]
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Avg:"))
+        .and_then(|v| v.trim().parse().ok())
+        .context("memaslap's Total Statistics has no Avg")?;
+    Ok(MemaslapReport {
+        ops_per_s,
+        ops,
+        mean_ms: mean_us / 1e3,
+    })
+}
+
+/// One phase of memcached: a server on a free loopback port (TCP on 127.0.0.1 only, no UDP,
+/// 64 MiB; as nobody when started as root, which memcached requires), memaslap for the
+/// warm-up, then memaslap for `--phase`, measured (its default mix: 90% get, 10% set;
+/// 2 threads, 32 connections); CPU from /proc/stat.
+fn run_phase_memcached(
+    args: &Args,
+    state: &std::path::Path,
+    round: u32,
+    daemon: bool,
+) -> Result<Phase> {
+    let port = free_port()?.to_string();
+    let mut server = vec!["-l", "127.0.0.1", "-p", &port, "-U", "0", "-m", "64"];
+    if placer_linux::sys::is_root() {
+        server.extend(["-u", "nobody"]);
+    }
+    let _server = start_server("memcached", &server, &port)?;
+    let _daemon = daemon_if(daemon, args, state)?;
+    let target = format!("127.0.0.1:{port}");
+    let slap = |secs: u64, stats: bool| {
+        let t = format!("{secs}s");
+        let mut a = vec!["-s", &target, "-T", "2", "-c", "32", "-t", &t];
+        if stats {
+            // One statistics period covering the whole run.
+            a.extend(["-S", &t]);
+        }
+        load_command("memcaslap", &a)
+    };
+    let phase_s = args.phase.as_secs().max(1);
+    let run = warm_then_measure(slap(3600, false)?, slap(phase_s, true)?, args.warmup)?;
+    let r = parse_memaslap(&run.stdout()).with_context(|| run.failure("memcaslap"))?;
+    let mut metrics = std::collections::BTreeMap::new();
+    metrics.insert("ops_per_s".to_string(), r.ops_per_s);
+    metrics.insert("mean_ms".to_string(), r.mean_ms);
+    metrics.insert("cpu_us_per_op".to_string(), run.busy_s * 1e6 / r.ops);
+    Ok(Phase::measured(round, daemon, run.secs, metrics))
 }
 
 /// Per metric: on/off ratios of each round, their geometric mean, interval and verdict.
@@ -789,6 +1084,10 @@ enum Workload {
     Iperf3(usize),
     /// redis-server with redis-benchmark (GET) over loopback.
     Redis,
+    /// nginx serving a static page to wrk over loopback.
+    Nginx,
+    /// memcached with memaslap over loopback.
+    Memcached,
     Cmd(String),
     Observe(String),
 }
@@ -824,11 +1123,19 @@ fn parse_workload(args: &Args) -> Result<Workload> {
         require_tool("redis-server", "redis-server")?;
         require_tool("redis-benchmark", "redis-tools")?;
         Ok(Workload::Redis)
+    } else if args.workload == "nginx" {
+        require_tool("nginx", "nginx")?;
+        require_tool("wrk", "wrk")?;
+        Ok(Workload::Nginx)
+    } else if args.workload == "memcached" {
+        require_tool("memcached", "memcached")?;
+        require_tool("memcaslap", "libmemcached-tools")?;
+        Ok(Workload::Memcached)
     } else if args.workload.starts_with("netperf") {
         bail!(
-            "--workload netperf:...: not built: netperf is not packaged in Debian 12 (it is \
-             non-free and was removed), so no test here could run it; use iperf3[:N] for a \
-             stream"
+            "--workload netperf:...: not built: Debian 12 has netperf only in its non-free \
+             section (Debian 13 has it in main), and the archive scripts/test.sh installs \
+             from is main, so no test here could run it; use iperf3[:N] for a stream"
         );
     } else if let Some(cmd) = args.workload.strip_prefix("cmd:") {
         if cmd.trim().is_empty() {
@@ -837,7 +1144,7 @@ fn parse_workload(args: &Args) -> Result<Workload> {
         Ok(Workload::Cmd(cmd.to_string()))
     } else {
         bail!(
-            "--workload {:?}: streams:N, iperf3[:N], redis or cmd:COMMAND",
+            "--workload {:?}: streams:N, iperf3[:N], redis, nginx, memcached or cmd:COMMAND",
             args.workload
         );
     }
@@ -876,7 +1183,7 @@ pub fn run(args: Args) -> Result<()> {
     let workload = check_inputs(&args)?;
     placer_linux::sys::set_signal_handler(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP], on_signal)
         .context("installing signal handlers")?;
-    let work = tempdir()?;
+    let work = tempdir("", 0o700)?;
     let state = work.0.join("state");
     let _rps = match args.rps_cpu {
         Some(c) => Some(RpsGuard::set(c)?),
@@ -903,6 +1210,8 @@ pub fn run(args: Args) -> Result<()> {
                 Workload::Streams(n) => run_phase_streams(*n, &args, &state, round, run_daemon)?,
                 Workload::Iperf3(n) => run_phase_iperf3(*n, &args, &state, round, run_daemon)?,
                 Workload::Redis => run_phase_redis(&args, &state, round, run_daemon)?,
+                Workload::Nginx => run_phase_nginx(&args, &state, round, run_daemon)?,
+                Workload::Memcached => run_phase_memcached(&args, &state, round, run_daemon)?,
                 Workload::Cmd(cmd) => run_phase_cmd(cmd, &args, &state, round, run_daemon)?,
             };
             phase.daemon = arm;
@@ -1023,14 +1332,21 @@ impl Drop for TempDir {
     }
 }
 
-fn tempdir() -> Result<TempDir> {
-    let p = std::env::temp_dir().join(format!("placer-ab-{}", std::process::id()));
+/// placer-ab-PID (`tag` empty) or placer-ab-PID-TAG, created afresh with `mode`.
+fn tempdir(tag: &str, mode: u32) -> Result<TempDir> {
+    let mut name = format!("placer-ab-{}", std::process::id());
+    if !tag.is_empty() {
+        name = format!("{name}-{tag}");
+    }
+    let p = std::env::temp_dir().join(name);
     let _ = std::fs::remove_dir_all(&p);
-    use std::os::unix::fs::DirBuilderExt;
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     std::fs::DirBuilder::new()
-        .mode(0o700)
+        .mode(mode)
         .create(&p)
         .with_context(|| format!("creating {}", p.display()))?;
+    // The umask may have taken bits off.
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode))?;
     Ok(TempDir(p))
 }
 
@@ -1137,6 +1453,92 @@ mod tests {
     }
 
     #[test]
+    fn wrk_reports_are_parsed_and_bad_runs_refused() {
+        let ok = "Running 2s test @ http://127.0.0.1:23412/
+  2 threads and 32 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency     1.52ms    2.68ms  28.46ms   89.22%
+    Req/Sec    27.58k     9.58k   46.53k    62.50%
+  Latency Distribution
+     50%  377.00us
+     75%    1.57ms
+     90%    4.39ms
+     99%   12.42ms
+  109740 requests in 2.00s, 132.18MB read
+Requests/sec:  54773.30
+Transfer/sec:     65.97MB
+";
+        let r = parse_wrk(ok).unwrap();
+        assert_eq!(r.requests_per_s, 54773.30);
+        assert_eq!(r.requests, 109740.0);
+        assert!((r.p50_ms - 0.377).abs() < 1e-12, "{r:?}");
+        assert_eq!(r.p99_ms, 12.42);
+        let slow = ok.replace("12.42ms", "1.50s");
+        assert_eq!(parse_wrk(&slow).unwrap().p99_ms, 1500.0);
+        // Without --latency there are no percentiles.
+        let e = parse_wrk(&ok.replace("99%", "98%")).unwrap_err();
+        assert!(e.to_string().contains("--latency"), "{e}");
+        // A server that answers 403 or refuses connections is not what is measured.
+        let e = parse_wrk(&ok.replace(
+            "Requests/sec",
+            "  Non-2xx or 3xx responses: 7\nRequests/sec",
+        ))
+        .unwrap_err();
+        assert!(e.to_string().contains("2xx"), "{e}");
+        let refused = ok.replace(
+            "Requests/sec",
+            "  Socket errors: connect 32, read 0, write 0, timeout 0\nRequests/sec",
+        );
+        assert!(parse_wrk(&refused).is_err());
+        let timeouts = ok.replace(
+            "Requests/sec",
+            "  Socket errors: connect 0, read 0, write 0, timeout 3\nRequests/sec",
+        );
+        assert!(parse_wrk(&timeouts).is_ok());
+        assert!(parse_wrk("").is_err());
+    }
+
+    #[test]
+    fn memaslap_reports_are_parsed() {
+        let ok = "servers: 127.0.0.1:23411
+Total Statistics
+Type     Time(s)  Ops          TPS(ops/s)   Net(M/s)   Get_miss   Min(us)  Max(us)    Avg(us)    Std_dev    Geo_dist
+Period   2        176407       88203        91.5       0          10       270094     362        2710.74    135.82
+Get Statistics (158784 events)
+   Min:        10
+   Avg:       362
+Total Statistics (176439 events)
+   Min:        10
+   Max:    270094
+   Avg:       364
+   Geo:    135.89
+cmd_get: 158811
+
+Run time: 2.0s Ops: 176471 TPS: 88181 Net_rate: 98.7M/s";
+        let r = parse_memaslap(ok).unwrap();
+        assert_eq!(r.ops_per_s, 88181.0);
+        assert_eq!(r.ops, 176471.0);
+        // The last Total Statistics block's mean, not Get's.
+        assert!((r.mean_ms - 0.364).abs() < 1e-12, "{r:?}");
+        let e = parse_memaslap(&ok.replace("Total Statistics (", "Total (")).unwrap_err();
+        assert!(e.to_string().contains("-S"), "{e}");
+        assert!(parse_memaslap(&ok.replace("Ops: 176471", "Ops: 0")).is_err());
+        assert!(parse_memaslap("servers: 127.0.0.1:1\n").is_err());
+    }
+
+    #[test]
+    fn nginx_listens_on_loopback_only_with_every_file_in_its_dir() {
+        let c = nginx_config(std::path::Path::new("/tmp/placer-ab-1-nginx"), "8080");
+        let listens: Vec<&str> = c.lines().filter(|l| l.contains("listen ")).collect();
+        assert_eq!(listens.len(), 1, "{c}");
+        assert!(listens[0].contains("listen 127.0.0.1:8080;"), "{c}");
+        assert!(c.contains("daemon off;"), "{c}");
+        for line in c.lines().filter(|l| l.contains('/')) {
+            assert!(line.contains("/tmp/placer-ab-1-nginx/"), "{line}");
+        }
+    }
+
+    #[test]
     fn a_missing_program_names_its_debian_package() {
         let e = require_tool("no-such-program-xyz", "some-package").unwrap_err();
         assert!(
@@ -1165,11 +1567,10 @@ mod tests {
         assert!(err(&["--workload", "cmd:  "]).contains("empty"));
         assert!(err(&["--workload", "streams:x"]).contains("needs a number"));
         assert!(err(&["--workload", "streams:0"]).contains("1 to 64"));
-        assert!(
-            err(&["--workload", "iperf"]).contains("streams:N, iperf3[:N], redis or cmd:COMMAND")
-        );
+        assert!(err(&["--workload", "iperf"])
+            .contains("streams:N, iperf3[:N], redis, nginx, memcached or cmd:COMMAND"));
         assert!(err(&["--workload", "iperf3:0"]).contains("1 to 128"));
-        assert!(err(&["--workload", "netperf:TCP_RR"]).contains("not packaged in Debian 12"));
+        assert!(err(&["--workload", "netperf:TCP_RR"]).contains("only in its non-free"));
         assert!(err(&["--config", "/nonexistent/placer.toml"]).contains("cannot read"));
         let e = err(&["--plot", "/tmp/x.gif"]);
         assert!(e.contains(".svg or .png") && !e.contains("Os {"), "{e}");

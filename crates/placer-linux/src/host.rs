@@ -26,7 +26,11 @@ impl LinuxHost {
 
 impl Host for LinuxHost {
     fn topology(&mut self) -> Result<Topology, HostError> {
-        crate::topology::read(&self.root).map_err(|e| HostError::new("topology", e))
+        let mut topo =
+            crate::topology::read(&self.root).map_err(|e| HostError::new("topology", e))?;
+        // Who else manages IRQs and cpufreq, at each refresh: agents start and stop.
+        topo.coexistence = crate::coexist::detect_beside(&self.root, &self.actuator.state_dir);
+        Ok(topo)
     }
     fn sources(&mut self) -> SourceStatus {
         self.sampler.sources()

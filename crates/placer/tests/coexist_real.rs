@@ -38,6 +38,18 @@ fn placer(args: &[&str]) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// The pid of a live (not zombie) irqbalance, if one runs.
+fn running_irqbalance() -> Option<u32> {
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .find(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|s| s.contains("(irqbalance) ") && !s.contains(") Z "))
+        })
+}
+
 #[test]
 #[cfg_attr(not(placer_root), ignore = "needs root")]
 fn explain_and_top_say_irqbalance_runs_and_net_affinity_follows_it() {
@@ -48,17 +60,7 @@ fn explain_and_top_say_irqbalance_runs_and_net_affinity_follows_it() {
     }
     let dir = placer_testkit::TempDir::new("coexist-irqbalance");
     // One already running (a host's service) is the agent to find; else start one.
-    let running = Command::new("pgrep")
-        .args(["-o", "-x", "irqbalance"])
-        .stdin(Stdio::null())
-        .output()
-        .ok()
-        .and_then(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .trim()
-                .parse::<u32>()
-                .ok()
-        });
+    let running = running_irqbalance();
     let ours = match running {
         Some(_) => None,
         None => {

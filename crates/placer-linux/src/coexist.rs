@@ -17,33 +17,70 @@ use std::path::Path;
 /// Who else manages IRQ affinity or cpufreq under `root`; `placer_governors`: the cpufreq
 /// policies whose governor placer set (its journal).
 pub fn detect(root: &Path, placer_governors: &BTreeSet<u32>) -> Coexistence {
-    let mut agents: Vec<Agent> = crate::pid::process_ids(root)
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|pid| {
-            let stat = crate::attr::read(&root.join(format!("proc/{pid}/stat")))?;
-            let st = crate::procfs::parse_pid_stat(&stat)?;
-            // A zombie no longer manages anything (its parent has not reaped it yet).
-            if matches!(st.state, 'Z' | 'X') {
-                return None;
+    Detector::default().detect(root, placer_governors)
+}
+
+/// [`detect`] for a daemon that asks at every topology refresh: most looks list /proc and
+/// read only new pids and the agents found before (still alive, not a zombie); every
+/// [`FULL_LOOK_EVERY`]th reads every process, for one that became an agent by exec under
+/// the same pid (a wrapper script's `exec irqbalance`).
+#[derive(Default)]
+pub struct Detector {
+    /// Pids seen at the previous look, and the agent each one is (None: not one).
+    seen: crate::pid::PidMap<Option<AgentKind>>,
+    looks: u64,
+}
+
+/// One look in this many reads every process.
+pub const FULL_LOOK_EVERY: u64 = 6;
+
+impl Detector {
+    pub fn detect(&mut self, root: &Path, placer_governors: &BTreeSet<u32>) -> Coexistence {
+        let pids = crate::pid::process_ids(root).unwrap_or_default();
+        let full = self.looks % FULL_LOOK_EVERY == 0;
+        self.looks += 1;
+        let mut seen: crate::pid::PidMap<Option<AgentKind>> = Default::default();
+        let mut agents = Vec::new();
+        for pid in pids {
+            let kind = match self.seen.get(&pid) {
+                Some(None) if !full => None,
+                // New, an agent before (it may have exited since), or a full look.
+                _ => agent_of(root, pid),
+            };
+            if let Some(kind) = kind {
+                agents.push(Agent { kind, pid });
             }
-            Some(Agent {
-                kind: AgentKind::from_comm(&st.comm)?,
-                pid,
-            })
-        })
-        .collect();
-    agents.sort_by_key(|a| (a.kind, a.pid));
-    Coexistence {
-        agents,
-        foreign_governors: foreign_governors(root, placer_governors),
+            seen.insert(pid, kind);
+        }
+        self.seen = seen;
+        agents.sort_by_key(|a| (a.kind, a.pid));
+        Coexistence {
+            agents,
+            foreign_governors: foreign_governors(root, placer_governors),
+        }
     }
+}
+
+/// The agent process `pid` is, if it is one and alive.
+fn agent_of(root: &Path, pid: u32) -> Option<AgentKind> {
+    let stat = crate::attr::read(&root.join(format!("proc/{pid}/stat")))?;
+    let st = crate::procfs::parse_pid_stat(&stat)?;
+    // A zombie no longer manages anything (its parent has not reaped it yet).
+    if matches!(st.state, 'Z' | 'X') {
+        return None;
+    }
+    AgentKind::from_comm(&st.comm)
 }
 
 /// [`detect`], with the governors placer set read from the journal in `state_dir`
 /// (read-only: a dry run creates no state dir; an unreadable journal counts as none).
 pub fn detect_beside(root: &Path, state_dir: &Path) -> Coexistence {
-    let placer_governors = crate::journal::Journal::load(state_dir)
+    Detector::default().detect(root, &placer_governors(state_dir))
+}
+
+/// The cpufreq policies whose governor placer's journal in `state_dir` says it set.
+pub fn placer_governors(state_dir: &Path) -> BTreeSet<u32> {
+    crate::journal::Journal::load(state_dir)
         .map(|j| {
             j.entries()
                 .iter()
@@ -53,8 +90,7 @@ pub fn detect_beside(root: &Path, state_dir: &Path) -> Coexistence {
                 })
                 .collect()
         })
-        .unwrap_or_default();
-    detect(root, &placer_governors)
+        .unwrap_or_default()
 }
 
 /// The kernel's default governor under `root`, None when it cannot be known.
@@ -173,6 +209,40 @@ mod tests {
         );
         assert!(c.foreign_governors.is_empty(), "no cpufreq here");
         assert!(detect(&r.join("nonexistent"), &BTreeSet::new()).is_empty());
+    }
+
+    #[test]
+    fn a_detector_reads_each_process_once_and_rechecks_its_agents() {
+        let t = TempDir::new("coexist-cache");
+        let r = t.path();
+        let stat = |pid: u32, comm: &str, state: char| {
+            format!(
+                "{pid} ({comm}) {state} 1 {pid} {pid} 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 100\n"
+            )
+        };
+        put(r, "proc/10/stat", &stat(10, "bash", 'S'));
+        put(r, "proc/11/stat", &stat(11, "irqbalance", 'S'));
+        let mut d = Detector::default();
+        let pids = |c: &Coexistence| c.agents.iter().map(|a| a.pid).collect::<Vec<_>>();
+        assert_eq!(pids(&d.detect(r, &BTreeSet::new())), vec![11]);
+        // A known non-agent is not read again (its file unreadable now changes nothing)...
+        std::fs::write(r.join("proc/10/stat"), "garbage").unwrap();
+        // ...an agent is: it became a zombie.
+        put(r, "proc/11/stat", &stat(11, "irqbalance", 'Z'));
+        put(r, "proc/12/stat", &stat(12, "tuned", 'S'));
+        assert_eq!(pids(&d.detect(r, &BTreeSet::new())), vec![12]);
+        // Gone from /proc: forgotten.
+        std::fs::remove_dir_all(r.join("proc/12")).unwrap();
+        assert!(d.detect(r, &BTreeSet::new()).is_empty());
+        // pid 10 execs irqbalance: found at the next full look, not before.
+        put(r, "proc/10/stat", &stat(10, "irqbalance", 'S'));
+        let looks: Vec<Vec<u32>> = (0..FULL_LOOK_EVERY)
+            .map(|_| pids(&d.detect(r, &BTreeSet::new())))
+            .collect();
+        let first = looks.iter().position(|p| p == &vec![10]).expect("found");
+        // Three looks so far (the first one full): the next full one is look 6.
+        assert_eq!(first as u64, FULL_LOOK_EVERY - 3, "{looks:?}");
+        assert!(looks[..first].iter().all(Vec::is_empty), "{looks:?}");
     }
 
     #[test]

@@ -37,7 +37,7 @@ pub const FULL_LOOK_EVERY: u64 = 6;
 impl Detector {
     pub fn detect(&mut self, root: &Path, placer_governors: &BTreeSet<u32>) -> Coexistence {
         let pids = crate::pid::process_ids(root).unwrap_or_default();
-        let full = self.looks % FULL_LOOK_EVERY == 0;
+        let full = self.looks.is_multiple_of(FULL_LOOK_EVERY);
         self.looks += 1;
         let mut seen: crate::pid::PidMap<Option<AgentKind>> = Default::default();
         let mut agents = Vec::new();

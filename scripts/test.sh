@@ -15,6 +15,9 @@ need lintian || missing+=(lintian)
 need readelf || missing+=(binutils)
 # top's live view is tested in a real terminal.
 need tmux || missing+=(tmux)
+# placer next to a real irqbalance (crates/placer/tests/coexist_real.rs starts its own,
+# banning every IRQ, when no irqbalance service runs).
+need irqbalance || missing+=(irqbalance)
 # placer ab's real-program presets (their root test); the tests start their own servers.
 need iperf3 || missing+=(iperf3)
 need redis-server || missing+=(redis-server)

@@ -557,6 +557,13 @@ fn log_cycle(r: &CycleReport, last_error: &mut Option<String>) {
     for (p, why) in &r.disabled {
         warn!("policy {p} disabled: {why}");
     }
+    match r.coexistence.as_deref() {
+        Some([]) => info!("no other agent manages IRQ affinity or cpufreq any more"),
+        Some(lines) => lines
+            .iter()
+            .for_each(|l| info!("next to another agent: {l}")),
+        None => {}
+    }
     if r.error != *last_error {
         match &r.error {
             Some(e) => warn!("cycle {}: {e} (doing nothing this cycle)", r.cycle),

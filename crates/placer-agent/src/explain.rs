@@ -36,6 +36,10 @@ pub struct Explanation {
     /// With `placer daemon --nri`: the Kubernetes container it runs in, as the plugin sees it.
     #[serde(default)]
     pub container: Option<placer_nri::placement::ContainerView>,
+    /// Other agents managing IRQ affinity or cpufreq now, and what placer does next to
+    /// each (`placer_core::coexist`).
+    #[serde(default)]
+    pub coexistence: Vec<String>,
 }
 
 /// Disabled policies with their reason.
@@ -136,6 +140,8 @@ pub fn gather(
         numa_pages,
         memory_journal,
         container,
+        coexistence: placer_linux::coexist::detect_beside(root, &dir)
+            .statements(&cfg.coexist_stance()),
         sockets_visible: std::fs::read_dir(root.join(format!("proc/{pid}/fd"))).is_ok(),
     })
 }

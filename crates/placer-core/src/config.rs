@@ -149,6 +149,20 @@ fn default_topology_refresh_ms() -> u64 {
     10_000
 }
 
+impl Config {
+    /// What this config says about the knobs other agents share ([`crate::coexist`]).
+    pub fn coexist_stance(&self) -> crate::coexist::Stance {
+        let runs = |k: policies::PolicyKind| self.policies.contains(&k);
+        crate::coexist::Stance {
+            net_affinity: runs(policies::PolicyKind::NetAffinity),
+            topology_refresh_ms: self.topology_refresh_ms,
+            repin_after_intervals: self.net_affinity.repin_after_intervals,
+            energy_qos: runs(policies::PolicyKind::EnergyQos),
+            take_over_cpufreq: self.energy_qos.take_over_cpufreq,
+        }
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {

@@ -115,6 +115,8 @@ pub struct Engine {
     prev: Option<Sample>,
     sources: Option<SourceStatus>,
     cycles: u64,
+    /// The other agents last reported ([`CycleReport::coexistence`]).
+    coexistence_said: crate::coexist::Coexistence,
 }
 
 /// A lease broken by someone else changing a held process's affinity.
@@ -151,6 +153,11 @@ pub struct CycleReport {
     pub managed: usize,
     /// Topology or sample failure: the step did nothing else.
     pub error: Option<String>,
+    /// When the other agents managing IRQ affinity or cpufreq changed (first found, gone,
+    /// restarted): what placer does next to each, one line per agent (empty: none left),
+    /// so that the caller says it once ([`crate::coexist`]).
+    #[serde(default)]
+    pub coexistence: Option<Vec<String>>,
 }
 
 impl CycleReport {
@@ -193,6 +200,7 @@ impl Engine {
             prev: None,
             sources: None,
             cycles: 0,
+            coexistence_said: Default::default(),
         }
     }
 
@@ -235,6 +243,8 @@ impl Engine {
         self.backoff
             .retain(|(policy, _), _| !removed.iter().any(|(name, _)| *name == policy.name()));
         self.config = config;
+        // What placer does next to other agents depends on the config: say it again.
+        self.coexistence_said = Default::default();
         // Re-decide which policies can run here (a new one may lack its source).
         self.topo = None;
         self.topo_read_ns = 0;
@@ -318,6 +328,11 @@ impl Engine {
                 Ok(t) => {
                     let first = self.topo.is_none() && self.topo_read_ns == 0;
                     self.topo_read_ns = self.prev.as_ref().map_or(0, |p| p.time_ns);
+                    if t.coexistence != self.coexistence_said {
+                        report.coexistence =
+                            Some(t.coexistence.statements(&self.config.coexist_stance()));
+                        self.coexistence_said = t.coexistence.clone();
+                    }
                     self.topo = Some(t);
                     if first {
                         self.decide_disabled(&mut report);
@@ -773,6 +788,8 @@ mod tests {
         /// Answers a dry run's pins Done, as if it had applied them (the engine's own
         /// dry-run rules then are all that keeps it from treating them as applied).
         dry_run_answers_done: bool,
+        /// Other agents the topology reports.
+        coexistence: crate::coexist::Coexistence,
     }
 
     fn proc_sample(pid: u32, comm: &str) -> ProcSample {
@@ -791,13 +808,16 @@ mod tests {
                 fail_pins: None,
                 offline: CpuSet::new(),
                 dry_run_answers_done: false,
+                coexistence: Default::default(),
             }
         }
     }
 
     impl Host for FakeHost {
         fn topology(&mut self) -> Result<Topology, HostError> {
-            Ok(crate::machines::machine("pkg:1 core:4 pu:1").expect("synthetic"))
+            let mut t = crate::machines::machine("pkg:1 core:4 pu:1").expect("synthetic");
+            t.coexistence = self.coexistence.clone();
+            Ok(t)
         }
         fn sources(&mut self) -> SourceStatus {
             SourceStatus {
@@ -947,6 +967,51 @@ mod tests {
         assert!(r2.lease_breaks.is_empty());
         assert_eq!(r2.managed, 1);
         assert!(r2.missing_sources.is_empty(), "sources reported once");
+    }
+
+    #[test]
+    fn other_agents_are_said_when_they_change_and_again_after_a_reload() {
+        use crate::coexist::{Agent, AgentKind};
+        let cfg = Config {
+            topology_refresh_ms: 1000,
+            ..Config::default()
+        };
+        let mut e = Engine::new(Vec::new(), cfg.clone(), 1);
+        let mut h = FakeHost::new(vec![proc_sample(10, "x")]);
+        assert_eq!(e.step(&mut h, false).coexistence, None, "nobody else");
+        h.coexistence.agents.push(Agent {
+            kind: AgentKind::Irqbalance,
+            pid: 77,
+        });
+        let said: Vec<Option<Vec<String>>> =
+            (0..3).map(|_| e.step(&mut h, false).coexistence).collect();
+        let first = said.iter().position(Option::is_some).expect("said");
+        let lines = said[first].clone().expect("said");
+        assert_eq!(lines.len(), 1);
+        assert!(
+            lines[0].starts_with("irqbalance (pid 77) moves IRQs"),
+            "{lines:?}"
+        );
+        assert_eq!(
+            said.iter().filter(|s| s.is_some()).count(),
+            1,
+            "said once: {said:?}"
+        );
+        e.reconfigure(cfg);
+        let again: Vec<Option<Vec<String>>> =
+            (0..2).map(|_| e.step(&mut h, false).coexistence).collect();
+        assert_eq!(
+            again.iter().flatten().count(),
+            1,
+            "said again after a reload"
+        );
+        h.coexistence.agents.clear();
+        let gone: Vec<Option<Vec<String>>> =
+            (0..3).map(|_| e.step(&mut h, false).coexistence).collect();
+        assert_eq!(
+            gone.into_iter().flatten().collect::<Vec<_>>(),
+            vec![Vec::<String>::new()]
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@ pub mod alloc;
 pub mod amdahl;
 pub mod catalogue;
 pub mod classify;
+pub mod coexist;
 pub mod config;
 pub mod config_doc;
 pub mod counter_trace;

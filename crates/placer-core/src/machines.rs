@@ -228,6 +228,7 @@ impl Shape {
             freq_domains: Vec::new(),
             nics: Vec::new(),
             source: source.to_string(),
+            coexistence: Default::default(),
         }
     }
 }
@@ -488,6 +489,7 @@ fn odroid_xu4(src: &str) -> Topology {
         // The GbE (r8153 on USB3) interrupt lands on CPU 0 (an A7) by default (CALIBRATION A6).
         nics: vec![nic("eth0", None, 1000, 103, 1, |_| CpuSet::single(0))],
         source: src.to_string(),
+        coexistence: Default::default(),
     }
 }
 

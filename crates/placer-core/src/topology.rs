@@ -26,6 +26,11 @@ pub struct Topology {
     /// Where this picture came from: `root:/`, `root:/tmp/x`, `machine:dell-c6100`.
     #[serde(default)]
     pub source: String,
+    /// Other agents managing IRQ affinity or cpufreq here ([`crate::coexist`]): filled by
+    /// the daemon's host at each topology refresh, not by the topology reader (absent from
+    /// `placer topo --json`).
+    #[serde(default, skip_serializing_if = "crate::coexist::Coexistence::is_empty")]
+    pub coexistence: crate::coexist::Coexistence,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

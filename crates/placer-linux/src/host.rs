@@ -12,6 +12,8 @@ pub struct LinuxHost {
     pub root: PathBuf,
     pub sampler: Sampler,
     pub actuator: Actuator,
+    /// Other agents sharing placer's knobs, looked for at each topology read.
+    pub coexist: crate::coexist::Detector,
 }
 
 impl LinuxHost {
@@ -20,13 +22,19 @@ impl LinuxHost {
             root: root.to_path_buf(),
             sampler: Sampler::new(root),
             actuator: Actuator::new(root, state_dir),
+            coexist: Default::default(),
         }
     }
 }
 
 impl Host for LinuxHost {
     fn topology(&mut self) -> Result<Topology, HostError> {
-        crate::topology::read(&self.root).map_err(|e| HostError::new("topology", e))
+        let mut topo =
+            crate::topology::read(&self.root).map_err(|e| HostError::new("topology", e))?;
+        // Who else manages IRQs and cpufreq, at each refresh: agents start and stop.
+        let governors = crate::coexist::placer_governors(&self.actuator.state_dir);
+        topo.coexistence = self.coexist.detect(&self.root, &governors);
+        Ok(topo)
     }
     fn sources(&mut self) -> SourceStatus {
         self.sampler.sources()

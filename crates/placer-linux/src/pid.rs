@@ -16,7 +16,16 @@ pub fn parse_start_time(stat: &str) -> Option<u64> {
 
 /// Thread ids of a process under `root`, sorted.
 pub fn task_ids(root: &Path, pid: u32) -> std::io::Result<Vec<u32>> {
-    let mut v: Vec<u32> = std::fs::read_dir(root.join(format!("proc/{pid}/task")))?
+    numeric_names(&root.join(format!("proc/{pid}/task")))
+}
+
+/// Process ids under `root` (`ROOT/proc`'s numeric entries), sorted.
+pub fn process_ids(root: &Path) -> std::io::Result<Vec<u32>> {
+    numeric_names(&root.join("proc"))
+}
+
+fn numeric_names(dir: &Path) -> std::io::Result<Vec<u32>> {
+    let mut v: Vec<u32> = std::fs::read_dir(dir)?
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
         .collect();
     v.sort_unstable();

@@ -95,12 +95,61 @@ pub fn init_logging(filter: Option<&str>, format: LogFormat) {
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Json => builder.json().try_init(),
-        // Escape codes only where a terminal interprets them; a file or journald gets
-        // plain text.
+        // journald records a line's priority from a `<N>` prefix, and its own time stamp.
+        LogFormat::Text if stderr_is_journal() => builder
+            .event_format(JournalPriority(
+                tracing_subscriber::fmt::format()
+                    .without_time()
+                    .with_ansi(false),
+            ))
+            .try_init(),
+        // Escape codes only where a terminal interprets them; a file gets plain text.
         LogFormat::Text => builder
             .with_ansi(std::io::stderr().is_terminal())
             .try_init(),
     };
+}
+
+/// Whether stderr is the journal: systemd sets `JOURNAL_STREAM` to the `DEV:INODE` of the
+/// stream it connects (a child that inherited the variable but writes elsewhere is not).
+fn stderr_is_journal() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Some((dev, ino)) = std::env::var("JOURNAL_STREAM").ok().and_then(|v| {
+        Some((
+            v.split_once(':')?.0.parse::<u64>().ok()?,
+            v.split_once(':')?.1.parse::<u64>().ok()?,
+        ))
+    }) else {
+        return false;
+    };
+    // The magic link resolves to the open file (or socket) itself.
+    std::fs::metadata("/proc/self/fd/2").is_ok_and(|m| m.dev() == dev && m.ino() == ino)
+}
+
+/// The syslog priority prefix journald reads (`sd-daemon(3)`) before each event.
+struct JournalPriority<F>(F);
+
+impl<S, N, F> tracing_subscriber::fmt::FormatEvent<S, N> for JournalPriority<F>
+where
+    F: tracing_subscriber::fmt::FormatEvent<S, N>,
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut writer: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let priority = match *event.metadata().level() {
+            tracing::Level::ERROR => 3,
+            tracing::Level::WARN => 4,
+            tracing::Level::INFO => 6,
+            tracing::Level::DEBUG | tracing::Level::TRACE => 7,
+        };
+        write!(writer, "<{priority}>")?;
+        self.0.format_event(ctx, writer, event)
+    }
 }
 
 /// A value parser that accepts `names` (for help and shell completions) and any other text

@@ -170,6 +170,46 @@ fn logs_off_a_terminal_have_no_escape_codes() {
     assert!(v.get("level").is_some(), "{first}");
 }
 
+/// Under systemd with stderr connected to the journal (`JOURNAL_STREAM` names stderr's
+/// device and inode), each log line starts with its syslog priority for journald; with
+/// the variable naming another stream (inherited by a child writing elsewhere), it does not.
+#[test]
+fn journald_gets_priority_prefixes_only_when_stderr_is_the_journal() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = placer_testkit::TempDir::new("journal-stream");
+    let run = |stream: &dyn Fn(&std::path::Path) -> String| -> String {
+        let path = dir.path().join("stderr");
+        let file = std::fs::File::create(&path).expect("stderr file");
+        let st = placer()
+            .args(["daemon", "--once", "--dry-run", "--interval", "100ms"])
+            .args(["--log", "debug", "--state-dir"])
+            .arg(dir.path().join("state"))
+            .env("JOURNAL_STREAM", stream(&path))
+            .stdout(Stdio::null())
+            .stderr(file)
+            .status()
+            .expect("run");
+        assert!(st.success());
+        std::fs::read_to_string(&path).expect("log")
+    };
+    let journal = run(&|p| {
+        let m = std::fs::metadata(p).expect("stat");
+        format!("{}:{}", m.dev(), m.ino())
+    });
+    let lines: Vec<&str> = journal.lines().filter(|l| l.starts_with('<')).collect();
+    assert!(lines.iter().any(|l| l.starts_with("<6> INFO")), "{journal}");
+    assert!(
+        journal
+            .lines()
+            .filter(|l| !l.starts_with(' '))
+            .all(|l| l.starts_with('<')),
+        "a line without its priority:\n{journal}"
+    );
+    let elsewhere = run(&|_| "1:1".to_string());
+    assert!(!elsewhere.contains("<6>"), "{elsewhere}");
+    assert!(elsewhere.contains("INFO"), "{elsewhere}");
+}
+
 /// Runs the placer binary as uid/gid 65534 (a copy readable by that user), for the
 /// permission messages.
 fn as_nobody(args: &[&str]) -> std::process::Output {

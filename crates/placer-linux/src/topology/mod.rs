@@ -142,6 +142,7 @@ pub fn read(root: &Path) -> Result<Topology> {
         freq_domains,
         nics,
         source: format!("root:{}", root.display()),
+        coexistence: Default::default(),
     };
     topo.validate()
         .map_err(|e| LinuxError::Other(format!("{}: {e}", root.display())))?;

@@ -150,6 +150,9 @@ fn render(e: &Explanation) -> String {
     for (p, why) in &e.disabled_policies {
         let _ = writeln!(o, "  policy {p} is disabled: {why}");
     }
+    for l in &e.coexistence {
+        let _ = writeln!(o, "  next to another agent: {l}");
+    }
     o
 }
 
@@ -172,6 +175,7 @@ mod tests {
             numa_pages: Default::default(),
             memory_journal: None,
             container,
+            coexistence: Vec::new(),
         }
     }
 

@@ -68,27 +68,32 @@ pub struct Args {
 }
 
 impl Args {
-    /// Where the daemon keeps its decisions: --state-dir, else the config's `state_dir`
-    /// (the daemon's own resolution). A config that cannot be read is said once and the
-    /// built-in default used: top observes without the daemon's state too.
-    fn state_dir(&self) -> PathBuf {
-        if let Some(d) = &self.state_dir {
-            return d.clone();
-        }
+    /// The daemon's config (its `state_dir`, and what it does next to other agents). One
+    /// that cannot be read is said once and the built-in default used: top observes
+    /// without the daemon's state too.
+    fn daemon_config(&self) -> placer_core::config::Config {
         let state = crate::cmd::config::StateArgs {
             config: self.config.clone(),
             no_config: false,
             state_dir: None,
             root: self.root.clone(),
         };
-        match state.config() {
-            Ok(cfg) => PathBuf::from(cfg.state_dir),
-            Err(e) => {
-                let fallback = placer_core::config::Config::default().state_dir;
-                eprintln!("placer top: {e:#}; reading the daemon's state from {fallback}");
-                PathBuf::from(fallback)
-            }
-        }
+        state.config().unwrap_or_else(|e| {
+            let cfg = placer_core::config::Config::default();
+            eprintln!(
+                "placer top: {e:#}; using the built-in config (state in {})",
+                cfg.state_dir
+            );
+            cfg
+        })
+    }
+
+    /// Where the daemon keeps its decisions: --state-dir, else the config's `state_dir`
+    /// (the daemon's own resolution).
+    fn state_dir(&self, cfg: &placer_core::config::Config) -> PathBuf {
+        self.state_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(&cfg.state_dir))
     }
 }
 
@@ -111,6 +116,10 @@ pub struct TopJson<'a> {
     /// process that runs in one the runtime reported.
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     pub pods: &'a [ProcPod],
+    /// Other agents managing IRQ affinity or cpufreq (irqbalance, tuned, ...) and what
+    /// placer, as configured, does next to each (`placer_core::coexist`).
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    pub coexistence: &'a [String],
 }
 
 /// A process in a Kubernetes container: its pid beside the daemon's view of the container.
@@ -238,10 +247,14 @@ fn table(
     src: &SourceStatus,
     n: usize,
     costs: &BTreeMap<String, NetCosts>,
+    coexistence: &[String],
 ) -> String {
     use std::fmt::Write;
     let mut o = String::new();
     let _ = writeln!(o, "interval {:.2}s  {}", obs.interval_s, missing_line(src));
+    for l in coexistence {
+        let _ = writeln!(o, "next to another agent: {l}");
+    }
     let [c0, c1, c2, c3, c4, c5, c6] = CPU_COLUMNS;
     let _ = writeln!(o, "{c0:<4} {c1:>5} {c2:>5} {c3:>5} {c4:>7} {c5:>6} {c6:>9}");
     for c in &obs.cpus {
@@ -341,7 +354,11 @@ pub fn run(mut args: Args) -> Result<()> {
     }
     let mut ob = Observer::new(&args.root, args.threads, args.numa);
     let src = ob.sources();
-    let state_dir = args.state_dir();
+    let cfg = args.daemon_config();
+    let state_dir = args.state_dir(&cfg);
+    // Read once: `top` shows what placer does next to the agents running as it starts.
+    let coexistence = placer_linux::coexist::detect_beside(&args.root, &state_dir)
+        .statements(&cfg.coexist_stance());
     if args.once {
         ob.step()?;
         std::thread::sleep(args.interval);
@@ -355,10 +372,11 @@ pub fn run(mut args: Args) -> Result<()> {
                 net_costs: ob.net_costs(),
                 exited: ob.exited(),
                 pods: &pods,
+                coexistence: &coexistence,
             };
             crate::common::write_stdout(&(serde_json::to_string(&j)? + "\n"));
         } else {
-            let mut text = table(&obs, &src, args.count, &ob.net_costs());
+            let mut text = table(&obs, &src, args.count, &ob.net_costs(), &coexistence);
             text += &pods_section(&obs, args.count, &pods);
             text += &exited_line(ob.exited(), obs.interval_s);
             crate::common::write_stdout(&text);
@@ -383,11 +401,12 @@ pub fn run(mut args: Args) -> Result<()> {
                 net_costs: ob.net_costs(),
                 exited: ob.exited(),
                 pods: &pods,
+                coexistence: &coexistence,
             };
             crate::common::write_stdout(&(serde_json::to_string(&j)? + "\n"));
         }
     }
-    live::run(ob, src, args.interval, args.count)
+    live::run(ob, src, args.interval, args.count, &coexistence)
 }
 
 mod live {
@@ -398,7 +417,17 @@ mod live {
     use ratatui::widgets::{Block, Paragraph, Row, Table};
     use ratatui::Frame;
 
-    pub fn run(mut ob: Observer, src: SourceStatus, interval: Duration, n: usize) -> Result<()> {
+    pub fn run(
+        mut ob: Observer,
+        src: SourceStatus,
+        interval: Duration,
+        n: usize,
+        coexistence: &[String],
+    ) -> Result<()> {
+        let agents: String = coexistence
+            .iter()
+            .map(|l| format!("\nnext to another agent: {l}"))
+            .collect();
         ob.step()?;
         let mut term = ratatui::init();
         let r = (|| -> Result<()> {
@@ -407,7 +436,7 @@ mod live {
             let mut redraw = true;
             loop {
                 if redraw {
-                    let costs = cost_line(&ob.net_costs());
+                    let costs = cost_line(&ob.net_costs()) + &agents;
                     term.draw(|f| draw(f, obs.as_ref(), &src, n, interval, &costs))?;
                     redraw = false;
                 }
@@ -588,17 +617,26 @@ mod tests {
         std::fs::write(&cfg, "state_dir = \"/run/placer-elsewhere\"\n").expect("write");
         let cfg = cfg.to_str().expect("utf-8");
         assert_eq!(
-            top_args(&["--config", cfg]).state_dir(),
+            {
+                let a = top_args(&["--config", cfg]);
+                a.state_dir(&a.daemon_config())
+            },
             PathBuf::from("/run/placer-elsewhere")
         );
         assert_eq!(
-            top_args(&["--config", cfg, "--state-dir", "/tmp/x"]).state_dir(),
+            {
+                let a = top_args(&["--config", cfg, "--state-dir", "/tmp/x"]);
+                a.state_dir(&a.daemon_config())
+            },
             PathBuf::from("/tmp/x")
         );
         // An unreadable config: said, and the built-in default used.
         let missing = dir.path().join("missing.toml");
         assert_eq!(
-            top_args(&["--config", missing.to_str().expect("utf-8")]).state_dir(),
+            {
+                let a = top_args(&["--config", missing.to_str().expect("utf-8")]);
+                a.state_dir(&a.daemon_config())
+            },
             PathBuf::from(placer_core::config::Config::default().state_dir)
         );
     }
@@ -697,7 +735,7 @@ mod tests {
             procs: vec![with, without],
             ..Default::default()
         };
-        let t = table(&obs, &SourceStatus::default(), 10, &BTreeMap::new());
+        let t = table(&obs, &SourceStatus::default(), 10, &BTreeMap::new(), &[]);
         assert!(t.contains("MEMORY PER NODE"), "{t}");
         assert!(t.contains("node 0: 3.0 MiB, node 1: 1.0 MiB"), "{t}");
         let section = t.split("MEMORY PER NODE").nth(1).unwrap_or_default();
@@ -707,7 +745,7 @@ mod tests {
             ..obs
         };
         assert!(
-            !table(&none, &SourceStatus::default(), 10, &BTreeMap::new())
+            !table(&none, &SourceStatus::default(), 10, &BTreeMap::new(), &[])
                 .contains("MEMORY PER NODE")
         );
     }

@@ -107,6 +107,10 @@ pub struct EnergyQosConfig {
     /// when set, it replaces the built-in model. A malformed table stops the daemon with
     /// the line at fault.
     pub power_table: Option<std::path::PathBuf>,
+    /// Cap frequencies even where another agent manages cpufreq (tuned,
+    /// power-profiles-daemon, a governor placer did not set: [`crate::coexist`]); by
+    /// default the caps are left to it and the plan says so.
+    pub take_over_cpufreq: bool,
     /// The table read from `power_table` (by the daemon: the policy does no I/O).
     #[serde(skip)]
     pub power_table_model: Option<StatePowerTable>,
@@ -131,6 +135,7 @@ impl Default for EnergyQosConfig {
             learn_min_samples: 5,
             learn_min_confidence: 0.8,
             power_table: None,
+            take_over_cpufreq: false,
             power_table_model: None,
         }
     }
@@ -623,8 +628,21 @@ impl Policy for EnergyQos {
             );
         }
         let mut actions: Vec<(Action, String)> = Vec::new();
+        let may_cap = topo
+            .coexistence
+            .may_cap_frequency(self.cfg.take_over_cpufreq);
+        if let (false, Some(who)) = (may_cap, topo.coexistence.cpufreq_owner()) {
+            let text = format!(
+                "cpufreq is managed by {who}: frequency caps left alone, the frequencies above \
+                 are not applied (energy_qos.take_over_cpufreq = true takes over)"
+            );
+            for p in running.iter().flat_map(|r| &r.procs) {
+                plan.note(NAME, Some(p.key()), text.clone());
+            }
+            plan.note(NAME, None, text);
+        }
         for (ci, c) in machine.clusters.iter().enumerate() {
-            if c.has_cpufreq {
+            if c.has_cpufreq && may_cap {
                 let khz = sol.state.freq_khz[ci];
                 actions.push((
                     Action::CapFrequency {
@@ -1047,6 +1065,75 @@ mod tests {
             },
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn caps_left_to_another_cpufreq_owner_unless_taking_over() {
+        use crate::coexist::{Agent, AgentKind, Coexistence, ForeignGovernor};
+        let mut par = app("parsec", "blackscholes");
+        par.target_perf_share = Some(0.5);
+        let obs = Observation {
+            procs: vec![proc_obs(11, "blackscholes", 4)],
+            ..Default::default()
+        };
+        let caps = |t: &Topology, take_over: bool| {
+            let pol = EnergyQos::new(EnergyQosConfig {
+                apps: vec![par.clone()],
+                take_over_cpufreq: take_over,
+                ..Default::default()
+            });
+            let plan = pol.plan(t, &obs, &mut PolicyState::default());
+            let n = plan
+                .actions
+                .iter()
+                .filter(|a| matches!(a.action, Action::CapFrequency { .. }))
+                .count();
+            let pins = plan
+                .actions
+                .iter()
+                .filter(|a| matches!(a.action, Action::PinProcess { .. }))
+                .count();
+            let note = plan
+                .notes
+                .iter()
+                .find(|n| n.proc.is_some_and(|k| k.pid == 11) && n.text.contains("left alone"))
+                .map(|n| n.text.clone());
+            (n, pins, note)
+        };
+        let mut t = machine("odroid-xu4").unwrap();
+        assert_eq!(caps(&t, false), (2, 1, None), "nobody else: caps");
+        t.coexistence = Coexistence {
+            agents: vec![Agent {
+                kind: AgentKind::Irqbalance,
+                pid: 5,
+            }],
+            foreign_governors: Vec::new(),
+        };
+        assert_eq!(caps(&t, false).0, 2, "irqbalance owns no cpufreq");
+        t.coexistence.agents.push(Agent {
+            kind: AgentKind::PowerProfilesDaemon,
+            pid: 812,
+        });
+        let (n, pins, note) = caps(&t, false);
+        assert_eq!(
+            (n, pins),
+            (0, 1),
+            "caps left alone, placement still planned"
+        );
+        assert!(
+            note.as_deref().is_some_and(|n| n.starts_with(
+                "cpufreq is managed by power-profiles-daemon (pid 812): frequency caps left alone"
+            )),
+            "{note:?}"
+        );
+        assert_eq!(caps(&t, true).0, 2, "take_over_cpufreq caps anyway");
+        t.coexistence.agents.clear();
+        t.coexistence.foreign_governors.push(ForeignGovernor {
+            domain: 4,
+            governor: "performance".into(),
+            default: "schedutil".into(),
+        });
+        assert_eq!(caps(&t, false).0, 0, "a governor someone else set");
     }
 
     #[test]

@@ -1,0 +1,302 @@
+//! Finds the other agents that manage IRQ affinity or cpufreq under a root
+//! ([`placer_core::coexist`] decides what placer does about them):
+//! - processes by their `comm` (`ROOT/proc/PID/stat`, zombies left out): irqbalance,
+//!   tuned, tuned-ppd, power-profiles-daemon, auto-cpufreq;
+//! - cpufreq policies whose governor is not the kernel's default and not one placer set
+//!   (the journal's governor knobs, passed in). The default is `cpufreq.default_governor=`
+//!   on the kernel command line, else the kernel config's `CONFIG_CPU_FREQ_DEFAULT_GOV_*`
+//!   (`ROOT/boot/config-RELEASE`); an active-mode P-state driver (intel_pstate,
+//!   amd-pstate-epp) offers only `performance` and `powersave` and starts in `powersave`
+//!   unless that default is `performance`. Where the default cannot be known, governors
+//!   are not judged (a guess would take caps away from a host nobody else manages).
+
+use placer_core::coexist::{Agent, AgentKind, Coexistence, ForeignGovernor};
+use std::collections::BTreeSet;
+use std::path::Path;
+
+/// Who else manages IRQ affinity or cpufreq under `root`; `placer_governors`: the cpufreq
+/// policies whose governor placer set (its journal).
+pub fn detect(root: &Path, placer_governors: &BTreeSet<u32>) -> Coexistence {
+    Detector::default().detect(root, placer_governors)
+}
+
+/// [`detect`] for a daemon that asks at every topology refresh: most looks list /proc and
+/// read only new pids and the agents found before (still alive, not a zombie); every
+/// [`FULL_LOOK_EVERY`]th reads every process, for one that became an agent by exec under
+/// the same pid (a wrapper script's `exec irqbalance`).
+#[derive(Default)]
+pub struct Detector {
+    /// Pids seen at the previous look, and the agent each one is (None: not one).
+    seen: crate::pid::PidMap<Option<AgentKind>>,
+    looks: u64,
+}
+
+/// One look in this many reads every process.
+pub const FULL_LOOK_EVERY: u64 = 6;
+
+impl Detector {
+    pub fn detect(&mut self, root: &Path, placer_governors: &BTreeSet<u32>) -> Coexistence {
+        let pids = crate::pid::process_ids(root).unwrap_or_default();
+        let full = self.looks.is_multiple_of(FULL_LOOK_EVERY);
+        self.looks += 1;
+        let mut seen: crate::pid::PidMap<Option<AgentKind>> = Default::default();
+        let mut agents = Vec::new();
+        for pid in pids {
+            let kind = match self.seen.get(&pid) {
+                Some(None) if !full => None,
+                // New, an agent before (it may have exited since), or a full look.
+                _ => agent_of(root, pid),
+            };
+            if let Some(kind) = kind {
+                agents.push(Agent { kind, pid });
+            }
+            seen.insert(pid, kind);
+        }
+        self.seen = seen;
+        agents.sort_by_key(|a| (a.kind, a.pid));
+        Coexistence {
+            agents,
+            foreign_governors: foreign_governors(root, placer_governors),
+        }
+    }
+}
+
+/// The agent process `pid` is, if it is one and alive.
+fn agent_of(root: &Path, pid: u32) -> Option<AgentKind> {
+    let stat = crate::attr::read(&root.join(format!("proc/{pid}/stat")))?;
+    let st = crate::procfs::parse_pid_stat(&stat)?;
+    // A zombie no longer manages anything (its parent has not reaped it yet).
+    if matches!(st.state, 'Z' | 'X') {
+        return None;
+    }
+    AgentKind::from_comm(&st.comm)
+}
+
+/// [`detect`], with the governors placer set read from the journal in `state_dir`
+/// (read-only: a dry run creates no state dir; an unreadable journal counts as none).
+pub fn detect_beside(root: &Path, state_dir: &Path) -> Coexistence {
+    Detector::default().detect(root, &placer_governors(state_dir))
+}
+
+/// The cpufreq policies whose governor placer's journal in `state_dir` says it set.
+pub fn placer_governors(state_dir: &Path) -> BTreeSet<u32> {
+    crate::journal::Journal::load(state_dir)
+        .map(|j| {
+            j.entries()
+                .iter()
+                .filter_map(|e| match e.knob {
+                    crate::journal::Knob::CpufreqGovernor { domain } => Some(domain),
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The kernel's default governor under `root`, None when it cannot be known.
+pub fn default_governor(root: &Path) -> Option<String> {
+    let cmdline = crate::attr::read(&root.join("proc/cmdline")).unwrap_or_default();
+    if let Some(g) = cmdline
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("cpufreq.default_governor="))
+    {
+        return Some(g.to_string());
+    }
+    let release = crate::attr::read(&root.join("proc/sys/kernel/osrelease"))?;
+    let config = std::fs::read_to_string(root.join(format!("boot/config-{release}"))).ok()?;
+    config.lines().find_map(|l| {
+        l.strip_prefix("CONFIG_CPU_FREQ_DEFAULT_GOV_")?
+            .strip_suffix("=y")
+            .map(str::to_ascii_lowercase)
+    })
+}
+
+/// Drivers that are their own governor: only `performance` and `powersave`, starting in
+/// `powersave` unless the kernel's default is `performance`.
+const ACTIVE_PSTATE_DRIVERS: [&str; 2] = ["intel_pstate", "amd-pstate-epp"];
+
+fn foreign_governors(root: &Path, placer_governors: &BTreeSet<u32>) -> Vec<ForeignGovernor> {
+    let base = root.join("sys/devices/system/cpu/cpufreq");
+    let Ok(rd) = std::fs::read_dir(&base) else {
+        return Vec::new();
+    };
+    let mut domains: Vec<u32> = rd
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.strip_prefix("policy")?.parse().ok())
+        .filter(|d| !placer_governors.contains(d))
+        .collect();
+    if domains.is_empty() {
+        return Vec::new();
+    }
+    domains.sort_unstable();
+    let Some(kernel_default) = default_governor(root) else {
+        return Vec::new();
+    };
+    domains
+        .into_iter()
+        .filter_map(|domain| {
+            let dir = base.join(format!("policy{domain}"));
+            let governor = crate::attr::read(&dir.join("scaling_governor"))?;
+            let driver = crate::attr::read(&dir.join("scaling_driver")).unwrap_or_default();
+            let default = if ACTIVE_PSTATE_DRIVERS.contains(&driver.as_str())
+                && kernel_default != "performance"
+            {
+                "powersave".to_string()
+            } else {
+                kernel_default.clone()
+            };
+            (governor != default).then_some(ForeignGovernor {
+                domain,
+                governor,
+                default,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use placer_testkit::TempDir;
+
+    fn put(root: &Path, rel: &str, text: &str) {
+        let p = root.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+
+    fn policy(root: &Path, domain: u32, governor: &str, driver: &str) {
+        let d = format!("sys/devices/system/cpu/cpufreq/policy{domain}");
+        put(
+            root,
+            &format!("{d}/scaling_governor"),
+            &format!("{governor}\n"),
+        );
+        put(root, &format!("{d}/scaling_driver"), &format!("{driver}\n"));
+    }
+
+    #[test]
+    fn finds_agents_by_comm_and_ignores_the_rest() {
+        let t = TempDir::new("coexist-procs");
+        let r = t.path();
+        let stat = |pid: u32, comm: &str, state: char| {
+            format!(
+                "{pid} ({comm}) {state} 1 {pid} {pid} 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 100\n"
+            )
+        };
+        for (pid, comm, state) in [
+            (1, "systemd", 'S'),
+            (412, "irqbalance", 'S'),
+            (812, "power-profiles-", 'S'),
+            (900, "tuned", 'R'),
+            (901, "irqbalance-x", 'S'),
+            // Exited, not reaped yet.
+            (902, "irqbalance", 'Z'),
+        ] {
+            put(r, &format!("proc/{pid}/stat"), &stat(pid, comm, state));
+        }
+        // Not a process: no number.
+        put(r, "proc/self/stat", &stat(7, "irqbalance", 'S'));
+        let c = detect(r, &BTreeSet::new());
+        let got: Vec<(AgentKind, u32)> = c.agents.iter().map(|a| (a.kind, a.pid)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (AgentKind::Irqbalance, 412),
+                (AgentKind::Tuned, 900),
+                (AgentKind::PowerProfilesDaemon, 812),
+            ]
+        );
+        assert!(c.foreign_governors.is_empty(), "no cpufreq here");
+        assert!(detect(&r.join("nonexistent"), &BTreeSet::new()).is_empty());
+    }
+
+    #[test]
+    fn a_detector_reads_each_process_once_and_rechecks_its_agents() {
+        let t = TempDir::new("coexist-cache");
+        let r = t.path();
+        let stat = |pid: u32, comm: &str, state: char| {
+            format!(
+                "{pid} ({comm}) {state} 1 {pid} {pid} 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 100\n"
+            )
+        };
+        put(r, "proc/10/stat", &stat(10, "bash", 'S'));
+        put(r, "proc/11/stat", &stat(11, "irqbalance", 'S'));
+        let mut d = Detector::default();
+        let pids = |c: &Coexistence| c.agents.iter().map(|a| a.pid).collect::<Vec<_>>();
+        assert_eq!(pids(&d.detect(r, &BTreeSet::new())), vec![11]);
+        // A known non-agent is not read again (its file unreadable now changes nothing)...
+        std::fs::write(r.join("proc/10/stat"), "garbage").unwrap();
+        // ...an agent is: it became a zombie.
+        put(r, "proc/11/stat", &stat(11, "irqbalance", 'Z'));
+        put(r, "proc/12/stat", &stat(12, "tuned", 'S'));
+        assert_eq!(pids(&d.detect(r, &BTreeSet::new())), vec![12]);
+        // Gone from /proc: forgotten.
+        std::fs::remove_dir_all(r.join("proc/12")).unwrap();
+        assert!(d.detect(r, &BTreeSet::new()).is_empty());
+        // pid 10 execs irqbalance: found at the next full look, not before.
+        put(r, "proc/10/stat", &stat(10, "irqbalance", 'S'));
+        let looks: Vec<Vec<u32>> = (0..FULL_LOOK_EVERY)
+            .map(|_| pids(&d.detect(r, &BTreeSet::new())))
+            .collect();
+        let first = looks.iter().position(|p| p == &vec![10]).expect("found");
+        // Three looks so far (the first one full): the next full one is look 6.
+        assert_eq!(first as u64, FULL_LOOK_EVERY - 3, "{looks:?}");
+        assert!(looks[..first].iter().all(Vec::is_empty), "{looks:?}");
+    }
+
+    #[test]
+    fn a_governor_is_foreign_when_neither_default_nor_placers() {
+        let t = TempDir::new("coexist-gov");
+        let r = t.path();
+        policy(r, 0, "schedutil", "acpi-cpufreq");
+        policy(r, 4, "performance", "acpi-cpufreq");
+        policy(r, 8, "userspace", "acpi-cpufreq");
+        // Default unknown: nothing judged.
+        assert!(detect(r, &BTreeSet::new()).is_empty());
+        put(r, "proc/sys/kernel/osrelease", "6.1.0-test\n");
+        put(
+            r,
+            "boot/config-6.1.0-test",
+            "CONFIG_CPU_FREQ=y\n# CONFIG_CPU_FREQ_DEFAULT_GOV_PERFORMANCE is not set\nCONFIG_CPU_FREQ_DEFAULT_GOV_SCHEDUTIL=y\n",
+        );
+        assert_eq!(default_governor(r).as_deref(), Some("schedutil"));
+        let placer_set = BTreeSet::from([8]);
+        let c = detect(r, &placer_set);
+        assert_eq!(
+            c.foreign_governors,
+            vec![ForeignGovernor {
+                domain: 4,
+                governor: "performance".into(),
+                default: "schedutil".into()
+            }],
+            "policy0 has the default, policy8's governor is placer's"
+        );
+        assert_eq!(detect(r, &BTreeSet::new()).foreign_governors.len(), 2);
+        // The command line overrides the build's default.
+        put(
+            r,
+            "proc/cmdline",
+            "quiet cpufreq.default_governor=performance\n",
+        );
+        let c = detect(r, &placer_set);
+        assert_eq!(c.foreign_governors.len(), 1);
+        assert_eq!(c.foreign_governors[0].domain, 0);
+    }
+
+    #[test]
+    fn an_active_pstate_driver_starts_in_powersave() {
+        let t = TempDir::new("coexist-pstate");
+        let r = t.path();
+        put(r, "proc/cmdline", "cpufreq.default_governor=schedutil\n");
+        policy(r, 0, "powersave", "intel_pstate");
+        policy(r, 1, "performance", "intel_pstate");
+        let c = detect(r, &BTreeSet::new());
+        let got: Vec<(u32, &str)> = c
+            .foreign_governors
+            .iter()
+            .map(|g| (g.domain, g.governor.as_str()))
+            .collect();
+        assert_eq!(got, vec![(1, "performance")]);
+    }
+}

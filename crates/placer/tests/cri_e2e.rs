@@ -536,11 +536,25 @@ fn online() -> String {
 }
 
 /// Waits until the journal lists container `id` as changed after creation.
-fn wait_journaled(rig: &Rig, id: &str) {
+/// Waits until placer has journaled container `id` and its move has reached the runtime:
+/// the container's cpuset is no longer `before` (`""`: unrestricted, every online CPU).
+/// The journal entry is written before the update is sent, so the entry alone does not
+/// say the move happened (a kill between the two left nothing moved).
+fn wait_moved(rig: &Rig, id: &str, before: &str) {
+    let before = if before.is_empty() {
+        set(&online())
+    } else {
+        set(before)
+    };
     wait_for(
         &format!("placer to move container {id}"),
         Duration::from_secs(30),
-        || rig.journal().pointer(&format!("/previous/{id}")).is_some(),
+        || {
+            let now = rig.cpuset(id);
+            rig.journal().pointer(&format!("/previous/{id}")).is_some()
+                && !now.is_empty()
+                && set(&now) != before
+        },
     );
 }
 
@@ -598,7 +612,7 @@ fn d1_an_unrestricted_container_moved_by_the_engine_gets_every_cpu_back() {
     assert_eq!(rig.cpuset(&id), "");
     let cfg = rig.engine_config(&["a"]);
     rig.start_placer(&cfg);
-    wait_journaled(&rig, &id);
+    wait_moved(&rig, &id, "");
     let moved = rig.cpuset(&id);
     assert!(
         !moved.is_empty() && set(&moved) != set(&online()),
@@ -626,7 +640,7 @@ fn d2_kill_restart_move_then_sigterm_returns_the_kubelets_cpuset() {
     let id = rig.container(&pod, "a", Some(&kubelet));
     let cfg = rig.engine_config(&["a"]);
     rig.start_placer(&cfg);
-    wait_journaled(&rig, &id);
+    wait_moved(&rig, &id, &kubelet);
     rig.stop_placer(libc::SIGKILL);
     let moved = rig.cpuset(&id);
     assert_ne!(set(&moved), set(&kubelet), "placer moved it");
@@ -635,7 +649,7 @@ fn d2_kill_restart_move_then_sigterm_returns_the_kubelets_cpuset() {
     wait_for("the left-over restore", Duration::from_secs(10), || {
         rig.placer_log().contains("putting back the 1 still there")
     });
-    wait_journaled(&rig, &id);
+    wait_moved(&rig, &id, &kubelet);
     rig.stop_placer(libc::SIGTERM);
     assert_eq!(set(&rig.cpuset(&id)), set(&kubelet), "{}", rig.placer_log());
     rig.finish();

@@ -1202,7 +1202,7 @@ fn contention_separates_llc_domains_and_memory_follows(shape: Shape) {
             &format!(
                 "import os,time\nos.sched_setaffinity(0,{{{}}})\n\
                  buf=bytearray(16<<20)\nfor i in range(0,len(buf),4096): buf[i]=1\n\
-                 print('ready',flush=True)\nend=time.time()+240\n\
+                 print('ready',flush=True)\nend=time.time()+1200\n\
                  while time.time()<end: pass\n",
                 csv(cpus)
             ),
@@ -1324,17 +1324,19 @@ fn contention_separates_llc_domains_and_memory_follows(shape: Shape) {
     eprintln!("contention: {moved} of 4 processes moved, memory followed");
     assert!(moved >= 1);
     // Restore: every process gets the affinity it had and its memory back on its node. A
-    // restore that fails keeps its entry journaled for the next try (by design): one more
-    // try, and say what the first one answered.
+    // restore that fails (a page the kernel did not move this time) keeps its entry
+    // journaled for the next try, by design: up to two more tries, each said.
+    let failed =
+        |r: &placer_core::journal::Restored| matches!(r, placer_core::journal::Restored::Failed(_));
     let mut res = host.restore_all().unwrap();
-    if res
-        .iter()
-        .any(|(_, r)| matches!(r, placer_core::journal::Restored::Failed(_)))
-    {
-        eprintln!("contention: first restore: {res:?}");
+    for _ in 0..2 {
+        if !res.iter().any(|(_, r)| failed(r)) {
+            break;
+        }
+        eprintln!("contention: a restore to try again: {res:?}");
         std::thread::sleep(Duration::from_secs(1));
+        res.retain(|(_, r)| !failed(r));
         res.extend(host.restore_all().unwrap());
-        res.retain(|(_, r)| !matches!(r, placer_core::journal::Restored::Failed(_)));
     }
     assert!(
         res.iter()

@@ -852,11 +852,12 @@ fn default_config_in_the_host_namespace_pins_judges_and_restores() {
             .stderr(log),
     );
     let logs = || std::fs::read_to_string(&log_path).unwrap_or_default();
-    // The daemon sees the idle connection for 2 intervals first, then a 12 s stream: long
-    // enough to be judged (horizon 5 intervals after the pin) while it still receives.
-    let tx = sender_in(Command::new("env"), "127.0.0.1", &port, 2.0, 12.0);
+    // The daemon sees the idle connection for 2 intervals first, then a 20 s stream: long
+    // enough to be pinned (within 8 intervals, room for a loaded machine), seen managed
+    // and judged (horizon 5 intervals after the pin) while it still receives.
+    let tx = sender_in(Command::new("env"), "127.0.0.1", &port, 2.0, 20.0);
     tx.expect_line("start", Duration::from_secs(10));
-    let pinned = wait_for(interval * 4, || affinity(rx.pid()) == "1");
+    let pinned = wait_for(interval * 8, || affinity(rx.pid()) == "1");
     assert!(
         pinned.is_some(),
         "not pinned to CPU 1 (now {}); log:\n{}",
@@ -873,7 +874,7 @@ fn default_config_in_the_host_namespace_pins_judges_and_restores() {
         logs().contains("verdict on [net-affinity]")
     });
     assert!(judged.is_some(), "no verdict logged; log:\n{}", logs());
-    let stopped = tx.expect_line("stop", Duration::from_secs(20));
+    let stopped = tx.expect_line("stop", Duration::from_secs(30));
     // Given back, unless the verdict undid the pin already (then it is back anyway).
     let limit = idle_timeout + interval * 2;
     let back = wait_for(limit + interval * 2, || affinity(rx.pid()) == original);

@@ -521,9 +521,8 @@ pub fn contention_reason(
 pub struct ContentionState {
     pub classifier: Classifier,
     pub last: Vec<Classified>,
-    /// Processes moved to another node whose memory is following them: the node, and the
-    /// intervals spent following without page counts.
-    pub following: BTreeMap<ProcKey, (u32, u32)>,
+    /// Processes moved to another node whose memory is following them.
+    pub following: BTreeMap<ProcKey, Follow>,
     /// Processes whose memory this policy moved (a `BindMemory` planned): when the engine
     /// undoes a move on its verdict, their memory goes back too.
     pub moved_memory: std::collections::BTreeSet<ProcKey>,
@@ -634,9 +633,45 @@ impl Contention {
     }
 }
 
-/// Starts following `key`'s memory to `node`.
-fn st_following(state: &mut PolicyState<ContentionState>, key: ProcKey, node: u32) {
-    state.private.following.insert(key, (node, 0));
+/// `p`'s resident pages on nodes other than `node`.
+fn off_node_pages(p: &crate::observation::ProcObs, node: u32) -> u64 {
+    p.numa_pages
+        .iter()
+        .filter(|(n, _)| **n != node)
+        .map(|(_, c)| *c)
+        .sum()
+}
+
+/// A process whose memory is following it to another node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Follow {
+    /// The node its memory goes to.
+    pub node: u32,
+    /// Intervals spent following without page counts.
+    pub blind: u32,
+    /// Its pages off `node` when it last took the migration budget (`None`: it did not
+    /// take it last interval, or its pages were not counted). Pages the kernel will not
+    /// move (shared, pinned, unmapped by the NUMA balancer) would otherwise hold the
+    /// budget for ever, and every process behind it in line would wait for ever.
+    pub off_pages_at_take: Option<u64>,
+}
+
+/// Starts following `key`'s memory to `node`; `off_pages`: its pages elsewhere, where
+/// counted, when this interval's budget went to it.
+fn st_following(
+    state: &mut PolicyState<ContentionState>,
+    key: ProcKey,
+    node: u32,
+    off_pages: Option<u64>,
+) {
+    state.private.following.insert(
+        key,
+        Follow {
+            node,
+            blind: 0,
+            off_pages_at_take: off_pages,
+        },
+    );
     state.private.moved_memory.insert(key);
 }
 
@@ -728,27 +763,38 @@ impl Policy for Contention {
         let mut budget =
             (self.cfg.migrate_max_bytes_per_s as f64 * obs.interval_s.max(0.0)).round() as u64;
         let mut follow_actions = Vec::new();
-        st.following.retain(|key, (node, blind)| {
+        st.following.retain(|key, f| {
             // Only a process still pinned here is followed (a failed pin, a broken lease).
             let (Some(p), true) = (by_key.get(key), shared.held.contains_key(key)) else {
                 return false;
             };
-            let off_pages: u64 = p
-                .numa_pages
-                .iter()
-                .filter(|(n, _)| **n != *node)
-                .map(|(_, c)| *c)
-                .sum();
+            let off_pages = off_node_pages(p, f.node);
             if !p.numa_pages.is_empty() && off_pages == 0 {
                 return false;
             }
-            if p.numa_pages.is_empty() {
-                *blind += 1;
-                if *blind > FOLLOW_BLIND_INTERVALS {
+            // It had the budget last interval and not one page more reached its node: what
+            // is left will not move. Stop, so the next in line gets the budget.
+            if let (Some(before), false) = (f.off_pages_at_take, p.numa_pages.is_empty()) {
+                if off_pages >= before {
+                    plan.note(
+                        NAME,
+                        Some(*key),
+                        format!(
+                            "{}'s memory follows no more: {off_pages} pages stay off node {}                              (the kernel moved none of them last interval)",
+                            p.comm, f.node
+                        ),
+                    );
                     return false;
                 }
             }
-            follow_actions.push((*key, p.comm.clone(), *node, off_pages));
+            if p.numa_pages.is_empty() {
+                f.blind += 1;
+                if f.blind > FOLLOW_BLIND_INTERVALS {
+                    return false;
+                }
+            }
+            f.off_pages_at_take = None;
+            follow_actions.push((*key, p.comm.clone(), f.node, off_pages));
             true
         });
         self.following.store(
@@ -763,6 +809,11 @@ impl Policy for Contention {
                 break;
             }
             budget = 0;
+            if off_pages > 0 {
+                if let Some(f) = st.following.get_mut(&key) {
+                    f.off_pages_at_take = Some(off_pages);
+                }
+            }
             plan.push(
                 NAME,
                 Action::BindMemory {
@@ -915,7 +966,7 @@ impl Policy for Contention {
                                  (this interval's migration budget is spent)"
                             ),
                         );
-                        st_following(state, c.key, to);
+                        st_following(state, c.key, to, None);
                     } else {
                         let take = budget;
                         budget = 0;
@@ -933,7 +984,14 @@ impl Policy for Contention {
                                 take >> 20
                             ),
                         );
-                        st_following(state, c.key, to);
+                        let p = by_key[&c.key];
+                        let off = off_node_pages(p, to);
+                        st_following(
+                            state,
+                            c.key,
+                            to,
+                            (!p.numa_pages.is_empty() && off > 0).then_some(off),
+                        );
                     }
                 }
             }
@@ -1428,6 +1486,71 @@ mod tests {
             .actions
             .iter()
             .any(|a| matches!(a.action, Action::RestoreMemory { .. })));
+    }
+
+    /// Memory following is a queue for one budget: a process whose remaining pages the
+    /// kernel will not move (it had the budget and none arrived) is followed no more, with
+    /// a note, and the next in line gets the budget. Before this, the first in line held
+    /// the budget for ever and the others' memory never followed (found in the lab).
+    #[test]
+    fn a_follower_whose_pages_do_not_move_gives_up_the_budget() {
+        let topo = machine("xeon-x5570x2").unwrap();
+        let mut obs = paper_mix();
+        let pol = Contention::default();
+        let mut st: PolicyState<ContentionState> = PolicyState::default();
+        // Two processes, idle now (not classified, so no separation is planned): only their
+        // memory's following is.
+        obs.procs.truncate(2);
+        let keys: Vec<ProcKey> = obs.procs.iter().map(|p| p.key()).collect();
+        for p in obs.procs.iter_mut() {
+            p.cpu_share = 0.0;
+            // Pinned to node 1's domain, every page still on node 0.
+            p.numa_pages = [(0, 500)].into();
+            st.held.insert(
+                p.key(),
+                crate::policy::Held {
+                    cpus: p.allowed_cpus.clone(),
+                    since_s: 0.0,
+                    comm: p.comm.to_string(),
+                },
+            );
+        }
+        for k in &keys {
+            st.private.following.insert(
+                *k,
+                Follow {
+                    node: 1,
+                    ..Default::default()
+                },
+            );
+        }
+        let binds = |plan: &Plan| -> Vec<ProcKey> {
+            plan.actions
+                .iter()
+                .filter_map(|a| match a.action {
+                    Action::BindMemory { proc, .. } => Some(proc),
+                    _ => None,
+                })
+                .collect()
+        };
+        let first = pol.plan(&topo, &obs, &mut st);
+        assert_eq!(
+            binds(&first),
+            vec![keys[0]],
+            "the first in line takes the budget"
+        );
+        // Nothing moved: the first is followed no more, the second takes the budget.
+        let second = pol.plan(&topo, &obs, &mut st);
+        assert_eq!(binds(&second), vec![keys[1]]);
+        assert!(second
+            .notes
+            .iter()
+            .any(|n| n.proc == Some(keys[0]) && n.text.contains("follows no more")));
+        assert!(!st.private.following.contains_key(&keys[0]));
+        // Progress keeps a follower in line.
+        obs.procs[1].numa_pages = [(0, 200), (1, 300)].into();
+        let third = pol.plan(&topo, &obs, &mut st);
+        assert_eq!(binds(&third), vec![keys[1]]);
     }
 
     /// What the engine does once a plan's pins are done: the policy holds them.

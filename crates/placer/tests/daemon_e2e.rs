@@ -857,18 +857,26 @@ fn default_config_in_the_host_namespace_pins_judges_and_restores() {
     // and judged (horizon 5 intervals after the pin) while it still receives.
     let tx = sender_in(Command::new("env"), "127.0.0.1", &port, 2.0, 20.0);
     tx.expect_line("start", Duration::from_secs(10));
-    let pinned = wait_for(interval * 8, || affinity(rx.pid()) == "1");
+    // Pinned to one CPU: the receive CPU 1, or, where placer finds CPU 1 busy (a loaded
+    // machine: the built-in 80% threshold), its cache neighbour, as its log then says.
+    let one_cpu = |a: &str| a != original && a.parse::<u32>().is_ok();
+    let pinned = wait_for(interval * 8, || one_cpu(&affinity(rx.pid())));
+    let at = affinity(rx.pid());
     assert!(
-        pinned.is_some(),
-        "not pinned to CPU 1 (now {}); log:\n{}",
-        affinity(rx.pid()),
+        pinned.is_some() && (at == "1" || logs().contains("lo receives on CPU 1, busy")),
+        "not pinned to CPU 1, nor to a neighbour of a busy CPU 1 (now {at}); log:\n{}",
         logs()
     );
     // Still managed cycles later, while it receives (the bug: 0 one cycle after the pin).
     std::thread::sleep(interval * 3);
     let managed = scrape(metrics_port, "placer_managed_processes");
     assert_eq!(managed, Some(1.0), "log:\n{}", logs());
-    assert_eq!(affinity(rx.pid()), "1");
+    assert!(
+        one_cpu(&affinity(rx.pid())),
+        "still pinned (now {}); log:\n{}",
+        affinity(rx.pid()),
+        logs()
+    );
     // Judged: a verdict line naming the policy, before the stream ends.
     let judged = wait_for(interval * 8, || {
         logs().contains("verdict on [net-affinity]")

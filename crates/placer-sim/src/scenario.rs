@@ -703,16 +703,11 @@ pub fn run_one(
     })
 }
 
-/// The measurement window, seconds.
-fn window_s_of(host: &SimHost) -> f64 {
-    ((host.time_ns() - host.window().start_ns) as f64 / 1e9).max(1e-9)
-}
-
 /// min(achieved / target, 1) of one process over the measurement window, if its workload
 /// declares a QoS target: bytes/s received (rx) or sent (tx), work rate (cpu).
 pub fn qos_satisfaction_of(host: &SimHost, p: &Proc) -> Option<f64> {
     let target = host.specs().get(p.spec)?.qos_target()?;
-    let window_s = window_s_of(host);
+    let window_s = host.window_s();
     let achieved = match p.kind {
         Kind::Rx => p.result.rx_bytes / window_s,
         Kind::Tx => p.result.tx_bytes / window_s,
@@ -724,7 +719,7 @@ pub fn qos_satisfaction_of(host: &SimHost, p: &Proc) -> Option<f64> {
 
 /// Metrics of a finished run.
 pub fn metrics_of(host: &SimHost, actions: u64) -> Metrics {
-    let window_s = window_s_of(host);
+    let window_s = host.window_s();
     let sats: Vec<f64> = host
         .procs()
         .iter()

@@ -36,6 +36,12 @@ impl SimHost {
         }
     }
 
+    /// How long the measurement window has been open, s (at least 1 ns, so rates over it
+    /// stay finite).
+    pub fn window_s(&self) -> f64 {
+        ((self.world.time_ns - self.world.window.start_ns) as f64 / 1e9).max(1e-9)
+    }
+
     /// Whether every finite job (a `cpu` workload with `work_s` and no `repeat`) has
     /// finished; false when there is none.
     pub fn all_done(&self) -> bool {

@@ -1,5 +1,6 @@
 //! The simulated machine's world state: its CPUs, tasks, processes, flows, DVFS domains and
-//! meters, as [`SimHost`] holds them. The models that move this state each tick
+//! meters, as [`SimHost`] holds them (its `World`), apart from the buffers a tick reuses
+//! (its `Scratch`). The models that move this state each tick
 //! (`baselines` for scheduling, `network` for receive processing, `power` for governors and
 //! energy) and the host that steps them (`host`: lifecycle, tick, actuate, observe) all
 //! depend on this module, and it on none of them.

@@ -63,7 +63,7 @@ fn step_until_journaled(agent: &mut Agent<SimHost>) {
         if !agent.host_mut().journal().expect("journal").is_empty() {
             return;
         }
-        let next = agent.host().time_ns + interval_ns;
+        let next = agent.host().time_ns() + interval_ns;
         agent.host_mut().run_until(next, false);
     }
     panic!("net-affinity pinned nothing in 20 intervals");
@@ -71,9 +71,9 @@ fn step_until_journaled(agent: &mut Agent<SimHost>) {
 
 /// Every simulated process's affinity, by pid.
 fn affinities(host: &SimHost) -> Vec<(u32, CpuSet)> {
-    host.procs
+    host.procs()
         .iter()
-        .map(|p| (p.pid, host.tasks[p.threads[0]].allowed.clone()))
+        .map(|p| (p.pid, host.tasks()[p.threads[0]].allowed.clone()))
         .collect()
 }
 
@@ -129,7 +129,7 @@ fn on_the_simulator_a_dry_run_changes_nothing() {
     let mut planned = 0;
     for _ in 0..6 {
         planned += agent.step().reports.len();
-        let next = agent.host().time_ns + interval_ns;
+        let next = agent.host().time_ns() + interval_ns;
         agent.host_mut().run_until(next, false);
     }
     let (mut host, restored) = agent.stop().expect("stop");

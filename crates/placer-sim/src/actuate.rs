@@ -9,20 +9,20 @@ use placer_core::CpuSet;
 
 impl SimHost {
     pub(crate) fn find_proc(&self, key: &ProcKey) -> Option<usize> {
-        self.procs.iter().position(|p| {
+        self.world.procs.iter().position(|p| {
             p.pid == key.pid && p.start_ticks == key.start_time_ticks && p.started && !p.exited
         })
     }
 
     pub(crate) fn set_proc_allowed(&mut self, pi: usize, cpus: &CpuSet) {
-        for k in 0..self.procs[pi].threads.len() {
-            let t = self.procs[pi].threads[k];
-            self.tasks[t].allowed = cpus.clone();
+        for k in 0..self.world.procs[pi].threads.len() {
+            let t = self.world.procs[pi].threads[k];
+            self.world.tasks[t].allowed = cpus.clone();
         }
     }
 
     pub(crate) fn apply_one(&mut self, a: &Action) -> Outcome {
-        let online = self.topo.online();
+        let online = self.world.topo.online();
         match a {
             Action::PinProcess { proc, cpus, .. } => {
                 let Some(pi) = self.find_proc(proc) else {
@@ -32,12 +32,12 @@ impl SimHost {
                 if c.is_empty() {
                     return Outcome::Permanent(format!("no online CPU in {cpus}"));
                 }
-                let t0 = self.procs[pi].threads[0];
-                if self.tasks[t0].allowed == c {
+                let t0 = self.world.procs[pi].threads[0];
+                if self.world.tasks[t0].allowed == c {
                     return Outcome::Skipped("already so".into());
                 }
-                if self.procs[pi].orig_allowed.is_none() {
-                    self.procs[pi].orig_allowed = Some(self.tasks[t0].allowed.clone());
+                if self.world.procs[pi].orig_allowed.is_none() {
+                    self.world.procs[pi].orig_allowed = Some(self.world.tasks[t0].allowed.clone());
                 }
                 self.set_proc_allowed(pi, &c);
                 Outcome::Done
@@ -50,24 +50,24 @@ impl SimHost {
                 if c.is_empty() {
                     return Outcome::Permanent(format!("no online CPU in {cpus}"));
                 }
-                let Some(&t) = self.procs[pi]
+                let Some(&t) = self.world.procs[pi]
                     .threads
                     .iter()
-                    .find(|&&t| self.tasks[t].tid == *tid)
+                    .find(|&&t| self.world.tasks[t].tid == *tid)
                 else {
                     return Outcome::Permanent(format!("no thread {tid}"));
                 };
-                if self.procs[pi].orig_allowed.is_none() {
-                    self.procs[pi].orig_allowed = Some(self.tasks[t].allowed.clone());
+                if self.world.procs[pi].orig_allowed.is_none() {
+                    self.world.procs[pi].orig_allowed = Some(self.world.tasks[t].allowed.clone());
                 }
-                self.tasks[t].allowed = c;
+                self.world.tasks[t].allowed = c;
                 Outcome::Done
             }
             Action::RestoreProcess { proc, .. } => {
                 let Some(pi) = self.find_proc(proc) else {
                     return Outcome::Permanent(format!("pid {} has exited", proc.pid));
                 };
-                match self.procs[pi].orig_allowed.take() {
+                match self.world.procs[pi].orig_allowed.take() {
                     Some(orig) => {
                         self.set_proc_allowed(pi, &orig);
                         Outcome::Done
@@ -82,9 +82,9 @@ impl SimHost {
                 }
                 match self.queue_of_irq(*irq) {
                     Some((n, q)) => {
-                        let cur = self.topo.nics[n].queues[q].irq_cpus.clone();
-                        self.irq_orig.entry(*irq).or_insert(cur);
-                        self.topo.nics[n].queues[q].irq_cpus = c;
+                        let cur = self.world.topo.nics[n].queues[q].irq_cpus.clone();
+                        self.world.irq_orig.entry(*irq).or_insert(cur);
+                        self.world.topo.nics[n].queues[q].irq_cpus = c;
                         self.refresh_rx_cpus(n);
                         Outcome::Done
                     }
@@ -92,9 +92,9 @@ impl SimHost {
                 }
             }
             Action::RestoreIrq { irq } => {
-                match (self.irq_orig.remove(irq), self.queue_of_irq(*irq)) {
+                match (self.world.irq_orig.remove(irq), self.queue_of_irq(*irq)) {
                     (Some(orig), Some((n, q))) => {
-                        self.topo.nics[n].queues[q].irq_cpus = orig;
+                        self.world.topo.nics[n].queues[q].irq_cpus = orig;
                         self.refresh_rx_cpus(n);
                         Outcome::Done
                     }
@@ -102,10 +102,10 @@ impl SimHost {
                 }
             }
             Action::SetRps { dev, queue, cpus } => {
-                let Some(n) = self.topo.nics.iter().position(|x| &x.name == dev) else {
+                let Some(n) = self.world.topo.nics.iter().position(|x| &x.name == dev) else {
                     return Outcome::Permanent(format!("no device {dev}"));
                 };
-                let Some(q) = self.topo.nics[n]
+                let Some(q) = self.world.topo.nics[n]
                     .queues
                     .iter()
                     .enumerate()
@@ -113,13 +113,13 @@ impl SimHost {
                 else {
                     return Outcome::Permanent(format!("no queue {queue} on {dev}"));
                 };
-                self.topo.nics[n].queues[q].rps_cpus = cpus.intersection(&online);
+                self.world.topo.nics[n].queues[q].rps_cpus = cpus.intersection(&online);
                 self.refresh_rx_cpus(n);
                 Outcome::Done
             }
             Action::CapFrequency { domain, max_khz } => match self.domain_idx(*domain) {
                 Some(d) => {
-                    let st = &mut self.domains[d];
+                    let st = &mut self.world.domains[d];
                     st.scaling_max_khz = (*max_khz).max(st.scaling_min_khz);
                     Outcome::Done
                 }
@@ -141,7 +141,7 @@ impl SimHost {
                     if !known.contains(&governor.as_str()) {
                         return Outcome::Permanent(format!("no governor {governor}"));
                     }
-                    let st = &mut self.domains[d];
+                    let st = &mut self.world.domains[d];
                     st.governor = governor.clone();
                     st.speed_khz = *speed_khz;
                     Outcome::Done
@@ -150,7 +150,7 @@ impl SimHost {
             },
             Action::RestoreFrequency { domain } => match self.domain_idx(*domain) {
                 Some(d) => {
-                    let st = &mut self.domains[d];
+                    let st = &mut self.world.domains[d];
                     (st.governor, st.scaling_max_khz, st.scaling_min_khz) = st.orig.clone();
                     st.speed_khz = None;
                     Outcome::Done
@@ -165,10 +165,10 @@ impl SimHost {
                 ..
             } => {
                 let mut hit = 0;
-                for f in &mut self.flows {
-                    let on_dev = self.topo.nics[f.nic].name == *dev;
+                for f in &mut self.world.flows {
+                    let on_dev = self.world.topo.nics[f.nic].name == *dev;
                     let matches = if flows.is_empty() {
-                        self.procs[f.proc].comm == *app
+                        self.world.procs[f.proc].comm == *app
                     } else {
                         flows
                             .iter()
@@ -186,8 +186,10 @@ impl SimHost {
                 }
             }
             Action::RemoveLimit { app, dev } => {
-                for f in &mut self.flows {
-                    if self.topo.nics[f.nic].name == *dev && self.procs[f.proc].comm == *app {
+                for f in &mut self.world.flows {
+                    if self.world.topo.nics[f.nic].name == *dev
+                        && self.world.procs[f.proc].comm == *app
+                    {
                         f.limit_bps = None;
                     }
                 }
@@ -203,13 +205,13 @@ impl SimHost {
                 };
                 let pos: Vec<usize> = nodes
                     .iter()
-                    .filter(|n| self.m.node_ids.contains(n))
-                    .map(|&n| self.m.node_pos(n))
+                    .filter(|n| self.world.m.node_ids.contains(n))
+                    .map(|&n| self.world.m.node_pos(n))
                     .collect();
                 if pos.is_empty() {
                     return Outcome::Permanent(format!("no such node in {nodes:?}"));
                 }
-                let p = &mut self.procs[pi];
+                let p = &mut self.world.procs[pi];
                 let mut budget = *migrate_max_bytes as f64;
                 for n in 0..p.mem_bytes.len() {
                     if pos.contains(&n) || budget <= 0.0 {
@@ -227,14 +229,14 @@ impl SimHost {
                 let Some(pi) = self.find_proc(proc) else {
                     return Outcome::Permanent(format!("pid {} has exited", proc.pid));
                 };
-                self.procs[pi].bind = None;
+                self.world.procs[pi].bind = None;
                 Outcome::Done
             }
         }
     }
 
     pub(crate) fn queue_of_irq(&self, irq: u32) -> Option<(usize, usize)> {
-        for (n, nic) in self.topo.nics.iter().enumerate() {
+        for (n, nic) in self.world.topo.nics.iter().enumerate() {
             if let Some(q) = nic.queues.iter().position(|q| q.irq == Some(irq)) {
                 return Some((n, q));
             }
@@ -243,14 +245,14 @@ impl SimHost {
     }
 
     pub(crate) fn refresh_rx_cpus(&mut self, n: usize) {
-        let nic = &mut self.topo.nics[n];
+        let nic = &mut self.world.topo.nics[n];
         nic.rx_cpus = nic.queues.iter().fold(CpuSet::new(), |a, q| {
             a.union(&q.irq_cpus).union(&q.rps_cpus)
         });
     }
 
     pub(crate) fn domain_idx(&self, id: u32) -> Option<usize> {
-        self.topo.freq_domains.iter().position(|d| d.id == id)
+        self.world.topo.freq_domains.iter().position(|d| d.id == id)
     }
 }
 
@@ -260,26 +262,31 @@ impl SimHost {
 impl SimHost {
     pub(crate) fn journal_entries(&self) -> Vec<placer_core::journal::Entry> {
         use placer_core::journal::{Entry, Knob};
-        let procs = self.procs.iter().filter(|p| !p.exited).filter_map(|p| {
-            let orig = p.orig_allowed.as_ref()?;
-            Some(Entry {
-                knob: Knob::ProcAffinity {
-                    pid: p.pid,
-                    start_time_ticks: p.start_ticks,
-                },
-                previous: orig.to_string(),
-                applied: self.tasks[*p.threads.first()?].allowed.to_string(),
-                label: p.comm.clone(),
-                since_unix_s: 0,
-                thread_previous: Default::default(),
-            })
-        });
-        let irqs = self.irq_orig.iter().filter_map(|(irq, orig)| {
+        let procs = self
+            .world
+            .procs
+            .iter()
+            .filter(|p| !p.exited)
+            .filter_map(|p| {
+                let orig = p.orig_allowed.as_ref()?;
+                Some(Entry {
+                    knob: Knob::ProcAffinity {
+                        pid: p.pid,
+                        start_time_ticks: p.start_ticks,
+                    },
+                    previous: orig.to_string(),
+                    applied: self.world.tasks[*p.threads.first()?].allowed.to_string(),
+                    label: p.comm.clone(),
+                    since_unix_s: 0,
+                    thread_previous: Default::default(),
+                })
+            });
+        let irqs = self.world.irq_orig.iter().filter_map(|(irq, orig)| {
             let (n, q) = self.queue_of_irq(*irq)?;
             Some(Entry {
                 knob: Knob::IrqAffinity { irq: *irq },
                 previous: orig.to_string(),
-                applied: self.topo.nics[n].queues[q].irq_cpus.to_string(),
+                applied: self.world.topo.nics[n].queues[q].irq_cpus.to_string(),
                 label: String::new(),
                 since_unix_s: 0,
                 thread_previous: Default::default(),

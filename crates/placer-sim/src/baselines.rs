@@ -50,7 +50,7 @@ impl Baseline {
 }
 
 fn capacity(h: &SimHost, c: usize) -> f64 {
-    crate::machine::capacity(&h.params, &h.m.cpus[c])
+    crate::machine::capacity(&h.world.params, &h.world.m.cpus[c])
 }
 
 struct Load {
@@ -61,13 +61,13 @@ struct Load {
 }
 
 fn loads(h: &SimHost) -> Load {
-    let n = h.m.cpus.len();
+    let n = h.world.m.cpus.len();
     let mut l = Load {
         nr: vec![0; n],
         util: vec![0.0; n],
         on: vec![Vec::new(); n],
     };
-    for (i, t) in h.tasks.iter().enumerate() {
+    for (i, t) in h.world.tasks.iter().enumerate() {
         if t.runnable && t.placed {
             l.nr[t.cpu] += 1;
             l.util[t.cpu] += t.util_avg.max(0.05);
@@ -78,26 +78,26 @@ fn loads(h: &SimHost) -> Load {
 }
 
 fn allowed_idx(h: &SimHost, ti: usize) -> Vec<usize> {
-    let mut v: Vec<usize> = h.tasks[ti]
+    let mut v: Vec<usize> = h.world.tasks[ti]
         .allowed
         .iter()
-        .filter_map(|id| h.m.idx(id))
+        .filter_map(|id| h.world.m.idx(id))
         .collect();
     if v.is_empty() {
-        v = (0..h.m.cpus.len()).collect();
+        v = (0..h.world.m.cpus.len()).collect();
     }
     v
 }
 
 fn core_idle(h: &SimHost, l: &Load, c: usize) -> bool {
-    l.nr[c] == 0 && h.m.cpus[c].siblings.iter().all(|&s| l.nr[s] == 0)
+    l.nr[c] == 0 && h.world.m.cpus[c].siblings.iter().all(|&s| l.nr[s] == 0)
 }
 
 /// The idlest allowed CPU for a new task.
 fn select_idlest(h: &mut SimHost, l: &Load, ti: usize) -> usize {
     let cands = allowed_idx(h, ti);
-    let mut pkg_load = vec![0.0; h.m.n_packages];
-    for (c, info) in h.m.cpus.iter().enumerate() {
+    let mut pkg_load = vec![0.0; h.world.m.n_packages];
+    for (c, info) in h.world.m.cpus.iter().enumerate() {
         pkg_load[info.package] += l.util[c] + l.nr[c] as f64;
     }
     // Rank: (class, -capacity, package load), then a random tie-break.
@@ -117,7 +117,7 @@ fn select_idlest(h: &mut SimHost, l: &Load, ti: usize) -> usize {
             if class == 2 {
                 l.util[c] + l.nr[c] as f64
             } else {
-                pkg_load[h.m.cpus[c].package]
+                pkg_load[h.world.m.cpus[c].package]
             },
         );
         let cmp = (key.0.cmp(&best_key.0))
@@ -133,17 +133,17 @@ fn select_idlest(h: &mut SimHost, l: &Load, ti: usize) -> usize {
             _ => {}
         }
     }
-    let k = h.rng.below(best.len());
+    let k = h.world.rng.below(best.len());
     best.get(k).copied().unwrap_or(0)
 }
 
 /// Wakeup: previous CPU if idle, else an idle CPU in its LLC (idle core first), else stay.
 fn select_wake(h: &mut SimHost, l: &Load, ti: usize) -> usize {
-    let prev = h.tasks[ti].cpu;
+    let prev = h.world.tasks[ti].cpu;
     if l.nr[prev] == 0 {
         return prev;
     }
-    let llc = h.m.cpus[prev].llc;
+    let llc = h.world.m.cpus[prev].llc;
     idle_sibling(h, ti, llc, |c| l.nr[c] == 0).unwrap_or(prev)
 }
 
@@ -157,12 +157,12 @@ fn idle_sibling(
 ) -> Option<usize> {
     let cands: Vec<usize> = allowed_idx(h, ti)
         .into_iter()
-        .filter(|&c| h.m.cpus[c].llc == llc && idle(c))
+        .filter(|&c| h.world.m.cpus[c].llc == llc && idle(c))
         .collect();
     let idle_core: Vec<usize> = cands
         .iter()
         .copied()
-        .filter(|&c| h.m.cpus[c].siblings.iter().all(|&s| idle(s)))
+        .filter(|&c| h.world.m.cpus[c].siblings.iter().all(|&s| idle(s)))
         .collect();
     let pool = if idle_core.is_empty() {
         cands
@@ -172,7 +172,7 @@ fn idle_sibling(
     if pool.is_empty() {
         return None;
     }
-    let k = h.rng.below(pool.len());
+    let k = h.world.rng.below(pool.len());
     Some(pool[k])
 }
 
@@ -185,10 +185,10 @@ fn idle_sibling(
 /// target. Softirq time is invisible here: a CPU busy only with softirq has no runnable
 /// task and counts as idle, as the kernel's idle_cpu() sees it.
 fn select_wake_affine(h: &mut SimHost, l: &Load, ti: usize, waker: usize) -> usize {
-    let prev = h.tasks[ti].cpu;
+    let prev = h.world.tasks[ti].cpu;
     // The task is counted on its previous CPU; it does not make that CPU busy for itself.
     let idle = |c: usize| l.nr[c].saturating_sub(u32::from(c == prev)) == 0;
-    let target = if idle(waker) && h.m.share_cache(waker, prev) && !idle(prev) {
+    let target = if idle(waker) && h.world.m.share_cache(waker, prev) && !idle(prev) {
         waker
     } else {
         prev
@@ -196,15 +196,15 @@ fn select_wake_affine(h: &mut SimHost, l: &Load, ti: usize, waker: usize) -> usi
     if idle(target) {
         return target;
     }
-    if idle(prev) && h.m.share_cache(prev, target) {
+    if idle(prev) && h.world.m.share_cache(prev, target) {
         return prev;
     }
-    let llc = h.m.cpus[target].llc;
+    let llc = h.world.m.cpus[target].llc;
     idle_sibling(h, ti, llc, idle).unwrap_or(target)
 }
 
 fn move_task(h: &mut SimHost, l: &mut Load, ti: usize, to: usize) {
-    let t = &mut h.tasks[ti];
+    let t = &mut h.world.tasks[ti];
     if t.placed && t.runnable {
         l.nr[t.cpu] = l.nr[t.cpu].saturating_sub(1);
         l.util[t.cpu] -= t.util_avg.max(0.05);
@@ -219,36 +219,37 @@ fn move_task(h: &mut SimHost, l: &mut Load, ti: usize, to: usize) {
     }
     // First touch: memory lands on the node of the first CPU the process runs on.
     let pi = t.proc;
-    if !h.procs[pi].mem_placed {
-        let spec = &h.specs[h.procs[pi].spec];
-        let node = h.m.node_pos(h.m.cpus[to].node);
-        let target = match &h.procs[pi].bind {
+    if !h.world.procs[pi].mem_placed {
+        let spec = &h.world.specs[h.world.procs[pi].spec];
+        let node = h.world.m.node_pos(h.world.m.cpus[to].node);
+        let target = match &h.world.procs[pi].bind {
             Some(b) if !b.is_empty() => b[0],
             _ => node,
         };
-        h.procs[pi].mem_bytes[target] = spec.mem_mb * 1e6;
-        h.procs[pi].mem_placed = true;
+        h.world.procs[pi].mem_bytes[target] = spec.mem_mb * 1e6;
+        h.world.procs[pi].mem_placed = true;
     }
 }
 
 /// Step 2 of the tick: placement and balancing.
 pub fn schedule(h: &mut SimHost) {
     let mut l = loads(h);
-    let eas_on =
-        h.baseline == Baseline::Eas && h.m.cpus.iter().any(|c| c.little) && !overutilized(h);
-    for ti in 0..h.tasks.len() {
-        let t = &h.tasks[ti];
+    let eas_on = h.world.baseline == Baseline::Eas
+        && h.world.m.cpus.iter().any(|c| c.little)
+        && !overutilized(h);
+    for ti in 0..h.world.tasks.len() {
+        let t = &h.world.tasks[ti];
         if !t.runnable {
             continue;
         }
-        let cpu_id = h.m.cpus[t.cpu].id;
+        let cpu_id = h.world.m.cpus[t.cpu].id;
         let disallowed = t.placed && !t.allowed.contains(cpu_id);
         if t.placed && !disallowed && t.was_runnable {
             continue;
         }
         // A reader is woken by the softirq of its receive CPU.
-        let waker = match h.procs[t.proc].kind {
-            Kind::Rx => h.procs[t.proc].flow.map(|f| h.flows[f].rx_cpu),
+        let waker = match h.world.procs[t.proc].kind {
+            Kind::Rx => h.world.procs[t.proc].flow.map(|f| h.world.flows[f].rx_cpu),
             _ => None,
         };
         let to = if eas_on {
@@ -262,14 +263,14 @@ pub fn schedule(h: &mut SimHost) {
         };
         move_task(h, &mut l, ti, to);
     }
-    let interval = h.params.sched.balance_interval_ms.max(1) * 1_000_000;
-    if h.time_ns >= h.last_balance_ns + interval {
-        h.last_balance_ns = h.time_ns;
+    let interval = h.world.params.sched.balance_interval_ms.max(1) * 1_000_000;
+    if h.world.time_ns >= h.world.last_balance_ns + interval {
+        h.world.last_balance_ns = h.world.time_ns;
         if eas_on {
-            for ti in 0..h.tasks.len() {
-                if h.tasks[ti].runnable && h.tasks[ti].placed {
+            for ti in 0..h.world.tasks.len() {
+                if h.world.tasks[ti].runnable && h.world.tasks[ti].placed {
                     let to = select_energy(h, ti);
-                    if to != h.tasks[ti].cpu {
+                    if to != h.world.tasks[ti].cpu {
                         move_task(h, &mut l, ti, to);
                     }
                 }
@@ -278,7 +279,7 @@ pub fn schedule(h: &mut SimHost) {
             balance(h, &mut l);
         }
     }
-    let dt = h.tick_ns as f64 * 1e-9;
+    let dt = h.world.tick_ns as f64 * 1e-9;
     kernel_background(h, &mut l, dt);
 }
 
@@ -295,11 +296,11 @@ pub fn schedule(h: &mut SimHost) {
 ///   `numa.migrate_s_per_gb` of CPU time; workloads bound to a node (`mem_node`) are left
 ///   alone.
 fn kernel_background(h: &mut SimHost, l: &mut Load, dt: f64) {
-    let rate = h.params.sched.background_migrations_per_s;
+    let rate = h.world.params.sched.background_migrations_per_s;
     if rate > 0.0 {
-        for ti in 0..h.tasks.len() {
-            let t = &h.tasks[ti];
-            if !(t.runnable && t.placed) || t.rt || h.rng.unit() >= rate * dt {
+        for ti in 0..h.world.tasks.len() {
+            let t = &h.world.tasks[ti];
+            if !(t.runnable && t.placed) || t.rt || h.world.rng.unit() >= rate * dt {
                 continue;
             }
             let cands: Vec<usize> = allowed_idx(h, ti)
@@ -310,12 +311,12 @@ fn kernel_background(h: &mut SimHost, l: &mut Load, dt: f64) {
                 continue;
             }
             let from = t.cpu;
-            let to = cands[h.rng.below(cands.len())];
-            let from_id = h.m.cpus[from].id;
+            let to = cands[h.world.rng.below(cands.len())];
+            let from_id = h.world.m.cpus[from].id;
             let other = l.on[to]
                 .iter()
                 .copied()
-                .find(|&o| h.tasks[o].allowed.contains(from_id));
+                .find(|&o| h.world.tasks[o].allowed.contains(from_id));
             migrate(h, l, ti, to);
             if let Some(o) = other {
                 migrate(h, l, o, from);
@@ -323,27 +324,30 @@ fn kernel_background(h: &mut SimHost, l: &mut Load, dt: f64) {
         }
     }
     numa_task_placement(h, l);
-    let mb_s = h.params.numa.balancing_mb_per_s;
-    if mb_s > 0.0 && h.m.node_ids.len() > 1 {
+    let mb_s = h.world.params.numa.balancing_mb_per_s;
+    if mb_s > 0.0 && h.world.m.node_ids.len() > 1 {
         let budget = mb_s * 1e6 * dt;
-        let cost_s_per_byte = h.params.numa.migrate_s_per_gb / 1e9;
-        for pi in 0..h.procs.len() {
-            let p = &h.procs[pi];
+        let cost_s_per_byte = h.world.params.numa.migrate_s_per_gb / 1e9;
+        for pi in 0..h.world.procs.len() {
+            let p = &h.world.procs[pi];
             // A workload placed on a memory node (numactl --membind) stays there.
-            if !p.started || p.exited || !p.mem_placed || h.specs[p.spec].mem_node.is_some() {
+            if !p.started || p.exited || !p.mem_placed || h.world.specs[p.spec].mem_node.is_some() {
                 continue;
             }
-            let Some(&t0) = p.threads.iter().find(|&&t| h.tasks[t].placed) else {
+            let Some(&t0) = p.threads.iter().find(|&&t| h.world.tasks[t].placed) else {
                 continue;
             };
-            let here = h.m.node_pos(h.m.cpus[h.tasks[t0].cpu].node);
+            let here = h
+                .world
+                .m
+                .node_pos(h.world.m.cpus[h.world.tasks[t0].cpu].node);
             let total: f64 = p.mem_bytes.iter().sum();
             let remote = total - p.mem_bytes[here];
             if remote <= 0.0 {
                 continue;
             }
             let mv = remote.min(budget);
-            let p = &mut h.procs[pi];
+            let p = &mut h.world.procs[pi];
             for n in 0..p.mem_bytes.len() {
                 if n != here {
                     let take = p.mem_bytes[n] / remote * mv;
@@ -351,7 +355,7 @@ fn kernel_background(h: &mut SimHost, l: &mut Load, dt: f64) {
                 }
             }
             p.mem_bytes[here] += mv;
-            h.tasks[t0].left += mv * cost_s_per_byte;
+            h.world.tasks[t0].left += mv * cost_s_per_byte;
         }
     }
 }
@@ -359,7 +363,7 @@ fn kernel_background(h: &mut SimHost, l: &mut Load, dt: f64) {
 /// The share of process `pi`'s pages on each node position (its NUMA hinting faults land
 /// there in proportion: the kernel's task_weight / 1000); None before it has memory.
 fn numa_weights(h: &SimHost, pi: usize) -> Option<Vec<f64>> {
-    let p = &h.procs[pi];
+    let p = &h.world.procs[pi];
     let total: f64 = p.mem_bytes.iter().sum();
     (p.mem_placed && total > 0.0).then(|| p.mem_bytes.iter().map(|b| b / total).collect())
 }
@@ -378,25 +382,25 @@ const NUMA_SMALL_IMPROVEMENT: f64 = 0.03;
 /// change, more than SMALLIMP) and the swap leaves the load no more imbalanced. The best
 /// candidate wins; a plain move beats a swap that gains less.
 fn numa_task_placement(h: &mut SimHost, l: &mut Load) {
-    let retry_ns = (h.params.numa.task_retry_ms * 1e6) as u64;
-    if retry_ns == 0 || h.m.node_ids.len() < 2 {
+    let retry_ns = (h.world.params.numa.task_retry_ms * 1e6) as u64;
+    if retry_ns == 0 || h.world.m.node_ids.len() < 2 {
         return;
     }
-    for ti in 0..h.tasks.len() {
-        let t = &h.tasks[ti];
-        if !(t.runnable && t.placed) || t.rt || h.time_ns < t.numa_retry_ns {
+    for ti in 0..h.world.tasks.len() {
+        let t = &h.world.tasks[ti];
+        if !(t.runnable && t.placed) || t.rt || h.world.time_ns < t.numa_retry_ns {
             continue;
         }
         // Memory bound to a node (numactl --membind) takes no NUMA hinting faults.
-        if h.specs[h.procs[t.proc].spec].mem_node.is_some() {
+        if h.world.specs[h.world.procs[t.proc].spec].mem_node.is_some() {
             continue;
         }
         let Some(w) = numa_weights(h, t.proc) else {
             continue;
         };
-        h.tasks[ti].numa_retry_ns = h.time_ns + retry_ns;
-        let src_cpu = h.tasks[ti].cpu;
-        let src = h.m.node_pos(h.m.cpus[src_cpu].node);
+        h.world.tasks[ti].numa_retry_ns = h.world.time_ns + retry_ns;
+        let src_cpu = h.world.tasks[ti].cpu;
+        let src = h.world.m.node_pos(h.world.m.cpus[src_cpu].node);
         let pref = (0..w.len())
             .max_by(|&a, &b| w[a].total_cmp(&w[b]).then(b.cmp(&a)))
             .unwrap_or(src);
@@ -422,9 +426,9 @@ fn numa_find_cpu(
     dst: usize,
     w: &[f64],
 ) -> Option<(usize, Option<usize>)> {
-    let node_of = |c: usize| h.m.node_pos(h.m.cpus[c].node);
+    let node_of = |c: usize| h.world.m.node_pos(h.world.m.cpus[c].node);
     let (mut src_load, mut dst_load, mut src_cap, mut dst_cap) = (0.0, 0.0, 0.0, 0.0);
-    for c in 0..h.m.cpus.len() {
+    for c in 0..h.world.m.cpus.len() {
         if node_of(c) == src {
             src_load += l.util[c];
             src_cap += capacity(h, c);
@@ -440,10 +444,10 @@ fn numa_find_cpu(
         let old = (dst_load * src_cap - src_load * dst_cap).abs();
         imb > old + 1e-12
     };
-    let load_of = |t: usize| h.tasks[t].util_avg.max(0.05);
+    let load_of = |t: usize| h.world.tasks[t].util_avg.max(0.05);
     let task_imp = w[dst] - w[src];
     let may_move = !too_imbalanced(load_of(ti));
-    let src_id = h.m.cpus[h.tasks[ti].cpu].id;
+    let src_id = h.world.m.cpus[h.world.tasks[ti].cpu].id;
     let mut best: Option<(usize, Option<usize>)> = None;
     let mut best_imp = 0.0;
     for c in allowed_idx(h, ti)
@@ -457,11 +461,12 @@ fn numa_find_cpu(
             }
             continue;
         };
-        if h.tasks[cur].rt || !h.tasks[cur].allowed.contains(src_id) {
+        if h.world.tasks[cur].rt || !h.world.tasks[cur].allowed.contains(src_id) {
             continue;
         }
-        let cur_spec = &h.specs[h.procs[h.tasks[cur].proc].spec];
-        let Some(wc) = numa_weights(h, h.tasks[cur].proc).filter(|_| cur_spec.mem_node.is_none())
+        let cur_spec = &h.world.specs[h.world.procs[h.world.tasks[cur].proc].spec];
+        let Some(wc) =
+            numa_weights(h, h.world.tasks[cur].proc).filter(|_| cur_spec.mem_node.is_none())
         else {
             continue;
         };
@@ -486,29 +491,29 @@ fn numa_find_cpu(
 
 /// A load-balancer move of a running task, with its cache-refill cost.
 fn migrate(h: &mut SimHost, l: &mut Load, ti: usize, to: usize) {
-    let from = h.tasks[ti].cpu;
-    let us = if h.m.cpus[from].llc == h.m.cpus[to].llc {
-        h.params.sched.migration_cost_us
+    let from = h.world.tasks[ti].cpu;
+    let us = if h.world.m.cpus[from].llc == h.world.m.cpus[to].llc {
+        h.world.params.sched.migration_cost_us
     } else {
-        h.params.sched.cross_llc_migration_cost_us
+        h.world.params.sched.cross_llc_migration_cost_us
     };
-    if h.tasks[ti].left > 0.0 {
-        h.tasks[ti].left += us * 1e-6;
+    if h.world.tasks[ti].left > 0.0 {
+        h.world.tasks[ti].left += us * 1e-6;
     }
     move_task(h, l, ti, to);
 }
 
 fn movable(h: &SimHost, l: &Load, from: usize, to: usize) -> Vec<usize> {
-    let to_id = h.m.cpus[to].id;
+    let to_id = h.world.m.cpus[to].id;
     l.on[from]
         .iter()
         .copied()
-        .filter(|&ti| h.tasks[ti].allowed.contains(to_id))
+        .filter(|&ti| h.world.tasks[ti].allowed.contains(to_id))
         .collect()
 }
 
 fn balance(h: &mut SimHost, l: &mut Load) {
-    let n = h.m.cpus.len();
+    let n = h.world.m.cpus.len();
     let max_moves = n.div_ceil(2).max(1);
     let mut moves = 0;
     // 1. Idle CPUs pull from the CPU with the most runnable tasks (nearest first).
@@ -524,9 +529,9 @@ fn balance(h: &mut SimHost, l: &mut Load) {
             if l.nr[src] < 2 {
                 continue;
             }
-            let dist = if h.m.cpus[src].llc == h.m.cpus[dst].llc {
+            let dist = if h.world.m.cpus[src].llc == h.world.m.cpus[dst].llc {
                 0
-            } else if h.m.cpus[src].package == h.m.cpus[dst].package {
+            } else if h.world.m.cpus[src].package == h.world.m.cpus[dst].package {
                 1
             } else {
                 2
@@ -544,7 +549,7 @@ fn balance(h: &mut SimHost, l: &mut Load) {
         }
         if let Some((_, _, src)) = best {
             let m = movable(h, l, src, dst);
-            let ti = m[h.rng.below(m.len())];
+            let ti = m[h.world.rng.below(m.len())];
             move_task(h, l, ti, dst);
             moves += 1;
         }
@@ -554,13 +559,13 @@ fn balance(h: &mut SimHost, l: &mut Load) {
         if moves >= max_moves {
             return;
         }
-        if !core_idle(h, l, dst) || h.m.cpus[dst].siblings.iter().any(|&s| s < dst) {
+        if !core_idle(h, l, dst) || h.world.m.cpus[dst].siblings.iter().any(|&s| s < dst) {
             continue;
         }
         let src = (0..n).find(|&c| {
-            !h.m.cpus[c].siblings.is_empty()
+            !h.world.m.cpus[c].siblings.is_empty()
                 && l.nr[c] >= 1
-                && h.m.cpus[c].siblings.iter().all(|&s| l.nr[s] >= 1)
+                && h.world.m.cpus[c].siblings.iter().all(|&s| l.nr[s] >= 1)
                 && !movable(h, l, c, dst).is_empty()
         });
         if let Some(src) = src {
@@ -581,7 +586,7 @@ fn balance(h: &mut SimHost, l: &mut Load) {
             }
         }
         let (uh, ul) = (l.util[hi] / capacity(h, hi), l.util[lo] / capacity(h, lo));
-        if l.nr[hi] < 2 || uh <= h.params.sched.imbalance_ratio * ul + 0.1 {
+        if l.nr[hi] < 2 || uh <= h.world.params.sched.imbalance_ratio * ul + 0.1 {
             return;
         }
         let half = (uh - ul) / 2.0;
@@ -589,8 +594,12 @@ fn balance(h: &mut SimHost, l: &mut Load) {
         let pick = cands
             .iter()
             .copied()
-            .filter(|&ti| h.tasks[ti].util_avg.max(0.05) <= half + 1e-9)
-            .max_by(|&a, &b| h.tasks[a].util_avg.total_cmp(&h.tasks[b].util_avg));
+            .filter(|&ti| h.world.tasks[ti].util_avg.max(0.05) <= half + 1e-9)
+            .max_by(|&a, &b| {
+                h.world.tasks[a]
+                    .util_avg
+                    .total_cmp(&h.world.tasks[b].util_avg)
+            });
         match pick {
             Some(ti) => {
                 move_task(h, l, ti, lo);
@@ -603,11 +612,12 @@ fn balance(h: &mut SimHost, l: &mut Load) {
     //    running time): two CPU-bound tasks sharing a CPU while another CPU runs less than
     //    one CPU's worth of demand is an imbalance even when every CPU is busy.
     let demand = |h: &SimHost, ti: usize| -> f64 {
-        h.want
+        h.world
+            .want
             .get(ti)
             .copied()
             .unwrap_or(1.0)
-            .max(h.tasks[ti].util_avg)
+            .max(h.world.tasks[ti].util_avg)
             .clamp(0.05, 1.0)
     };
     while moves < max_moves {
@@ -645,28 +655,29 @@ fn balance(h: &mut SimHost, l: &mut Load) {
 }
 
 fn overutilized(h: &SimHost) -> bool {
-    h.cpu
+    h.world
+        .cpu
         .iter()
-        .any(|st| st.util_avg > h.params.sched.eas_overutilized)
+        .any(|st| st.util_avg > h.world.params.sched.eas_overutilized)
 }
 
 /// Energy-model estimate of the whole machine with the per-CPU utilisations `util`
 /// (capacity units, 1.0 = the big core at f_max).
 fn em_energy(h: &SimHost, util: &[f64]) -> f64 {
     let mut e = 0.0;
-    for (d, dom) in h.topo.freq_domains.iter().enumerate() {
-        let cpus: Vec<usize> = dom.cpus.iter().filter_map(|id| h.m.idx(id)).collect();
+    for (d, dom) in h.world.topo.freq_domains.iter().enumerate() {
+        let cpus: Vec<usize> = dom.cpus.iter().filter_map(|id| h.world.m.idx(id)).collect();
         if cpus.is_empty() {
             continue;
         }
         let cap = capacity(h, cpus[0]);
-        let little = h.m.cpus[cpus[0]].little;
-        let fmax = h.m.cpus[cpus[0]].max_khz as f64 / 1000.0;
+        let little = h.world.m.cpus[cpus[0]].little;
+        let fmax = h.world.m.cpus[cpus[0]].max_khz as f64 / 1000.0;
         let (max_u, sum_u) = cpus
             .iter()
             .fold((0.0f64, 0.0), |(m, s), &c| (m.max(util[c]), s + util[c]));
-        let target = h.params.sched.schedutil_headroom * max_u / cap * fmax;
-        let max_cap_mhz = h.domains[d].scaling_max_khz as f64 / 1000.0;
+        let target = h.world.params.sched.schedutil_headroom * max_u / cap * fmax;
+        let max_cap_mhz = h.world.domains[d].scaling_max_khz as f64 / 1000.0;
         let f = dom
             .available_khz
             .iter()
@@ -679,9 +690,15 @@ fn em_energy(h: &SimHost, util: &[f64]) -> f64 {
             max_cap_mhz.min(fmax)
         };
         let (coeff, opp) = if little {
-            (h.params.power.em_little_coeff, &h.params.power.little_opp)
+            (
+                h.world.params.power.em_little_coeff,
+                &h.world.params.power.little_opp,
+            )
         } else {
-            (h.params.power.em_big_coeff, &h.params.power.big_opp)
+            (
+                h.world.params.power.em_big_coeff,
+                &h.world.params.power.big_opp,
+            )
         };
         let v = volts_at(opp, f).unwrap_or(1.0);
         let power = coeff * v * v * f;
@@ -693,17 +710,17 @@ fn em_energy(h: &SimHost, util: &[f64]) -> f64 {
 
 /// EAS: the CPU minimising the energy estimate for task `ti`.
 fn select_energy(h: &mut SimHost, ti: usize) -> usize {
-    let n = h.m.cpus.len();
+    let n = h.world.m.cpus.len();
     let mut util = vec![0.0; n];
     for (c, u) in util.iter_mut().enumerate() {
-        *u = h.cpu[c].softirq * capacity(h, c);
+        *u = h.world.cpu[c].softirq * capacity(h, c);
     }
-    for (k, t) in h.tasks.iter().enumerate() {
+    for (k, t) in h.world.tasks.iter().enumerate() {
         if k != ti && t.runnable && t.placed {
             util[t.cpu] += t.util_avg;
         }
     }
-    let t = &h.tasks[ti];
+    let t = &h.world.tasks[ti];
     let prev = t.cpu;
     // A new task starts at half a big core's capacity (the kernel's initial util).
     let tu = if t.placed { t.util_avg.max(0.02) } else { 0.5 };
@@ -712,11 +729,11 @@ fn select_energy(h: &mut SimHost, ti: usize) -> usize {
     if t.placed && allowed.contains(&prev) {
         cands.push(prev);
     }
-    for dom in &h.topo.freq_domains {
+    for dom in &h.world.topo.freq_domains {
         let best = dom
             .cpus
             .iter()
-            .filter_map(|id| h.m.idx(id))
+            .filter_map(|id| h.world.m.idx(id))
             .filter(|c| allowed.contains(c))
             .max_by(|&a, &b| (capacity(h, a) - util[a]).total_cmp(&(capacity(h, b) - util[b])));
         if let Some(c) = best {
@@ -753,7 +770,7 @@ fn select_energy(h: &mut SimHost, ti: usize) -> usize {
             .max_by(|&a, &b| (capacity(h, a) - util[a]).total_cmp(&(capacity(h, b) - util[b])))
             .unwrap_or(prev);
     }
-    if prev_e.is_finite() && best.1 > prev_e * (1.0 - h.params.sched.eas_margin) {
+    if prev_e.is_finite() && best.1 > prev_e * (1.0 - h.world.params.sched.eas_margin) {
         return prev;
     }
     best.0
@@ -789,12 +806,12 @@ name = "hog"
 
     /// (reader task, hog task), with the reader on `prev` and the hog on `hog`.
     fn place(h: &mut SimHost, prev: usize, hog: usize) -> (usize, usize) {
-        let r = h.procs[0].threads[0];
-        let g = h.procs[1].threads[0];
+        let r = h.world.procs[0].threads[0];
+        let g = h.world.procs[1].threads[0];
         for (t, c) in [(r, prev), (g, hog)] {
-            h.tasks[t].cpu = c;
-            h.tasks[t].runnable = true;
-            h.tasks[t].placed = true;
+            h.world.tasks[t].cpu = c;
+            h.world.tasks[t].runnable = true;
+            h.world.tasks[t].placed = true;
         }
         (r, g)
     }
@@ -825,10 +842,10 @@ count = {n}
     /// Puts job `j` on CPU `cpu` with all its pages on node position `mem`, due for its
     /// NUMA placement try.
     fn put(h: &mut SimHost, j: usize, cpu: usize, mem: usize) -> usize {
-        let t = h.procs[j].threads[0];
-        h.tasks[t].cpu = cpu;
-        h.tasks[t].numa_retry_ns = 0;
-        let p = &mut h.procs[j];
+        let t = h.world.procs[j].threads[0];
+        h.world.tasks[t].cpu = cpu;
+        h.world.tasks[t].numa_retry_ns = 0;
+        let p = &mut h.world.procs[j];
         p.mem_bytes.iter_mut().for_each(|b| *b = 0.0);
         p.mem_bytes[mem] = 1e9;
         p.mem_placed = true;
@@ -836,7 +853,9 @@ count = {n}
     }
 
     fn node_of(h: &SimHost, t: usize) -> usize {
-        h.m.node_pos(h.m.cpus[h.tasks[t].cpu].node)
+        h.world
+            .m
+            .node_pos(h.world.m.cpus[h.world.tasks[t].cpu].node)
     }
 
     #[test]
@@ -848,7 +867,7 @@ count = {n}
         numa_task_placement(&mut h, &mut l);
         assert_eq!(node_of(&h, t), 1, "moved to an idle CPU of its pages' node");
         // Not again before the retry interval.
-        assert_eq!(h.tasks[t].numa_retry_ns, h.time_ns + 62_500_000);
+        assert_eq!(h.world.tasks[t].numa_retry_ns, h.world.time_ns + 62_500_000);
         // With task placement off it stays where it is.
         let mut h = numa_host(1, "[params.numa]\ntask_retry_ms = 0.0");
         let t = put(&mut h, 0, 0, 1);
@@ -863,23 +882,23 @@ count = {n}
         // nodes 3:5, so only a swap can bring a task to its memory.
         let setup = |b_mem: usize| {
             let mut h = numa_host(8, "");
-            let node1: Vec<usize> = (0..h.m.cpus.len())
-                .filter(|&c| h.m.node_pos(h.m.cpus[c].node) == 1)
+            let node1: Vec<usize> = (0..h.world.m.cpus.len())
+                .filter(|&c| h.world.m.node_pos(h.world.m.cpus[c].node) == 1)
                 .collect();
-            let node0: Vec<usize> = (0..h.m.cpus.len())
-                .filter(|&c| h.m.node_pos(h.m.cpus[c].node) == 0)
+            let node0: Vec<usize> = (0..h.world.m.cpus.len())
+                .filter(|&c| h.world.m.node_pos(h.world.m.cpus[c].node) == 0)
                 .collect();
             for (j, &c) in node0.iter().chain(node1.iter()).enumerate() {
-                let home = h.m.node_pos(h.m.cpus[c].node);
+                let home = h.world.m.node_pos(h.world.m.cpus[c].node);
                 put(&mut h, j, c, home);
             }
             // Job 0 on node 0 with its pages on node 1; job 4 on node 1 with its pages on
             // `b_mem`; the rest at home.
             let a = put(&mut h, 0, node0[0], 1);
             let b = put(&mut h, 4, node1[0], b_mem);
-            for t in 0..h.tasks.len() {
+            for t in 0..h.world.tasks.len() {
                 if t != a {
-                    h.tasks[t].numa_retry_ns = u64::MAX;
+                    h.world.tasks[t].numa_retry_ns = u64::MAX;
                 }
             }
             let mut l = loads(&h);
@@ -897,7 +916,7 @@ count = {n}
     #[test]
     fn a_reader_is_woken_as_wake_affine_places_it() {
         let mut h = host();
-        let m = h.m.clone();
+        let m = h.world.m.clone();
         let pkg0: Vec<usize> = (0..m.cpus.len())
             .filter(|&c| m.cpus[c].package == 0)
             .collect();
@@ -910,7 +929,7 @@ count = {n}
         // The previous CPU is busy, the waker runs only softirq (no task: idle to the
         // scheduler) in the same LLC: the reader is pulled to the waker's CPU.
         let (r, _) = place(&mut h, prev, prev);
-        h.cpu[waker].softirq = 0.9;
+        h.world.cpu[waker].softirq = 0.9;
         let l = loads(&h);
         assert_eq!(select_wake_affine(&mut h, &l, r, waker), waker);
         // The waker in another LLC: the reader stays in its own LLC, on an idle CPU there.

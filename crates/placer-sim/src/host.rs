@@ -88,41 +88,46 @@ impl SimHost {
             })
             .collect();
         let tick_ns = params.sim.tick_us.max(1) * 1000;
+        let (m_llc, m_nodes) = (m.n_llc, m.node_ids.len());
         let mut host = SimHost {
-            cpu: m
-                .cpus
-                .iter()
-                .map(|c| CpuState {
-                    khz: c.max_khz,
-                    ..Default::default()
-                })
-                .collect(),
-            by_cpu: vec![Vec::new(); n],
-            softirq_cycles: vec![0.0; n],
-            llc_pressure: vec![0.0; m.n_llc],
-            node_bw: vec![0.0; m.node_ids.len()],
-            node_bw_moved: vec![0.0; m.node_ids.len()],
-            topo,
-            m,
-            baseline,
-            rng: Rng::new(seed),
-            time_ns: 0,
-            tick_ns,
-            specs: Vec::new(),
-            procs: Vec::new(),
-            tasks: Vec::new(),
-            flows: Vec::new(),
-            domains,
-            irq_orig: BTreeMap::new(),
-            energy_j: 0.0,
-            power_w: 0.0,
-            window: Window::default(),
-            // Above Linux's PID_MAX_LIMIT (4,194,304): never a real pid (placer's own included).
-            next_pid: 5_000_000,
-            last_balance_ns: 0,
-            speed: Vec::new(),
-            want: Vec::new(),
-            params,
+            world: World {
+                cpu: m
+                    .cpus
+                    .iter()
+                    .map(|c| CpuState {
+                        khz: c.max_khz,
+                        ..Default::default()
+                    })
+                    .collect(),
+                node_bw: vec![0.0; m.node_ids.len()],
+                want: Vec::new(),
+                topo,
+                baseline,
+                rng: Rng::new(seed),
+                time_ns: 0,
+                tick_ns,
+                specs: Vec::new(),
+                procs: Vec::new(),
+                tasks: Vec::new(),
+                flows: Vec::new(),
+                domains,
+                irq_orig: BTreeMap::new(),
+                energy_j: 0.0,
+                power_w: 0.0,
+                window: Window::default(),
+                // Above Linux's PID_MAX_LIMIT (4,194,304): never a real pid (placer's own included).
+                next_pid: 5_000_000,
+                last_balance_ns: 0,
+                params,
+                m,
+            },
+            scratch: Scratch {
+                by_cpu: vec![Vec::new(); n],
+                speed: Vec::new(),
+                softirq_cycles: vec![0.0; n],
+                llc_pressure: vec![0.0; m_llc],
+                node_bw_moved: vec![0.0; m_nodes],
+            },
         };
         for s in specs {
             host.add_workload(s)?;
@@ -135,33 +140,36 @@ impl SimHost {
     /// instance `i` of the receiver with the `tx` process named `peer` with `{i}` replaced,
     /// on the same NIC. A sender without its own rate sends as fast as it can.
     fn link_loopback_peers(&mut self) -> Result<(), SimError> {
-        for si in 0..self.specs.len() {
-            let Some(peer) = self.specs[si].peer.clone() else {
+        for si in 0..self.world.specs.len() {
+            let Some(peer) = self.world.specs[si].peer.clone() else {
                 continue;
             };
-            let receivers: Vec<usize> = (0..self.procs.len())
-                .filter(|&p| self.procs[p].spec == si)
+            let receivers: Vec<usize> = (0..self.world.procs.len())
+                .filter(|&p| self.world.procs[p].spec == si)
                 .collect();
             for (i, &rp) in receivers.iter().enumerate() {
                 let name = instance_name(&peer, i as u32);
-                let rf = self.procs[rp].flow.expect("rx processes have a flow");
-                let sender = self.procs.iter().position(|p| {
+                let rf = self.world.procs[rp].flow.expect("rx processes have a flow");
+                let sender = self.world.procs.iter().position(|p| {
                     p.kind == Kind::Tx
                         && p.result.name == name
                         && p.flow
-                            .is_some_and(|f| self.flows[f].nic == self.flows[rf].nic)
+                            .is_some_and(|f| self.world.flows[f].nic == self.world.flows[rf].nic)
                 });
                 let Some(sp) = sender else {
                     return Err(SimError::Invalid(format!(
                         "workload {:?}: no tx process {name:?} on the same NIC to be its peer",
-                        self.specs[si].name
+                        self.world.specs[si].name
                     )));
                 };
-                let sf = self.procs[sp].flow.expect("tx processes have a flow");
-                self.flows[rf].peer = Some(sf);
-                self.flows[sf].peer = Some(rf);
-                if self.specs[self.procs[sp].spec].rate_mbps.is_none() {
-                    self.flows[sf].rate_bps = f64::INFINITY;
+                let sf = self.world.procs[sp].flow.expect("tx processes have a flow");
+                self.world.flows[rf].peer = Some(sf);
+                self.world.flows[sf].peer = Some(rf);
+                if self.world.specs[self.world.procs[sp].spec]
+                    .rate_mbps
+                    .is_none()
+                {
+                    self.world.flows[sf].rate_bps = f64::INFINITY;
                 }
             }
         }
@@ -170,16 +178,17 @@ impl SimHost {
 
     /// Adds a workload (its processes start at their `start_s`).
     pub fn add_workload(&mut self, s: WorkloadSpec) -> Result<(), SimError> {
-        let spec_idx = self.specs.len();
+        let spec_idx = self.world.specs.len();
         let class = self
+            .world
             .params
             .archetype(&s.class_name())
             .map_err(SimError::Invalid)?
             .clone();
-        let all = self.topo.online();
+        let all = self.world.topo.online();
         for i in 0..s.count {
-            let pid = self.next_pid;
-            self.next_pid += s.threads.max(1) + 1;
+            let pid = self.world.next_pid;
+            self.world.next_pid += s.threads.max(1) + 1;
             let comm: String = instance_name(&s.name, i).chars().take(15).collect();
             let start_ns = (s.start_s.max(0.0) * 1e9) as u64;
             let allowed = s
@@ -188,7 +197,7 @@ impl SimHost {
                 .map(|c| c.intersection(&all))
                 .filter(|c| !c.is_empty())
                 .unwrap_or_else(|| all.clone());
-            let pidx = self.procs.len();
+            let pidx = self.world.procs.len();
             let mut threads = Vec::new();
             let nthreads = if matches!(s.kind, Kind::Cpu) {
                 s.threads
@@ -196,8 +205,8 @@ impl SimHost {
                 1
             };
             for t in 0..nthreads {
-                threads.push(self.tasks.len());
-                self.tasks.push(Task {
+                threads.push(self.world.tasks.len());
+                self.world.tasks.push(Task {
                     tid: pid + t,
                     proc: pidx,
                     allowed: allowed.clone(),
@@ -217,9 +226,9 @@ impl SimHost {
                     numa_retry_ns: 0,
                 });
             }
-            let mut mem_bytes = vec![0.0; self.m.node_ids.len()];
+            let mut mem_bytes = vec![0.0; self.world.m.node_ids.len()];
             let mem_placed = if let Some(node) = s.mem_node {
-                mem_bytes[self.m.node_pos(node)] = s.mem_mb * 1e6;
+                mem_bytes[self.world.m.node_pos(node)] = s.mem_mb * 1e6;
                 true
             } else {
                 false
@@ -228,6 +237,7 @@ impl SimHost {
                 Kind::Rx | Kind::Tx => {
                     let nic_name = instance_name(s.nic.as_deref().unwrap_or("eth0"), i);
                     let nic = self
+                        .world
                         .topo
                         .nics
                         .iter()
@@ -238,11 +248,11 @@ impl SimHost {
                                 s.name
                             ))
                         })?;
-                    let fidx = self.flows.len();
-                    let nq = self.topo.nics[nic].queues.len().max(1);
-                    let ip = self.topo.nics[nic].addrs[0];
-                    let line = self.topo.nics[nic].speed_mbps.unwrap_or(1000) as f64;
-                    self.flows.push(Flow {
+                    let fidx = self.world.flows.len();
+                    let nq = self.world.topo.nics[nic].queues.len().max(1);
+                    let ip = self.world.topo.nics[nic].addrs[0];
+                    let line = self.world.topo.nics[nic].speed_mbps.unwrap_or(1000) as f64;
+                    self.world.flows.push(Flow {
                         nic,
                         queue: fidx % nq,
                         proc: pidx,
@@ -269,7 +279,7 @@ impl SimHost {
                 }
                 _ => None,
             };
-            self.procs.push(Proc {
+            self.world.procs.push(Proc {
                 pid,
                 start_ticks: start_ns / 10_000_000 + 1 + u64::from(i),
                 start_ns,
@@ -297,7 +307,7 @@ impl SimHost {
                 deadline_ns: 0,
             });
         }
-        self.specs.push(s);
+        self.world.specs.push(s);
         Ok(())
     }
 }
@@ -313,7 +323,7 @@ impl Host for SimHost {
             available,
             detail: detail.into(),
         };
-        let dvfs = !self.topo.freq_domains.is_empty();
+        let dvfs = !self.world.topo.freq_domains.is_empty();
         SourceStatus {
             sources: vec![
                 src("proc", true, "simulated /proc"),

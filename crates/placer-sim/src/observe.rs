@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 impl SimHost {
     /// The topology as the host currently has it (IRQ affinities, RPS, frequency caps).
     pub fn current_topology(&self) -> Topology {
-        let mut t = self.topo.clone();
-        for (d, st) in t.freq_domains.iter_mut().zip(&self.domains) {
+        let mut t = self.world.topo.clone();
+        for (d, st) in t.freq_domains.iter_mut().zip(&self.world.domains) {
             d.governor = Some(st.governor.clone());
             d.scaling_max_khz = Some(st.scaling_max_khz);
             d.scaling_min_khz = Some(st.scaling_min_khz);
@@ -21,16 +21,17 @@ impl SimHost {
     }
 
     pub(crate) fn ticks(&self, ns: f64) -> u64 {
-        (ns / (1e9 / self.params.sim.clk_tck.max(1) as f64)) as u64
+        (ns / (1e9 / self.world.params.sim.clk_tck.max(1) as f64)) as u64
     }
 
     /// The raw sample of the current state.
     pub fn build_sample(&self, req: SampleRequest) -> Sample {
-        let cpu_ids: Vec<u32> = self.m.cpus.iter().map(|c| c.id).collect();
+        let cpu_ids: Vec<u32> = self.world.m.cpus.iter().map(|c| c.id).collect();
         let cpus = self
+            .world
             .cpu
             .iter()
-            .zip(&self.m.cpus)
+            .zip(&self.world.m.cpus)
             .map(|(st, info)| CpuTimes {
                 cpu: info.id,
                 user: self.ticks(st.user_ns),
@@ -41,26 +42,29 @@ impl SimHost {
             })
             .collect();
         let mut procs = Vec::new();
-        for p in &self.procs {
+        for p in &self.world.procs {
             if !p.started || p.exited {
                 continue;
             }
-            let t0 = &self.tasks[p.threads[0]];
+            let t0 = &self.world.tasks[p.threads[0]];
             let (ut, st) = p.threads.iter().fold((0.0, 0.0), |(u, s), &t| {
-                (u + self.tasks[t].utime_ns, s + self.tasks[t].stime_ns)
+                (
+                    u + self.world.tasks[t].utime_ns,
+                    s + self.world.tasks[t].stime_ns,
+                )
             });
             let threads = if req.threads {
                 p.threads
                     .iter()
                     .map(|&t| {
-                        let t = &self.tasks[t];
+                        let t = &self.world.tasks[t];
                         ThreadSample {
                             tid: t.tid,
                             comm: p.comm.as_str().into(),
                             state: if t.runnable { 'R' } else { 'S' },
                             utime_ticks: self.ticks(t.utime_ns),
                             stime_ticks: self.ticks(t.stime_ns),
-                            last_cpu: t.placed.then(|| self.m.cpus[t.cpu].id),
+                            last_cpu: t.placed.then(|| self.world.m.cpus[t.cpu].id),
                             allowed: t.allowed.clone(),
                             cpu_ns: None,
                         }
@@ -78,7 +82,7 @@ impl SimHost {
                 p.mem_bytes
                     .iter()
                     .enumerate()
-                    .map(|(n, b)| (self.m.node_ids[n], (b / SIM_PAGE_BYTES as f64) as u64))
+                    .map(|(n, b)| (self.world.m.node_ids[n], (b / SIM_PAGE_BYTES as f64) as u64))
                     .collect()
             } else {
                 BTreeMap::new()
@@ -87,7 +91,7 @@ impl SimHost {
                 pid: p.pid,
                 start_time_ticks: p.start_ticks,
                 comm: p.comm.as_str().into(),
-                state: if p.threads.iter().any(|&t| self.tasks[t].runnable) {
+                state: if p.threads.iter().any(|&t| self.world.tasks[t].runnable) {
                     'R'
                 } else {
                     'S'
@@ -96,25 +100,29 @@ impl SimHost {
                 uid: Some(1000),
                 utime_ticks: self.ticks(ut),
                 stime_ticks: self.ticks(st),
-                last_cpu: t0.placed.then(|| self.m.cpus[t0.cpu].id),
+                last_cpu: t0.placed.then(|| self.world.m.cpus[t0.cpu].id),
                 allowed: t0.allowed.clone(),
-                cgroup: format!("/placer-sim/{}", self.specs[p.spec].name.replace("{i}", ""))
-                    .into(),
+                cgroup: format!(
+                    "/placer-sim/{}",
+                    self.world.specs[p.spec].name.replace("{i}", "")
+                )
+                .into(),
                 num_threads: p.threads.len() as u32,
                 kernel_thread: false,
                 threads,
                 socket_inodes: p
                     .flow
-                    .map(|f| vec![self.flows[f].inode])
+                    .map(|f| vec![self.world.flows[f].inode])
                     .unwrap_or_default(),
                 counters,
                 numa_pages,
             });
         }
         let sockets = self
+            .world
             .flows
             .iter()
-            .filter(|f| self.procs[f.proc].started && !self.procs[f.proc].exited)
+            .filter(|f| self.world.procs[f.proc].started && !self.world.procs[f.proc].exited)
             .map(|f| SocketSample {
                 inode: f.inode,
                 local: f.local,
@@ -138,7 +146,7 @@ impl SimHost {
             })
             .collect();
         let mut irqs = Vec::new();
-        for nic in &self.topo.nics {
+        for nic in &self.world.topo.nics {
             for q in &nic.queues {
                 let Some(irq) = q.irq else { continue };
                 irqs.push(IrqSample {
@@ -151,15 +159,15 @@ impl SimHost {
         }
         // Per-queue interrupt counts live in the flows' receive CPUs' totals; attribute
         // each CPU's count to the queues whose IRQ points there.
-        for (c, st) in self.cpu.iter().enumerate() {
-            let id = self.m.cpus[c].id;
+        for (c, st) in self.world.cpu.iter().enumerate() {
+            let id = self.world.m.cpus[c].id;
             let owners: Vec<usize> = irqs
                 .iter()
                 .enumerate()
                 .filter(|(_, i)| {
                     self.queue_of_irq(i.irq.parse().unwrap_or(u32::MAX))
                         .is_some_and(|(n, q)| {
-                            self.topo.nics[n].queues[q].irq_cpus.first() == Some(id)
+                            self.world.topo.nics[n].queues[q].irq_cpus.first() == Some(id)
                         })
                 })
                 .map(|(k, _)| k)
@@ -173,9 +181,10 @@ impl SimHost {
             }
         }
         let softirqs = self
+            .world
             .cpu
             .iter()
-            .zip(&self.m.cpus)
+            .zip(&self.world.m.cpus)
             .map(|(st, info)| SoftirqCounts {
                 cpu: info.id,
                 net_rx: st.net_rx as u64,
@@ -184,7 +193,7 @@ impl SimHost {
             .collect();
         let mut energy = vec![EnergyCounter {
             domain: "sim:node".into(),
-            energy_uj: (self.energy_j * 1e6) as u64,
+            energy_uj: (self.world.energy_j * 1e6) as u64,
             max_range_uj: None,
         }];
         energy.truncate(1);
@@ -192,6 +201,7 @@ impl SimHost {
         let mut cpu_freqs = Vec::new();
         if req.nics {
             nics = self
+                .world
                 .topo
                 .nics
                 .iter()
@@ -201,7 +211,7 @@ impl SimHost {
                         name: nic.name.clone(),
                         ..Default::default()
                     };
-                    for f in self.flows.iter().filter(|f| f.nic == n) {
+                    for f in self.world.flows.iter().filter(|f| f.nic == n) {
                         if f.rx {
                             c.rx_bytes += f.bytes as u64;
                             c.rx_packets += f.segs as u64;
@@ -213,11 +223,12 @@ impl SimHost {
                     c
                 })
                 .collect();
-            if !self.topo.freq_domains.is_empty() {
+            if !self.world.topo.freq_domains.is_empty() {
                 cpu_freqs = self
+                    .world
                     .cpu
                     .iter()
-                    .zip(&self.m.cpus)
+                    .zip(&self.world.m.cpus)
                     .map(|(st, info)| placer_core::sample::CpuFreq {
                         cpu: info.id,
                         khz: st.khz,
@@ -226,8 +237,8 @@ impl SimHost {
             }
         }
         Sample {
-            time_ns: self.time_ns,
-            clk_tck: self.params.sim.clk_tck,
+            time_ns: self.world.time_ns,
+            clk_tck: self.world.params.sim.clk_tck,
             cpus,
             procs,
             sockets,
@@ -246,13 +257,13 @@ impl SimHost {
     pub(crate) fn counters_of(&self, p: &Proc) -> Vec<CounterValue> {
         let (mut ins, mut cyc, mut bytes) = (0.0, 0.0, 0.0);
         for &t in &p.threads {
-            ins += self.tasks[t].instructions;
-            cyc += self.tasks[t].cycles;
-            bytes += self.tasks[t].mem_bytes;
+            ins += self.world.tasks[t].instructions;
+            cyc += self.world.tasks[t].cycles;
+            bytes += self.world.tasks[t].mem_bytes;
         }
         let a = &p.class;
         let refs = ins / 1000.0 * a.llc_refs_per_kinstr;
-        let enabled = (self.time_ns - p.run_started_ns.min(self.time_ns)).max(1);
+        let enabled = (self.world.time_ns - p.run_started_ns.min(self.world.time_ns)).max(1);
         let mk = |event: CounterEvent, v: f64| CounterValue {
             event,
             value: v as u64,
@@ -265,7 +276,7 @@ impl SimHost {
             mk(CounterEvent::LlcReferences, refs),
             mk(
                 CounterEvent::LlcMisses,
-                refs * (machine::mem_fraction(&self.params, a)).max(0.05),
+                refs * (machine::mem_fraction(&self.world.params, a)).max(0.05),
             ),
             mk(
                 CounterEvent::Raw {

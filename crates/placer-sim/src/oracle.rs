@@ -16,7 +16,6 @@ use crate::scenario::{
     bigger_is_better, headline, metrics_of, Objective, OracleSpec, PolicyResult, Scenario, Variant,
 };
 use crate::workload::Kind;
-use placer_core::CpuSet;
 
 pub const MAX_TASKS: usize = 8;
 pub const MAX_CPUS: usize = 8;
@@ -122,8 +121,8 @@ pub fn search(sc: &Scenario, variant: Option<&Variant>, spec: &OracleSpec) -> Or
             return res;
         }
     };
-    let ncpu = proto.m.cpus.len();
-    let ntask = proto.tasks.len();
+    let ncpu = proto.machine().cpus.len();
+    let ntask = proto.tasks().len();
     if ntask > MAX_TASKS || ncpu > MAX_CPUS {
         res.skipped = Some(format!(
             "{ntask} threads on {ncpu} CPUs is beyond the oracle's {MAX_TASKS} threads on {MAX_CPUS} CPUs"
@@ -132,9 +131,9 @@ pub fn search(sc: &Scenario, variant: Option<&Variant>, spec: &OracleSpec) -> Or
     }
     // Groups of interchangeable threads.
     let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
-    for (ti, t) in proto.tasks.iter().enumerate() {
-        let p = &proto.procs[t.proc];
-        let s = &proto.specs[p.spec];
+    for (ti, t) in proto.tasks().iter().enumerate() {
+        let p = &proto.procs()[t.proc];
+        let s = &proto.specs()[p.spec];
         let role = p.threads.iter().position(|&x| x == ti).unwrap_or(0);
         let key = if p.threads.len() == 1 {
             let rxc = p
@@ -183,10 +182,10 @@ pub fn search(sc: &Scenario, variant: Option<&Variant>, spec: &OracleSpec) -> Or
         for (gi, (_, g)) in groups.iter().enumerate() {
             for (k, &ti) in g.iter().enumerate() {
                 let c = choices[gi][idx[gi]][k];
-                let id = host.m.cpus[c].id;
-                host.tasks[ti].allowed = CpuSet::single(id);
-                let p = &host.procs[host.tasks[ti].proc];
-                placement.push((p.comm.clone(), host.tasks[ti].tid, id));
+                let id = host.machine().cpus[c].id;
+                host.pin_task(ti, id);
+                let p = &host.procs()[host.tasks()[ti].proc];
+                placement.push((p.comm.clone(), host.tasks()[ti].tid, id));
             }
         }
         if warm_ns > 0 {

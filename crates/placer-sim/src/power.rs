@@ -15,8 +15,8 @@ use crate::world::SimHost;
 /// available frequency >= headroom * util * f_max, util being the domain's busiest CPU's
 /// frequency-invariant average).
 pub fn governors(h: &mut SimHost) {
-    for (d, dom) in h.topo.freq_domains.iter().enumerate() {
-        let st = &h.domains[d];
+    for (d, dom) in h.world.topo.freq_domains.iter().enumerate() {
+        let st = &h.world.domains[d];
         let (lo, hi) = (
             st.scaling_min_khz,
             st.scaling_max_khz.max(st.scaling_min_khz),
@@ -37,26 +37,26 @@ pub fn governors(h: &mut SimHost) {
                 let mut util: f64 = 0.0;
                 let mut fmax = 0u64;
                 for id in dom.cpus.iter() {
-                    if let Some(c) = h.m.idx(id) {
-                        util = util.max(h.cpu[c].util_avg);
-                        fmax = fmax.max(h.m.cpus[c].max_khz);
+                    if let Some(c) = h.world.m.idx(id) {
+                        util = util.max(h.world.cpu[c].util_avg);
+                        fmax = fmax.max(h.world.m.cpus[c].max_khz);
                     }
                 }
-                let target = h.params.sched.schedutil_headroom * util * fmax as f64;
+                let target = h.world.params.sched.schedutil_headroom * util * fmax as f64;
                 clamp_avail(target.ceil() as u64)
             }
         };
-        h.domains[d].khz = khz;
+        h.world.domains[d].khz = khz;
     }
 }
 
 /// Whole-node power now, W.
 pub fn node_power_w(h: &SimHost) -> f64 {
-    let pw = &h.params.power;
+    let pw = &h.world.params.power;
     let mut p = pw.node_idle_w;
-    let mut pkg_active = vec![0.0f64; h.m.n_packages];
-    for (c, info) in h.m.cpus.iter().enumerate() {
-        let u = (h.cpu[c].busy + h.cpu[c].softirq).min(1.0);
+    let mut pkg_active = vec![0.0f64; h.world.m.n_packages];
+    for (c, info) in h.world.m.cpus.iter().enumerate() {
+        let u = (h.world.cpu[c].busy + h.world.cpu[c].softirq).min(1.0);
         pkg_active[info.package] = pkg_active[info.package].max(u);
         // Count each core once, at its lowest-index thread.
         if info.siblings.iter().any(|&s| s < c) {
@@ -65,7 +65,7 @@ pub fn node_power_w(h: &SimHost) -> f64 {
         let mut hi = u;
         let mut second = 0.0f64;
         for &s in &info.siblings {
-            let us = (h.cpu[s].busy + h.cpu[s].softirq).min(1.0);
+            let us = (h.world.cpu[s].busy + h.world.cpu[s].softirq).min(1.0);
             second = second.max(us.min(hi));
             hi = hi.max(us);
         }
@@ -74,7 +74,7 @@ pub fn node_power_w(h: &SimHost) -> f64 {
         } else {
             (pw.big_core_w, &pw.big_opp)
         };
-        p += core_power_w(w, opp, h.cpu[c].khz, info.max_khz) * hi;
+        p += core_power_w(w, opp, h.world.cpu[c].khz, info.max_khz) * hi;
         p += pw.smt_sibling_w * second;
     }
     p + pw.package_w * pkg_active.iter().sum::<f64>() + cluster_static_w(h)
@@ -83,22 +83,23 @@ pub fn node_power_w(h: &SimHost) -> f64 {
 /// Static power of the frequency domains now: `V(f) * cluster_leak_a` per domain, times
 /// its busiest CPU's busy fraction (an idle cluster is power-gated).
 pub fn cluster_static_w(h: &SimHost) -> f64 {
-    let pw = &h.params.power;
+    let pw = &h.world.params.power;
     if pw.cluster_leak_a <= 0.0 {
         return 0.0;
     }
     let mut w = 0.0;
-    for (d, dom) in h.topo.freq_domains.iter().enumerate() {
+    for (d, dom) in h.world.topo.freq_domains.iter().enumerate() {
         let mut active = 0.0f64;
         let mut little = false;
         for id in dom.cpus.iter() {
-            if let Some(c) = h.m.idx(id) {
-                active = active.max((h.cpu[c].busy + h.cpu[c].softirq).min(1.0));
-                little |= h.m.cpus[c].little;
+            if let Some(c) = h.world.m.idx(id) {
+                active = active.max((h.world.cpu[c].busy + h.world.cpu[c].softirq).min(1.0));
+                little |= h.world.m.cpus[c].little;
             }
         }
         let opp = if little { &pw.little_opp } else { &pw.big_opp };
-        let v = crate::machine::volts_at(opp, h.domains[d].khz as f64 / 1000.0).unwrap_or(1.0);
+        let v =
+            crate::machine::volts_at(opp, h.world.domains[d].khz as f64 / 1000.0).unwrap_or(1.0);
         w += pw.cluster_leak_a * v * active;
     }
     w

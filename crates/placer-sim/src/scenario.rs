@@ -668,20 +668,20 @@ pub fn run_one(
         end_ns.max(1)
     };
     cycle(&mut host, &mut engine);
-    while host.time_ns < end_ns {
-        let mut next = (host.time_ns / step + 1) * step;
+    while host.time_ns() < end_ns {
+        let mut next = (host.time_ns() / step + 1) * step;
         if !window_open && warm_ns < next {
             next = warm_ns;
         }
         host.run_until(next.min(end_ns), sc.stop_when_done);
-        if !window_open && host.time_ns >= warm_ns {
+        if !window_open && host.time_ns() >= warm_ns {
             host.open_window();
             window_open = true;
         }
         if sc.stop_when_done && host.all_done() {
             break;
         }
-        if host.time_ns % step == 0 {
+        if host.time_ns() % step == 0 {
             cycle(&mut host, &mut engine);
         }
     }
@@ -693,7 +693,7 @@ pub fn run_one(
             ..metrics_of(&host, actions)
         },
         procs: host
-            .procs
+            .procs()
             .iter()
             .map(|p| ProcResult {
                 qos_satisfaction: qos_satisfaction_of(&host, p),
@@ -703,16 +703,11 @@ pub fn run_one(
     })
 }
 
-/// The measurement window, seconds.
-fn window_s_of(host: &SimHost) -> f64 {
-    ((host.time_ns - host.window.start_ns) as f64 / 1e9).max(1e-9)
-}
-
 /// min(achieved / target, 1) of one process over the measurement window, if its workload
 /// declares a QoS target: bytes/s received (rx) or sent (tx), work rate (cpu).
 pub fn qos_satisfaction_of(host: &SimHost, p: &Proc) -> Option<f64> {
-    let target = host.specs.get(p.spec)?.qos_target()?;
-    let window_s = window_s_of(host);
+    let target = host.specs().get(p.spec)?.qos_target()?;
+    let window_s = host.window_s();
     let achieved = match p.kind {
         Kind::Rx => p.result.rx_bytes / window_s,
         Kind::Tx => p.result.tx_bytes / window_s,
@@ -724,19 +719,19 @@ pub fn qos_satisfaction_of(host: &SimHost, p: &Proc) -> Option<f64> {
 
 /// Metrics of a finished run.
 pub fn metrics_of(host: &SimHost, actions: u64) -> Metrics {
-    let window_s = window_s_of(host);
+    let window_s = host.window_s();
     let sats: Vec<f64> = host
-        .procs
+        .procs()
         .iter()
         .filter_map(|p| qos_satisfaction_of(host, p))
         .collect();
     let (mut rx, mut tx, mut work) = (0.0, 0.0, 0.0);
     let (mut completions, mut jobs, mut misses) = (Vec::new(), 0, 0);
     let mut has_net = false;
-    for p in &host.procs {
+    for p in host.procs() {
         rx += p.result.rx_bytes;
         // A loopback sender's bytes are its receiver's: counted once.
-        if p.flow.is_none_or(|f| host.flows[f].peer.is_none()) {
+        if p.flow.is_none_or(|f| host.flows()[f].peer.is_none()) {
             tx += p.result.tx_bytes;
         }
         work += p.result.work_done_s;
@@ -749,14 +744,14 @@ pub fn metrics_of(host: &SimHost, actions: u64) -> Metrics {
             Kind::Rx | Kind::Tx => has_net = true,
         }
     }
-    let n = host.m.cpus.len() as f64;
-    let busy_cpus = host.window.busy_ns / 1e9 / window_s;
-    let power_w = host.window.energy_j / window_s;
+    let n = host.machine().cpus.len() as f64;
+    let busy_cpus = host.window().busy_ns / 1e9 / window_s;
+    let power_w = host.window().energy_j / window_s;
     let net_gbps = (rx + tx) * 8.0 / window_s / 1e9;
     let work_rate = work / window_s;
     let perf = if has_net { net_gbps } else { work_rate };
     let qos_satisfaction = (!sats.is_empty()).then(|| sats.iter().sum::<f64>() / sats.len() as f64);
-    let dyn_w = power_w - host.params.power.node_idle_w;
+    let dyn_w = power_w - host.params().power.node_idle_w;
     Metrics {
         window_s,
         net_gbps,
@@ -770,7 +765,7 @@ pub fn metrics_of(host: &SimHost, actions: u64) -> Metrics {
         jobs_done: completions.len() as u64,
         cpu_util_pct: busy_cpus / n * 100.0,
         cpu_busy_cpus: busy_cpus,
-        energy_j: host.window.energy_j,
+        energy_j: host.window().energy_j,
         power_w,
         perf_per_watt: if power_w > 0.0 { perf / power_w } else { 0.0 },
         qos_satisfaction,

@@ -16,18 +16,18 @@ const BW_RELAXATION: f64 = 0.1;
 
 impl SimHost {
     pub fn time_s(&self) -> f64 {
-        self.time_ns as f64 / 1e9
+        self.world.time_ns as f64 / 1e9
     }
 
     /// Opens the measurement window now: throughput, utilisation and energy are counted
     /// from here.
     pub fn open_window(&mut self) {
-        self.window = Window {
-            start_ns: self.time_ns,
+        self.world.window = Window {
+            start_ns: self.world.time_ns,
             busy_ns: 0.0,
             energy_j: 0.0,
         };
-        for p in &mut self.procs {
+        for p in &mut self.world.procs {
             p.result.work_done_s = 0.0;
             p.result.rx_bytes = 0.0;
             p.result.tx_bytes = 0.0;
@@ -36,12 +36,18 @@ impl SimHost {
         }
     }
 
+    /// How long the measurement window has been open, s (at least 1 ns, so rates over it
+    /// stay finite).
+    pub fn window_s(&self) -> f64 {
+        ((self.world.time_ns - self.world.window.start_ns) as f64 / 1e9).max(1e-9)
+    }
+
     /// Whether every finite job (a `cpu` workload with `work_s` and no `repeat`) has
     /// finished; false when there is none.
     pub fn all_done(&self) -> bool {
         let mut any = false;
-        for p in &self.procs {
-            let s = &self.specs[p.spec];
+        for p in &self.world.procs {
+            let s = &self.world.specs[p.spec];
             if s.kind == Kind::Cpu && s.work_s.is_some() && !s.repeat {
                 any = true;
                 if !p.exited {
@@ -54,7 +60,7 @@ impl SimHost {
 
     /// Runs until `until_ns` (or until every job finished, when `stop_when_done`).
     pub fn run_until(&mut self, until_ns: u64, stop_when_done: bool) {
-        while self.time_ns < until_ns {
+        while self.world.time_ns < until_ns {
             self.tick();
             if stop_when_done && self.all_done() {
                 break;
@@ -63,7 +69,7 @@ impl SimHost {
     }
 
     pub(crate) fn start_proc(&mut self, pi: usize) {
-        let s = &self.specs[self.procs[pi].spec];
+        let s = &self.world.specs[self.world.procs[pi].spec];
         let (kind, work, serial, threads, rt_work) = (
             s.kind,
             s.work_s,
@@ -71,21 +77,21 @@ impl SimHost {
             s.threads.max(1),
             s.work_ms / 1000.0,
         );
-        let p = &mut self.procs[pi];
+        let p = &mut self.world.procs[pi];
         p.started = true;
-        p.run_started_ns = self.time_ns;
+        p.run_started_ns = self.world.time_ns;
         match kind {
             Kind::Cpu => {
                 let w = work.unwrap_or(f64::INFINITY);
                 if serial > 0.0 {
                     p.serial_left = w * serial;
                     for (k, &t) in p.threads.iter().enumerate() {
-                        self.tasks[t].left = if k == 0 { w * serial } else { 0.0 };
+                        self.world.tasks[t].left = if k == 0 { w * serial } else { 0.0 };
                     }
                 } else {
                     p.serial_left = 0.0;
                     for &t in &p.threads {
-                        self.tasks[t].left = w / threads as f64;
+                        self.world.tasks[t].left = w / threads as f64;
                     }
                 }
             }
@@ -98,59 +104,59 @@ impl SimHost {
 
     /// Step 1: starts, periodic releases and deadlines, runnable flags.
     pub(crate) fn lifecycle(&mut self) {
-        let now = self.time_ns;
-        for pi in 0..self.procs.len() {
-            if self.procs[pi].exited {
+        let now = self.world.time_ns;
+        for pi in 0..self.world.procs.len() {
+            if self.world.procs[pi].exited {
                 continue;
             }
-            if !self.procs[pi].started {
-                if self.procs[pi].start_ns > now {
+            if !self.world.procs[pi].started {
+                if self.world.procs[pi].start_ns > now {
                     continue;
                 }
                 self.start_proc(pi);
             }
-            let spec = &self.specs[self.procs[pi].spec];
+            let spec = &self.world.specs[self.world.procs[pi].spec];
             match spec.kind {
                 Kind::Periodic => {
                     let period_ns = (spec.period_ms * 1e6) as u64;
                     let deadline_ns = (spec.deadline_ms.unwrap_or(spec.period_ms) * 1e6) as u64;
                     let work = spec.work_ms / 1000.0;
-                    let t = self.procs[pi].threads[0];
-                    let p = &mut self.procs[pi];
-                    if self.tasks[t].left > 0.0 && now >= p.deadline_ns && p.deadline_ns > 0 {
+                    let t = self.world.procs[pi].threads[0];
+                    let p = &mut self.world.procs[pi];
+                    if self.world.tasks[t].left > 0.0 && now >= p.deadline_ns && p.deadline_ns > 0 {
                         // Missed: the rest of the job is dropped. Counted in the window
                         // when the job was released in it.
-                        if p.deadline_ns - deadline_ns >= self.window.start_ns {
+                        if p.deadline_ns - deadline_ns >= self.world.window.start_ns {
                             p.result.deadline_misses += 1;
                         }
-                        self.tasks[t].left = 0.0;
+                        self.world.tasks[t].left = 0.0;
                     }
                     if now >= p.next_release_ns {
-                        if now >= self.window.start_ns {
+                        if now >= self.world.window.start_ns {
                             p.result.jobs += 1;
                         }
                         p.deadline_ns = now + deadline_ns;
                         p.next_release_ns += period_ns.max(1);
                         p.run_started_ns = now;
-                        self.tasks[t].left = work;
+                        self.world.tasks[t].left = work;
                     }
-                    self.tasks[t].runnable = self.tasks[t].left > 0.0;
+                    self.world.tasks[t].runnable = self.world.tasks[t].left > 0.0;
                 }
                 Kind::Cpu => {
-                    for &t in &self.procs[pi].threads {
-                        self.tasks[t].runnable = self.tasks[t].left > 0.0;
+                    for &t in &self.world.procs[pi].threads {
+                        self.world.tasks[t].runnable = self.world.tasks[t].left > 0.0;
                     }
                 }
                 Kind::Rx => {
                     // Blocked in recv() while its socket is empty; data arriving (last
                     // tick's, as the softirq goes on) wakes it, and a wake-up is placed
                     // anew by the scheduler.
-                    let t = self.procs[pi].threads[0];
-                    self.tasks[t].runnable = match self.procs[pi].flow {
+                    let t = self.world.procs[pi].threads[0];
+                    self.world.tasks[t].runnable = match self.world.procs[pi].flow {
                         Some(f) => {
-                            let fl = &self.flows[f];
+                            let fl = &self.world.flows[f];
                             if fl.reader_slept {
-                                self.tasks[t].was_runnable = false;
+                                self.world.tasks[t].was_runnable = false;
                             }
                             !fl.reader_slept || fl.offered > 0.0
                         }
@@ -158,8 +164,8 @@ impl SimHost {
                     };
                 }
                 Kind::Tx => {
-                    let t = self.procs[pi].threads[0];
-                    self.tasks[t].runnable = true;
+                    let t = self.world.procs[pi].threads[0];
+                    self.world.tasks[t].runnable = true;
                 }
             }
         }
@@ -167,70 +173,70 @@ impl SimHost {
 
     /// Advances one tick.
     pub fn tick(&mut self) {
-        let dt = self.tick_ns as f64 * 1e-9;
+        let dt = self.world.tick_ns as f64 * 1e-9;
         self.lifecycle();
         crate::baselines::schedule(self);
         crate::power::governors(self);
         // Tasks per CPU.
-        for v in &mut self.by_cpu {
+        for v in &mut self.scratch.by_cpu {
             v.clear();
         }
-        for (i, t) in self.tasks.iter().enumerate() {
+        for (i, t) in self.world.tasks.iter().enumerate() {
             if t.runnable && t.placed {
-                self.by_cpu[t.cpu].push(i);
+                self.scratch.by_cpu[t.cpu].push(i);
             }
         }
-        for (c, st) in self.cpu.iter_mut().enumerate() {
-            st.khz = match self.m.cpus[c].freq_domain {
-                Some(d) => self.domains[d].khz,
-                None => self.m.cpus[c].max_khz,
+        for (c, st) in self.world.cpu.iter_mut().enumerate() {
+            st.khz = match self.world.m.cpus[c].freq_domain {
+                Some(d) => self.world.domains[d].khz,
+                None => self.world.m.cpus[c].max_khz,
             };
         }
         // Step 4: network softirq.
         crate::network::softirq(self, dt);
         // Step 6 inputs: contention from the previous tick.
-        self.llc_pressure.iter_mut().for_each(|x| *x = 0.0);
-        for (c, st) in self.cpu.iter().enumerate() {
-            self.llc_pressure[self.m.cpus[c].llc] += st.pressure;
+        self.scratch.llc_pressure.iter_mut().for_each(|x| *x = 0.0);
+        for (c, st) in self.world.cpu.iter().enumerate() {
+            self.scratch.llc_pressure[self.world.m.cpus[c].llc] += st.pressure;
         }
-        let ntasks = self.tasks.len();
-        self.speed.resize(ntasks, 0.0);
-        self.want.resize(ntasks, 0.0);
-        let node_bw_cap = self.params.contention.node_bw_gbps.max(1e-9);
+        let ntasks = self.world.tasks.len();
+        self.scratch.speed.resize(ntasks, 0.0);
+        self.world.want.resize(ntasks, 0.0);
+        let node_bw_cap = self.world.params.contention.node_bw_gbps.max(1e-9);
         for ti in 0..ntasks {
-            let t = &self.tasks[ti];
+            let t = &self.world.tasks[ti];
             if !(t.runnable && t.placed) {
-                self.want[ti] = 0.0;
+                self.world.want[ti] = 0.0;
                 continue;
             }
             let c = t.cpu;
-            let p = &self.procs[t.proc];
+            let p = &self.world.procs[t.proc];
             let a = &p.class;
-            let info = &self.m.cpus[c];
-            let st = &self.cpu[c];
-            let base = machine::base_speed(&self.params, info, a, st.khz);
+            let info = &self.world.m.cpus[c];
+            let st = &self.world.cpu[c];
+            let base = machine::base_speed(&self.world.params, info, a, st.khz);
             let (mut sib_busy, mut sib_gain) = (0.0, 0.0);
             for &s in &info.siblings {
-                sib_busy += self.cpu[s].busy;
-                sib_gain += self.cpu[s].gain;
+                sib_busy += self.world.cpu[s].busy;
+                sib_gain += self.world.cpu[s].gain;
             }
             let smt = if sib_busy > 0.0 {
-                let g = (a.smt_gain + sib_gain / sib_busy) / 2.0 * self.params.smt.gain_scale;
+                let g = (a.smt_gain + sib_gain / sib_busy) / 2.0 * self.world.params.smt.gain_scale;
                 machine::smt_factor(sib_busy.min(1.0), g)
             } else {
                 1.0
             };
             let sum_p = machine::llc_share_pressure(
-                &self.params,
-                (self.llc_pressure[info.llc] - st.pressure).max(0.0),
-                self.m.llc_bytes.get(info.llc).copied().unwrap_or(0.0),
+                &self.world.params,
+                (self.scratch.llc_pressure[info.llc] - st.pressure).max(0.0),
+                self.world.m.llc_bytes.get(info.llc).copied().unwrap_or(0.0),
             );
-            let llc = machine::llc_slowdown(&self.params, a, sum_p);
-            let mf = machine::mem_fraction(&self.params, a);
+            let llc = machine::llc_slowdown(&self.world.params, a, sum_p);
+            let mf = machine::mem_fraction(&self.world.params, a);
             let mut mem = 1.0;
             if mf > 0.0 {
                 let total: f64 = p.mem_bytes.iter().sum();
-                let here = self.m.node_pos(info.node);
+                let here = self.world.m.node_pos(info.node);
                 if total > 0.0 {
                     let mut extra = 0.0;
                     for (n, &b) in p.mem_bytes.iter().enumerate() {
@@ -238,87 +244,89 @@ impl SimHost {
                             continue;
                         }
                         let frac = b / total;
-                        let ratio = self.params.numa_ratio(self.m.distance[here][n]);
-                        let lat =
-                            machine::loaded_latency(&self.params, self.node_bw[n] / node_bw_cap);
+                        let ratio = self.world.params.numa_ratio(self.world.m.distance[here][n]);
+                        let lat = machine::loaded_latency(
+                            &self.world.params,
+                            self.world.node_bw[n] / node_bw_cap,
+                        );
                         extra += frac * (ratio * lat - 1.0);
                     }
                     mem = 1.0 + mf * extra;
                 }
             }
-            self.speed[ti] = base * smt / (llc * mem);
+            self.scratch.speed[ti] = base * smt / (llc * mem);
         }
         // Step 5: wants and shares, per CPU.
         let cap_s = dt; // CPU-seconds available per tick on one CPU
-        for c in 0..self.m.cpus.len() {
-            let avail = (1.0 - self.cpu[c].softirq).max(0.0);
-            let khz = self.cpu[c].khz as f64;
+        for c in 0..self.world.m.cpus.len() {
+            let avail = (1.0 - self.world.cpu[c].softirq).max(0.0);
+            let khz = self.world.cpu[c].khz as f64;
             let cycles = khz * 1e3 * dt;
             // Wants.
-            for k in 0..self.by_cpu[c].len() {
-                let ti = self.by_cpu[c][k];
+            for k in 0..self.scratch.by_cpu[c].len() {
+                let ti = self.scratch.by_cpu[c][k];
                 let w = crate::network::task_want(self, ti, c, cycles, cap_s);
-                self.want[ti] = w;
+                self.world.want[ti] = w;
             }
             // Real-time tasks first, then max-min fair share.
             let mut left = avail;
-            let list = std::mem::take(&mut self.by_cpu[c]);
+            let list = std::mem::take(&mut self.scratch.by_cpu[c]);
             for &ti in &list {
-                if self.tasks[ti].rt {
-                    let g = self.want[ti].min(left);
-                    self.tasks[ti].share = g;
+                if self.world.tasks[ti].rt {
+                    let g = self.world.want[ti].min(left);
+                    self.world.tasks[ti].share = g;
                     left -= g;
                 }
             }
             let mut normal: Vec<usize> = list
                 .iter()
                 .copied()
-                .filter(|&t| !self.tasks[t].rt)
+                .filter(|&t| !self.world.tasks[t].rt)
                 .collect();
-            normal.sort_by(|&a, &b| self.want[a].total_cmp(&self.want[b]));
+            normal.sort_by(|&a, &b| self.world.want[a].total_cmp(&self.world.want[b]));
             let mut remaining = normal.len();
             for &ti in &normal {
                 let fair = left / remaining as f64;
-                let g = self.want[ti].min(fair);
-                self.tasks[ti].share = g;
+                let g = self.world.want[ti].min(fair);
+                self.world.tasks[ti].share = g;
                 left -= g;
                 remaining -= 1;
             }
-            self.by_cpu[c] = list;
+            self.scratch.by_cpu[c] = list;
         }
         // Step 6: progress and accounting.
-        let tick = self.tick_ns as f64;
-        let in_window = self.time_ns >= self.window.start_ns;
-        self.node_bw_moved.iter_mut().for_each(|x| *x = 0.0);
-        for c in 0..self.m.cpus.len() {
+        let tick = self.world.tick_ns as f64;
+        let in_window = self.world.time_ns >= self.world.window.start_ns;
+        self.scratch.node_bw_moved.iter_mut().for_each(|x| *x = 0.0);
+        for c in 0..self.world.m.cpus.len() {
             let (mut busy, mut press, mut gain, mut user, mut sys) = (0.0, 0.0, 0.0, 0.0, 0.0);
-            let list = std::mem::take(&mut self.by_cpu[c]);
-            let khz = self.cpu[c].khz as f64;
+            let list = std::mem::take(&mut self.scratch.by_cpu[c]);
+            let khz = self.world.cpu[c].khz as f64;
             for &ti in &list {
-                let share = self.tasks[ti].share;
+                let share = self.world.tasks[ti].share;
                 if share <= 0.0 {
                     continue;
                 }
                 let system = crate::network::progress(self, ti, c, share, dt, in_window);
-                let pi = self.tasks[ti].proc;
-                let p = &self.procs[pi];
+                let pi = self.world.tasks[ti].proc;
+                let p = &self.world.procs[pi];
                 let a = &p.class;
                 busy += share;
                 press += share * a.pressure;
                 gain += share * a.smt_gain;
                 // DRAM traffic as the counters count it, and the memory-controller load it
                 // puts on the nodes holding the process's pages (below).
-                let moved_gbps = share * a.bw_gbps * self.speed[ti].min(1.0);
+                let moved_gbps = share * a.bw_gbps * self.scratch.speed[ti].min(1.0);
                 let total: f64 = p.mem_bytes.iter().sum();
                 if total > 0.0 {
                     for (n, &b) in p.mem_bytes.iter().enumerate() {
-                        self.node_bw_moved[n] += moved_gbps * b / total;
+                        self.scratch.node_bw_moved[n] += moved_gbps * b / total;
                     }
                 }
-                let t = &mut self.tasks[ti];
+                let t = &mut self.world.tasks[ti];
                 t.cycles += share * dt * khz * 1e3;
                 t.mem_bytes += moved_gbps * dt * 1e9;
-                t.instructions += share * dt * khz * 1e3 * a.ipc * self.speed[ti].min(1.0);
+                t.instructions += share * dt * khz * 1e3 * a.ipc * self.scratch.speed[ti].min(1.0);
                 if system {
                     t.stime_ns += share * tick;
                     sys += share;
@@ -327,8 +335,8 @@ impl SimHost {
                     user += share;
                 }
             }
-            self.by_cpu[c] = list;
-            let st = &mut self.cpu[c];
+            self.scratch.by_cpu[c] = list;
+            let st = &mut self.world.cpu[c];
             let soft = st.softirq.min(1.0);
             let total_busy = (busy + soft).min(1.0);
             st.user_ns += user * tick;
@@ -339,7 +347,7 @@ impl SimHost {
             st.pressure = press;
             st.gain = gain;
             if in_window {
-                self.window.busy_ns += total_busy * tick;
+                self.world.window.busy_ns += total_busy * tick;
             }
         }
         crate::network::note_blocked_readers(self);
@@ -350,30 +358,36 @@ impl SimHost {
         // real queue settles within microseconds); it is reached by relaxing the load a
         // fixed fraction of the way each tick, which stays stable where the loaded-latency
         // curve is steep (see `BW_RELAXATION`).
-        for (load, &moved) in self.node_bw.iter_mut().zip(&self.node_bw_moved) {
+        for (load, &moved) in self
+            .world
+            .node_bw
+            .iter_mut()
+            .zip(&self.scratch.node_bw_moved)
+        {
             *load += BW_RELAXATION * (moved - *load);
         }
         // Averages (PELT-like) and per-task shares reset.
-        let decay = 0.5f64.powf(dt * 1000.0 / self.params.sched.util_halflife_ms.max(1e-3));
-        for t in &mut self.tasks {
-            let info = &self.m.cpus[t.cpu];
-            let scale = machine::capacity(&self.params, info) * self.cpu[t.cpu].khz as f64
+        let decay = 0.5f64.powf(dt * 1000.0 / self.world.params.sched.util_halflife_ms.max(1e-3));
+        for t in &mut self.world.tasks {
+            let info = &self.world.m.cpus[t.cpu];
+            let scale = machine::capacity(&self.world.params, info)
+                * self.world.cpu[t.cpu].khz as f64
                 / info.max_khz.max(1) as f64;
             t.util_avg = t.util_avg * decay + t.share * scale * (1.0 - decay);
             t.was_runnable = t.runnable;
             t.share = 0.0;
         }
-        for (c, st) in self.cpu.iter_mut().enumerate() {
-            let inv = st.khz as f64 / self.m.cpus[c].max_khz.max(1) as f64;
+        for (c, st) in self.world.cpu.iter_mut().enumerate() {
+            let inv = st.khz as f64 / self.world.m.cpus[c].max_khz.max(1) as f64;
             let u = ((st.busy + st.softirq).min(1.0)) * inv;
             st.util_avg = st.util_avg * decay + u * (1.0 - decay);
         }
         // Step 7: power and energy.
-        self.power_w = crate::power::node_power_w(self);
-        self.energy_j += self.power_w * dt;
+        self.world.power_w = crate::power::node_power_w(self);
+        self.world.energy_j += self.world.power_w * dt;
         if in_window {
-            self.window.energy_j += self.power_w * dt;
+            self.world.window.energy_j += self.world.power_w * dt;
         }
-        self.time_ns += self.tick_ns;
+        self.world.time_ns += self.world.tick_ns;
     }
 }

@@ -1,5 +1,6 @@
 //! The simulated machine's world state: its CPUs, tasks, processes, flows, DVFS domains and
-//! meters, as [`SimHost`] holds them. The models that move this state each tick
+//! meters, as [`SimHost`] holds them (its `World`), apart from the buffers a tick reuses
+//! (its `Scratch`). The models that move this state each tick
 //! (`baselines` for scheduling, `network` for receive processing, `power` for governors and
 //! energy) and the host that steps them (`host`: lifecycle, tick, actuate, observe) all
 //! depend on this module, and it on none of them.
@@ -152,33 +153,113 @@ pub struct Window {
 /// The simulated machines' base page size: `numa_pages` counts memory in these.
 pub const SIM_PAGE_BYTES: u64 = 4096;
 
+/// A simulated machine behind the [`Host`](placer_core::host::Host) interface: the world it
+/// models and the buffers one step reuses. Fields are private to the crate: the model modules
+/// (`baselines`, `network`, `power`) and the host's own files move the state; everything else
+/// reads it through `SimHost`'s methods.
 pub struct SimHost {
-    pub topo: Topology,
-    pub params: Params,
-    pub m: Machine,
-    pub baseline: Baseline,
-    pub rng: Rng,
-    pub time_ns: u64,
-    pub tick_ns: u64,
-    pub specs: Vec<WorkloadSpec>,
-    pub procs: Vec<Proc>,
-    pub tasks: Vec<Task>,
-    pub flows: Vec<Flow>,
-    pub cpu: Vec<CpuState>,
-    pub domains: Vec<DomainState>,
-    pub irq_orig: BTreeMap<u32, CpuSet>,
-    pub energy_j: f64,
+    pub(crate) world: World,
+    pub(crate) scratch: Scratch,
+}
+
+/// The simulated world: the machine and its model, what runs on it, and every value that
+/// carries from one tick to the next (time, averages, counters, meters, the random state).
+/// Everything a sample reports or a plan changes lives here.
+pub(crate) struct World {
+    pub(crate) topo: Topology,
+    pub(crate) params: Params,
+    pub(crate) m: Machine,
+    pub(crate) baseline: Baseline,
+    pub(crate) rng: Rng,
+    pub(crate) time_ns: u64,
+    pub(crate) tick_ns: u64,
+    pub(crate) specs: Vec<WorkloadSpec>,
+    pub(crate) procs: Vec<Proc>,
+    pub(crate) tasks: Vec<Task>,
+    pub(crate) flows: Vec<Flow>,
+    pub(crate) cpu: Vec<CpuState>,
+    pub(crate) domains: Vec<DomainState>,
+    /// Each IRQ's affinity before placer first moved it.
+    pub(crate) irq_orig: BTreeMap<u32, CpuSet>,
+    pub(crate) energy_j: f64,
     /// Current whole-node power, W.
-    pub power_w: f64,
-    pub window: Window,
+    pub(crate) power_w: f64,
+    pub(crate) window: Window,
     pub(crate) next_pid: u32,
     pub(crate) last_balance_ns: u64,
-    // Scratch buffers reused every tick (no allocation in the hot loop).
-    pub(crate) by_cpu: Vec<Vec<usize>>,
-    pub(crate) speed: Vec<f64>,
-    pub(crate) want: Vec<f64>,
-    pub(crate) softirq_cycles: Vec<f64>,
-    pub(crate) llc_pressure: Vec<f64>,
+    /// Memory-controller load per node position, GB/s, relaxed toward what the last tick
+    /// moved (the next tick's contention).
     pub(crate) node_bw: Vec<f64>,
+    /// Each task's wanted CPU share in the last tick; load balancing reads it as demand.
+    pub(crate) want: Vec<f64>,
+}
+
+/// Buffers a tick fills and reads again before it ends: kept between ticks only so that a
+/// step allocates nothing (they are resized or zeroed where they are filled, and no value
+/// in them is read in a later tick).
+pub(crate) struct Scratch {
+    /// Tasks on each CPU index this tick.
+    pub(crate) by_cpu: Vec<Vec<usize>>,
+    /// Each task's speed this tick (fraction of full speed, from its co-runners).
+    pub(crate) speed: Vec<f64>,
+    /// Softirq cycles each CPU index owes this tick.
+    pub(crate) softirq_cycles: Vec<f64>,
+    /// Summed busy-weighted pressure per LLC domain this tick.
+    pub(crate) llc_pressure: Vec<f64>,
+    /// Bandwidth moved per node position this tick, GB/s.
     pub(crate) node_bw_moved: Vec<f64>,
+}
+
+/// Read-only views of the world, for the scenario runner, the oracle and tests.
+impl SimHost {
+    /// Simulated time since creation, ns.
+    pub fn time_ns(&self) -> u64 {
+        self.world.time_ns
+    }
+
+    /// The modelled machine (its CPUs, LLC domains and nodes).
+    pub fn machine(&self) -> &Machine {
+        &self.world.m
+    }
+
+    /// The model parameters this host runs with.
+    pub fn params(&self) -> &Params {
+        &self.world.params
+    }
+
+    /// The workloads, indexed by `Proc::spec`.
+    pub fn specs(&self) -> &[WorkloadSpec] {
+        &self.world.specs
+    }
+
+    /// Every process, started or not, in creation order.
+    pub fn procs(&self) -> &[Proc] {
+        &self.world.procs
+    }
+
+    /// Every thread, indexed by `Proc::threads`.
+    pub fn tasks(&self) -> &[Task] {
+        &self.world.tasks
+    }
+
+    /// Every flow, indexed by `Proc::flow`.
+    pub fn flows(&self) -> &[Flow] {
+        &self.world.flows
+    }
+
+    /// Totals since the measurement window opened.
+    pub fn window(&self) -> &Window {
+        &self.world.window
+    }
+
+    /// Whole-node power in the last tick, W.
+    pub fn power_w(&self) -> f64 {
+        self.world.power_w
+    }
+
+    /// Restricts thread `ti` to the CPU with id `cpu_id`, as a placement under test would
+    /// (the oracle's exhaustive search).
+    pub(crate) fn pin_task(&mut self, ti: usize, cpu_id: u32) {
+        self.world.tasks[ti].allowed = CpuSet::single(cpu_id);
+    }
 }

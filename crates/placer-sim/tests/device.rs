@@ -45,7 +45,7 @@ fn a_loopback_sender_feeds_its_receiver_and_waits_for_its_window() {
     h.open_window();
     h.run_until(1_500_000_000, false);
     let m = scenario::metrics_of(&h, 0);
-    let by_name = |n: &str| h.procs.iter().find(|p| p.comm == n).unwrap();
+    let by_name = |n: &str| h.procs().iter().find(|p| p.comm == n).unwrap();
     let (send, recv) = (by_name("send0"), by_name("recv0"));
     let (sent, received) = (send.result.tx_bytes, recv.result.rx_bytes);
     assert!(received > 0.0, "nothing received");
@@ -58,12 +58,12 @@ fn a_loopback_sender_feeds_its_receiver_and_waits_for_its_window() {
     // The reader's copy (4 cycles/byte) is slower than the send (2 + 1000 per packet):
     // the reader runs flat out and the sender, waiting on the closed window, uses only
     // the CPU its bytes cost, not a whole CPU.
-    let hz = h.m.cpus[0].max_khz as f64 * 1e3;
+    let hz = h.machine().cpus[0].max_khz as f64 * 1e3;
     let cpu_s = |p: &placer_sim::world::Proc| {
-        let t = &h.tasks[p.threads[0]];
+        let t = &h.tasks()[p.threads[0]];
         (t.utime_ns + t.stime_ns) / 1e9
     };
-    let sent_all = h.flows[send.flow.unwrap()].bytes;
+    let sent_all = h.flows()[send.flow.unwrap()].bytes;
     let send_cost = sent_all * (2.0 + 1000.0 / 65483.0) / hz;
     let run_s = 1.5;
     assert!(

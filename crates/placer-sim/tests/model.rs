@@ -21,7 +21,7 @@ fn host(text: &str) -> SimHost {
 
 /// Completion time of the job(s) of process `name`.
 fn completion(h: &SimHost, name: &str) -> f64 {
-    let p = h.procs.iter().find(|p| p.comm == name).unwrap();
+    let p = h.procs().iter().find(|p| p.comm == name).unwrap();
     assert_eq!(
         p.result.completions_s.len(),
         1,
@@ -162,7 +162,7 @@ cpus = [4]
     h.open_window();
     h.run_until(5_000_000_000, true);
     let t = completion(&h, "job");
-    (t, h.window.energy_j / h.time_s())
+    (t, h.window().energy_j / h.time_s())
 }
 
 #[test]
@@ -294,7 +294,7 @@ start_s = 0.2
     let mut integral = 0.0;
     for _ in 0..1000 {
         h.tick();
-        integral += h.power_w * TICK_S;
+        integral += h.power_w() * TICK_S;
     }
     let s = h.build_sample(SampleRequest::default());
     let e = s.energy[0].energy_uj as f64 / 1e6;
@@ -530,8 +530,8 @@ work_ms = 1.0
         h.run_until(1_000_000_000, false);
         h.open_window();
         h.run_until(3_000_000_000, false);
-        let t = &h.tasks[0];
-        (h.m.cpus[t.cpu].little, metrics_of(&h, 0))
+        let t = &h.tasks()[0];
+        (h.machine().cpus[t.cpu].little, metrics_of(&h, 0))
     };
     let (little_eas, m_eas) = run(Baseline::Eas);
     let (little_cfs, m_cfs) = run(Baseline::LinuxDefault);
@@ -618,12 +618,12 @@ cpus = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]
 mem_node = 0
 "#,
     );
-    assert!((0..14).all(|c| h.m.cpus[c].node == h.m.node_ids[0]));
-    let streaming = h.params.archetypes["streaming"].clone();
-    let mf = machine::mem_fraction(&h.params, &streaming);
-    let (bw, cap) = (streaming.bw_gbps, h.params.contention.node_bw_gbps);
+    assert!((0..14).all(|c| h.machine().cpus[c].node == h.machine().node_ids[0]));
+    let streaming = h.params().archetypes["streaming"].clone();
+    let mf = machine::mem_fraction(h.params(), &streaming);
+    let (bw, cap) = (streaming.bw_gbps, h.params().contention.node_bw_gbps);
     // Fixed point by bisection: moved(u) - u * cap is decreasing in u.
-    let speed = |u: f64| 1.0 / (1.0 + mf * (machine::loaded_latency(&h.params, u) - 1.0));
+    let speed = |u: f64| 1.0 / (1.0 + mf * (machine::loaded_latency(h.params(), u) - 1.0));
     let (mut lo, mut hi) = (0.0f64, 2.0f64);
     for _ in 0..60 {
         let mid = (lo + hi) / 2.0;
@@ -635,7 +635,7 @@ mem_node = 0
     }
     let u_star = (lo + hi) / 2.0;
     assert!(u_star < 1.0, "fixed point {u_star}");
-    let moved = |h: &SimHost| h.tasks.iter().map(|t| t.mem_bytes).sum::<f64>();
+    let moved = |h: &SimHost| h.tasks().iter().map(|t| t.mem_bytes).sum::<f64>();
     h.run_until(1_000_000_000, false);
     let mut rates = Vec::new();
     for k in 3..=6u64 {
@@ -695,15 +695,15 @@ const HP: &str = "hp-dk388p";
 fn a_blocked_receiver_uses_no_cpu_and_a_reader_that_keeps_up_sleeps() {
     // No data: the reader blocks in recv() from the start and is never runnable.
     let (busy, h) = receiver_on(HP, 2, 0.0, "");
-    let reader = &h.tasks[h.procs[0].threads[0]];
+    let reader = &h.tasks()[h.procs()[0].threads[0]];
     assert_eq!(busy, 0.0);
     assert!(!reader.runnable);
     assert_eq!(reader.utime_ns + reader.stime_ns, 0.0);
     // A reader that keeps up with 500 Mbit/s empties its buffer each tick: asleep between
     // batches, busy a small share of its CPU.
     let (_, h) = receiver_on(HP, 2, 500.0, "");
-    assert!(h.flows[0].reader_slept);
-    let reader = &h.tasks[h.procs[0].threads[0]];
+    assert!(h.flows()[0].reader_slept);
+    let reader = &h.tasks()[h.procs()[0].threads[0]];
     let share = reader.stime_ns / 1.2e9;
     assert!(share > 0.0 && share < 0.5, "reader share {share}");
 }
@@ -711,7 +711,7 @@ fn a_blocked_receiver_uses_no_cpu_and_a_reader_that_keeps_up_sleeps() {
 #[test]
 fn a_wake_up_costs_by_cache_distance_between_the_receive_cpu_and_the_reader() {
     let probe = receiver_on(HP, 0, 500.0, "").1;
-    let m = &probe.m;
+    let m = &probe.machine();
     let sibling = m.cpus[0].siblings[0];
     let same_pkg_other_core = (1..m.cpus.len())
         .find(|&c| m.cpus[c].package == 0 && m.cpus[c].core != m.cpus[0].core)

@@ -29,6 +29,7 @@ use placer_core::engine::{CycleReport, Engine};
 use placer_core::host::Host;
 use placer_core::journal::{Entry, Restored};
 use placer_core::plan::Outcome;
+use placer_core::policies::PolicyKind;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tracing::{debug, error, info, warn};
@@ -86,9 +87,9 @@ impl Configured {
 #[derive(Debug, Default)]
 pub struct Reloaded {
     /// Policies the new config no longer lists, each with its knobs put back.
-    pub switched_off: Vec<(&'static str, Vec<(Entry, Restored)>)>,
+    pub switched_off: Vec<(PolicyKind, Vec<(Entry, Restored)>)>,
     /// Policies it lists that were not running.
-    pub switched_on: Vec<&'static str>,
+    pub switched_on: Vec<PolicyKind>,
     /// Settings that take effect only at a restart: they keep their running values.
     pub needs_restart: Vec<&'static str>,
 }
@@ -152,7 +153,7 @@ impl<H: Host> Agent<H> {
         };
         let configured = Configured::new(config);
         let cfg = &configured.config;
-        let names: Vec<(&str, bool)> = configured
+        let names: Vec<(PolicyKind, bool)> = configured
             .engine
             .policies()
             .iter()
@@ -268,7 +269,7 @@ impl<H: Host> Agent<H> {
             config.kubernetes = old.kubernetes.clone();
             out.needs_restart.push("[kubernetes]");
         }
-        let before: Vec<&'static str> = self
+        let before: Vec<PolicyKind> = self
             .configured
             .engine
             .policies()
@@ -276,20 +277,20 @@ impl<H: Host> Agent<H> {
             .map(|p| p.0)
             .collect();
         let removed = self.configured.engine.reconfigure(config.clone());
-        for (name, held) in removed {
-            let restored = match placer_core::policies::PolicyKind::parse(name) {
-                Some(kind) if !self.opts.dry_run => self
-                    .host
-                    .restore_where(&|e| placer_core::journal::set_by(e, kind, &held))?,
-                _ => Vec::new(),
+        for (kind, held) in removed {
+            let restored = if self.opts.dry_run {
+                Vec::new()
+            } else {
+                self.host
+                    .restore_where(&|e| placer_core::journal::set_by(e, kind, &held))?
             };
-            self.sinks.metrics.set_policy(name, false);
-            out.switched_off.push((name, restored));
+            self.sinks.metrics.set_policy(kind, false);
+            out.switched_off.push((kind, restored));
         }
-        for (name, _) in self.configured.engine.policies() {
-            if !before.contains(&name) {
-                self.sinks.metrics.set_policy(name, true);
-                out.switched_on.push(name);
+        for (kind, _) in self.configured.engine.policies() {
+            if !before.contains(&kind) {
+                self.sinks.metrics.set_policy(kind, true);
+                out.switched_on.push(kind);
             }
         }
         self.configured.interval = Duration::from_millis(config.interval_ms);
@@ -360,7 +361,7 @@ impl<H: Host> Agent<H> {
         let cycle_s = t0.elapsed().as_secs_f64();
         log_cycle(&r, &mut self.sinks.last_error);
         for (p, _) in &r.disabled {
-            self.sinks.metrics.set_policy(p, false);
+            self.sinks.metrics.set_policy(*p, false);
         }
         self.sinks.metrics.record(&r, cycle_s);
         if let Some((decisions, dir)) = self.sinks.decisions.as_mut() {
@@ -369,7 +370,7 @@ impl<H: Host> Agent<H> {
                 decisions.policies = engine
                     .policies()
                     .into_iter()
-                    .map(|(n, d)| (n.to_string(), d.map(str::to_string)))
+                    .map(|(k, d)| (k, d.map(str::to_string)))
                     .collect();
                 let now_s = r.time_ns as f64 / 1e9;
                 decisions.update(&r, &engine.held(), now_s);

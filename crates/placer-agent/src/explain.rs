@@ -7,6 +7,7 @@
 use crate::state::{Decisions, ProcDecision};
 use crate::{AgentError, Result};
 use placer_core::engine::Engine;
+use placer_core::policies::PolicyKind;
 use placer_linux::journal::{Entry, Journal, Knob};
 use placer_linux::LinuxHost;
 use serde::Serialize;
@@ -23,7 +24,7 @@ pub struct Explanation {
     pub journal: Option<Entry>,
     pub decision: Option<ProcDecision>,
     /// Policies that do not run, with why.
-    pub disabled_policies: Vec<(String, String)>,
+    pub disabled_policies: Vec<(PolicyKind, String)>,
     /// Whether its sockets can be seen (/proc/PID/fd readable): false for another user's
     /// process when not root, where its traffic would read as none.
     pub sockets_visible: bool,
@@ -43,7 +44,7 @@ pub struct Explanation {
 }
 
 /// Disabled policies with their reason.
-type Disabled = Vec<(String, String)>;
+type Disabled = Vec<(PolicyKind, String)>;
 
 fn one_shot(
     root: &Path,
@@ -103,7 +104,7 @@ pub fn gather(
         let disabled = d
             .policies
             .iter()
-            .filter_map(|(n, w)| w.clone().map(|w| (n.clone(), w)))
+            .filter_map(|(k, w)| w.clone().map(|w| (*k, w)))
             .collect::<Vec<_>>();
         let p = d
             .procs

@@ -3,6 +3,7 @@
 //! default (config `metrics.listen`).
 
 use placer_core::engine::CycleReport;
+use placer_core::policies::PolicyKind;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader, Write};
@@ -67,14 +68,14 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    pub fn new(policies: &[(&str, bool)], dry_run: bool) -> Metrics {
+    pub fn new(policies: &[(PolicyKind, bool)], dry_run: bool) -> Metrics {
         let m = Metrics::default();
         {
             let mut s = m.lock();
             s.bucket_counts = vec![0; BUCKETS_S.len()];
             s.dry_run = dry_run;
-            for (name, on) in policies {
-                s.policies.insert(name.to_string(), *on);
+            for (kind, on) in policies {
+                s.policies.insert(kind.name().to_string(), *on);
             }
         }
         m
@@ -85,8 +86,10 @@ impl Metrics {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn set_policy(&self, name: &str, enabled: bool) {
-        self.lock().policies.insert(name.to_string(), enabled);
+    pub fn set_policy(&self, kind: PolicyKind, enabled: bool) {
+        self.lock()
+            .policies
+            .insert(kind.name().to_string(), enabled);
     }
 
     /// Records one cycle.
@@ -470,13 +473,13 @@ mod tests {
 
     #[test]
     fn renders_every_family_and_serves_it() {
-        let m = Metrics::new(&[("net-affinity", true)], false);
+        let m = Metrics::new(&[(PolicyKind::NetAffinity, true)], false);
         let r = CycleReport {
             managed: 2,
             reports: vec![ActionReport {
                 planned: PlannedAction {
                     action: Action::RestoreIrq { irq: 3 },
-                    policy: "p".into(),
+                    policy: placer_core::policies::PolicyKind::SmtEnergy,
                     reason: "r".into(),
                 },
                 outcome: Outcome::Done,

@@ -5,6 +5,7 @@
 use crate::{AgentError, Result};
 use placer_core::engine::CycleReport;
 use placer_core::plan::Outcome;
+use placer_core::policies::PolicyKind;
 use placer_core::CpuSet;
 use placer_linux::sys;
 use serde::{Deserialize, Serialize};
@@ -62,7 +63,7 @@ impl StateLock {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ActionRecord {
     pub kind: String,
-    pub policy: String,
+    pub policy: PolicyKind,
     pub reason: String,
     pub outcome: String,
     pub detail: String,
@@ -82,11 +83,11 @@ pub struct ProcDecision {
     pub rx_bytes_per_s: f64,
     pub tx_bytes_per_s: f64,
     /// Policy holding it and the CPUs it pinned it to.
-    pub held_by: Option<String>,
+    pub held_by: Option<PolicyKind>,
     pub held_cpus: Option<CpuSet>,
     pub held_for_s: Option<f64>,
     /// This cycle's notes: (policy, text).
-    pub notes: Vec<(String, String)>,
+    pub notes: Vec<(PolicyKind, String)>,
     /// The latest action on it (kept across cycles).
     pub last_action: Option<ActionRecord>,
     /// The latest verdict on a move of it: "[net-affinity] CPU per byte -27% (...): kept".
@@ -101,7 +102,7 @@ pub struct Decisions {
     pub interval_ms: u64,
     pub dry_run: bool,
     /// Enabled policies, and disabled ones with their reason.
-    pub policies: Vec<(String, Option<String>)>,
+    pub policies: Vec<(PolicyKind, Option<String>)>,
     /// Per-CPU utilisation over the latest interval.
     pub cpu_util: BTreeMap<u32, f64>,
     /// Keyed by pid (as a string in JSON).
@@ -131,7 +132,7 @@ impl Decisions {
         &mut self,
         r: &CycleReport,
         held: &[(
-            &'static str,
+            PolicyKind,
             placer_core::sample::ProcKey,
             &placer_core::policy::Held,
         )],
@@ -176,7 +177,7 @@ impl Decisions {
             d.held_cpus = None;
             d.held_for_s = None;
             if let Some((pol, _, h)) = held.iter().find(|h| h.1 == p.key()) {
-                d.held_by = Some(pol.to_string());
+                d.held_by = Some(*pol);
                 d.held_cpus = Some(h.cpus.clone());
                 d.held_for_s = Some(now_s - h.since_s);
             }
@@ -184,14 +185,14 @@ impl Decisions {
         }
         for n in &r.plan.notes {
             if let Some(d) = n.proc.and_then(|k| next.get_mut(&k.pid)) {
-                d.notes.push((n.policy.clone(), n.text.clone()));
+                d.notes.push((n.policy, n.text.clone()));
             }
         }
         for a in &r.reports {
             if let Some(d) = a.planned.action.proc().and_then(|k| next.get_mut(&k.pid)) {
                 d.last_action = Some(ActionRecord {
                     kind: a.planned.action.kind().to_string(),
-                    policy: a.planned.policy.clone(),
+                    policy: a.planned.policy,
                     reason: a.planned.reason.clone(),
                     outcome: a.outcome.kind().to_string(),
                     detail: outcome_detail(&a.outcome),

@@ -190,7 +190,7 @@ impl TempHost {
                     irq: IRQ,
                     cpus: CpuSet::parse_list("1").expect("cpus"),
                 },
-                policy: "net-affinity".into(),
+                policy: PolicyKind::NetAffinity,
                 reason: "test".into(),
             }],
             notes: Vec::new(),
@@ -300,9 +300,9 @@ fn on_the_simulator_a_reload_keeps_what_stays_valid_and_restores_a_policy_switch
     let mut off = cfg;
     off.policies = vec![PolicyKind::SmtEnergy];
     let r = agent.reload(off).expect("reload");
-    assert_eq!(r.switched_on, vec!["smt-energy"]);
+    assert_eq!(r.switched_on, vec![PolicyKind::SmtEnergy]);
     let (name, restored) = &r.switched_off[0];
-    assert_eq!(*name, "net-affinity");
+    assert_eq!(*name, PolicyKind::NetAffinity);
     assert!(
         !restored.is_empty() && restored.iter().all(|(_, r)| *r == Restored::Restored),
         "{restored:?}"

@@ -79,9 +79,6 @@ pub fn policies_from_config(config: &Config, self_pid: u32) -> Vec<Box<dyn AnyPo
 struct Slot {
     /// The policy with its state (`shared()` is what the engine maintains).
     policy: Box<dyn AnyPolicy>,
-    /// Its kind, resolved once when the engine is built; None only for tests' and the
-    /// simulator's own policies, which are never judged.
-    kind: Option<PolicyKind>,
     disabled: Option<String>,
 }
 
@@ -122,7 +119,7 @@ pub struct Engine {
 /// A lease broken by someone else changing a held process's affinity.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LeaseBreak {
-    pub policy: String,
+    pub policy: PolicyKind,
     pub proc: ProcKey,
     pub comm: String,
     pub pinned: crate::CpuSet,
@@ -139,7 +136,7 @@ pub struct CycleReport {
     pub warming_up: bool,
     /// Policies that do not run, with the reason (filled on the first step only, so the
     /// caller says it once).
-    pub disabled: Vec<(String, String)>,
+    pub disabled: Vec<(PolicyKind, String)>,
     /// Sources the host lacks, with the reason (first step only).
     pub missing_sources: Vec<(String, String)>,
     /// The observation the policies planned on (None while warming up or on error).
@@ -185,7 +182,6 @@ impl Engine {
             slots: policies
                 .into_iter()
                 .map(|policy| Slot {
-                    kind: PolicyKind::parse(policy.name()),
                     policy,
                     disabled: None,
                 })
@@ -209,39 +205,38 @@ impl Engine {
     /// its new settings; a policy no longer listed is dropped and returned (with the
     /// processes it held), so that the caller puts back the knobs it set; a newly listed
     /// one starts fresh, and which policies can run here is decided again at the next step.
-    pub fn reconfigure(&mut self, config: Config) -> Vec<(&'static str, Vec<ProcKey>)> {
+    pub fn reconfigure(&mut self, config: Config) -> Vec<(PolicyKind, Vec<ProcKey>)> {
         let mut old: Vec<Slot> = std::mem::take(&mut self.slots);
         for policy in policies_from_config(&config, self.self_pid) {
-            let name = policy.name();
-            let slot = match old.iter().position(|s| s.policy.name() == name) {
+            let kind = policy.kind();
+            let slot = match old.iter().position(|s| s.policy.kind() == kind) {
                 Some(i) => {
                     let mut slot = old.remove(i);
                     let adopted = slot.policy.adopt_config(policy);
-                    debug_assert!(adopted, "the same name is the same policy type");
+                    debug_assert!(adopted, "the same kind is the same policy type");
                     slot
                 }
                 None => Slot {
-                    kind: PolicyKind::parse(name),
                     policy,
                     disabled: None,
                 },
             };
             self.slots.push(slot);
         }
-        let removed: Vec<(&'static str, Vec<ProcKey>)> = old
+        let removed: Vec<(PolicyKind, Vec<ProcKey>)> = old
             .iter()
             .map(|s| {
                 (
-                    s.policy.name(),
+                    s.policy.kind(),
                     s.policy.shared().held.keys().copied().collect(),
                 )
             })
             .collect();
         // Their pins wait for no verdict, and no back-off keeps a later policy off them.
         self.pending
-            .retain(|p| !removed.iter().any(|(name, _)| *name == p.policy.name()));
+            .retain(|p| !removed.iter().any(|(kind, _)| *kind == p.policy));
         self.backoff
-            .retain(|(policy, _), _| !removed.iter().any(|(name, _)| *name == policy.name()));
+            .retain(|(policy, _), _| !removed.iter().any(|(kind, _)| kind == policy));
         self.config = config;
         // What placer does next to other agents depends on the config: say it again.
         self.coexistence_said = Default::default();
@@ -265,24 +260,24 @@ impl Engine {
         self.topo = None;
     }
 
-    /// Names of the policies, with their disabled reason if any.
-    pub fn policies(&self) -> Vec<(&'static str, Option<&str>)> {
+    /// The policies, with their disabled reason if any.
+    pub fn policies(&self) -> Vec<(PolicyKind, Option<&str>)> {
         self.slots
             .iter()
-            .map(|s| (s.policy.name(), s.disabled.as_deref()))
+            .map(|s| (s.policy.kind(), s.disabled.as_deref()))
             .collect()
     }
 
     /// A policy's state (for tests, `explain`, the simulator's reports).
-    pub fn state(&self, policy: &str) -> Option<&Shared> {
+    pub fn state(&self, policy: PolicyKind) -> Option<&Shared> {
         self.slots
             .iter()
-            .find(|s| s.policy.name() == policy)
+            .find(|s| s.policy.kind() == policy)
             .map(|s| s.policy.shared())
     }
 
-    /// Every process held by any policy, with the policy's name.
-    pub fn held(&self) -> Vec<(&'static str, ProcKey, &Held)> {
+    /// Every process held by any policy, with the policy.
+    pub fn held(&self) -> Vec<(PolicyKind, ProcKey, &Held)> {
         self.slots
             .iter()
             .flat_map(|s| {
@@ -290,7 +285,7 @@ impl Engine {
                     .shared()
                     .held
                     .iter()
-                    .map(move |(k, h)| (s.policy.name(), *k, h))
+                    .map(move |(k, h)| (s.policy.kind(), *k, h))
             })
             .collect()
     }
@@ -387,8 +382,7 @@ impl Engine {
             if slot.disabled.is_some() {
                 continue;
             }
-            let name = slot.policy.name();
-            let kind = slot.kind;
+            let kind = slot.policy.kind();
             slot.policy.shared_mut().now_s = now_s;
             slot.policy.shared_mut().taken = taken.clone();
             let mine = slot.policy.plan(&topo, &obs);
@@ -406,13 +400,13 @@ impl Engine {
                 );
                 // Backing off, a process is not moved by that policy: neither its CPUs nor
                 // its memory.
-                let backoff = kind.and_then(|kind| self.backoff.get(&(kind, k)));
+                let backoff = self.backoff.get(&(kind, k));
                 if let (Some(&(n, until)), Action::PinProcess { .. } | Action::BindMemory { .. }) =
                     (backoff, &pa.action)
                 {
                     if self.cycles <= until {
                         plan.note(
-                            name,
+                            kind,
                             Some(k),
                             format!(
                                 "not moved: backing off after {n} undone move(s), {} more interval(s)",
@@ -422,12 +416,12 @@ impl Engine {
                         continue;
                     }
                 }
-                if undo.iter().any(|(p, u)| Some(*p) == kind && *u == k) {
+                if undo.iter().any(|(p, u)| *p == kind && *u == k) {
                     continue;
                 }
                 if taken.contains(&k) && !memory_only {
                     plan.note(
-                        name,
+                        kind,
                         Some(k),
                         format!(
                             "dropped {}: an earlier policy holds this process",
@@ -442,7 +436,7 @@ impl Engine {
                 );
                 if !is_restore && !admitted.get(&k).copied().unwrap_or(false) {
                     plan.note(
-                        name,
+                        kind,
                         Some(k),
                         format!("dropped {}: process outside the scope", pa.action.kind()),
                     );
@@ -455,7 +449,7 @@ impl Engine {
                     let offline = cpus.difference(&observed_cpus);
                     if !observed_cpus.is_empty() && !offline.is_empty() {
                         plan.note(
-                            name,
+                            kind,
                             Some(k),
                             format!("dropped {}: CPUs {offline} are offline", pa.action.kind()),
                         );
@@ -465,7 +459,7 @@ impl Engine {
                 plan.actions.push(pa);
             }
             // Undone moves: the policy's process goes back.
-            for (_, k) in undo.iter().filter(|(p, _)| Some(*p) == kind) {
+            for (_, k) in undo.iter().filter(|(p, _)| *p == kind) {
                 let comm = slot
                     .policy
                     .shared()
@@ -473,7 +467,7 @@ impl Engine {
                     .get(k)
                     .map_or_else(String::new, |h| h.comm.clone());
                 plan.push(
-                    name,
+                    kind,
                     Action::RestoreProcess { proc: *k, comm },
                     "verdict: the move made things worse; undone".to_string(),
                 );
@@ -483,7 +477,7 @@ impl Engine {
             taken.extend(
                 plan.actions
                     .iter()
-                    .filter(|a| a.policy == name)
+                    .filter(|a| a.policy == kind)
                     .filter_map(|a| a.action.proc()),
             );
         }
@@ -493,10 +487,10 @@ impl Engine {
             self.start_judging(&reports);
         }
         for slot in self.slots.iter_mut() {
-            let name = slot.policy.name();
+            let kind = slot.policy.kind();
             let mine: Vec<ActionReport> = reports
                 .iter()
-                .filter(|r| r.planned.policy == name)
+                .filter(|r| r.planned.policy == kind)
                 .cloned()
                 .collect();
             update_state(slot.policy.shared_mut(), &mine, now_s, dry_run);
@@ -551,10 +545,9 @@ impl Engine {
         let mut alone = Vec::new();
         let mut groups: BTreeMap<(PolicyKind, u64), Vec<Pending>> = BTreeMap::new();
         for mut p in std::mem::take(&mut self.pending) {
-            let held = self
-                .slots
-                .iter()
-                .any(|s| s.kind == Some(p.policy) && s.policy.shared().held.contains_key(&p.proc));
+            let held = self.slots.iter().any(|s| {
+                s.policy.kind() == p.policy && s.policy.shared().held.contains_key(&p.proc)
+            });
             let Some(pt) = present.get(&p.proc) else {
                 continue;
             };
@@ -624,17 +617,10 @@ impl Engine {
             else {
                 continue;
             };
-            let Some(slot) = self
-                .slots
-                .iter()
-                .find(|s| s.policy.name() == r.planned.policy)
-            else {
+            let policy = r.planned.policy;
+            if !self.slots.iter().any(|s| s.policy.kind() == policy) {
                 continue;
-            };
-            // Every kind has an expectation; only tests' own policies have no kind.
-            let Some(policy) = slot.kind else {
-                continue;
-            };
+            }
             let (on, _, _) = self.config.verify.for_policy(policy);
             if !on {
                 continue;
@@ -672,9 +658,7 @@ impl Engine {
         for slot in self.slots.iter_mut() {
             slot.disabled = slot.policy.disabled_reason(topo, &sources);
             if let Some(why) = &slot.disabled {
-                report
-                    .disabled
-                    .push((slot.policy.name().to_string(), why.clone()));
+                report.disabled.push((slot.policy.kind(), why.clone()));
             }
         }
     }
@@ -687,7 +671,7 @@ impl Engine {
         // CPUs this interval observed running (an offline CPU has no line in /proc/stat).
         let observed_cpus: crate::cpuset::CpuSet = obs.cpus.iter().map(|c| c.cpu).collect();
         for slot in self.slots.iter_mut() {
-            let name = slot.policy.name();
+            let kind = slot.policy.kind();
             let mut broken = Vec::new();
             slot.policy
                 .shared_mut()
@@ -706,7 +690,7 @@ impl Engine {
                     }
                     Some(p) if p.allowed_cpus != h.cpus => {
                         broken.push(LeaseBreak {
-                            policy: name.to_string(),
+                            policy: kind,
                             proc: *k,
                             comm: h.comm.clone(),
                             pinned: h.cpus.clone(),
@@ -776,6 +760,13 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     type Seen = Arc<Mutex<Vec<BTreeSet<ProcKey>>>>;
+
+    // The test doubles' identities: real kinds (no policy is named by a string), each
+    // standing for a policy of its own in a test.
+    const A: PolicyKind = PolicyKind::NetAffinity;
+    const B: PolicyKind = PolicyKind::SmtEnergy;
+    const MEM: PolicyKind = PolicyKind::NumaLocal;
+    const OFF: PolicyKind = PolicyKind::Contention;
 
     /// A host whose processes' affinities change only through `apply` or the test.
     struct FakeHost {
@@ -890,7 +881,7 @@ mod tests {
     /// A policy that pins every process it sees to `cpu` (unless held or taken), and
     /// records what it saw.
     struct PinAll {
-        name: &'static str,
+        kind: PolicyKind,
         cpu: u32,
         disabled: Option<String>,
         seen_taken: Seen,
@@ -899,8 +890,8 @@ mod tests {
     impl Policy for PinAll {
         type State = ();
 
-        fn name(&self) -> &'static str {
-            self.name
+        fn kind(&self) -> PolicyKind {
+            self.kind
         }
         fn disabled_reason(&self, _t: &Topology, _s: &SourceStatus) -> Option<String> {
             self.disabled.clone()
@@ -917,7 +908,7 @@ mod tests {
                     continue;
                 }
                 plan.push(
-                    self.name,
+                    self.kind,
                     Action::PinProcess {
                         proc: k,
                         comm: p.comm.to_string(),
@@ -930,11 +921,11 @@ mod tests {
         }
     }
 
-    fn pin_all(name: &'static str, cpu: u32) -> (Box<dyn AnyPolicy>, Seen) {
+    fn pin_all(kind: PolicyKind, cpu: u32) -> (Box<dyn AnyPolicy>, Seen) {
         let seen = Arc::new(Mutex::new(Vec::new()));
         (
             boxed(PinAll {
-                name,
+                kind,
                 cpu,
                 disabled: None,
                 seen_taken: seen.clone(),
@@ -945,7 +936,7 @@ mod tests {
 
     #[test]
     fn first_step_warms_up_then_plans_and_holds() {
-        let (p, _) = pin_all("a", 2);
+        let (p, _) = pin_all(A, 2);
         let mut e = Engine::new(vec![p], Config::default(), 1);
         let mut h = FakeHost::new(vec![proc_sample(10, "x")]);
         let r0 = e.step(&mut h, false);
@@ -959,7 +950,7 @@ mod tests {
         assert_eq!(r1.reports.len(), 1);
         assert_eq!(r1.managed, 1);
         assert_eq!(r1.action_counts().get(&("pin_process", "done")), Some(&1));
-        let held = &e.state("a").expect("state").held;
+        let held = &e.state(A).expect("state").held;
         assert_eq!(held.values().next().expect("held").cpus, CpuSet::single(2));
         // Held and unchanged: no new action, still held.
         let r2 = e.step(&mut h, false);
@@ -1016,7 +1007,7 @@ mod tests {
 
     #[test]
     fn e4_lease_broken_when_someone_else_changes_affinity() {
-        let (p, _) = pin_all("a", 2);
+        let (p, _) = pin_all(A, 2);
         let mut e = Engine::new(vec![p], Config::default(), 1);
         let mut h = FakeHost::new(vec![proc_sample(10, "x")]);
         e.step(&mut h, false);
@@ -1027,7 +1018,7 @@ mod tests {
         assert_eq!(r.lease_breaks.len(), 1);
         assert_eq!(r.lease_breaks[0].observed, CpuSet::single(3));
         assert!(r.reports.is_empty(), "never fights back");
-        let st = e.state("a").expect("state");
+        let st = e.state(A).expect("state");
         assert!(st.held.is_empty());
         assert!(st.released.contains(&h.procs[0].key()));
         // And never again.
@@ -1039,7 +1030,7 @@ mod tests {
 
     #[test]
     fn e4_a_pin_lost_to_cpu_hotplug_is_no_lease_break() {
-        let (p, _) = pin_all("a", 2);
+        let (p, _) = pin_all(A, 2);
         let mut e = Engine::new(vec![p], Config::default(), 1);
         let mut h = FakeHost::new(vec![proc_sample(10, "x")]);
         e.step(&mut h, false);
@@ -1050,7 +1041,7 @@ mod tests {
         h.procs[0].allowed = CpuSet::first_n(4);
         let r = e.step(&mut h, false);
         assert!(r.lease_breaks.is_empty(), "{:?}", r.lease_breaks);
-        let st = e.state("a").expect("state");
+        let st = e.state(A).expect("state");
         assert!(!st.released.contains(&h.procs[0].key()));
         // Its policy's topology still has CPU 2: that pin is dropped, not failed (a
         // failure would release it); once CPU 2 is back, it is placed again.
@@ -1062,15 +1053,15 @@ mod tests {
 
     #[test]
     fn e2_later_policy_does_not_touch_what_earlier_holds() {
-        let (a, _) = pin_all("a", 1);
-        let (b, seen_b) = pin_all("b", 3);
+        let (a, _) = pin_all(A, 1);
+        let (b, seen_b) = pin_all(B, 3);
         let mut e = Engine::new(vec![a, b], Config::default(), 1);
         let mut h = FakeHost::new(vec![proc_sample(10, "x")]);
         e.step(&mut h, false);
         let r = e.step(&mut h, false);
         assert_eq!(r.reports.len(), 1, "{:?}", r.reports);
-        assert_eq!(r.reports[0].planned.policy, "a");
-        assert!(r.plan.notes.iter().any(|n| n.policy == "b"));
+        assert_eq!(r.reports[0].planned.policy, A);
+        assert!(r.plan.notes.iter().any(|n| n.policy == B));
         assert_eq!(h.procs[0].allowed, CpuSet::single(1));
         e.step(&mut h, false);
         let seen = seen_b.lock().expect("lock");
@@ -1083,14 +1074,14 @@ mod tests {
     impl Policy for MemAll {
         type State = ();
 
-        fn name(&self) -> &'static str {
-            "mem"
+        fn kind(&self) -> PolicyKind {
+            MEM
         }
         fn plan(&self, _topo: &Topology, obs: &Observation, _state: &mut PolicyState) -> Plan {
             let mut plan = Plan::default();
             for p in &obs.procs {
                 plan.push(
-                    "mem",
+                    MEM,
                     Action::BindMemory {
                         proc: p.key(),
                         nodes: vec![0],
@@ -1105,18 +1096,18 @@ mod tests {
 
     #[test]
     fn e2_memory_actions_pass_an_earlier_cpu_hold() {
-        let (a, _) = pin_all("a", 1);
-        let (b, _) = pin_all("b", 3);
+        let (a, _) = pin_all(A, 1);
+        let (b, _) = pin_all(B, 3);
         let mut e = Engine::new(vec![a, boxed(MemAll), b], Config::default(), 1);
         let mut h = FakeHost::new(vec![proc_sample(10, "x")]);
         e.step(&mut h, false);
         let r = e.step(&mut h, false);
-        let kinds: Vec<(&str, &str)> = r
+        let kinds: Vec<(PolicyKind, &str)> = r
             .reports
             .iter()
-            .map(|r| (r.planned.policy.as_str(), r.planned.action.kind()))
+            .map(|r| (r.planned.policy, r.planned.action.kind()))
             .collect();
-        assert_eq!(kinds, vec![("a", "pin_process"), ("mem", "bind_memory")]);
+        assert_eq!(kinds, vec![(A, "pin_process"), (MEM, "bind_memory")]);
         assert_eq!(h.procs[0].allowed, CpuSet::single(1), "b's pin was dropped");
     }
 
@@ -1124,7 +1115,7 @@ mod tests {
     fn e1_disabled_policy_reported_once_and_never_plans() {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let p = boxed(PinAll {
-            name: "off",
+            kind: OFF,
             cpu: 1,
             disabled: Some("no counters".into()),
             seen_taken: seen.clone(),
@@ -1132,7 +1123,7 @@ mod tests {
         let mut e = Engine::new(vec![p], Config::default(), 1);
         let mut h = FakeHost::new(vec![proc_sample(10, "x")]);
         let r0 = e.step(&mut h, false);
-        assert_eq!(r0.disabled, vec![("off".into(), "no counters".into())]);
+        assert_eq!(r0.disabled, vec![(OFF, "no counters".into())]);
         let r1 = e.step(&mut h, false);
         assert!(r1.disabled.is_empty());
         assert!(r1.reports.is_empty());
@@ -1141,7 +1132,7 @@ mod tests {
 
     #[test]
     fn e3_scope_enforced_whatever_the_policy_asks() {
-        let (p, _) = pin_all("a", 2);
+        let (p, _) = pin_all(A, 2);
         let mut cfg = Config::default();
         cfg.scope.exclude_comm = vec!["sshd".into()];
         let mut e = Engine::new(vec![p], cfg, 11);
@@ -1167,7 +1158,7 @@ mod tests {
 
     #[test]
     fn e6_dry_run_holds_nothing() {
-        let (p, _) = pin_all("a", 2);
+        let (p, _) = pin_all(A, 2);
         let mut e = Engine::new(vec![p], Config::default(), 1);
         let mut h = FakeHost::new(vec![proc_sample(10, "x")]);
         e.step(&mut h, true);
@@ -1182,7 +1173,7 @@ mod tests {
 
     #[test]
     fn e5_permanent_failure_releases_transient_retries() {
-        let (p, _) = pin_all("a", 2);
+        let (p, _) = pin_all(A, 2);
         let mut e = Engine::new(vec![p], Config::default(), 1);
         let mut h = FakeHost::new(vec![proc_sample(10, "x")]);
         h.fail_pins = Some(Outcome::Transient("EBUSY".into()));
@@ -1192,7 +1183,7 @@ mod tests {
         h.fail_pins = Some(Outcome::Permanent("EINVAL".into()));
         e.step(&mut h, false);
         assert!(e
-            .state("a")
+            .state(A)
             .expect("state")
             .released
             .contains(&h.procs[0].key()));
@@ -1201,7 +1192,7 @@ mod tests {
 
     #[test]
     fn exited_process_is_forgotten() {
-        let (p, _) = pin_all("a", 2);
+        let (p, _) = pin_all(A, 2);
         let mut e = Engine::new(vec![p], Config::default(), 1);
         let mut h = FakeHost::new(vec![proc_sample(10, "x")]);
         e.step(&mut h, false);
@@ -1218,16 +1209,16 @@ mod tests {
         let cfg = Config::default();
         let ps = policies_from_config(&cfg, 1);
         assert_eq!(
-            ps.iter().map(|p| p.name()).collect::<Vec<_>>(),
-            vec!["net-affinity"]
+            ps.iter().map(|p| p.kind()).collect::<Vec<_>>(),
+            vec![PolicyKind::NetAffinity]
         );
     }
 
     /// Pins every process to `cpu` once the clock reaches `from_s` (so verdicts have a
-    /// before-window) and until `until_s`, as policy `name` (whose expectation judges the
+    /// before-window) and until `until_s`, as policy `kind` (whose expectation judges the
     /// pins).
     struct PinLater {
-        name: &'static str,
+        kind: PolicyKind,
         cpu: u32,
         from_s: f64,
         until_s: f64,
@@ -1238,8 +1229,8 @@ mod tests {
     impl Policy for PinLater {
         type State = ();
 
-        fn name(&self) -> &'static str {
-            self.name
+        fn kind(&self) -> PolicyKind {
+            self.kind
         }
         fn plan(&self, _topo: &Topology, obs: &Observation, state: &mut PolicyState) -> Plan {
             let mut plan = Plan::default();
@@ -1250,7 +1241,7 @@ mod tests {
                 let k = p.key();
                 if !state.held.contains_key(&k) {
                     plan.push(
-                        self.name,
+                        self.kind,
                         Action::PinProcess {
                             proc: k,
                             comm: p.comm.to_string(),
@@ -1260,7 +1251,7 @@ mod tests {
                     );
                     if self.bind {
                         plan.push(
-                            self.name,
+                            self.kind,
                             Action::BindMemory {
                                 proc: k,
                                 nodes: vec![0],
@@ -1292,7 +1283,7 @@ mod tests {
         // The fake clock starts at 2 s and steps 1 s: the first observation is at 3 s.
         let from_s = 3.0 + before.len() as f64 - 1.0;
         let p: Box<dyn AnyPolicy> = boxed(PinLater {
-            name: "smt-energy",
+            kind: PolicyKind::SmtEnergy,
             cpu: 2,
             from_s,
             until_s: if dry_run { from_s + 0.5 } else { f64::INFINITY },
@@ -1379,7 +1370,7 @@ mod tests {
             .actions
             .iter()
             .all(|a| !matches!(a.action, Action::RestoreProcess { .. }))));
-        assert_eq!(e.state("smt-energy").expect("state").held.len(), 1);
+        assert_eq!(e.state(PolicyKind::SmtEnergy).expect("state").held.len(), 1);
     }
 
     #[test]
@@ -1387,7 +1378,7 @@ mod tests {
         use crate::verdict::VerdictKind;
         let (rs, e) = run_verdict(&[40, 60, 45, 55], &[60, 40, 55, 45, 50]);
         assert_eq!(verdicts(&rs), vec![VerdictKind::Inconclusive]);
-        assert_eq!(e.state("smt-energy").expect("state").held.len(), 1);
+        assert_eq!(e.state(PolicyKind::SmtEnergy).expect("state").held.len(), 1);
     }
 
     /// Runs PinLater as `contention` (judged together, by instructions per CPU-second) over
@@ -1400,7 +1391,7 @@ mod tests {
         cfg.verify.window_intervals = 4;
         cfg.verify.backoff_intervals = 3;
         let p: Box<dyn AnyPolicy> = boxed(PinLater {
-            name: "contention",
+            kind: PolicyKind::Contention,
             cpu: 2,
             from_s: 6.0,
             until_s: f64::INFINITY,
@@ -1447,7 +1438,10 @@ mod tests {
             .judgement
             .why
             .contains("4 of 4 processes judged together"));
-        assert_eq!(e.state("contention").expect("state").held.len(), 4);
+        assert_eq!(
+            e.state(PolicyKind::Contention).expect("state").held.len(),
+            4
+        );
         // Everyone loses 10%: all four undone in one cycle, each backed off.
         let (rs, e) = run_together(&[2000, 2000, 1000, 1000], &[1800, 1800, 900, 900]);
         let at = rs
@@ -1487,7 +1481,7 @@ mod tests {
         let mut cfg = Config::default();
         cfg.verify.enabled = false;
         let p: Box<dyn AnyPolicy> = boxed(PinLater {
-            name: "smt-energy",
+            kind: PolicyKind::SmtEnergy,
             cpu: 2,
             from_s: 4.0,
             until_s: f64::INFINITY,

@@ -22,6 +22,7 @@ mod observe;
 pub mod plan;
 pub mod policies;
 pub mod policy;
+pub mod policy_kind;
 pub mod power_model;
 pub mod record;
 pub mod replay;

@@ -6,6 +6,7 @@
 //! action never touches a process that reused a pid.
 
 use crate::cpuset::CpuSet;
+use crate::policy_kind::PolicyKind;
 use crate::sample::ProcKey;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
@@ -135,7 +136,7 @@ impl Action {
 pub struct PlannedAction {
     pub action: Action,
     /// The policy that wants it.
-    pub policy: String,
+    pub policy: PolicyKind,
     /// Why, with the numbers: "rx 41.2 MB/s > 10 MB/s; eth0 receive CPU 1 at 12% < 80%".
     pub reason: String,
 }
@@ -151,23 +152,23 @@ pub struct Plan {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Note {
     pub proc: Option<ProcKey>,
-    pub policy: String,
+    pub policy: PolicyKind,
     pub text: String,
 }
 
 impl Plan {
-    pub fn push(&mut self, policy: &str, action: Action, reason: impl Into<String>) {
+    pub fn push(&mut self, policy: PolicyKind, action: Action, reason: impl Into<String>) {
         self.actions.push(PlannedAction {
             action,
-            policy: policy.to_string(),
+            policy,
             reason: reason.into(),
         });
     }
 
-    pub fn note(&mut self, policy: &str, proc: Option<ProcKey>, text: impl Into<String>) {
+    pub fn note(&mut self, policy: PolicyKind, proc: Option<ProcKey>, text: impl Into<String>) {
         self.notes.push(Note {
             proc,
-            policy: policy.to_string(),
+            policy,
             text: text.into(),
         });
     }

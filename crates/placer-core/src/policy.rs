@@ -5,6 +5,7 @@
 use crate::cpuset::CpuSet;
 use crate::observation::Observation;
 use crate::plan::{ActionReport, Plan};
+use crate::policy_kind::PolicyKind;
 use crate::sample::{ProcKey, SampleRequest};
 use crate::topology::Topology;
 use std::collections::{BTreeMap, BTreeSet};
@@ -14,8 +15,9 @@ pub trait Policy: Send {
     /// by the engine beside the shared part of its state, typed, created with `Default`.
     type State: Default + Send + 'static;
 
-    /// Stable name used in config, plans, metrics (`net-affinity`).
-    fn name(&self) -> &'static str;
+    /// Which policy this is: its identity in plans, verdicts and back-off keys (its
+    /// `name()` is the string configs, metrics and logs show).
+    fn kind(&self) -> PolicyKind;
 
     /// What this policy needs sampled beyond the defaults.
     fn wants(&self) -> SampleRequest {
@@ -84,7 +86,7 @@ impl<S> std::ops::DerefMut for PolicyState<S> {
 /// A policy as the engine holds it, whatever its state's type: the policy and its state
 /// together, behind one object-safe interface.
 pub trait AnyPolicy: Send {
-    fn name(&self) -> &'static str;
+    fn kind(&self) -> PolicyKind;
     fn wants(&self) -> SampleRequest;
     fn disabled_reason(
         &self,
@@ -108,8 +110,8 @@ struct WithState<P: Policy> {
 }
 
 impl<P: Policy + 'static> AnyPolicy for WithState<P> {
-    fn name(&self) -> &'static str {
-        self.policy.name()
+    fn kind(&self) -> PolicyKind {
+        self.policy.kind()
     }
     fn wants(&self) -> SampleRequest {
         self.policy.wants()

@@ -188,7 +188,7 @@ mod tests {
         assert!(host.sample(SampleRequest::default()).is_err());
         let mut plan = Plan::default();
         plan.push(
-            "x",
+            crate::policies::PolicyKind::NetAffinity,
             Action::PinProcess {
                 proc: crate::sample::ProcKey {
                     pid: 1,

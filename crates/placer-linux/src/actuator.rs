@@ -31,7 +31,6 @@ pub use crate::pid::{parse_start_time, start_time_ticks, task_ids};
 // The affinity calls live in `sys`; re-exported for the binary and tests.
 pub use crate::sys::{get_affinity, set_affinity};
 use placer_core::plan::{ActionReport, Outcome, Plan};
-use placer_core::policies::PolicyKind;
 use std::path::{Path, PathBuf};
 
 /// The knob handlers, one per area; [`Handlers::for_kind`] is an exhaustive match, so a
@@ -250,11 +249,10 @@ impl Actuator {
         };
         let mut out = Vec::new();
         for pa in &plan.actions {
-            let policy = PolicyKind::parse(&pa.policy);
             let outcome = self
                 .handlers
                 .for_kind(KnobKind::of(&pa.action))
-                .apply(&mut ctx, &pa.action, policy);
+                .apply(&mut ctx, &pa.action, pa.policy);
             out.push(ActionReport {
                 planned: pa.clone(),
                 outcome,
@@ -281,7 +279,7 @@ mod tests {
                 .into_iter()
                 .map(|action| PlannedAction {
                     action,
-                    policy: "test".into(),
+                    policy: placer_core::policies::PolicyKind::NetAffinity,
                     reason: "test".into(),
                 })
                 .collect(),

@@ -209,7 +209,7 @@ pub fn restore(root: &Path, prev: &CpufreqPrev) -> Result<()> {
 // `cpufreq_max` and `cpufreq_governor` knobs.
 
 use crate::journal::{Entry, Knob};
-use crate::knob::{classify, policy_label, Ctx, KnobHandler, Restored};
+use crate::knob::{classify, Ctx, KnobHandler, Restored};
 use placer_core::plan::{Action, Outcome};
 use placer_core::policies::PolicyKind;
 
@@ -244,13 +244,13 @@ impl CpufreqHandler {
         knob: Knob,
         previous: &str,
         applied: &str,
-        policy: Option<PolicyKind>,
+        policy: PolicyKind,
         write: impl FnOnce() -> Result<()>,
     ) -> Outcome {
         let Some(journal) = ctx.journal.as_deref_mut() else {
             return Outcome::Transient("no journal".into());
         };
-        let new = match journal.record(knob.clone(), previous, applied, policy_label(policy)) {
+        let new = match journal.record(knob.clone(), previous, applied, policy.name()) {
             Ok(n) => n,
             Err(e) => return Outcome::Transient(format!("journal: {e}")),
         };
@@ -265,13 +265,7 @@ impl CpufreqHandler {
         }
     }
 
-    fn cap(
-        ctx: &mut Ctx<'_>,
-        domain: u32,
-        khz: u64,
-        policy: Option<PolicyKind>,
-        dry_run: bool,
-    ) -> Outcome {
+    fn cap(ctx: &mut Ctx<'_>, domain: u32, khz: u64, policy: PolicyKind, dry_run: bool) -> Outcome {
         let st = match read_state(ctx.root, domain) {
             Ok(s) => s,
             Err(e) => return Outcome::Permanent(e.to_string()),
@@ -299,7 +293,7 @@ impl CpufreqHandler {
         domain: u32,
         governor: &str,
         speed: Option<u64>,
-        policy: Option<PolicyKind>,
+        policy: PolicyKind,
         dry_run: bool,
     ) -> Outcome {
         let st = match read_state(ctx.root, domain) {
@@ -327,7 +321,7 @@ impl CpufreqHandler {
 }
 
 impl KnobHandler for CpufreqHandler {
-    fn apply(&mut self, ctx: &mut Ctx<'_>, action: &Action, policy: Option<PolicyKind>) -> Outcome {
+    fn apply(&mut self, ctx: &mut Ctx<'_>, action: &Action, policy: PolicyKind) -> Outcome {
         let dry_run = ctx.dry_run();
         match action {
             Action::CapFrequency { domain, max_khz } => {
@@ -507,7 +501,7 @@ mod tests {
         let mut act = Actuator::new(fs.path(), &state);
         let mut plan = Plan::default();
         plan.push(
-            "energy-qos",
+            placer_core::policies::PolicyKind::EnergyQos,
             Action::CapFrequency {
                 domain: 4,
                 max_khz: 1_000_000,
@@ -515,7 +509,7 @@ mod tests {
             "test",
         );
         plan.push(
-            "energy-qos",
+            placer_core::policies::PolicyKind::EnergyQos,
             Action::SetGovernor {
                 domain: 0,
                 governor: "userspace".into(),
@@ -568,7 +562,7 @@ mod tests {
         let mut act = Actuator::new(fs.path(), &state);
         let mut plan = Plan::default();
         plan.push(
-            "energy-qos",
+            placer_core::policies::PolicyKind::EnergyQos,
             Action::CapFrequency {
                 domain: 0,
                 max_khz: 800_000,
@@ -581,7 +575,11 @@ mod tests {
             "1000000",
         );
         let mut plan = Plan::default();
-        plan.push("energy-qos", Action::RestoreFrequency { domain: 0 }, "test");
+        plan.push(
+            placer_core::policies::PolicyKind::EnergyQos,
+            Action::RestoreFrequency { domain: 0 },
+            "test",
+        );
         assert_eq!(act.apply(&plan, false)[0].outcome.kind(), "skipped");
         assert_eq!(policy_file(&fs, 0, "scaling_max_freq"), "1000000");
     }

@@ -42,10 +42,9 @@ impl Ctx<'_> {
 /// Applies the actions of its knob kinds and restores their journal entries. Which handler
 /// takes which [`crate::journal::KnobKind`] is the actuator's exhaustive match.
 pub trait KnobHandler: Send {
-    /// Applies `action`, one of this handler's kinds, planned by `policy` (None: a planner
-    /// that is no configured policy, such as a test's); the journal entry is labelled with
-    /// it. A dry run is `ctx.dry_run()`: nothing is written then.
-    fn apply(&mut self, ctx: &mut Ctx<'_>, action: &Action, policy: Option<PolicyKind>) -> Outcome;
+    /// Applies `action`, one of this handler's kinds, planned by `policy`; the journal
+    /// entry is labelled with its name. A dry run is `ctx.dry_run()`: nothing is written then.
+    fn apply(&mut self, ctx: &mut Ctx<'_>, action: &Action, policy: PolicyKind) -> Outcome;
     /// Puts a journaled knob back (only if it still holds what placer applied).
     fn restore(&mut self, root: &Path, entry: &Entry) -> Restored;
     /// Per-cycle upkeep of the knobs it holds (e.g. threads created since a pin); returns
@@ -53,11 +52,6 @@ pub trait KnobHandler: Send {
     fn maintain(&mut self, _root: &Path, _entries: &[Entry]) -> usize {
         0
     }
-}
-
-/// The journal label of a knob set for `policy`.
-pub fn policy_label(policy: Option<PolicyKind>) -> &'static str {
-    policy.map_or("", PolicyKind::name)
 }
 
 /// What a handler answers for an action of another kind: the actuator's dispatch never

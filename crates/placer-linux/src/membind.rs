@@ -21,7 +21,7 @@
 
 use crate::error::{LinuxError, Result};
 use crate::journal::{Entry, Knob};
-use crate::knob::{policy_label, Ctx, KnobHandler, Restored};
+use crate::knob::{Ctx, KnobHandler, Restored};
 use crate::numa_maps;
 use placer_bufpool::numa as sys;
 use placer_core::plan::{Action, Outcome};
@@ -239,7 +239,7 @@ impl MemPolicyHandler {
         proc: ProcKey,
         nodes: &[u32],
         max_bytes: u64,
-        policy: Option<PolicyKind>,
+        policy: PolicyKind,
         dry_run: bool,
     ) -> Outcome {
         let Some(&target) = nodes.first() else {
@@ -273,7 +273,7 @@ impl MemPolicyHandler {
             let prev = serde_json::to_string(&rec).unwrap_or_default();
             let applied = serde_json::to_string(nodes).unwrap_or_default();
             match ctx.journal.as_deref_mut() {
-                Some(j) => match j.record(knob.clone(), &prev, &applied, policy_label(policy)) {
+                Some(j) => match j.record(knob.clone(), &prev, &applied, policy.name()) {
                     Ok(n) => new_entry = n,
                     Err(e) => return Outcome::Transient(format!("journal: {e}")),
                 },
@@ -314,7 +314,7 @@ impl MemPolicyHandler {
 }
 
 impl KnobHandler for MemPolicyHandler {
-    fn apply(&mut self, ctx: &mut Ctx<'_>, action: &Action, policy: Option<PolicyKind>) -> Outcome {
+    fn apply(&mut self, ctx: &mut Ctx<'_>, action: &Action, policy: PolicyKind) -> Outcome {
         let dry_run = ctx.dry_run();
         match action {
             Action::BindMemory {
@@ -467,7 +467,7 @@ mod tests {
 
     fn one(action: Action) -> placer_core::plan::Plan {
         let mut p = placer_core::plan::Plan::default();
-        p.push("numa-local", action, "test");
+        p.push(placer_core::policies::PolicyKind::NumaLocal, action, "test");
         p
     }
 

@@ -56,7 +56,7 @@ fn enospc_then_space_freed_the_limiter_installs() {
         let mut act = Actuator::new(Path::new("/"), &st);
         let mut plan = Plan::default();
         plan.push(
-            "energy-qos",
+            placer_core::policies::PolicyKind::EnergyQos,
             Action::LimitBandwidth {
                 app: "ftp".into(),
                 dev: dev.clone(),

@@ -729,7 +729,7 @@ pub fn translate(
                     c,
                     (&kubelet.0, &kubelet.1),
                     cpus,
-                    &pa.policy,
+                    pa.policy.name(),
                     String::new(),
                 );
                 match placement {
@@ -1034,7 +1034,7 @@ mod tests {
     fn planned(action: Action) -> PlannedAction {
         PlannedAction {
             action,
-            policy: "smt-energy".into(),
+            policy: placer_core::policies::PolicyKind::SmtEnergy,
             reason: "test".into(),
         }
     }

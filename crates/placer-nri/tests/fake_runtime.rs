@@ -189,7 +189,7 @@ fn move_c1(s: &Session) {
             comm: "app".into(),
             cpus: CpuSet::parse_list("2-3").unwrap(),
         },
-        policy: "smt-energy".into(),
+        policy: placer_core::policies::PolicyKind::SmtEnergy,
         reason: "test".into(),
     };
     let t = s
@@ -352,7 +352,7 @@ fn nri_host_sends_container_moves_to_the_runtime_and_the_rest_to_the_host() {
     );
     let planned = |action| PlannedAction {
         action,
-        policy: "smt-energy".into(),
+        policy: placer_core::policies::PolicyKind::SmtEnergy,
         reason: "test".into(),
     };
     let plan = placer_core::Plan {
@@ -806,7 +806,7 @@ fn move_c1_raw(raw: &Raw, plugin: &Plugin) {
             comm: "app".into(),
             cpus: CpuSet::parse_list("2-3").unwrap(),
         },
-        policy: "smt-energy".into(),
+        policy: placer_core::policies::PolicyKind::SmtEnergy,
         reason: "test".into(),
     };
     let t = plugin.with_state(|st| translate(st, &[pin], &|pid| (pid == 10).then(|| "c1".into())));

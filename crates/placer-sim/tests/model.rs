@@ -33,7 +33,7 @@ fn completion(h: &SimHost, name: &str) -> f64 {
 fn set_governor(h: &mut SimHost, domain: u32, gov: &str, khz: Option<u64>) {
     let mut plan = Plan::default();
     plan.push(
-        "test",
+        placer_core::policies::PolicyKind::EnergyQos,
         Action::SetGovernor {
             domain,
             governor: gov.into(),
@@ -344,14 +344,14 @@ fn same_seed_same_result() {
     assert_eq!(a, b);
 }
 
-/// A test policy: pins every process with a receive flow to its NIC's receive CPU.
+/// A test policy (as net-affinity, a kind it stands in for): pins every process with a receive flow to its NIC's receive CPU.
 struct PinToIrq;
 
 impl Policy for PinToIrq {
     type State = ();
 
-    fn name(&self) -> &'static str {
-        "pin-to-irq"
+    fn kind(&self) -> placer_core::policies::PolicyKind {
+        placer_core::policies::PolicyKind::NetAffinity
     }
     fn plan(&self, topo: &Topology, obs: &Observation, _st: &mut PolicyState) -> Plan {
         let mut plan = Plan::default();
@@ -362,7 +362,7 @@ impl Policy for PinToIrq {
             };
             if p.allowed_cpus != nic.rx_cpus && p.rx_bytes_per_s > 0.0 {
                 plan.push(
-                    "pin-to-irq",
+                    placer_core::policies::PolicyKind::NetAffinity,
                     Action::PinProcess {
                         proc: p.key(),
                         comm: p.comm.to_string(),
@@ -383,8 +383,8 @@ struct CrowdLater;
 impl Policy for CrowdLater {
     type State = ();
 
-    fn name(&self) -> &'static str {
-        "smt-energy"
+    fn kind(&self) -> placer_core::policies::PolicyKind {
+        placer_core::policies::PolicyKind::SmtEnergy
     }
     fn plan(&self, _topo: &Topology, obs: &Observation, st: &mut PolicyState) -> Plan {
         let mut plan = Plan::default();
@@ -393,7 +393,7 @@ impl Policy for CrowdLater {
         }
         for p in obs.procs.iter().filter(|p| !st.held.contains_key(&p.key())) {
             plan.push(
-                "smt-energy",
+                placer_core::policies::PolicyKind::SmtEnergy,
                 Action::PinProcess {
                     proc: p.key(),
                     comm: p.comm.to_string(),

@@ -461,6 +461,84 @@ fn no_knob_kind_or_policy_is_looked_up_by_its_name() {
     }
 }
 
+/// Where a policy's identity is held as a string: a `policy` field or parameter typed as
+/// text, a policy trait naming itself by a string, a kind parsed back from a name.
+fn string_identities(code: &str) -> Vec<String> {
+    let mut found: Vec<String> = [
+        "policy: String",
+        "policy: &str",
+        "policy: Option<String>",
+        "policy: &'static str",
+        "policies: Vec<(String",
+        "disabled: Vec<(String",
+        "fn name(&self) -> &'static str",
+        "PolicyKind::parse(",
+    ]
+    .into_iter()
+    .filter(|p| code.contains(p))
+    .map(str::to_string)
+    .collect();
+    found.sort();
+    found
+}
+
+#[test]
+fn the_string_identity_checker_finds_planted_strings() {
+    let planted = "pub struct PlannedAction { pub policy: String }\n\
+                   trait Policy { fn name(&self) -> &'static str; }\n\
+                   fn f(n: &str) { let k = PolicyKind::parse(n); }\n";
+    assert_eq!(
+        string_identities(&code(planted)),
+        vec![
+            "PolicyKind::parse(".to_string(),
+            "fn name(&self) -> &'static str".to_string(),
+            "policy: String".to_string(),
+        ]
+    );
+    assert!(string_identities(&code("pub struct A { pub policy: PolicyKind }\n")).is_empty());
+}
+
+/// Issue 32: no identity is a string after construction. A policy is its `PolicyKind` in
+/// every plan, note, lease break, verdict, report and decision record, in the engine's and
+/// the policy trait's interfaces and in the actuator's journal labels; a name becomes a kind
+/// only where names come in (`FromStr`, which the config and the command line use).
+#[test]
+fn no_policy_identity_is_a_string_after_construction() {
+    let ws = workspace().join("crates");
+    let carriers = [
+        "placer-core/src/plan.rs",
+        "placer-core/src/policy.rs",
+        "placer-core/src/engine.rs",
+        "placer-core/src/verdict.rs",
+        "placer-agent/src/state.rs",
+        "placer-agent/src/explain.rs",
+        "placer-linux/src/knob.rs",
+        "placer-linux/src/actuator.rs",
+    ];
+    for f in carriers {
+        let text = std::fs::read_to_string(ws.join(f)).unwrap();
+        let found = string_identities(&code(&text));
+        assert!(
+            found.is_empty(),
+            "{f} holds a policy as a string: {} (carry the PolicyKind)",
+            found.join(", ")
+        );
+    }
+    // Nowhere else is a kind parsed back from its name.
+    for src in crate_sources() {
+        for (f, code) in non_test_code(&src) {
+            if f.ends_with("placer-core/src/policy_kind.rs") {
+                continue;
+            }
+            assert!(
+                !code.contains("PolicyKind::parse("),
+                "{} turns a policy name back into its kind",
+                f.display()
+            );
+        }
+    }
+}
+
 /// A source asked for by its name: an unknown name answers "not missing".
 fn source_lookups(code: &str) -> Vec<&'static str> {
     ["why_missing(\"", ".has(\""]

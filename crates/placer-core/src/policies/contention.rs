@@ -67,7 +67,9 @@ use crate::topology::Topology;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
 
-pub const NAME: &str = "contention";
+pub const NAME: &str = KIND.name();
+/// This policy's identity in plans, notes, verdicts and back-off keys.
+const KIND: crate::policies::PolicyKind = crate::policies::PolicyKind::Contention;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -689,8 +691,8 @@ fn domain_of(doms: &[(CpuSet, usize)], allowed: &CpuSet, last_cpu: Option<u32>) 
 impl Policy for Contention {
     type State = ContentionState;
 
-    fn name(&self) -> &'static str {
-        NAME
+    fn kind(&self) -> crate::policies::PolicyKind {
+        KIND
     }
 
     fn wants(&self) -> SampleRequest {
@@ -742,7 +744,7 @@ impl Policy for Contention {
             st.following.remove(proc);
             if st.moved_memory.remove(proc) {
                 plan.push(
-                    NAME,
+                    KIND,
                     Action::RestoreMemory { proc: *proc },
                     format!("{comm}'s memory goes back: its move was undone on the verdict"),
                 );
@@ -815,7 +817,7 @@ impl Policy for Contention {
                 }
             }
             plan.push(
-                NAME,
+                KIND,
                 Action::BindMemory {
                     proc: key,
                     nodes: vec![node],
@@ -867,7 +869,7 @@ impl Policy for Contention {
         };
         if !measured && min_bw > 0.0 {
             plan.note(
-                NAME,
+                KIND,
                 None,
                 "memory bandwidth is not measured here: the sufficient-contention check \
                  (min_domain_bandwidth_bytes_per_s) cannot run, the group rule alone decides",
@@ -895,18 +897,18 @@ impl Policy for Contention {
         };
         for c in &classes {
             plan.note(
-                NAME,
+                KIND,
                 Some(c.key),
                 classify::explain_rule(c, &self.cfg.classify, machine.as_deref()),
             );
         }
         let Some(why) = why else {
-            plan.note(NAME, None, "no contention to resolve: placement left as is");
+            plan.note(KIND, None, "no contention to resolve: placement left as is");
             return plan;
         };
         if a.separation_impossible {
             plan.note(
-                NAME,
+                KIND,
                 None,
                 "Group 1 and Group 2 cannot be separated on these domains: spreading Group 1",
             );
@@ -931,7 +933,7 @@ impl Policy for Contention {
                 "moved to".to_string()
             };
             plan.push(
-                NAME,
+                KIND,
                 Action::PinProcess {
                     proc: c.key,
                     comm: c.comm.clone(),
@@ -950,7 +952,7 @@ impl Policy for Contention {
                 if from != to {
                     if !self.cfg.memory_follows {
                         plan.note(
-                            NAME,
+                            KIND,
                             Some(c.key),
                             format!(
                                 "memory left on node {from} (memory_follows = false): \
@@ -959,7 +961,7 @@ impl Policy for Contention {
                         );
                     } else if budget == 0 {
                         plan.note(
-                            NAME,
+                            KIND,
                             Some(c.key),
                             format!(
                                 "memory to follow to node {to} from the next interval \
@@ -971,7 +973,7 @@ impl Policy for Contention {
                         let take = budget;
                         budget = 0;
                         plan.push(
-                            NAME,
+                            KIND,
                             Action::BindMemory {
                                 proc: c.key,
                                 nodes: vec![to],
@@ -1442,7 +1444,7 @@ mod tests {
             if let Action::PinProcess { proc, comm, .. } = &a.action {
                 restored.push(crate::plan::ActionReport {
                     planned: crate::plan::PlannedAction {
-                        policy: "contention".into(),
+                        policy: KIND,
                         action: Action::RestoreProcess {
                             proc: *proc,
                             comm: comm.clone(),
@@ -1845,14 +1847,17 @@ mod tests {
         };
         let pols = policies_from_config(&cfg, 1);
         assert_eq!(
-            pols.iter().map(|p| p.name()).collect::<Vec<_>>(),
-            vec!["contention", "net-affinity"]
+            pols.iter().map(|p| p.kind()).collect::<Vec<_>>(),
+            vec![
+                crate::policies::PolicyKind::Contention,
+                crate::policies::PolicyKind::NetAffinity
+            ]
         );
         let mut e = Engine::new(pols, cfg, 1);
         let mut h = NoPmu { t: 0 };
         let r0 = e.step(&mut h, true);
         assert_eq!(r0.disabled.len(), 1, "{:?}", r0.disabled);
-        assert_eq!(r0.disabled[0].0, "contention");
+        assert_eq!(r0.disabled[0].0, crate::policies::PolicyKind::Contention);
         assert!(r0.disabled[0].1.contains("ENOENT"), "{}", r0.disabled[0].1);
         let r1 = e.step(&mut h, true);
         assert!(r1.error.is_none() && r1.disabled.is_empty());
@@ -1862,7 +1867,7 @@ mod tests {
             .filter(|(_, d)| d.is_none())
             .map(|(n, _)| n)
             .collect();
-        assert_eq!(running, vec!["net-affinity"]);
+        assert_eq!(running, vec![crate::policies::PolicyKind::NetAffinity]);
     }
 
     #[test]

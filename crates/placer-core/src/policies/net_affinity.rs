@@ -60,7 +60,9 @@ use crate::topology::Topology;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-pub const NAME: &str = "net-affinity";
+pub const NAME: &str = KIND.name();
+/// This policy's identity in plans, notes, verdicts and back-off keys.
+const KIND: crate::policies::PolicyKind = crate::policies::PolicyKind::NetAffinity;
 
 /// What to do when the NIC's receive CPU is too busy to take the process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -478,8 +480,8 @@ impl NetAffinity {
 impl Policy for NetAffinity {
     type State = NetState;
 
-    fn name(&self) -> &'static str {
-        NAME
+    fn kind(&self) -> crate::policies::PolicyKind {
+        KIND
     }
 
     fn wants(&self) -> SampleRequest {
@@ -586,7 +588,7 @@ impl NetAffinity {
                             .last_active(k)
                             .map_or(String::new(), |t| format!(" ({:.1} s)", now - t));
                         plan.push(
-                            NAME,
+                            KIND,
                             Action::RestoreProcess {
                                 proc: k,
                                 comm: p.comm.to_string(),
@@ -600,7 +602,7 @@ impl NetAffinity {
                         track.original = None;
                     } else {
                         plan.note(
-                            NAME,
+                            KIND,
                             Some(k),
                             format!(
                                 "idle, but pinned to {} only {held_for:.1} s ago (min_hold {min_hold_s:.1} s)",
@@ -619,7 +621,7 @@ impl NetAffinity {
                     Ok(t) if CpuSet::single(t.cpu) == h.cpus => {
                         track.pending = None;
                         plan.note(
-                            NAME,
+                            KIND,
                             Some(k),
                             format!(
                                 "stays on CPU {}: {rates}, {conns} active connection(s); {}",
@@ -637,7 +639,7 @@ impl NetAffinity {
                             track.pending = None;
                             *extra.entry(t.cpu).or_default() += p.cpu_share;
                             plan.push(
-                                NAME,
+                                KIND,
                                 Action::PinProcess {
                                     proc: k,
                                     comm: p.comm.to_string(),
@@ -650,7 +652,7 @@ impl NetAffinity {
                             );
                         } else {
                             plan.note(
-                                NAME,
+                                KIND,
                                 Some(k),
                                 format!(
                                     "stays on {} for now: target CPU {} for {n}/{} interval(s), held {held_for:.1} s (min {min_hold_s:.1} s); {}",
@@ -662,7 +664,7 @@ impl NetAffinity {
                     Err(why) => {
                         track.pending = None;
                         plan.note(
-                            NAME,
+                            KIND,
                             Some(k),
                             format!(
                                 "stays on {}: {conns} active connection(s), no better target: {why}",
@@ -678,23 +680,23 @@ impl NetAffinity {
             }
             if state.released.contains(&k) {
                 plan.note(
-                    NAME,
+                    KIND,
                     Some(k),
                     "released: its affinity was changed by someone else (or a pin failed for good); placer leaves it alone",
                 );
                 continue;
             }
             if state.taken.contains(&k) {
-                plan.note(NAME, Some(k), "held by an earlier policy");
+                plan.note(KIND, Some(k), "held by an earlier policy");
                 continue;
             }
             if !self.scope.admits(p, self.self_pid) {
-                plan.note(NAME, Some(k), "outside the configured scope: never placed");
+                plan.note(KIND, Some(k), "outside the configured scope: never placed");
                 continue;
             }
             if track.streak == 0 {
                 plan.note(
-                    NAME,
+                    KIND,
                     Some(k),
                     format!("not communication-intensive: {rates} <= {thr_s}"),
                 );
@@ -702,7 +704,7 @@ impl NetAffinity {
             }
             if track.streak < cfg.pin_after_intervals {
                 plan.note(
-                    NAME,
+                    KIND,
                     Some(k),
                     format!(
                         "intensive ({rates} > {thr_s}) for {}/{} interval(s): not pinned yet",
@@ -714,7 +716,7 @@ impl NetAffinity {
             let allowed = p.allowed_cpus.clone();
             match self.target(topo, obs, p, &allowed, None, &extra) {
                 Ok(t) if allowed == CpuSet::single(t.cpu) => plan.note(
-                    NAME,
+                    KIND,
                     Some(k),
                     format!(
                         "already confined to CPU {} (not by placer): {}",
@@ -725,7 +727,7 @@ impl NetAffinity {
                     track.original = Some(allowed);
                     *extra.entry(t.cpu).or_default() += p.cpu_share;
                     plan.push(
-                        NAME,
+                        KIND,
                         Action::PinProcess {
                             proc: k,
                             comm: p.comm.to_string(),
@@ -735,7 +737,7 @@ impl NetAffinity {
                     );
                 }
                 Err(why) => plan.note(
-                    NAME,
+                    KIND,
                     Some(k),
                     format!("communication-intensive ({rates} > {thr_s}) but left alone: {why}"),
                 ),

@@ -45,7 +45,9 @@ use crate::topology::Topology;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-pub const NAME: &str = "numa-local";
+pub const NAME: &str = KIND.name();
+/// This policy's identity in plans, notes, verdicts and back-off keys.
+const KIND: crate::policies::PolicyKind = crate::policies::PolicyKind::NumaLocal;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -345,8 +347,8 @@ impl NumaLocal {
 impl Policy for NumaLocal {
     type State = Private;
 
-    fn name(&self) -> &'static str {
-        NAME
+    fn kind(&self) -> crate::policies::PolicyKind {
+        KIND
     }
 
     fn wants(&self) -> SampleRequest {
@@ -379,7 +381,7 @@ impl Policy for NumaLocal {
         let mut plan = Plan::default();
         if topo.nodes.len() < 2 {
             plan.note(
-                NAME,
+                KIND,
                 None,
                 format!(
                     "{} NUMA node: all memory is local, nothing to place",
@@ -406,7 +408,7 @@ impl Policy for NumaLocal {
             active_now.push(key);
             let Some(t) = target_node(topo, p, &cfg.target_order) else {
                 plan.note(
-                    NAME,
+                    KIND,
                     Some(key),
                     format!(
                         "net {:.1} MB/s but no evidence for a node (no confining CPUs, NIC node or page counts); {}",
@@ -430,13 +432,13 @@ impl Policy for NumaLocal {
             if cfg.place_cpus && !p.allowed_cpus.is_subset(&node_cpus) {
                 if state.taken.contains(&key) {
                     plan.note(
-                        NAME,
+                        KIND,
                         Some(key),
                         format!("{head}; its CPUs are held by an earlier policy, left alone"),
                     );
                 } else if node_cpus.is_empty() {
                     plan.note(
-                        NAME,
+                        KIND,
                         Some(key),
                         format!(
                             "{head}; no CPU of node {} is usable, CPUs left alone",
@@ -445,7 +447,7 @@ impl Policy for NumaLocal {
                     );
                 } else {
                     plan.push(
-                        NAME,
+                        KIND,
                         Action::PinProcess {
                             proc: key,
                             comm: p.comm.to_string(),
@@ -459,13 +461,13 @@ impl Policy for NumaLocal {
             let local = p.numa_pages.get(&t.node).copied().unwrap_or(0);
             let pages_txt = format_pages(&p.numa_pages, page);
             if total == 0 {
-                plan.note(NAME, Some(key), format!("{head}; {pages_txt}"));
+                plan.note(KIND, Some(key), format!("{head}; {pages_txt}"));
                 continue;
             }
             let frac = local as f64 / total as f64;
             if frac >= cfg.min_local_fraction {
                 plan.note(
-                    NAME,
+                    KIND,
                     Some(key),
                     format!(
                         "{head}; {:.0}% of its pages already there ({pages_txt})",
@@ -476,7 +478,7 @@ impl Policy for NumaLocal {
             }
             if !cfg.migrate {
                 plan.note(
-                    NAME,
+                    KIND,
                     Some(key),
                     format!(
                         "{head}; only {:.0}% of its pages there ({pages_txt}); migration is off (numa_local.migrate)",
@@ -509,7 +511,7 @@ impl Policy for NumaLocal {
             let grant = off_bytes.min(budget);
             if grant < page {
                 plan.note(
-                    NAME,
+                    KIND,
                     Some(key),
                     format!(
                         "{why}; migration budget of this interval used up ({} MiB/s)",
@@ -521,7 +523,7 @@ impl Policy for NumaLocal {
             budget -= grant;
             private.granted_bytes += grant;
             plan.push(
-                NAME,
+                KIND,
                 Action::BindMemory {
                     proc: key,
                     nodes: vec![node],
@@ -549,7 +551,7 @@ impl Policy for NumaLocal {
             let last = *private.last_active_s.entry(key).or_insert(since_s);
             if now - last >= cfg.quiet_s {
                 plan.push(
-                    NAME,
+                    KIND,
                     Action::RestoreProcess { proc: key, comm },
                     format!(
                         "quiet for {:.0} s >= {:.0} s: original CPUs back (pages stay)",

@@ -43,7 +43,9 @@ use crate::topology::Topology;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-pub const NAME: &str = "smt-energy";
+pub const NAME: &str = KIND.name();
+/// This policy's identity in plans, notes, verdicts and back-off keys.
+const KIND: crate::policies::PolicyKind = crate::policies::PolicyKind::SmtEnergy;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -183,8 +185,8 @@ pub struct Private {
 impl Policy for SmtEnergy {
     type State = Private;
 
-    fn name(&self) -> &'static str {
-        NAME
+    fn kind(&self) -> crate::policies::PolicyKind {
+        KIND
     }
 
     fn plan(&self, topo: &Topology, obs: &Observation, state: &mut PolicyState<Private>) -> Plan {
@@ -214,7 +216,7 @@ impl Policy for SmtEnergy {
             if let Some(p) = live.get(key) {
                 if !self.matches(p) {
                     plan.push(
-                        NAME,
+                        KIND,
                         Action::RestoreProcess {
                             proc: *key,
                             comm: h.comm.clone(),
@@ -250,7 +252,7 @@ impl Policy for SmtEnergy {
                     let since = *private.wants_less_since_s.entry(key).or_insert(now);
                     if now - since >= cfg.shrink_after_s {
                         plan.push(
-                            NAME,
+                            KIND,
                             Action::RestoreProcess {
                                 proc: key,
                                 comm: p.comm.to_string(),
@@ -338,7 +340,7 @@ impl Policy for SmtEnergy {
                 continue;
             }
             plan.push(
-                NAME,
+                KIND,
                 Action::PinProcess {
                     proc: p.key(),
                     comm: p.comm.to_string(),
@@ -629,7 +631,7 @@ mod tests {
         .unwrap();
         assert_eq!(cfg.smt_energy.order, AllocPolicy::Speedup);
         let ps = crate::engine::policies_from_config(&cfg, 1);
-        assert_eq!(ps.iter().map(|p| p.name()).collect::<Vec<_>>(), vec![NAME]);
+        assert_eq!(ps.iter().map(|p| p.kind()).collect::<Vec<_>>(), vec![KIND]);
         let bad = crate::config::Config::from_toml("[smt_energy]\nsigma = 2.0\n");
         assert!(bad.unwrap_err().to_string().contains("smt_energy.sigma"));
     }

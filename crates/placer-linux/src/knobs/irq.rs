@@ -28,12 +28,7 @@ impl CpuFileKnob for IrqHandler {
 }
 
 impl KnobHandler for IrqHandler {
-    fn apply(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        action: &Action,
-        _policy: Option<PolicyKind>,
-    ) -> Outcome {
+    fn apply(&mut self, ctx: &mut Ctx<'_>, action: &Action, _policy: PolicyKind) -> Outcome {
         let dry_run = ctx.dry_run();
         match action {
             Action::SetIrqAffinity { irq, cpus } => self.set(

@@ -290,12 +290,7 @@ impl ProcAffinityHandler {
 }
 
 impl KnobHandler for ProcAffinityHandler {
-    fn apply(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        action: &Action,
-        _policy: Option<PolicyKind>,
-    ) -> Outcome {
+    fn apply(&mut self, ctx: &mut Ctx<'_>, action: &Action, _policy: PolicyKind) -> Outcome {
         let dry_run = ctx.dry_run();
         match action {
             Action::PinProcess { proc, comm, cpus } => self.pin(ctx, *proc, comm, cpus, dry_run),

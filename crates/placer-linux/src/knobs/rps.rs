@@ -29,12 +29,7 @@ impl CpuFileKnob for RpsHandler {
 }
 
 impl KnobHandler for RpsHandler {
-    fn apply(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        action: &Action,
-        _policy: Option<PolicyKind>,
-    ) -> Outcome {
+    fn apply(&mut self, ctx: &mut Ctx<'_>, action: &Action, _policy: PolicyKind) -> Outcome {
         let dry_run = ctx.dry_run();
         match action {
             Action::SetRps { dev, queue, cpus } => self.set(

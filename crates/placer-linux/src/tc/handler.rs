@@ -69,12 +69,7 @@ impl TcHandler {
 }
 
 impl KnobHandler for TcHandler {
-    fn apply(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        action: &Action,
-        _policy: Option<PolicyKind>,
-    ) -> Outcome {
+    fn apply(&mut self, ctx: &mut Ctx<'_>, action: &Action, _policy: PolicyKind) -> Outcome {
         let dry_run = ctx.dry_run();
         match action {
             Action::LimitBandwidth {

@@ -55,7 +55,9 @@ mod solver;
 pub use power::*;
 pub use solver::*;
 
-pub const NAME: &str = "energy-qos";
+pub const NAME: &str = KIND.name();
+/// This policy's identity in plans, notes, verdicts and back-off keys.
+const KIND: crate::policies::PolicyKind = crate::policies::PolicyKind::EnergyQos;
 
 /// `[energy_qos]` in the daemon config.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -512,8 +514,8 @@ impl EnergyQos {
 impl Policy for EnergyQos {
     type State = Private;
 
-    fn name(&self) -> &'static str {
-        NAME
+    fn kind(&self) -> crate::policies::PolicyKind {
+        KIND
     }
 
     fn wants(&self) -> crate::sample::SampleRequest {
@@ -570,13 +572,13 @@ impl Policy for EnergyQos {
                 .filter(|r| r.app.target_bytes_per_s.is_some())
             {
                 for p in &r.procs {
-                    plan.note(NAME, Some(p.key()), text.clone());
+                    plan.note(KIND, Some(p.key()), text.clone());
                 }
             }
-            plan.note(NAME, None, text);
+            plan.note(KIND, None, text);
         }
         let Some(mut sol) = solve(&cfg, &machine, &apps) else {
-            plan.note(NAME, None, "no usable CPUs: nothing to plan");
+            plan.note(KIND, None, "no usable CPUs: nothing to plan");
             return plan;
         };
         // Hysteresis: stay in the current state while it meets every target at nearly
@@ -598,7 +600,7 @@ impl Policy for EnergyQos {
         let summary = describe_state(&machine, &sol);
         if sol.eval.misses.is_empty() {
             plan.note(
-                NAME,
+                KIND,
                 None,
                 format!(
                     "every target met: {summary} (source {})",
@@ -608,7 +610,7 @@ impl Policy for EnergyQos {
         } else {
             for miss in &sol.eval.misses {
                 plan.note(
-                    NAME,
+                    KIND,
                     None,
                     format!(
                         "no state meets every target; {} misses its target: {} (best state: {summary})",
@@ -619,7 +621,7 @@ impl Policy for EnergyQos {
         }
         if !sol.unsearched.is_empty() {
             plan.note(
-                NAME,
+                KIND,
                 None,
                 format!(
                     "search bound max_search_states reached: {} placed on the largest cluster",
@@ -706,7 +708,7 @@ impl Policy for EnergyQos {
                 });
                 let Some(dev) = dev else {
                     plan.note(
-                        NAME,
+                        KIND,
                         None,
                         format!(
                             "app {}: no flows observed and no `dev` configured: not limited yet",
@@ -717,7 +719,7 @@ impl Policy for EnergyQos {
                 };
                 if flows.is_empty() {
                     plan.note(
-                        NAME,
+                        KIND,
                         None,
                         format!("app {}: no flows observed yet: not limited", r.app.name),
                     );
@@ -740,7 +742,7 @@ impl Policy for EnergyQos {
                 ));
             }
         }
-        let ours = |r: &&crate::plan::ActionReport| r.planned.policy == NAME;
+        let ours = |r: &&crate::plan::ActionReport| r.planned.policy == KIND;
         let failed = state
             .last_reports
             .iter()
@@ -770,7 +772,7 @@ impl Policy for EnergyQos {
         let now: Vec<Action> = actions.iter().map(|(a, _)| a.clone()).collect();
         if priv_state.last.as_ref() != Some(&now) {
             for (a, why) in actions {
-                plan.push(NAME, a, why);
+                plan.push(KIND, a, why);
             }
             priv_state.last = Some(now);
         }

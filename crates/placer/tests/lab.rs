@@ -976,7 +976,7 @@ fn plan_of(action: placer_core::plan::Action) -> placer_core::plan::Plan {
     placer_core::plan::Plan {
         actions: vec![placer_core::plan::PlannedAction {
             action,
-            policy: "net-affinity".into(),
+            policy: placer_core::policies::PolicyKind::NetAffinity,
             reason: "lab".into(),
         }],
         notes: Vec::new(),

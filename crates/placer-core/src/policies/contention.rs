@@ -779,7 +779,7 @@ impl Policy for Contention {
             if let (Some(before), false) = (f.off_pages_at_take, p.numa_pages.is_empty()) {
                 if off_pages >= before {
                     plan.note(
-                        NAME,
+                        KIND,
                         Some(*key),
                         format!(
                             "{}'s memory follows no more: {off_pages} pages stay off node {}                              (the kernel moved none of them last interval)",

@@ -639,9 +639,9 @@ impl Policy for EnergyQos {
                  are not applied (energy_qos.take_over_cpufreq = true takes over)"
             );
             for p in running.iter().flat_map(|r| &r.procs) {
-                plan.note(NAME, Some(p.key()), text.clone());
+                plan.note(KIND, Some(p.key()), text.clone());
             }
-            plan.note(NAME, None, text);
+            plan.note(KIND, None, text);
         }
         for (ci, c) in machine.clusters.iter().enumerate() {
             if c.has_cpufreq && may_cap {

@@ -83,7 +83,7 @@ use crate::procfs::{
 };
 use crate::sockdiag::SockDiag;
 use placer_core::sample::{
-    ExitedProc, ProcSample, SampleRequest, Source, SourceStatus, ThreadSample,
+    ExitedProc, ProcSample, SampleRequest, Source, SourceKind, SourceStatus, ThreadSample,
 };
 use placer_core::{CpuSet, Sample};
 use std::collections::HashSet;
@@ -487,7 +487,7 @@ impl Sampler {
         let mut sources = Vec::new();
         let stat = self.proc_dir.join("stat");
         sources.push(Source {
-            name: "proc".into(),
+            name: SourceKind::Proc,
             available: stat.exists(),
             detail: if stat.exists() {
                 format!("{}", self.proc_dir.display())
@@ -495,10 +495,13 @@ impl Sampler {
                 format!("{} missing", stat.display())
             },
         });
-        for (name, file) in [("interrupts", "interrupts"), ("softirqs", "softirqs")] {
+        for (name, file) in [
+            (SourceKind::Interrupts, "interrupts"),
+            (SourceKind::Softirqs, "softirqs"),
+        ] {
             let p = self.proc_dir.join(file);
             sources.push(Source {
-                name: name.into(),
+                name,
                 available: p.exists(),
                 detail: if p.exists() {
                     p.display().to_string()
@@ -512,17 +515,17 @@ impl Sampler {
         }
         sources.push(match &self.sock_diag {
             Some(Ok(_)) => Source {
-                name: "sock_diag".into(),
+                name: SourceKind::SockDiag,
                 available: true,
                 detail: "TCP sockets of this network namespace (IPv4, IPv6)".into(),
             },
             Some(Err(e)) => Source {
-                name: "sock_diag".into(),
+                name: SourceKind::SockDiag,
                 available: false,
                 detail: format!("netlink sock_diag: {e}"),
             },
             None => Source {
-                name: "sock_diag".into(),
+                name: SourceKind::SockDiag,
                 available: false,
                 detail: format!(
                     "not used for root {} (sock_diag sees the host's kernel)",
@@ -543,7 +546,7 @@ impl Sampler {
         sources.push(match &self.counters {
             Some(c) => c.status(),
             None => Source {
-                name: "perf_hw".into(),
+                name: SourceKind::PerfHw,
                 available: false,
                 detail: format!("no counters for root {}", self.root.display()),
             },
@@ -565,9 +568,9 @@ impl Sampler {
             } else {
                 "off (kernel_events = false)".to_string()
             };
-            for name in ["ebpf", "proc_events"] {
+            for name in [SourceKind::Ebpf, SourceKind::ProcEvents] {
                 sources.push(Source {
-                    name: name.into(),
+                    name,
                     available: false,
                     detail: why.clone(),
                 });
@@ -1371,8 +1374,12 @@ mod tests {
         t.write("self/stat", "not a pid dir");
         let mut s = Sampler::new(&t.0);
         let src = s.sources();
-        assert!(src.has("proc") && src.has("interrupts"));
-        assert!(!src.has("sock_diag") && !src.has("rapl") && !src.has("perf_hw"));
+        assert!(src.has(SourceKind::Proc) && src.has(SourceKind::Interrupts));
+        assert!(
+            !src.has(SourceKind::SockDiag)
+                && !src.has(SourceKind::Rapl)
+                && !src.has(SourceKind::PerfHw)
+        );
         let sample = s
             .sample(SampleRequest {
                 sockets: true,
@@ -1703,14 +1710,17 @@ mod tests {
     fn wrong_root_is_an_error() {
         let mut s = Sampler::new(Path::new("/nonexistent-placer-root"));
         assert!(s.sample(SampleRequest::default()).is_err());
-        assert!(!s.sources().has("proc"));
+        assert!(!s.sources().has(SourceKind::Proc));
     }
 
     #[test]
     fn this_machine_maps_a_socket_to_this_process_and_caches() {
         let mut s = Sampler::new(Path::new("/"));
-        if !s.sources().has("sock_diag") {
-            placer_testkit::skip(&format!("{:?}", s.sources().why_missing("sock_diag")));
+        if !s.sources().has(SourceKind::SockDiag) {
+            placer_testkit::skip(&format!(
+                "{:?}",
+                s.sources().why_missing(SourceKind::SockDiag)
+            ));
             return;
         }
         let req = SampleRequest {
@@ -1793,11 +1803,11 @@ mod tests {
     fn event_sampler() -> Option<Sampler> {
         let mut s = Sampler::new(Path::new("/"));
         let src = s.sources();
-        if !src.has("ebpf") || !src.has("proc_events") {
+        if !src.has(SourceKind::Ebpf) || !src.has(SourceKind::ProcEvents) {
             placer_testkit::skip(&format!(
                 "kernel event sources: {:?} / {:?}",
-                src.why_missing("ebpf"),
-                src.why_missing("proc_events")
+                src.why_missing(SourceKind::Ebpf),
+                src.why_missing(SourceKind::ProcEvents)
             ));
             return None;
         }
@@ -1855,7 +1865,7 @@ mod tests {
         };
         let mut scan = Sampler::new(Path::new("/"));
         scan.set_kernel_events(false);
-        assert!(!scan.sources().has("ebpf"));
+        assert!(!scan.sources().has(SourceKind::Ebpf));
         let req = SampleRequest {
             threads: true,
             ..Default::default()

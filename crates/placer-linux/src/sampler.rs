@@ -121,6 +121,25 @@ pub struct SampleStats {
     pub threads_from_collector: usize,
 }
 
+/// Where the last sample's time went: the sampling thread's CPU time (user + kernel) in
+/// each stage, ns (`placer bench cycle` reports them, so the next saving is chosen from
+/// figures).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct StageTimes {
+    /// The kernel's events drained and the process set decided (or /proc listed).
+    pub plan_ns: u64,
+    /// The processes and their threads read (or taken from the cache).
+    pub procs_ns: u64,
+    /// The socket dump and the fd mapping.
+    pub sockets_ns: u64,
+    /// Hardware counters.
+    pub counters_ns: u64,
+    /// Pages per NUMA node.
+    pub numa_ns: u64,
+    /// Machine-wide files: interrupts, softirqs, /proc/stat, energy, NICs, frequencies.
+    pub system_ns: u64,
+}
+
 pub struct Sampler {
     pub root: PathBuf,
     proc_dir: PathBuf,
@@ -138,6 +157,8 @@ pub struct Sampler {
     /// The open `proc` directory (opened at the first sample).
     proc: Option<Dir>,
     pub last_stats: SampleStats,
+    /// Where the last sample's CPU time went.
+    pub last_stages: StageTimes,
     /// The kernel's event sources (eBPF CPU collector, process-events connector), opened at
     /// the first sample when `kernel_events` is on.
     activity: Option<Box<dyn ActivitySource>>,
@@ -180,6 +201,7 @@ impl Sampler {
             buf: String::with_capacity(4096),
             proc: None,
             last_stats: SampleStats::default(),
+            last_stages: StageTimes::default(),
             activity: None,
             kernel_events: root == Path::new("/"),
             refresh_window: plan::RefreshWindow::default(),
@@ -361,6 +383,15 @@ impl Sampler {
 
         // The kernel's events: which processes ran (eBPF) and which came and went (the
         // connector); each part unknown falls back to reading /proc for it.
+        let mut stages = StageTimes::default();
+        let mut lap = {
+            let mut t = crate::sys::thread_cpu_ns();
+            move || {
+                let now = crate::sys::thread_cpu_ns();
+                now.saturating_sub(std::mem::replace(&mut t, now))
+            }
+        };
+        stages.system_ns += lap();
         let act = match self.activity.as_mut() {
             Some(a) => a.drain(),
             None => Activity::default(),
@@ -386,6 +417,7 @@ impl Sampler {
             Some(_) => self.refresh_window.next(&pids, self.refresh_every),
             None => PidSet::default(),
         };
+        stages.plan_ns += lap();
         let mut procs = Vec::with_capacity(pids.len());
         let mut reread: PidSet = PidSet::default();
         // Processes whose files were actually read again this sample (not from the cache).
@@ -448,6 +480,7 @@ impl Sampler {
         stats.exited = exited.len();
         self.last_alive = alive;
 
+        stages.procs_ns += lap();
         let sockets = if req.sockets {
             let proc_ = self.proc.as_ref().expect("opened above");
             // With the collector, a process that did not run cannot have opened or closed
@@ -469,16 +502,19 @@ impl Sampler {
 
         let time_ns = t_start + (crate::sys::monotonic_ns() - t_start) / 2;
 
+        stages.sockets_ns += lap();
         if req.counters {
             if let Some(c) = self.counters.as_mut().filter(|c| c.status().available) {
                 system::read_counters(c.as_mut(), &self.proc_dir, &mut procs);
             }
         }
+        stages.counters_ns += lap();
         if req.numa_pages {
             let ran = |pid: u32| act.ran.as_ref().is_some_and(|r| r.contains_key(&pid));
             self.numa.read(&self.root, &mut procs, &fresh, ran);
         }
 
+        stages.numa_ns += lap();
         // /proc/stat after the processes: a CPU taken offline while they were read is then
         // missing here too, so a process the kernel moved off it (its fallback affinity)
         // is never seen with that CPU still listed (the engine tells hotplug from someone
@@ -501,7 +537,9 @@ impl Sampler {
         } else {
             (Vec::new(), Vec::new())
         };
+        stages.system_ns += lap();
         self.last_stats = stats;
+        self.last_stages = stages;
         Ok(Sample {
             time_ns,
             clk_tck: self.clk_tck,

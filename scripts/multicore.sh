@@ -25,7 +25,7 @@ rps=${PLACER_RPS_CPU:-3}
 [ "$rps" -le "$last" ] || rps=$last
 if [ "${PLACER_MULTICORE_QUICK:-0}" = 1 ]; then
   ab=(--rounds 2 --phase 1s --warmup 1s)
-  overhead=(--duration 2s --procs 20 --conns 5)
+  overhead=(--duration 2s --procs 20 --conns 5 --runs 1)
   cycle=(--runs 2 --gen-procs 200 --gen-threads 400)
   contention=(--points 0,1 --duration 300ms --stream-bytes 33554432)
 else

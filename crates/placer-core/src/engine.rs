@@ -138,7 +138,7 @@ pub struct CycleReport {
     /// caller says it once).
     pub disabled: Vec<(PolicyKind, String)>,
     /// Sources the host lacks, with the reason (first step only).
-    pub missing_sources: Vec<(String, String)>,
+    pub missing_sources: Vec<(crate::sample::SourceKind, String)>,
     /// The observation the policies planned on (None while warming up or on error).
     pub observation: Option<Observation>,
     pub plan: Plan,
@@ -308,7 +308,7 @@ impl Engine {
                 .sources
                 .iter()
                 .filter(|s| !s.available)
-                .map(|s| (s.name.clone(), s.detail.clone()))
+                .map(|s| (s.name, s.detail.clone()))
                 .collect();
             self.sources = Some(sources);
         }
@@ -813,7 +813,7 @@ mod tests {
         fn sources(&mut self) -> SourceStatus {
             SourceStatus {
                 sources: vec![crate::sample::Source {
-                    name: "perf_hw".into(),
+                    name: crate::sample::SourceKind::PerfHw,
                     available: false,
                     detail: "no PMU".into(),
                 }],
@@ -944,7 +944,7 @@ mod tests {
         assert!(r0.reports.is_empty());
         assert_eq!(
             r0.missing_sources,
-            vec![("perf_hw".into(), "no PMU".into())]
+            vec![(crate::sample::SourceKind::PerfHw, "no PMU".into())]
         );
         let r1 = e.step(&mut h, false);
         assert_eq!(r1.reports.len(), 1);

@@ -172,7 +172,7 @@ impl<R: BufRead> RecordReader<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sample::{CpuTimes, ProcSample, Source};
+    use crate::sample::{CpuTimes, ProcSample, Source, SourceKind};
     use crate::CpuSet;
 
     fn s(t: u64) -> Sample {
@@ -201,7 +201,7 @@ mod tests {
             1000,
             SourceStatus {
                 sources: vec![Source {
-                    name: "perf_hw".into(),
+                    name: SourceKind::PerfHw,
                     available: false,
                     detail: "no hardware counters: ENOENT".into(),
                 }],
@@ -221,7 +221,7 @@ mod tests {
         let mut r = RecordReader::new(&buf[..]).unwrap();
         assert_eq!(r.header.interval_ms, 1000);
         assert_eq!(
-            r.header.sources.why_missing("perf_hw"),
+            r.header.sources.why_missing(SourceKind::PerfHw),
             Some("no hardware counters: ENOENT")
         );
         assert_eq!(r.read_all().unwrap(), vec![s(1), s(2)]);

@@ -317,20 +317,88 @@ pub struct SourceStatus {
     pub sources: Vec<Source>,
 }
 
+/// One optional source of observation. An enum so that asking for a source that does not
+/// exist does not compile (a misspelt string once read as "not missing" and enabled a
+/// policy). Serialised as the snake-case names recordings already carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceKind {
+    /// `/proc/stat` and the per-process files.
+    Proc,
+    /// `/proc/interrupts`.
+    Interrupts,
+    /// `/proc/softirqs`.
+    Softirqs,
+    /// The netlink socket dump (TCP sockets of this network namespace).
+    SockDiag,
+    /// Hardware performance counters.
+    PerfHw,
+    /// Software performance counters (tests on machines without a PMU).
+    PerfSw,
+    /// RAPL powercap energy zones.
+    Rapl,
+    /// hwmon power sensors.
+    Hwmon,
+    /// cpufreq frequency domains.
+    Cpufreq,
+    /// The eBPF CPU-time collector.
+    Ebpf,
+    /// The process-events connector (fork, exec, exit).
+    ProcEvents,
+}
+
+impl SourceKind {
+    pub const ALL: [SourceKind; 11] = [
+        SourceKind::Proc,
+        SourceKind::Interrupts,
+        SourceKind::Softirqs,
+        SourceKind::SockDiag,
+        SourceKind::PerfHw,
+        SourceKind::PerfSw,
+        SourceKind::Rapl,
+        SourceKind::Hwmon,
+        SourceKind::Cpufreq,
+        SourceKind::Ebpf,
+        SourceKind::ProcEvents,
+    ];
+
+    /// The name shown to people and written in recordings.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SourceKind::Proc => "proc",
+            SourceKind::Interrupts => "interrupts",
+            SourceKind::Softirqs => "softirqs",
+            SourceKind::SockDiag => "sock_diag",
+            SourceKind::PerfHw => "perf_hw",
+            SourceKind::PerfSw => "perf_sw",
+            SourceKind::Rapl => "rapl",
+            SourceKind::Hwmon => "hwmon",
+            SourceKind::Cpufreq => "cpufreq",
+            SourceKind::Ebpf => "ebpf",
+            SourceKind::ProcEvents => "proc_events",
+        }
+    }
+}
+
+impl std::fmt::Display for SourceKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Source {
-    /// `proc`, `sock_diag`, `interrupts`, `perf_hw`, `rapl`, `hwmon`, `cpufreq`, ...
-    pub name: String,
+    pub name: SourceKind,
     pub available: bool,
     /// What was found, or why it is missing (shown once by `placer top`/daemon).
     pub detail: String,
 }
 
 impl SourceStatus {
-    pub fn has(&self, name: &str) -> bool {
+    pub fn has(&self, name: SourceKind) -> bool {
         self.sources.iter().any(|s| s.name == name && s.available)
     }
-    pub fn why_missing(&self, name: &str) -> Option<&str> {
+    pub fn why_missing(&self, name: SourceKind) -> Option<&str> {
         self.sources
             .iter()
             .find(|s| s.name == name && !s.available)
@@ -358,5 +426,31 @@ impl SampleRequest {
             numa_pages: self.numa_pages || o.numa_pages,
             nics: self.nics || o.nics,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_kinds_keep_the_names_recordings_carry() {
+        for k in SourceKind::ALL {
+            let json = serde_json::to_string(&k).unwrap();
+            assert_eq!(json, format!("\"{}\"", k.as_str()));
+            assert_eq!(serde_json::from_str::<SourceKind>(&json).unwrap(), k);
+        }
+        let s = SourceStatus {
+            sources: vec![Source {
+                name: SourceKind::SockDiag,
+                available: false,
+                detail: "no netlink".into(),
+            }],
+        };
+        assert_eq!(s.why_missing(SourceKind::SockDiag), Some("no netlink"));
+        assert!(!s.has(SourceKind::SockDiag));
+        // A source never probed is neither present nor missing (a policy needing it must
+        // check `has`).
+        assert_eq!(s.why_missing(SourceKind::PerfHw), None);
     }
 }

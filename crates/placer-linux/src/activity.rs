@@ -9,7 +9,7 @@
 
 use crate::bpf::{CpuCollector, ProcCpu};
 use crate::proc_events::{ProcEvent, ProcEvents};
-use placer_core::sample::Source;
+use placer_core::sample::{Source, SourceKind};
 
 /// One drain of the event sources.
 #[derive(Debug, Default, Clone)]
@@ -77,7 +77,7 @@ impl ActivitySource for KernelActivity {
     fn sources(&self) -> Vec<Source> {
         vec![
             Source {
-                name: "ebpf".into(),
+                name: SourceKind::Ebpf,
                 available: self.cpu.is_ok(),
                 detail: match &self.cpu {
                     Ok(_) => format!(
@@ -88,7 +88,7 @@ impl ActivitySource for KernelActivity {
                 },
             },
             Source {
-                name: "proc_events".into(),
+                name: SourceKind::ProcEvents,
                 available: self.events.is_ok(),
                 detail: match &self.events {
                     Ok(_) => "process-events connector (fork, exec, exit)".into(),
@@ -129,10 +129,10 @@ impl ActivitySource for ScriptedActivity {
         })
     }
     fn sources(&self) -> Vec<Source> {
-        ["ebpf", "proc_events"]
+        [SourceKind::Ebpf, SourceKind::ProcEvents]
             .into_iter()
-            .map(|n| Source {
-                name: n.into(),
+            .map(|name| Source {
+                name,
                 available: true,
                 detail: "scripted".into(),
             })

@@ -569,15 +569,57 @@ impl RunTimeStats {
 /// whichever task they ran beside.
 pub fn programs_run_time(name: &str) -> io::Result<(u64, u64)> {
     let (mut ns, mut runs) = (0, 0);
+    for p in program_run_times(name)? {
+        ns += p.run_time_ns;
+        runs += p.runs;
+    }
+    Ok((ns, runs))
+}
+
+/// One loaded program's cumulative run time and runs (counted while [`RunTimeStats`] is
+/// held by anyone).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProgramRunTime {
+    pub id: u32,
+    pub run_time_ns: u64,
+    pub runs: u64,
+}
+
+/// Each loaded program with this name, by id: a window's cost is taken per program, so
+/// that a program loaded or unloaded during it (another daemon's, a test's) neither
+/// counts nor makes the sum go back.
+pub fn program_run_times(name: &str) -> io::Result<Vec<ProgramRunTime>> {
+    let mut found = Vec::new();
     for_each_program(|info| {
         if prog_name(info) == name.as_bytes() {
             let at = |o: usize| u64::from_ne_bytes(info[o..o + 8].try_into().expect("8 bytes"));
-            // struct bpf_prog_info: run_time_ns at byte 192, run_cnt at 200.
-            ns += at(192);
-            runs += at(200);
+            // struct bpf_prog_info: id at byte 4, run_time_ns at 192, run_cnt at 200.
+            found.push(ProgramRunTime {
+                id: u32::from_ne_bytes(info[4..8].try_into().expect("4 bytes")),
+                run_time_ns: at(192),
+                runs: at(200),
+            });
         }
     })?;
-    Ok((ns, runs))
+    Ok(found)
+}
+
+/// The ids of the BPF programs a process holds (its program and link fds' `prog_id` in
+/// `/proc/PID/fdinfo`): whose programs these are, which the name alone does not say.
+pub fn programs_held_by(pid: u32) -> io::Result<Vec<u32>> {
+    let mut ids = Vec::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/fdinfo"))?.flatten() {
+        let Ok(text) = std::fs::read_to_string(e.path()) else {
+            continue; // closed meanwhile
+        };
+        ids.extend(text.lines().filter_map(|l| {
+            l.strip_prefix("prog_id:")
+                .and_then(|v| v.trim().parse::<u32>().ok())
+        }));
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    Ok(ids)
 }
 
 /// `struct bpf_prog_info`'s name (name[16] at byte 64), without its NULs.
@@ -615,14 +657,7 @@ fn for_each_program(mut f: impl FnMut(&[u8])) -> io::Result<()> {
 /// Ids of the loaded BPF programs with this name (tests check nothing of placer's is left
 /// loaded after it stops; needs root).
 pub fn loaded_programs_named(name: &str) -> io::Result<Vec<u32>> {
-    let mut found = Vec::new();
-    for_each_program(|info| {
-        if prog_name(info) == name.as_bytes() {
-            // struct bpf_prog_info: id at byte 4.
-            found.push(u32::from_ne_bytes(info[4..8].try_into().expect("4 bytes")));
-        }
-    })?;
-    Ok(found)
+    Ok(program_run_times(name)?.into_iter().map(|p| p.id).collect())
 }
 
 #[cfg(test)]

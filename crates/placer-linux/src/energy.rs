@@ -10,7 +10,7 @@
 //! The files are found once by [`EnergySource::probe`] and read each sample; a file that
 //! stops being readable just drops out of that sample.
 
-use placer_core::sample::{EnergyCounter, PowerReading, Source};
+use placer_core::sample::{EnergyCounter, PowerReading, Source, SourceKind};
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -59,7 +59,7 @@ impl EnergySource {
         }
         let rapl = if !src.rapl.is_empty() {
             Source {
-                name: "rapl".into(),
+                name: SourceKind::Rapl,
                 available: true,
                 detail: format!(
                     "{} powercap zone(s): {}",
@@ -73,7 +73,7 @@ impl EnergySource {
             }
         } else {
             Source {
-                name: "rapl".into(),
+                name: SourceKind::Rapl,
                 available: false,
                 detail: match unreadable {
                     Some(u) => format!("RAPL zones present but unreadable ({u})"),
@@ -99,7 +99,7 @@ impl EnergySource {
             }
         }
         let hwmon = Source {
-            name: "hwmon".into(),
+            name: SourceKind::Hwmon,
             available: !src.hwmon.is_empty(),
             detail: if src.hwmon.is_empty() {
                 format!("no readable power*_input sensors under {}", hw.display())

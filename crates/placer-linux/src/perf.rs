@@ -14,7 +14,7 @@
 //! is exercised on software events (task-clock) in tests, and [`ReplayCounters`] feeds
 //! recorded values through the same trait.
 
-use placer_core::sample::{CounterEvent, CounterValue, Source};
+use placer_core::sample::{CounterEvent, CounterValue, Source, SourceKind};
 use std::collections::{HashMap, HashSet, VecDeque};
 
 const PERF_TYPE_HARDWARE: u32 = 0;
@@ -113,25 +113,25 @@ impl PerfCounters {
                 (e, t, c)
             })
             .collect();
-        Self::with_codes(events, "perf_hw")
+        Self::with_codes(events, SourceKind::PerfHw)
     }
 
     /// Any (event, perf type, config) list; tests use software events here.
-    pub fn with_codes(events: Vec<(CounterEvent, u32, u64)>, name: &str) -> PerfCounters {
+    pub fn with_codes(events: Vec<(CounterEvent, u32, u64)>, name: SourceKind) -> PerfCounters {
         let status = match events.first() {
             None => Source {
-                name: name.into(),
+                name,
                 available: false,
                 detail: "no events configured".into(),
             },
             Some((_, t, c)) => match open_counter(*t, *c, 0) {
                 Ok(_probe) => Source {
-                    name: name.into(),
+                    name,
                     available: true,
                     detail: format!("{} event(s) per task", events.len()),
                 },
                 Err(e) => Source {
-                    name: name.into(),
+                    name,
                     available: false,
                     detail: format!(
                         "no hardware counters: {e}{}",
@@ -271,7 +271,7 @@ impl ReplayCounters {
 impl CounterSource for ReplayCounters {
     fn status(&self) -> Source {
         Source {
-            name: "perf_hw".into(),
+            name: SourceKind::PerfHw,
             available: true,
             detail: format!(
                 "replaying recorded counters of {} pid(s)",
@@ -296,7 +296,7 @@ mod tests {
     fn hardware_probe_reports_once_with_reason() {
         let p = PerfCounters::probe(default_events());
         let s = p.status();
-        assert_eq!(s.name, "perf_hw");
+        assert_eq!(s.name, SourceKind::PerfHw);
         if !s.available {
             assert!(
                 s.detail.starts_with("no hardware counters: "),
@@ -318,7 +318,7 @@ mod tests {
             name: "task_clock".into(),
             config: 1,
         };
-        let mut p = PerfCounters::with_codes(vec![(ev, PERF_TYPE_SOFTWARE, 1)], "perf_sw");
+        let mut p = PerfCounters::with_codes(vec![(ev, PERF_TYPE_SOFTWARE, 1)], SourceKind::PerfSw);
         if !p.status().available {
             placer_testkit::skip(&p.status().detail);
             return;

@@ -10,6 +10,11 @@
 //! ([`crate::numa_maps`]). Energy and power sensors
 //! ([`crate::energy`]) are read when present.
 //!
+//! Layout: [`plan`] decides what to re-read this cycle (the rules below, as pure functions
+//! tested without files); `procs` (processes and threads), `sockets` (sock_diag and the
+//! fd mapping) and `system` (counters, NUMA pages, NICs, CPU frequencies) read; this module
+//! holds the sampler, probes the sources and puts a sample together.
+//!
 //! Idle processes are cheap: `stat` is read every sample, but a process whose CPU ticks,
 //! thread count and start time are unchanged since the previous sample did not run, so its
 //! `status`, `cgroup` and threads are taken from the cache instead of re-read — except
@@ -70,106 +75,29 @@
 //! sock_diag talks to the kernel, not to the root path, so it is only used when the root
 //! is `/` (override with [`Sampler::set_sock_diag`]).
 
+pub mod plan;
+mod procs;
+mod sockets;
+mod system;
+
 pub use crate::activity::{Activity, ActivitySource};
-use crate::bpf::ThreadCpu;
 use crate::energy::EnergySource;
 use crate::error::{LinuxError, Result};
 use crate::interrupts::{parse_interrupts, parse_softirqs};
 use crate::perf::{CounterSource, PerfCounters};
-use crate::pid::{PidMap, PidSet};
-use crate::proc_events::ProcEvent;
-use crate::procfs::{
-    parse_cgroup, parse_pid_stat, parse_proc_stat, parse_status, parse_tcp_segments, socket_inode,
-};
-use crate::sockdiag::SockDiag;
-use placer_core::sample::{
-    ExitedProc, ProcSample, SampleRequest, Source, SourceStatus, ThreadSample,
-};
-use placer_core::{CpuSet, Sample};
-use std::collections::HashSet;
-use std::fmt::Write as _;
+use crate::pid::PidSet;
+use crate::procfs::parse_proc_stat;
+use crate::sys::Dir;
+use placer_core::sample::{SampleRequest, Source, SourceKind, SourceStatus};
+use placer_core::Sample;
+use plan::{ProcFacts, ProcRead};
+pub use plan::{DEFAULT_REFRESH_EVERY, IDLE_REFRESH_BUDGET, LIST_EVERY};
+use procs::ProcReader;
+use sockets::SocketReader;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-
-/// Cumulative counters of every interface under `root/sys/class/net`, sorted by name; an
-/// interface whose counters cannot be read (it vanished mid-read) is left out.
-pub fn read_nic_counters(root: &Path) -> Vec<placer_core::sample::NicCounters> {
-    let dir = root.join("sys/class/net");
-    let Ok(entries) = fs::read_dir(&dir) else {
-        return Vec::new();
-    };
-    let mut names: Vec<String> = entries
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .collect();
-    names.sort();
-    let read = |name: &str, file: &str| -> Option<u64> {
-        let p = dir.join(name).join("statistics").join(file);
-        crate::attr::read_u64(&p)
-    };
-    names
-        .into_iter()
-        .filter_map(|name| {
-            Some(placer_core::sample::NicCounters {
-                rx_packets: read(&name, "rx_packets")?,
-                rx_bytes: read(&name, "rx_bytes")?,
-                tx_packets: read(&name, "tx_packets")?,
-                tx_bytes: read(&name, "tx_bytes")?,
-                name,
-            })
-        })
-        .collect()
-}
-
-/// Current frequency of each CPU that has cpufreq (`scaling_cur_freq`, kHz).
-pub fn read_cpu_freqs(
-    root: &Path,
-    cpus: impl Iterator<Item = u32>,
-) -> Vec<placer_core::sample::CpuFreq> {
-    cpus.filter_map(|cpu| {
-        let p = root.join(format!(
-            "sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_cur_freq"
-        ));
-        let khz = crate::attr::read_u64(&p)?;
-        Some(placer_core::sample::CpuFreq { cpu, khz })
-    })
-    .collect()
-}
-
-/// The cached socket inodes of one process.
-#[derive(Debug, Clone)]
-struct FdEntry {
-    start_time_ticks: u64,
-    fd_count: u64,
-    inodes: Vec<u64>,
-}
-
-/// What a process's files said last time: its whole sample (without sockets, counters and
-/// pages), so that a process the kernel's events say did not run is not read at all.
-#[derive(Debug, Clone)]
-struct ProcCache {
-    sample: ProcSample,
-    /// Whether `sample.threads` were read (a policy asked for threads then).
-    threads_read: bool,
-}
-
-impl ProcCache {
-    fn cpu_ticks(&self) -> u64 {
-        self.sample.utime_ticks + self.sample.stime_ticks
-    }
-}
-
-/// With the eBPF collector: at most this many idle processes are re-read in full per
-/// sample (a rotating window), so that the cost of a sample does not grow with the number
-/// of processes that exist; see [`Sampler::set_refresh_every`].
-pub const IDLE_REFRESH_BUDGET: usize = 32;
-/// With the process-events connector: /proc is still listed this often (samples), as a
-/// safety net for anything the events could not say.
-pub const LIST_EVERY: u64 = 64;
-
-/// Default of [`Sampler::set_refresh_every`].
-pub const DEFAULT_REFRESH_EVERY: u64 = 8;
+pub use system::{read_cpu_freqs, read_nic_counters};
 
 /// Counters of the work the sampler did in its last sample (for tests and the bench).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -193,17 +121,35 @@ pub struct SampleStats {
     pub threads_from_collector: usize,
 }
 
+/// Where the last sample's time went: the sampling thread's CPU time (user + kernel) in
+/// each stage, ns (`placer bench cycle` reports them, so the next saving is chosen from
+/// figures).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct StageTimes {
+    /// The kernel's events drained and the process set decided (or /proc listed).
+    pub plan_ns: u64,
+    /// The processes and their threads read (or taken from the cache).
+    pub procs_ns: u64,
+    /// The socket dump and the fd mapping.
+    pub sockets_ns: u64,
+    /// Hardware counters.
+    pub counters_ns: u64,
+    /// Pages per NUMA node.
+    pub numa_ns: u64,
+    /// Machine-wide files: interrupts, softirqs, /proc/stat, energy, NICs, frequencies.
+    pub system_ns: u64,
+}
+
 pub struct Sampler {
     pub root: PathBuf,
     proc_dir: PathBuf,
     clk_tck: u32,
-    use_sock_diag: bool,
-    sock_diag: Option<std::result::Result<SockDiag, String>>,
-    fd_cache: PidMap<FdEntry>,
-    proc_cache: PidMap<ProcCache>,
+    /// TCP sockets and their owners (sock_diag, fd directories).
+    sockets: SocketReader,
+    /// Processes and their threads, with the cache of their last read.
+    procs: ProcReader,
     sample_no: u64,
     refresh_every: u64,
-    last_unowned: HashSet<u64>,
     energy: Option<EnergySource>,
     counters: Option<Box<dyn CounterSource>>,
     status: Option<SourceStatus>,
@@ -211,186 +157,21 @@ pub struct Sampler {
     /// The open `proc` directory (opened at the first sample).
     proc: Option<Dir>,
     pub last_stats: SampleStats,
+    /// Where the last sample's CPU time went.
+    pub last_stages: StageTimes,
     /// The kernel's event sources (eBPF CPU collector, process-events connector), opened at
     /// the first sample when `kernel_events` is on.
     activity: Option<Box<dyn ActivitySource>>,
     kernel_events: bool,
-    /// Where the idle-refresh window stopped last time (a pid).
-    refresh_cursor: u32,
-    /// Pages per node of processes not re-read (with the eBPF collector).
-    numa_cache: PidMap<std::collections::BTreeMap<u32, u64>>,
+    /// Rule 3's rotating window of idle processes to re-read.
+    refresh_window: plan::RefreshWindow,
+    /// Pages per NUMA node, kept for processes that did not run (rule 4).
+    numa: system::NumaReader,
     /// The pids of the previous sample.
     last_alive: PidSet,
-    /// TCP segments in and out at the last socket dump, and that dump.
-    last_tcp_segments: Option<(u64, u64)>,
-    last_sockets: Vec<placer_core::sample::SocketSample>,
     /// Processes to read again in full at the next sample ([`Sampler::invalidate`]): kept
     /// in the cache meanwhile, since on the events path the cache is the process set.
     stale: PidSet,
-}
-
-/// An open directory; files under it are opened relative to it (`openat`), which spares
-/// the kernel a walk of the whole path for each of the thousands of files a sample reads.
-struct Dir(libc::c_int);
-
-/// A NUL-terminated copy of `rel` in a small reusable buffer.
-fn c_path(rel: &str, out: &mut Vec<u8>) -> io::Result<()> {
-    out.clear();
-    out.extend_from_slice(rel.as_bytes());
-    if out.contains(&0) {
-        return Err(io::ErrorKind::InvalidInput.into());
-    }
-    out.push(0);
-    Ok(())
-}
-
-impl Dir {
-    fn open(path: &Path) -> io::Result<Dir> {
-        let mut c = Vec::new();
-        c_path(path.to_str().ok_or(io::ErrorKind::InvalidInput)?, &mut c)?;
-        Self::open_raw(libc::AT_FDCWD, &c)
-    }
-
-    fn open_raw(at: libc::c_int, c: &[u8]) -> io::Result<Dir> {
-        // SAFETY: c is NUL-terminated; the fd is owned by the returned Dir.
-        let fd = unsafe {
-            libc::openat(
-                at,
-                c.as_ptr() as *const libc::c_char,
-                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(Dir(fd))
-        }
-    }
-
-    /// Reads the file `rel` into `buf`. A short read is taken as the end of the file: true
-    /// of regular files and of /proc's seq_file files, and it saves a read per file.
-    /// A directory under this one (`rel` relative to it).
-    fn sub(&self, rel: &str) -> io::Result<Dir> {
-        let mut c = Vec::with_capacity(rel.len() + 1);
-        c_path(rel, &mut c)?;
-        Self::open_raw(self.0, &c)
-    }
-
-    /// The numeric entries of this directory (pids, tids), sorted, listed through a
-    /// duplicate of its fd (the fd itself stays open for `read`).
-    fn numeric_entries(&self) -> io::Result<Vec<u32>> {
-        // SAFETY: dup of an fd we own; fdopendir takes the duplicate, closedir closes it;
-        // readdir's entries are valid until the next readdir/closedir, and each name is
-        // copied out before that.
-        unsafe {
-            let dup = libc::fcntl(self.0, libc::F_DUPFD_CLOEXEC, 0);
-            if dup < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            let d = libc::fdopendir(dup);
-            if d.is_null() {
-                let e = io::Error::last_os_error();
-                libc::close(dup);
-                return Err(e);
-            }
-            let mut v = Vec::new();
-            loop {
-                let ent = libc::readdir(d);
-                if ent.is_null() {
-                    break;
-                }
-                let name = std::ffi::CStr::from_ptr((*ent).d_name.as_ptr());
-                if let Some(n) = name.to_str().ok().and_then(|s| s.parse::<u32>().ok()) {
-                    v.push(n);
-                }
-            }
-            libc::closedir(d);
-            v.sort_unstable();
-            Ok(v)
-        }
-    }
-
-    fn read(&self, rel: &str, buf: &mut String) -> io::Result<()> {
-        let mut c = [0u8; 64];
-        let bytes = rel.as_bytes();
-        if bytes.len() >= c.len() || bytes.contains(&0) {
-            return Err(io::ErrorKind::InvalidInput.into());
-        }
-        c[..bytes.len()].copy_from_slice(bytes);
-        // SAFETY: c is NUL-terminated. O_NONBLOCK: a FIFO planted under a root neither
-        // blocks the open nor the reads (procfs ignores the flag).
-        let fd = unsafe {
-            libc::openat(
-                self.0,
-                c.as_ptr() as *const libc::c_char,
-                libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let mut v = std::mem::take(buf).into_bytes();
-        v.clear();
-        let r = loop {
-            // A link to /dev/zero or a huge file under a root: bounded like topology reads.
-            if v.len() > crate::topology::fs::MAX_FILE_BYTES {
-                break Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!(
-                        "{rel}: larger than {} bytes",
-                        crate::topology::fs::MAX_FILE_BYTES
-                    ),
-                ));
-            }
-            if v.capacity() - v.len() < 1024 {
-                v.reserve(4096);
-            }
-            let room = v.capacity() - v.len();
-            // SAFETY: writes at most `room` bytes into the spare capacity.
-            let n =
-                unsafe { libc::read(fd, v.as_mut_ptr().add(v.len()) as *mut libc::c_void, room) };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                break Err(e);
-            }
-            // SAFETY: the kernel initialised n bytes.
-            unsafe { v.set_len(v.len() + n as usize) };
-            if n == 0 || (n as usize) < room {
-                break Ok(());
-            }
-        };
-        // SAFETY: fd is ours and closed once.
-        unsafe { libc::close(fd) };
-        *buf = match String::from_utf8(v) {
-            Ok(s) => s,
-            Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
-        };
-        r
-    }
-
-    /// `st_size` of `rel` (for /proc/PID/fd: the number of open fds, Linux >= 6.2).
-    fn size_of(&self, rel: &str) -> io::Result<u64> {
-        let mut c = Vec::with_capacity(rel.len() + 1);
-        c_path(rel, &mut c)?;
-        // SAFETY: st is a valid out-pointer, c NUL-terminated.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        let r = unsafe { libc::fstatat(self.0, c.as_ptr() as *const libc::c_char, &mut st, 0) };
-        if r < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(st.st_size as u64)
-        }
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        // SAFETY: the fd is owned and closed once.
-        unsafe { libc::close(self.0) };
-    }
 }
 
 /// Numeric entries of a directory (pids or tids), sorted.
@@ -405,30 +186,27 @@ fn numeric_entries(dir: &Path) -> io::Result<Vec<u32>> {
 
 impl Sampler {
     pub fn new(root: &Path) -> Self {
+        let clk_tck = crate::sys::clock_ticks_per_s();
         Sampler {
             root: root.to_path_buf(),
             proc_dir: root.join("proc"),
-            clk_tck: crate::sys::clock_ticks_per_s(),
-            use_sock_diag: root == Path::new("/"),
-            sock_diag: None,
-            fd_cache: PidMap::default(),
-            proc_cache: PidMap::default(),
+            clk_tck,
+            sockets: SocketReader::new(root == Path::new("/")),
+            procs: ProcReader::new(clk_tck),
             sample_no: 0,
             refresh_every: DEFAULT_REFRESH_EVERY,
-            last_unowned: HashSet::new(),
             energy: None,
             counters: None,
             status: None,
             buf: String::with_capacity(4096),
             proc: None,
             last_stats: SampleStats::default(),
+            last_stages: StageTimes::default(),
             activity: None,
             kernel_events: root == Path::new("/"),
-            refresh_cursor: 0,
-            numa_cache: PidMap::default(),
+            refresh_window: plan::RefreshWindow::default(),
+            numa: system::NumaReader::default(),
             last_alive: PidSet::default(),
-            last_tcp_segments: None,
-            last_sockets: Vec::new(),
             stale: PidSet::default(),
         }
     }
@@ -451,8 +229,7 @@ impl Sampler {
 
     /// Use sock_diag (the current network namespace) even for a non-`/` root, or not at all.
     pub fn set_sock_diag(&mut self, on: bool) {
-        self.use_sock_diag = on;
-        self.sock_diag = None;
+        self.sockets = SocketReader::new(on);
         self.status = None;
     }
 
@@ -471,7 +248,7 @@ impl Sampler {
     /// it for exited and lose its hold.
     pub fn invalidate(&mut self, pid: u32) {
         self.stale.insert(pid);
-        self.fd_cache.remove(&pid);
+        self.sockets.forget(pid);
     }
 
     /// Replace the counter source (a [`crate::perf::ReplayCounters`] in tests and replays).
@@ -487,7 +264,7 @@ impl Sampler {
         let mut sources = Vec::new();
         let stat = self.proc_dir.join("stat");
         sources.push(Source {
-            name: "proc".into(),
+            name: SourceKind::Proc,
             available: stat.exists(),
             detail: if stat.exists() {
                 format!("{}", self.proc_dir.display())
@@ -495,10 +272,13 @@ impl Sampler {
                 format!("{} missing", stat.display())
             },
         });
-        for (name, file) in [("interrupts", "interrupts"), ("softirqs", "softirqs")] {
+        for (name, file) in [
+            (SourceKind::Interrupts, "interrupts"),
+            (SourceKind::Softirqs, "softirqs"),
+        ] {
             let p = self.proc_dir.join(file);
             sources.push(Source {
-                name: name.into(),
+                name,
                 available: p.exists(),
                 detail: if p.exists() {
                     p.display().to_string()
@@ -507,22 +287,19 @@ impl Sampler {
                 },
             });
         }
-        if self.use_sock_diag && self.sock_diag.is_none() {
-            self.sock_diag = Some(SockDiag::open().map_err(|e| e.to_string()));
-        }
-        sources.push(match &self.sock_diag {
+        sources.push(match self.sockets.probe() {
             Some(Ok(_)) => Source {
-                name: "sock_diag".into(),
+                name: SourceKind::SockDiag,
                 available: true,
                 detail: "TCP sockets of this network namespace (IPv4, IPv6)".into(),
             },
             Some(Err(e)) => Source {
-                name: "sock_diag".into(),
+                name: SourceKind::SockDiag,
                 available: false,
                 detail: format!("netlink sock_diag: {e}"),
             },
             None => Source {
-                name: "sock_diag".into(),
+                name: SourceKind::SockDiag,
                 available: false,
                 detail: format!(
                     "not used for root {} (sock_diag sees the host's kernel)",
@@ -543,7 +320,7 @@ impl Sampler {
         sources.push(match &self.counters {
             Some(c) => c.status(),
             None => Source {
-                name: "perf_hw".into(),
+                name: SourceKind::PerfHw,
                 available: false,
                 detail: format!("no counters for root {}", self.root.display()),
             },
@@ -565,9 +342,9 @@ impl Sampler {
             } else {
                 "off (kernel_events = false)".to_string()
             };
-            for name in ["ebpf", "proc_events"] {
+            for name in [SourceKind::Ebpf, SourceKind::ProcEvents] {
                 sources.push(Source {
-                    name: name.into(),
+                    name,
                     available: false,
                     detail: why.clone(),
                 });
@@ -606,70 +383,41 @@ impl Sampler {
 
         // The kernel's events: which processes ran (eBPF) and which came and went (the
         // connector); each part unknown falls back to reading /proc for it.
+        let mut stages = StageTimes::default();
+        let mut lap = {
+            let mut t = crate::sys::thread_cpu_ns();
+            move || {
+                let now = crate::sys::thread_cpu_ns();
+                now.saturating_sub(std::mem::replace(&mut t, now))
+            }
+        };
+        stages.system_ns += lap();
         let act = match self.activity.as_mut() {
             Some(a) => a.drain(),
             None => Activity::default(),
         };
         self.sample_no += 1;
-        let mut execd: PidSet = PidSet::default();
-        let mut born: PidSet = PidSet::default();
-        let listing_due = self.proc_cache.is_empty() || self.sample_no.is_multiple_of(LIST_EVERY);
-        let pids: Vec<u32> = match &act.events {
-            Some(events) if !listing_due => {
-                // The events in order decide, for the few pids they name, whether each is
-                // there (a fork or exec) or gone (an exit); the cache gives the rest.
-                let mut named: PidMap<bool> = PidMap::default();
-                for e in events {
-                    match *e {
-                        ProcEvent::Fork { pid, .. } => {
-                            named.insert(pid, true);
-                            born.insert(pid);
-                        }
-                        ProcEvent::Exec { pid } => {
-                            named.insert(pid, true);
-                            execd.insert(pid);
-                        }
-                        ProcEvent::Exit { pid } => {
-                            named.insert(pid, false);
-                        }
-                        ProcEvent::Other => {}
-                    }
-                }
-                let mut v: Vec<u32> = self
-                    .proc_cache
-                    .keys()
-                    .copied()
-                    .filter(|p| named.get(p) != Some(&false))
-                    .chain(named.iter().filter(|(_, &there)| there).map(|(&p, _)| p))
-                    .collect();
-                v.sort_unstable();
-                v.dedup();
-                v
-            }
-            _ => {
+        let listing_due = plan::listing_due(self.procs.cache.is_empty(), self.sample_no);
+        let set = plan::process_set(
+            self.procs.cache.keys().copied(),
+            act.events.as_deref(),
+            listing_due,
+        );
+        let (born, execd) = (set.born, set.execd);
+        let pids: Vec<u32> = match set.pids {
+            Some(pids) => pids,
+            None => {
                 stats.listed = true;
-                if let Some(events) = &act.events {
-                    for e in events {
-                        match *e {
-                            ProcEvent::Fork { pid, .. } => {
-                                born.insert(pid);
-                            }
-                            ProcEvent::Exec { pid } => {
-                                execd.insert(pid);
-                            }
-                            _ => {}
-                        }
-                    }
-                }
                 numeric_entries(&self.proc_dir).map_err(|e| LinuxError::io(&self.proc_dir, e))?
             }
         };
         // With the collector, idle processes are re-read in a bounded rotating window
         // instead of every `refresh_every` samples each.
         let refresh: PidSet = match &act.ran {
-            Some(_) => self.refresh_window(&pids),
+            Some(_) => self.refresh_window.next(&pids, self.refresh_every),
             None => PidSet::default(),
         };
+        stages.plan_ns += lap();
         let mut procs = Vec::with_capacity(pids.len());
         let mut reread: PidSet = PidSet::default();
         // Processes whose files were actually read again this sample (not from the cache).
@@ -678,28 +426,33 @@ impl Sampler {
             // What the collector saw of it: None without the collector, Some(None) when it
             // did not run.
             let seen = act.ran.as_ref().map(|r| r.get(&pid));
-            let stale = self.stale.contains(&pid);
-            if let Some(seen) = seen {
-                let skip =
-                    seen.is_none() && !refresh.contains(&pid) && !execd.contains(&pid) && !stale;
-                if skip {
-                    if let Some(p) = self.cached_sample(pid, req) {
+            let facts = ProcFacts {
+                ran: seen.map(|c| c.is_some()),
+                in_window: refresh.contains(&pid),
+                execd: execd.contains(&pid),
+                stale: self.stale.contains(&pid),
+            };
+            let due = match plan::proc_read(facts) {
+                ProcRead::Cached => {
+                    if let Some(p) = self.procs.cached_sample(pid, req) {
                         procs.push(p);
                         stats.procs_skipped += 1;
                         continue;
                     }
+                    Some(false)
                 }
-            }
-            let due = if stale {
-                Some(true)
-            } else {
-                act.ran
-                    .as_ref()
-                    .map(|_| refresh.contains(&pid) || execd.contains(&pid))
+                ProcRead::Files { due } => due,
             };
             let before = stats.procs_reread;
             let ran = seen.map(|c| c.map_or(&[][..], |c| &c.threads[..]));
-            match self.read_proc(pid, req, due, ran, &mut stats) {
+            // Given with the collector (the rotating window), else staggered by pid.
+            let due =
+                due.unwrap_or_else(|| plan::staggered_due(self.sample_no, pid, self.refresh_every));
+            let proc_ = self.proc.as_ref().expect("opened above");
+            match self
+                .procs
+                .read(proc_, &mut self.buf, pid, req, due, ran, &mut stats)
+            {
                 Some(p) => {
                     reread.insert(pid);
                     if stats.procs_reread > before {
@@ -713,123 +466,55 @@ impl Sampler {
         self.stale.clear();
         stats.procs = procs.len();
         let alive: PidSet = procs.iter().map(|p| p.pid).collect();
-        if stats.dropped_procs > 0 || self.proc_cache.len() > procs.len() {
-            self.proc_cache.retain(|pid, _| alive.contains(pid));
-            self.numa_cache.retain(|pid, _| alive.contains(pid));
+        if stats.dropped_procs > 0 || self.procs.cache.len() > procs.len() {
+            self.procs.cache.retain(|pid, _| alive.contains(pid));
+            self.numa.retain(&alive);
         }
-        // Who ran and is gone: the collector's time for them, else the connector's word.
-        let mut exited: Vec<ExitedProc> = Vec::new();
-        if let Some(ran) = &act.ran {
-            for (&pid, c) in ran {
-                if !alive.contains(&pid) {
-                    exited.push(ExitedProc {
-                        pid,
-                        comm: c.comm.clone(),
-                        cpu_ns: Some(c.cpu_ns),
-                        unsampled: born.contains(&pid) || !self.was_sampled(pid),
-                    });
-                }
-            }
-        }
-        if let Some(events) = &act.events {
-            for e in events {
-                if let ProcEvent::Exit { pid } = *e {
-                    if born.contains(&pid) && !exited.iter().any(|x| x.pid == pid) {
-                        exited.push(ExitedProc {
-                            pid,
-                            comm: String::new(),
-                            cpu_ns: None,
-                            unsampled: true,
-                        });
-                    }
-                }
-            }
-        }
-        exited.sort_by_key(|x| x.pid);
+        let exited = plan::exited(
+            act.ran.as_ref(),
+            act.events.as_deref(),
+            &alive,
+            &born,
+            &self.last_alive,
+        );
         stats.exited = exited.len();
         self.last_alive = alive;
 
-        let mut sockets = Vec::new();
-        // Without sock_diag there are no sockets, hence nothing to map to processes.
-        if let (true, Some(Ok(sd))) = (req.sockets, &mut self.sock_diag) {
-            // The dump walks every bucket of the kernel's TCP hash, however few sockets
-            // there are: when not one TCP segment moved in this namespace since the last
-            // dump (the TCP MIB, /proc/net/snmp), no socket changed, and the last dump is
-            // still true.
-            let segs = if self.root == Path::new("/") {
-                let proc_ = self.proc.as_ref().expect("opened above");
-                proc_
-                    .read("self/net/snmp", &mut self.buf)
-                    .ok()
-                    .and_then(|()| parse_tcp_segments(&self.buf))
-            } else {
-                None
-            };
-            if segs.is_some() && segs == self.last_tcp_segments {
-                sockets = self.last_sockets.clone();
-                stats.sockets_reused = true;
-            } else {
-                match sd.tcp_sockets() {
-                    Ok(s) => {
-                        sockets = s;
-                        self.last_sockets = sockets.clone();
-                        self.last_tcp_segments = segs;
-                    }
-                    Err(e) => {
-                        tracing::debug!("sock_diag: {e}");
-                        self.last_tcp_segments = None;
-                    }
-                }
-            }
+        stages.procs_ns += lap();
+        let sockets = if req.sockets {
+            let proc_ = self.proc.as_ref().expect("opened above");
             // With the collector, a process that did not run cannot have opened or closed
             // an fd: only the re-read ones get their fd count checked.
             let ran = act.ran.as_ref().map(|_| &reread);
-            self.map_sockets(&mut procs, &sockets, ran, &mut stats);
-        }
+            let real_root = self.root == Path::new("/");
+            self.sockets.read(
+                proc_,
+                &self.proc_dir,
+                real_root,
+                &mut self.buf,
+                &mut procs,
+                ran,
+                &mut stats,
+            )
+        } else {
+            Vec::new()
+        };
 
         let time_ns = t_start + (crate::sys::monotonic_ns() - t_start) / 2;
 
+        stages.sockets_ns += lap();
         if req.counters {
             if let Some(c) = self.counters.as_mut().filter(|c| c.status().available) {
-                let alive: PidSet = procs.iter().map(|p| p.pid).collect();
-                c.retain(&alive);
-                let proc_dir = &self.proc_dir;
-                for p in procs.iter_mut().filter(|p| !p.kernel_thread) {
-                    let tids: Vec<u32> = if p.threads.is_empty() {
-                        numeric_entries(&proc_dir.join(format!("{}/task", p.pid)))
-                            .unwrap_or_default()
-                    } else {
-                        p.threads.iter().map(|t| t.tid).collect()
-                    };
-                    p.counters = c.read(p.pid, &tids);
-                }
+                system::read_counters(c.as_mut(), &self.proc_dir, &mut procs);
             }
         }
-
+        stages.counters_ns += lap();
         if req.numa_pages {
-            // numa_maps walks each process's page tables: read only when a policy asks, and
-            // then only for processes that ran (their files were re-read, or the collector
-            // saw them) or are new; the others keep their last map (an idle process's pages
-            // do not move, but for the kernel's NUMA balancing, which needs it to run).
-            let page = placer_bufpool::numa::page_bytes() as u64;
-            for p in procs.iter_mut().filter(|p| !p.kernel_thread) {
-                let ran = act.ran.as_ref().is_some_and(|r| r.contains_key(&p.pid));
-                if fresh.contains(&p.pid) || ran || !self.numa_cache.contains_key(&p.pid) {
-                    match crate::numa_maps::read(&self.root, p.pid, page) {
-                        Ok(Some(m)) => {
-                            self.numa_cache.insert(p.pid, m);
-                        }
-                        _ => {
-                            self.numa_cache.remove(&p.pid);
-                        }
-                    }
-                }
-                if let Some(m) = self.numa_cache.get(&p.pid) {
-                    p.numa_pages = m.clone();
-                }
-            }
+            let ran = |pid: u32| act.ran.as_ref().is_some_and(|r| r.contains_key(&pid));
+            self.numa.read(&self.root, &mut procs, &fresh, ran);
         }
 
+        stages.numa_ns += lap();
         // /proc/stat after the processes: a CPU taken offline while they were read is then
         // missing here too, so a process the kernel moved off it (its fallback affinity)
         // is never seen with that CPU still listed (the engine tells hotplug from someone
@@ -852,7 +537,9 @@ impl Sampler {
         } else {
             (Vec::new(), Vec::new())
         };
+        stages.system_ns += lap();
         self.last_stats = stats;
+        self.last_stages = stages;
         Ok(Sample {
             time_ns,
             clk_tck: self.clk_tck,
@@ -869,416 +556,27 @@ impl Sampler {
             exited,
         })
     }
-
-    /// The next window of at most [`IDLE_REFRESH_BUDGET`] pids (about `1/refresh_every` of
-    /// them) after the cursor, wrapping: every process is re-read in turn.
-    fn refresh_window(&mut self, pids: &[u32]) -> PidSet {
-        if pids.is_empty() {
-            return PidSet::default();
-        }
-        let n = pids
-            .len()
-            .div_ceil(self.refresh_every as usize)
-            .clamp(1, IDLE_REFRESH_BUDGET);
-        let start = pids.partition_point(|&p| p <= self.refresh_cursor);
-        let window: PidSet = (0..n.min(pids.len()))
-            .map(|i| pids[(start + i) % pids.len()])
-            .collect();
-        self.refresh_cursor = pids[(start + n - 1) % pids.len()];
-        window
-    }
-
-    /// Whether `pid` was in the previous sample.
-    fn was_sampled(&self, pid: u32) -> bool {
-        self.last_alive.contains(&pid)
-    }
-
-    /// The cached sample of a process that did not run (`None` when not cached, or when
-    /// threads are asked for and were not read last time).
-    fn cached_sample(&self, pid: u32, req: SampleRequest) -> Option<ProcSample> {
-        let c = self.proc_cache.get(&pid)?;
-        if req.threads && !c.threads_read && !c.sample.kernel_thread {
-            return None;
-        }
-        let mut p = c.sample.clone();
-        if !req.threads {
-            p.threads = Default::default();
-        }
-        Some(p)
-    }
-
-    /// Reads one process; `None` when it exited mid-read or its stat is malformed. `ran`:
-    /// with the eBPF collector, its threads that ran since the previous sample (empty when
-    /// none did); `None` without the collector.
-    fn read_proc(
-        &mut self,
-        pid: u32,
-        req: SampleRequest,
-        due: Option<bool>,
-        ran: Option<&[ThreadCpu]>,
-        stats: &mut SampleStats,
-    ) -> Option<ProcSample> {
-        // Paths relative to the open proc dir: no per-process directory fd to open/close.
-        let proc_ = self.proc.as_ref()?;
-        let mut rel = String::with_capacity(32);
-        let _ = write!(rel, "{pid}/stat");
-        proc_.read(&rel, &mut self.buf).ok()?;
-        let base = rel.len() - "stat".len(); // `PID/`
-        let st = parse_pid_stat(&self.buf)?;
-        let kernel_thread = st.is_kernel_thread();
-        let cpu_ticks = st.utime_ticks + st.stime_ticks;
-        // Given by the caller with the collector (the rotating window), else staggered.
-        let due =
-            due.unwrap_or_else(|| (self.sample_no + pid as u64).is_multiple_of(self.refresh_every));
-        if let Some(c) = self.proc_cache.get_mut(&pid) {
-            let idle = c.sample.start_time_ticks == st.start_time_ticks
-                && c.cpu_ticks() == cpu_ticks
-                && c.sample.num_threads == st.num_threads
-                && (!req.threads || c.threads_read);
-            if idle && !due {
-                let p = &mut c.sample;
-                // A comm rarely changes: keep the shared text unless it did.
-                if *p.comm != *st.comm {
-                    p.comm = st.comm.into();
-                }
-                p.state = st.state;
-                p.ppid = st.ppid;
-                p.last_cpu = st.last_cpu;
-                p.kernel_thread = kernel_thread;
-                let mut out = p.clone();
-                if !req.threads {
-                    out.threads = Default::default();
-                }
-                return Some(out);
-            }
-        }
-        stats.procs_reread += 1;
-        // The last read of this very process, when it is not due for a refresh: what does
-        // not change by running (cgroup, threads' affinity, texts) is kept from it.
-        let prev: Option<&ProcSample> = self
-            .proc_cache
-            .get(&pid)
-            .map(|c| &c.sample)
-            .filter(|p| !due && p.start_time_ticks == st.start_time_ticks);
-        let (mut uid, mut allowed) = (None, CpuSet::new());
-        let mut cgroup: Arc<str> = Arc::from("");
-        if !kernel_thread {
-            rel.truncate(base);
-            rel.push_str("status");
-            proc_.read(&rel, &mut self.buf).ok()?;
-            let status = parse_status(&self.buf);
-            uid = status.uid;
-            allowed = status.cpus_allowed.unwrap_or_default();
-            // A process's cgroup does not change by running (it moves when a manager moves
-            // it, mostly at exec, which makes it due; placer's own moves invalidate it):
-            // a process that ran keeps its cgroup until its refresh.
-            match prev {
-                Some(p) => cgroup = p.cgroup.clone(),
-                None => {
-                    rel.truncate(base);
-                    rel.push_str("cgroup");
-                    match proc_.read(&rel, &mut self.buf) {
-                        Ok(()) => cgroup = parse_cgroup(&self.buf).into(),
-                        Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
-                        Err(_) => {}
-                    }
-                }
-            }
-        }
-        let mut threads = Vec::new();
-        let ns_per_tick = 1_000_000_000 / u64::from(self.clk_tck.max(1));
-        let ran_ns = |tid: u32| -> Option<&ThreadCpu> {
-            ran.and_then(|r| r.binary_search_by_key(&tid, |t| t.tid).ok().map(|i| &r[i]))
-        };
-        // With the collector, a process that ran with the threads of its last read (same
-        // count, each with a collector time, every one that ran among them) needs no
-        // thread file: the collector gives each thread's time and last CPU. (Both lists
-        // are in tid order.)
-        let from_collector = req.threads
-            && !kernel_thread
-            && ran.is_some_and(|r| {
-                prev.is_some_and(|p| {
-                    p.threads.len() == st.num_threads as usize
-                        && p.threads.iter().all(|t| t.cpu_ns.is_some())
-                        && r.iter()
-                            .all(|t| p.threads.binary_search_by_key(&t.tid, |x| x.tid).is_ok())
-                })
-            });
-        if from_collector {
-            let p = prev.expect("checked above");
-            threads.extend(p.threads.iter().map(|t| match ran_ns(t.tid) {
-                Some(r) => ThreadSample {
-                    cpu_ns: t.cpu_ns.map(|ns| ns + r.cpu_ns),
-                    last_cpu: Some(r.last_cpu),
-                    ..t.clone()
-                },
-                None => t.clone(),
-            }));
-            stats.threads_from_collector += threads.len();
-        } else if req.threads && !kernel_thread {
-            // The collector's cumulative CPU time of each thread as of the last sample (the
-            // cache, due or not: a refresh re-reads affinities, the time goes on).
-            let ns_before: PidMap<u64> = match ran {
-                Some(_) => self
-                    .proc_cache
-                    .get(&pid)
-                    .filter(|c| c.sample.start_time_ticks == st.start_time_ticks)
-                    .map(|c| {
-                        c.sample
-                            .threads
-                            .iter()
-                            .filter_map(|t| Some((t.tid, t.cpu_ns?)))
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-                None => PidMap::default(),
-            };
-            // A thread's affinity does not change by running: its status is re-read when
-            // the thread is new or the process is due for a refresh, else kept (with its
-            // comm's shared text when unchanged).
-            let cached: Option<&Arc<[ThreadSample]>> = prev.map(|p| &p.threads);
-            let known: PidMap<&ThreadSample> = cached
-                .map(|t| t.iter().map(|t| (t.tid, t)).collect())
-                .unwrap_or_default();
-            // No task dir: the process exited, its threads with it.
-            // The task directory is opened once: each thread's files are opened relative
-            // to it (no walk of `PID/task/` per file).
-            rel.truncate(base);
-            rel.push_str("task");
-            let task = proc_.sub(&rel).ok();
-            let list = |task: &Dir| task.numeric_entries().unwrap_or_default();
-            // Same thread count as the last read: the same threads, most likely, so the
-            // directory is not listed; a thread that exited since fails its read, and the
-            // directory is then listed after all (a thread replaced by another at the same
-            // count between two samples shows at the process's next refresh).
-            let mut from_cache = cached.is_some_and(|t| t.len() == st.num_threads as usize);
-            let mut tids: Vec<u32> = if from_cache {
-                cached
-                    .map(|t| t.iter().map(|t| t.tid).collect())
-                    .unwrap_or_default()
-            } else {
-                task.as_ref().map(list).unwrap_or_default()
-            };
-            let mut trel = String::with_capacity(24);
-            'read: loop {
-                threads.clear();
-                for &tid in &tids {
-                    let Some(task) = task.as_ref() else { break };
-                    trel.clear();
-                    let _ = write!(trel, "{tid}/stat");
-                    if task.read(&trel, &mut self.buf).is_err() {
-                        if from_cache {
-                            from_cache = false;
-                            tids = list(task);
-                            continue 'read;
-                        }
-                        continue; // thread exited
-                    }
-                    let Some(ts) = parse_pid_stat(&self.buf) else {
-                        continue;
-                    };
-                    let before = known.get(&tid);
-                    let t_allowed = match before {
-                        Some(t) => t.allowed.clone(),
-                        None => {
-                            trel.truncate(trel.len() - "stat".len());
-                            trel.push_str("status");
-                            match task.read(&trel, &mut self.buf) {
-                                Ok(()) => parse_status(&self.buf).cpus_allowed.unwrap_or_default(),
-                                Err(_) => continue,
-                            }
-                        }
-                    };
-                    let comm = match before {
-                        Some(t) if *t.comm == *ts.comm => t.comm.clone(),
-                        _ => ts.comm.into(),
-                    };
-                    // The collector's time goes on from where it was; a thread it has
-                    // no time for yet starts at its ticks.
-                    let cpu_ns = ran.map(|_| match ns_before.get(&tid) {
-                        Some(&ns) => ns + ran_ns(tid).map_or(0, |r| r.cpu_ns),
-                        None => (ts.utime_ticks + ts.stime_ticks) * ns_per_tick,
-                    });
-                    threads.push(ThreadSample {
-                        tid,
-                        comm,
-                        state: ts.state,
-                        utime_ticks: ts.utime_ticks,
-                        stime_ticks: ts.stime_ticks,
-                        last_cpu: ts.last_cpu,
-                        allowed: t_allowed,
-                        cpu_ns,
-                    });
-                }
-                break;
-            }
-        }
-        let comm = match prev {
-            Some(p) if *p.comm == *st.comm => p.comm.clone(),
-            _ => st.comm.into(),
-        };
-        let sample = ProcSample {
-            pid,
-            start_time_ticks: st.start_time_ticks,
-            comm,
-            state: st.state,
-            ppid: st.ppid,
-            uid,
-            utime_ticks: st.utime_ticks,
-            stime_ticks: st.stime_ticks,
-            last_cpu: st.last_cpu,
-            allowed,
-            cgroup,
-            num_threads: st.num_threads,
-            kernel_thread,
-            threads: threads.into(),
-            socket_inodes: Vec::new(),
-            counters: Vec::new(),
-            numa_pages: Default::default(),
-        };
-        self.proc_cache.insert(
-            pid,
-            ProcCache {
-                sample: sample.clone(),
-                threads_read: req.threads || kernel_thread,
-            },
-        );
-        Some(sample)
-    }
-
-    /// The socket inodes among a process's open fds, and the fd count (`None`: exited).
-    fn scan_fds(&self, pid: u32) -> Option<Vec<u64>> {
-        let fd_dir = self.proc_dir.join(format!("{pid}/fd"));
-        let mut inodes = Vec::new();
-        for e in fs::read_dir(&fd_dir).ok()?.flatten() {
-            if let Ok(link) = fs::read_link(e.path()) {
-                if let Some(ino) = socket_inode(link.as_os_str().as_encoded_bytes()) {
-                    inodes.push(ino);
-                }
-            }
-        }
-        inodes.sort_unstable();
-        inodes.dedup();
-        Some(inodes)
-    }
-
-    fn fd_count(&self, pid: u32) -> u64 {
-        self.proc
-            .as_ref()
-            .and_then(|d| d.size_of(&format!("{pid}/fd")).ok())
-            .unwrap_or(0)
-    }
-
-    fn map_sockets(
-        &mut self,
-        procs: &mut [ProcSample],
-        sockets: &[placer_core::sample::SocketSample],
-        ran: Option<&PidSet>,
-        stats: &mut SampleStats,
-    ) {
-        let alive: PidSet = procs.iter().map(|p| p.pid).collect();
-        self.fd_cache.retain(|pid, _| alive.contains(pid));
-        let mut scanned: PidSet = PidSet::default();
-        for p in procs.iter().filter(|p| !p.kernel_thread) {
-            if ran.is_some_and(|r| !r.contains(&p.pid))
-                && self
-                    .fd_cache
-                    .get(&p.pid)
-                    .is_some_and(|e| e.start_time_ticks == p.start_time_ticks)
-            {
-                continue;
-            }
-            let count = self.fd_count(p.pid);
-            let fresh = match self.fd_cache.get(&p.pid) {
-                Some(e) => e.start_time_ticks == p.start_time_ticks && e.fd_count == count,
-                None => false,
-            };
-            if !fresh {
-                let inodes = self.scan_fds(p.pid).unwrap_or_default();
-                stats.fd_dirs_scanned += 1;
-                scanned.insert(p.pid);
-                self.fd_cache.insert(
-                    p.pid,
-                    FdEntry {
-                        start_time_ticks: p.start_time_ticks,
-                        fd_count: count,
-                        inodes,
-                    },
-                );
-            }
-        }
-        let owned = |cache: &PidMap<FdEntry>| -> HashSet<u64> {
-            cache
-                .values()
-                .flat_map(|e| e.inodes.iter().copied())
-                .collect()
-        };
-        let mut own = owned(&self.fd_cache);
-        let unowned: HashSet<u64> = sockets
-            .iter()
-            .map(|s| s.inode)
-            .filter(|&i| i != 0 && !own.contains(&i))
-            .collect();
-        if unowned.iter().any(|i| !self.last_unowned.contains(i)) {
-            stats.full_rescan = true;
-            for p in procs.iter().filter(|p| !p.kernel_thread) {
-                if scanned.contains(&p.pid) {
-                    continue;
-                }
-                let inodes = self.scan_fds(p.pid).unwrap_or_default();
-                stats.fd_dirs_scanned += 1;
-                if let Some(e) = self.fd_cache.get_mut(&p.pid) {
-                    e.inodes = inodes;
-                }
-            }
-            own = owned(&self.fd_cache);
-        }
-        self.last_unowned = sockets
-            .iter()
-            .map(|s| s.inode)
-            .filter(|&i| i != 0 && !own.contains(&i))
-            .collect();
-        let live: HashSet<u64> = sockets.iter().map(|s| s.inode).collect();
-        for p in procs.iter_mut() {
-            if let Some(e) = self.fd_cache.get(&p.pid) {
-                p.socket_inodes = e
-                    .inodes
-                    .iter()
-                    .copied()
-                    .filter(|i| live.contains(i))
-                    .collect();
-            }
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pid::PidMap;
+    use placer_testkit::TempDir;
+    use std::sync::Arc;
 
-    /// A writable fixture root with a given set of proc files.
-    struct Tree(PathBuf);
-    impl Tree {
-        fn new(tag: &str) -> Tree {
-            let d = std::env::temp_dir().join(format!(
-                "placer-sampler-{tag}-{}-{:?}",
-                std::process::id(),
-                std::thread::current().id()
-            ));
-            let _ = fs::remove_dir_all(&d);
-            fs::create_dir_all(d.join("proc")).unwrap();
-            Tree(d)
-        }
-        fn write(&self, rel: &str, text: &str) {
-            let p = self.0.join("proc").join(rel);
-            fs::create_dir_all(p.parent().unwrap()).unwrap();
-            fs::write(p, text).unwrap();
-        }
+    /// A writable fixture root (the testkit's temporary directory) with a `proc` in it.
+    fn tree(tag: &str) -> TempDir {
+        let t = TempDir::new(&format!("sampler-{tag}"));
+        fs::create_dir_all(t.path().join("proc")).unwrap();
+        t
     }
-    impl Drop for Tree {
-        fn drop(&mut self) {
-            let _ = fs::remove_dir_all(&self.0);
-        }
+
+    /// Writes `text` at `proc/rel` under the fixture root.
+    fn put(t: &TempDir, rel: &str, text: &str) {
+        let p = t.path().join("proc").join(rel);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, text).unwrap();
     }
 
     fn stat_line(pid: u32, comm: &str, ppid: u32, flags: u64, ut: u64, start: u64) -> String {
@@ -1304,14 +602,18 @@ mod tests {
             "100/cgroup",
         ] {
             for kind in hostile {
-                let t = Tree::new(&format!("hostile-{}-{kind}", rel.replace('/', "-")));
-                t.write("stat", "cpu  1 2 3 4\ncpu0 1 2 3 4 5 6 7 8\n");
-                t.write("interrupts", "  CPU0\n 30: 1 PCI-MSI 1-edge eth0\n");
-                t.write("softirqs", "  CPU0\nNET_RX: 4\nNET_TX: 6\n");
-                t.write("100/stat", &stat_line(100, "a", 1, 0, 42, 500));
-                t.write("100/status", "Uid:\t0\t0\t0\t0\nCpus_allowed_list:\t0\n");
-                t.write("100/cgroup", "0::/\n");
-                let p = t.0.join("proc").join(rel);
+                let t = tree(&format!("hostile-{}-{kind}", rel.replace('/', "-")));
+                put(&t, "stat", "cpu  1 2 3 4\ncpu0 1 2 3 4 5 6 7 8\n");
+                put(&t, "interrupts", "  CPU0\n 30: 1 PCI-MSI 1-edge eth0\n");
+                put(&t, "softirqs", "  CPU0\nNET_RX: 4\nNET_TX: 6\n");
+                put(&t, "100/stat", &stat_line(100, "a", 1, 0, 42, 500));
+                put(
+                    &t,
+                    "100/status",
+                    "Uid:\t0\t0\t0\t0\nCpus_allowed_list:\t0\n",
+                );
+                put(&t, "100/cgroup", "0::/\n");
+                let p = t.path().join("proc").join(rel);
                 fs::remove_file(&p).unwrap();
                 match kind {
                     "fifo" => {
@@ -1322,7 +624,7 @@ mod tests {
                     "zero" => std::os::unix::fs::symlink("/dev/zero", &p).unwrap(),
                     _ => fs::File::create(&p).unwrap().set_len(2 << 30).unwrap(),
                 }
-                let root = t.0.clone();
+                let root = t.path().to_path_buf();
                 let (tx, rx) = std::sync::mpsc::channel();
                 std::thread::spawn(move || {
                     let mut s = Sampler::new(&root);
@@ -1352,27 +654,41 @@ mod tests {
 
     #[test]
     fn fixture_tree_with_malformed_and_vanished_processes() {
-        let t = Tree::new("fix");
-        t.write("stat", "cpu  1 2 3 4\ncpu0 1 2 3 4 5 6 7 8\ncpu1 1 1 1 1\n");
-        t.write("interrupts", "  CPU0 CPU1\n 30: 1 2 PCI-MSI 1-edge eth0\n");
-        t.write("softirqs", "  CPU0 CPU1\nNET_RX: 4 5\nNET_TX: 6 7\n");
-        t.write("100/stat", &stat_line(100, "a b) (c", 1, 0, 42, 500));
-        t.write(
+        let t = tree("fix");
+        put(
+            &t,
+            "stat",
+            "cpu  1 2 3 4\ncpu0 1 2 3 4 5 6 7 8\ncpu1 1 1 1 1\n",
+        );
+        put(
+            &t,
+            "interrupts",
+            "  CPU0 CPU1\n 30: 1 2 PCI-MSI 1-edge eth0\n",
+        );
+        put(&t, "softirqs", "  CPU0 CPU1\nNET_RX: 4 5\nNET_TX: 6 7\n");
+        put(&t, "100/stat", &stat_line(100, "a b) (c", 1, 0, 42, 500));
+        put(
+            &t,
             "100/status",
             "Uid:\t1000\t1000\t1000\t1000\nCpus_allowed_list:\t0-1\n",
         );
-        t.write("100/cgroup", "0::/work\n");
-        t.write("101/stat", "101 (trunc) S 1 1");
-        t.write("102/stat", &stat_line(102, "gone", 1, 0, 1, 1)); // no status: exited
-        t.write(
+        put(&t, "100/cgroup", "0::/work\n");
+        put(&t, "101/stat", "101 (trunc) S 1 1");
+        put(&t, "102/stat", &stat_line(102, "gone", 1, 0, 1, 1)); // no status: exited
+        put(
+            &t,
             "103/stat",
             &stat_line(103, "kworker/0:1", 2, 0x0020_0000, 0, 7),
         );
-        t.write("self/stat", "not a pid dir");
-        let mut s = Sampler::new(&t.0);
+        put(&t, "self/stat", "not a pid dir");
+        let mut s = Sampler::new(t.path());
         let src = s.sources();
-        assert!(src.has("proc") && src.has("interrupts"));
-        assert!(!src.has("sock_diag") && !src.has("rapl") && !src.has("perf_hw"));
+        assert!(src.has(SourceKind::Proc) && src.has(SourceKind::Interrupts));
+        assert!(
+            !src.has(SourceKind::SockDiag)
+                && !src.has(SourceKind::Rapl)
+                && !src.has(SourceKind::PerfHw)
+        );
         let sample = s
             .sample(SampleRequest {
                 sockets: true,
@@ -1397,19 +713,19 @@ mod tests {
 
     #[test]
     fn numa_maps_are_read_again_only_for_processes_that_ran() {
-        let t = Tree::new("numa");
-        t.write("stat", "cpu0 1 2 3 4\n");
-        t.write("100/stat", &stat_line(100, "idle", 1, 0, 42, 500));
-        t.write("100/status", "Uid:\t0\nCpus_allowed_list:\t0-1\n");
-        t.write("100/cgroup", "0::/a\n");
+        let t = tree("numa");
+        put(&t, "stat", "cpu0 1 2 3 4\n");
+        put(&t, "100/stat", &stat_line(100, "idle", 1, 0, 42, 500));
+        put(&t, "100/status", "Uid:\t0\nCpus_allowed_list:\t0-1\n");
+        put(&t, "100/cgroup", "0::/a\n");
         let maps = |n0: u32, n1: u32| {
             format!(
                 "7f0000000000 default anon={} N0={n0} N1={n1} kernelpagesize_kB=4\n",
                 n0 + n1
             )
         };
-        t.write("100/numa_maps", &maps(10, 0));
-        let mut s = Sampler::new(&t.0);
+        put(&t, "100/numa_maps", &maps(10, 0));
+        let mut s = Sampler::new(t.path());
         s.set_refresh_every(1000);
         let req = SampleRequest {
             numa_pages: true,
@@ -1418,10 +734,10 @@ mod tests {
         let pages = |s: &mut Sampler| s.sample(req).unwrap().procs[0].numa_pages.clone();
         assert_eq!(pages(&mut s).get(&0).copied(), Some(10));
         // Pages moved while it slept (someone migrated them): its last map stands...
-        t.write("100/numa_maps", &maps(0, 10));
+        put(&t, "100/numa_maps", &maps(0, 10));
         assert_eq!(pages(&mut s).get(&0).copied(), Some(10));
         // ...until it runs.
-        t.write("100/stat", &stat_line(100, "idle", 1, 0, 43, 500));
+        put(&t, "100/stat", &stat_line(100, "idle", 1, 0, 43, 500));
         let now = pages(&mut s);
         assert_eq!(
             (now.get(&0).copied(), now.get(&1).copied()),
@@ -1431,14 +747,18 @@ mod tests {
 
     #[test]
     fn idle_processes_come_from_the_cache_until_they_run_or_refresh() {
-        let t = Tree::new("cache");
-        t.write("stat", "cpu0 1 2 3 4\n");
-        t.write("100/stat", &stat_line(100, "idle", 1, 0, 42, 500));
-        t.write("100/status", "Uid:\t0\nCpus_allowed_list:\t0-1\n");
-        t.write("100/cgroup", "0::/a\n");
-        t.write("100/task/100/stat", &stat_line(100, "idle", 1, 0, 42, 500));
-        t.write("100/task/100/status", "Cpus_allowed_list:\t0-1\n");
-        let mut s = Sampler::new(&t.0);
+        let t = tree("cache");
+        put(&t, "stat", "cpu0 1 2 3 4\n");
+        put(&t, "100/stat", &stat_line(100, "idle", 1, 0, 42, 500));
+        put(&t, "100/status", "Uid:\t0\nCpus_allowed_list:\t0-1\n");
+        put(&t, "100/cgroup", "0::/a\n");
+        put(
+            &t,
+            "100/task/100/stat",
+            &stat_line(100, "idle", 1, 0, 42, 500),
+        );
+        put(&t, "100/task/100/status", "Cpus_allowed_list:\t0-1\n");
+        let mut s = Sampler::new(t.path());
         s.set_refresh_every(1000);
         let req = SampleRequest {
             threads: true,
@@ -1447,20 +767,20 @@ mod tests {
         let allowed = |s: &mut Sampler| s.sample(req).unwrap().procs[0].allowed.to_vec();
         assert_eq!(allowed(&mut s), vec![0, 1]);
         // Someone pins the sleeping process: not seen while it does not run...
-        t.write("100/status", "Uid:\t0\nCpus_allowed_list:\t1\n");
+        put(&t, "100/status", "Uid:\t0\nCpus_allowed_list:\t1\n");
         assert_eq!(allowed(&mut s), vec![0, 1]);
         assert_eq!(s.last_stats.procs_reread, 0);
         // ...seen at once after invalidate (placer's own actuator)...
         s.invalidate(100);
         assert_eq!(allowed(&mut s), vec![1]);
         // ...and when it runs.
-        t.write("100/status", "Uid:\t0\nCpus_allowed_list:\t0\n");
-        t.write("100/stat", &stat_line(100, "idle", 1, 0, 43, 500));
+        put(&t, "100/status", "Uid:\t0\nCpus_allowed_list:\t0\n");
+        put(&t, "100/stat", &stat_line(100, "idle", 1, 0, 43, 500));
         assert_eq!(allowed(&mut s), vec![0]);
         assert_eq!(s.last_stats.procs_reread, 1);
         // refresh_every 1: always exact.
         s.set_refresh_every(1);
-        t.write("100/status", "Uid:\t0\nCpus_allowed_list:\t1\n");
+        put(&t, "100/status", "Uid:\t0\nCpus_allowed_list:\t1\n");
         assert_eq!(allowed(&mut s), vec![1]);
         let sample = s.sample(req).unwrap();
         assert_eq!(sample.procs[0].threads.len(), 1, "threads kept");
@@ -1472,15 +792,16 @@ mod tests {
     }
 
     /// A tree with process 100 and its threads 100 and 101 (5 user ticks each).
-    fn two_thread_tree(tag: &str) -> Tree {
-        let t = Tree::new(tag);
-        t.write("stat", "cpu0 1 2 3 4\n");
-        t.write("100/stat", &two(100, 10));
-        t.write("100/status", "Uid:\t0\nCpus_allowed_list:\t0-1\n");
-        t.write("100/cgroup", "0::/a\n");
+    fn two_thread_tree(tag: &str) -> TempDir {
+        let t = tree(tag);
+        put(&t, "stat", "cpu0 1 2 3 4\n");
+        put(&t, "100/stat", &two(100, 10));
+        put(&t, "100/status", "Uid:\t0\nCpus_allowed_list:\t0-1\n");
+        put(&t, "100/cgroup", "0::/a\n");
         for tid in [100, 101] {
-            t.write(&format!("100/task/{tid}/stat"), &two(tid, 5));
-            t.write(
+            put(&t, &format!("100/task/{tid}/stat"), &two(tid, 5));
+            put(
+                &t,
                 &format!("100/task/{tid}/status"),
                 "Cpus_allowed_list:\t0-1\n",
             );
@@ -1491,7 +812,7 @@ mod tests {
     #[test]
     fn a_running_process_with_an_unchanged_thread_count_is_not_listed_again() {
         let t = two_thread_tree("tids");
-        let mut s = Sampler::new(&t.0);
+        let mut s = Sampler::new(t.path());
         s.set_refresh_every(1000);
         let req = SampleRequest {
             threads: true,
@@ -1507,15 +828,15 @@ mod tests {
         assert_eq!(tids(&mut s), vec![100, 101]);
         // Thread 101 exits and 102 starts between two samples: the same count, but 101's
         // read fails, so the directory is listed after all.
-        std::fs::remove_dir_all(t.0.join("proc/100/task/101")).unwrap();
-        t.write("100/task/102/stat", &two(102, 1));
-        t.write("100/task/102/status", "Cpus_allowed_list:\t1\n");
-        t.write("100/stat", &two(100, 20));
+        std::fs::remove_dir_all(t.path().join("proc/100/task/101")).unwrap();
+        put(&t, "100/task/102/stat", &two(102, 1));
+        put(&t, "100/task/102/status", "Cpus_allowed_list:\t1\n");
+        put(&t, "100/stat", &two(100, 20));
         assert_eq!(tids(&mut s), vec![100, 102]);
         // The process runs on with two threads: the known ones are read, the directory is
         // not listed (an entry the count does not account for is not picked up).
-        t.write("100/task/103/stat", &two(103, 1));
-        t.write("100/stat", &two(100, 30));
+        put(&t, "100/task/103/stat", &two(103, 1));
+        put(&t, "100/stat", &two(100, 30));
         assert_eq!(tids(&mut s), vec![100, 102]);
         assert_eq!(s.last_stats.procs_reread, 1);
     }
@@ -1527,17 +848,19 @@ mod tests {
         let t = two_thread_tree("bpf-threads");
         // Idle neighbours, so that the rotating refresh window is elsewhere for a while.
         for pid in 200..210 {
-            t.write(
+            put(
+                &t,
                 &format!("{pid}/stat"),
                 &stat_line(pid, "idle", 1, 0, 1, 500),
             );
-            t.write(
+            put(
+                &t,
                 &format!("{pid}/status"),
                 "Uid:\t0\nCpus_allowed_list:\t0-1\n",
             );
-            t.write(&format!("{pid}/cgroup"), "0::/a\n");
+            put(&t, &format!("{pid}/cgroup"), "0::/a\n");
         }
-        let mut s = Sampler::new(&t.0);
+        let mut s = Sampler::new(t.path());
         s.set_refresh_every(1000);
         let script = ScriptedActivity::default();
         s.set_activity_source(Box::new(script.clone()));
@@ -1589,8 +912,8 @@ mod tests {
         );
         // It runs, both threads: their files are not read (101's is gone and would make
         // the read fail), the collector's times and CPUs are added.
-        std::fs::remove_file(t.0.join("proc/100/task/101/stat")).unwrap();
-        t.write("100/stat", &two(100, 20));
+        std::fs::remove_file(t.path().join("proc/100/task/101/stat")).unwrap();
+        put(&t, "100/stat", &two(100, 20));
         script.push(ran(&[(100, 30_000_000, 0), (101, 20_000_000, 1)]));
         let s2 = s.sample(req).unwrap();
         assert_eq!(s.last_stats.threads_from_collector, 2);
@@ -1615,9 +938,9 @@ mod tests {
         // A thread the collector names that the last read did not know: the files are
         // read (101's is gone: the directory is listed and 102 found); known threads'
         // times go on, the new one starts at its ticks.
-        t.write("100/task/102/stat", &two(102, 1));
-        t.write("100/task/102/status", "Cpus_allowed_list:\t1\n");
-        t.write("100/stat", &two(100, 30));
+        put(&t, "100/task/102/stat", &two(102, 1));
+        put(&t, "100/task/102/status", "Cpus_allowed_list:\t1\n");
+        put(&t, "100/stat", &two(100, 30));
         script.push(ran(&[(100, 1_000_000, 1), (102, 5_000_000, 1)]));
         let s3 = s.sample(req).unwrap();
         assert_eq!(s.last_stats.threads_from_collector, 0);
@@ -1629,7 +952,7 @@ mod tests {
             ]
         );
         // Without the collector (its map filled): ticks only, no collector time.
-        t.write("100/stat", &two(100, 40));
+        put(&t, "100/stat", &two(100, 40));
         script.push(Activity {
             ran: None,
             events: Some(Vec::new()),
@@ -1641,17 +964,22 @@ mod tests {
     #[test]
     fn on_the_events_path_an_invalidated_process_is_read_again_not_dropped() {
         use crate::activity::{Activity, ScriptedActivity};
-        let t = Tree::new("events-invalidate");
-        t.write("stat", "cpu0 1 2 3 4\n");
+        let t = tree("events-invalidate");
+        put(&t, "stat", "cpu0 1 2 3 4\n");
         for pid in [100, 200] {
-            t.write(&format!("{pid}/stat"), &stat_line(pid, "w", 1, 0, 10, 500));
-            t.write(
+            put(
+                &t,
+                &format!("{pid}/stat"),
+                &stat_line(pid, "w", 1, 0, 10, 500),
+            );
+            put(
+                &t,
                 &format!("{pid}/status"),
                 "Uid:\t0\nCpus_allowed_list:\t0-1\n",
             );
-            t.write(&format!("{pid}/cgroup"), "0::/a\n");
+            put(&t, &format!("{pid}/cgroup"), "0::/a\n");
         }
-        let mut s = Sampler::new(&t.0);
+        let mut s = Sampler::new(t.path());
         s.set_refresh_every(1000);
         let script = ScriptedActivity::default();
         s.set_activity_source(Box::new(script.clone()));
@@ -1664,7 +992,7 @@ mod tests {
         assert_eq!(s.sample(req).unwrap().procs.len(), 2);
         // placer pins the sleeping 100 and invalidates it: the next sample, which takes its
         // process set from the cache and the (empty) events, still has it, read again.
-        t.write("100/status", "Uid:\t0\nCpus_allowed_list:\t1\n");
+        put(&t, "100/status", "Uid:\t0\nCpus_allowed_list:\t1\n");
         s.invalidate(100);
         script.push(quiet());
         let x = s.sample(req).unwrap();
@@ -1678,12 +1006,12 @@ mod tests {
 
     #[test]
     fn a_running_process_keeps_its_cgroup_until_refresh_but_shows_its_affinity() {
-        let t = Tree::new("cg");
-        t.write("stat", "cpu0 1 2 3 4\n");
-        t.write("100/stat", &stat_line(100, "w", 1, 0, 10, 500));
-        t.write("100/status", "Uid:\t0\nCpus_allowed_list:\t0-1\n");
-        t.write("100/cgroup", "0::/a\n");
-        let mut s = Sampler::new(&t.0);
+        let t = tree("cg");
+        put(&t, "stat", "cpu0 1 2 3 4\n");
+        put(&t, "100/stat", &stat_line(100, "w", 1, 0, 10, 500));
+        put(&t, "100/status", "Uid:\t0\nCpus_allowed_list:\t0-1\n");
+        put(&t, "100/cgroup", "0::/a\n");
+        let mut s = Sampler::new(t.path());
         s.set_refresh_every(1000);
         let req = SampleRequest::default();
         let look = |s: &mut Sampler| {
@@ -1691,9 +1019,9 @@ mod tests {
             (p.cgroup.to_string(), p.allowed.to_vec())
         };
         assert_eq!(look(&mut s), ("/a".to_string(), vec![0, 1]));
-        t.write("100/cgroup", "0::/b\n");
-        t.write("100/status", "Uid:\t0\nCpus_allowed_list:\t1\n");
-        t.write("100/stat", &stat_line(100, "w", 1, 0, 20, 500));
+        put(&t, "100/cgroup", "0::/b\n");
+        put(&t, "100/status", "Uid:\t0\nCpus_allowed_list:\t1\n");
+        put(&t, "100/stat", &stat_line(100, "w", 1, 0, 20, 500));
         assert_eq!(look(&mut s), ("/a".to_string(), vec![1]));
         s.invalidate(100);
         assert_eq!(look(&mut s), ("/b".to_string(), vec![1]));
@@ -1703,14 +1031,17 @@ mod tests {
     fn wrong_root_is_an_error() {
         let mut s = Sampler::new(Path::new("/nonexistent-placer-root"));
         assert!(s.sample(SampleRequest::default()).is_err());
-        assert!(!s.sources().has("proc"));
+        assert!(!s.sources().has(SourceKind::Proc));
     }
 
     #[test]
     fn this_machine_maps_a_socket_to_this_process_and_caches() {
         let mut s = Sampler::new(Path::new("/"));
-        if !s.sources().has("sock_diag") {
-            placer_testkit::skip(&format!("{:?}", s.sources().why_missing("sock_diag")));
+        if !s.sources().has(SourceKind::SockDiag) {
+            placer_testkit::skip(&format!(
+                "{:?}",
+                s.sources().why_missing(SourceKind::SockDiag)
+            ));
             return;
         }
         let req = SampleRequest {
@@ -1793,11 +1124,11 @@ mod tests {
     fn event_sampler() -> Option<Sampler> {
         let mut s = Sampler::new(Path::new("/"));
         let src = s.sources();
-        if !src.has("ebpf") || !src.has("proc_events") {
+        if !src.has(SourceKind::Ebpf) || !src.has(SourceKind::ProcEvents) {
             placer_testkit::skip(&format!(
                 "kernel event sources: {:?} / {:?}",
-                src.why_missing("ebpf"),
-                src.why_missing("proc_events")
+                src.why_missing(SourceKind::Ebpf),
+                src.why_missing(SourceKind::ProcEvents)
             ));
             return None;
         }
@@ -1855,7 +1186,7 @@ mod tests {
         };
         let mut scan = Sampler::new(Path::new("/"));
         scan.set_kernel_events(false);
-        assert!(!scan.sources().has("ebpf"));
+        assert!(!scan.sources().has(SourceKind::Ebpf));
         let req = SampleRequest {
             threads: true,
             ..Default::default()

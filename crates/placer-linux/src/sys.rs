@@ -1,5 +1,6 @@
-//! Every system call placer makes outside the readers' hot paths, wrapped once: affinity,
-//! clocks, scheduling, namespaces, perf, file locks, signals, process liveness. The rest of
+//! Every system call placer makes, wrapped once: affinity, clocks, scheduling, namespaces,
+//! perf, file locks, signals, process liveness, and the sampler's directory handle
+//! ([`Dir`]: files opened relative to an open directory, read into a reused buffer). The rest of
 //! placer (and its binary, which holds no `unsafe`) calls these. The NUMA memory calls
 //! (move_pages, migrate_pages, mbind) live in `placer_bufpool::numa`, a crate below this one,
 //! and are re-exported here so that this module is the one place to look.
@@ -438,6 +439,170 @@ pub fn rename_exchange(
             libc::RENAME_EXCHANGE,
         )
     })
+}
+
+/// An open directory; files under it are opened relative to it (`openat`), which spares
+/// the kernel a walk of the whole path for each of the thousands of files a sample reads.
+pub(crate) struct Dir(libc::c_int);
+
+/// A NUL-terminated copy of `rel` in a small reusable buffer.
+fn c_path(rel: &str, out: &mut Vec<u8>) -> io::Result<()> {
+    out.clear();
+    out.extend_from_slice(rel.as_bytes());
+    if out.contains(&0) {
+        return Err(io::ErrorKind::InvalidInput.into());
+    }
+    out.push(0);
+    Ok(())
+}
+
+impl Dir {
+    pub(crate) fn open(path: &std::path::Path) -> io::Result<Dir> {
+        let mut c = Vec::new();
+        c_path(path.to_str().ok_or(io::ErrorKind::InvalidInput)?, &mut c)?;
+        Self::open_raw(libc::AT_FDCWD, &c)
+    }
+
+    fn open_raw(at: libc::c_int, c: &[u8]) -> io::Result<Dir> {
+        // SAFETY: c is NUL-terminated; the fd is owned by the returned Dir.
+        let fd = unsafe {
+            libc::openat(
+                at,
+                c.as_ptr() as *const libc::c_char,
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(Dir(fd))
+        }
+    }
+
+    /// A directory under this one (`rel` relative to it).
+    pub(crate) fn sub(&self, rel: &str) -> io::Result<Dir> {
+        let mut c = Vec::with_capacity(rel.len() + 1);
+        c_path(rel, &mut c)?;
+        Self::open_raw(self.0, &c)
+    }
+
+    /// The numeric entries of this directory (pids, tids), sorted, listed through a
+    /// duplicate of its fd (the fd itself stays open for `read`).
+    pub(crate) fn numeric_entries(&self) -> io::Result<Vec<u32>> {
+        // SAFETY: dup of an fd we own; fdopendir takes the duplicate, closedir closes it;
+        // readdir's entries are valid until the next readdir/closedir, and each name is
+        // copied out before that.
+        unsafe {
+            let dup = libc::fcntl(self.0, libc::F_DUPFD_CLOEXEC, 0);
+            if dup < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let d = libc::fdopendir(dup);
+            if d.is_null() {
+                let e = io::Error::last_os_error();
+                libc::close(dup);
+                return Err(e);
+            }
+            let mut v = Vec::new();
+            loop {
+                let ent = libc::readdir(d);
+                if ent.is_null() {
+                    break;
+                }
+                let name = std::ffi::CStr::from_ptr((*ent).d_name.as_ptr());
+                if let Some(n) = name.to_str().ok().and_then(|s| s.parse::<u32>().ok()) {
+                    v.push(n);
+                }
+            }
+            libc::closedir(d);
+            v.sort_unstable();
+            Ok(v)
+        }
+    }
+
+    /// Reads the file `rel` into `buf`. A short read is taken as the end of the file: true
+    /// of regular files and of /proc's seq_file files, and it saves a read per file.
+    pub(crate) fn read(&self, rel: &str, buf: &mut String) -> io::Result<()> {
+        let mut c = [0u8; 64];
+        let bytes = rel.as_bytes();
+        if bytes.len() >= c.len() || bytes.contains(&0) {
+            return Err(io::ErrorKind::InvalidInput.into());
+        }
+        c[..bytes.len()].copy_from_slice(bytes);
+        // SAFETY: c is NUL-terminated. O_NONBLOCK: a FIFO planted under a root neither
+        // blocks the open nor the reads (procfs ignores the flag).
+        let fd = unsafe {
+            libc::openat(
+                self.0,
+                c.as_ptr() as *const libc::c_char,
+                libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut v = std::mem::take(buf).into_bytes();
+        v.clear();
+        let r = loop {
+            // A link to /dev/zero or a huge file under a root: bounded like topology reads.
+            if v.len() > crate::topology::fs::MAX_FILE_BYTES {
+                break Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "{rel}: larger than {} bytes",
+                        crate::topology::fs::MAX_FILE_BYTES
+                    ),
+                ));
+            }
+            if v.capacity() - v.len() < 1024 {
+                v.reserve(4096);
+            }
+            let room = v.capacity() - v.len();
+            // SAFETY: writes at most `room` bytes into the spare capacity.
+            let n =
+                unsafe { libc::read(fd, v.as_mut_ptr().add(v.len()) as *mut libc::c_void, room) };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                break Err(e);
+            }
+            // SAFETY: the kernel initialised n bytes.
+            unsafe { v.set_len(v.len() + n as usize) };
+            if n == 0 || (n as usize) < room {
+                break Ok(());
+            }
+        };
+        // SAFETY: fd is ours and closed once.
+        unsafe { libc::close(fd) };
+        *buf = match String::from_utf8(v) {
+            Ok(s) => s,
+            Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+        };
+        r
+    }
+
+    /// `st_size` of `rel` (for /proc/PID/fd: the number of open fds, Linux >= 6.2).
+    pub(crate) fn size_of(&self, rel: &str) -> io::Result<u64> {
+        let mut c = Vec::with_capacity(rel.len() + 1);
+        c_path(rel, &mut c)?;
+        // SAFETY: st is a valid out-pointer, c NUL-terminated.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        let r = unsafe { libc::fstatat(self.0, c.as_ptr() as *const libc::c_char, &mut st, 0) };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(st.st_size as u64)
+        }
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        // SAFETY: the fd is owned and closed once.
+        unsafe { libc::close(self.0) };
+    }
 }
 
 #[cfg(test)]

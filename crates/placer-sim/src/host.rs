@@ -318,25 +318,29 @@ impl Host for SimHost {
     }
 
     fn sources(&mut self) -> SourceStatus {
-        let src = |name: &str, available: bool, detail: &str| Source {
-            name: name.into(),
+        let src = |name: SourceKind, available: bool, detail: &str| Source {
+            name,
             available,
             detail: detail.into(),
         };
         let dvfs = !self.world.topo.freq_domains.is_empty();
         SourceStatus {
             sources: vec![
-                src("proc", true, "simulated /proc"),
-                src("sock_diag", true, "simulated sockets"),
-                src("interrupts", true, "simulated /proc/interrupts"),
+                src(SourceKind::Proc, true, "simulated /proc"),
+                src(SourceKind::SockDiag, true, "simulated sockets"),
+                src(SourceKind::Interrupts, true, "simulated /proc/interrupts"),
                 src(
-                    "perf_hw",
+                    SourceKind::PerfHw,
                     true,
                     "simulated counters (CAL C archetype rates)",
                 ),
-                src("rapl", true, "simulated whole-node energy meter (sim:node)"),
                 src(
-                    "cpufreq",
+                    SourceKind::Rapl,
+                    true,
+                    "simulated whole-node energy meter (sim:node)",
+                ),
+                src(
+                    SourceKind::Cpufreq,
                     dvfs,
                     if dvfs {
                         "simulated DVFS domains"

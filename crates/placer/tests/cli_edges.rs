@@ -318,6 +318,8 @@ fn bench_overhead_compares_with_another_agent() {
             "2",
             "--duration",
             "1s",
+            "--runs",
+            "1",
             "--json",
         ])
         .output()
@@ -349,6 +351,8 @@ fn bench_overhead_compares_with_another_agent() {
             "1",
             "--duration",
             "1s",
+            "--runs",
+            "1",
         ])
         .output()
         .expect("run");

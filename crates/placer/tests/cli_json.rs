@@ -179,6 +179,8 @@ fn quick_runs(dir: &Path) -> Vec<(&'static str, Vec<String>, bool)> {
                 "overhead",
                 "--duration",
                 "1s",
+                "--runs",
+                "1",
                 "--procs",
                 "10",
                 "--conns",

@@ -326,7 +326,7 @@ fn record_writes_a_replayable_file() {
     let text = text.unwrap();
     let mut r = placer_linux::record::RecordReader::new(text.as_bytes()).unwrap();
     assert_eq!(r.header.interval_ms, 200);
-    assert!(r.header.sources.has("proc"));
+    assert!(r.header.sources.has(placer_core::sample::SourceKind::Proc));
     let samples = r.read_all().unwrap();
     assert_eq!(samples.len(), 4, "t = 0, 200, 400, 600 ms");
     let o = placer_core::Observation::new(&samples[0], &samples[3]);

@@ -61,7 +61,7 @@ use crate::cpuset::CpuSet;
 use crate::observation::Observation;
 use crate::plan::{Action, Outcome, Plan};
 use crate::policy::{Policy, PolicyState};
-use crate::sample::{ProcKey, SampleRequest, SourceStatus};
+use crate::sample::{ProcKey, SampleRequest, SourceKind, SourceStatus};
 use crate::scope::Scope;
 use crate::topology::Topology;
 use serde::{Deserialize, Serialize};
@@ -707,9 +707,9 @@ impl Policy for Contention {
     }
 
     fn disabled_reason(&self, topo: &Topology, sources: &SourceStatus) -> Option<String> {
-        if !sources.has("perf_hw") {
+        if !sources.has(SourceKind::PerfHw) {
             let why = sources
-                .why_missing("perf_hw")
+                .why_missing(SourceKind::PerfHw)
                 .unwrap_or("the host reports no perf_hw source");
             return Some(format!("no hardware performance counters ({why})"));
         }
@@ -1290,7 +1290,7 @@ mod tests {
         let p = Contention::default();
         let none = SourceStatus {
             sources: vec![Source {
-                name: "perf_hw".into(),
+                name: SourceKind::PerfHw,
                 available: false,
                 detail: "perf_event_open(PERF_TYPE_HARDWARE) failed: ENOENT".into(),
             }],
@@ -1303,7 +1303,7 @@ mod tests {
         assert!(p.disabled_reason(&topo, &SourceStatus::default()).is_some());
         let yes = SourceStatus {
             sources: vec![Source {
-                name: "perf_hw".into(),
+                name: SourceKind::PerfHw,
                 available: true,
                 detail: "intel nehalem".into(),
             }],
@@ -1803,7 +1803,7 @@ mod tests {
             fn sources(&mut self) -> SourceStatus {
                 SourceStatus {
                     sources: vec![Source {
-                        name: "perf_hw".into(),
+                        name: SourceKind::PerfHw,
                         available: false,
                         detail: "no hardware counters: ENOENT".into(),
                     }],

@@ -54,7 +54,7 @@ use crate::cpuset::CpuSet;
 use crate::observation::{Observation, ProcObs};
 use crate::plan::{Action, Plan};
 use crate::policy::{Policy, PolicyState};
-use crate::sample::{ProcKey, SampleRequest};
+use crate::sample::{ProcKey, SampleRequest, SourceKind};
 use crate::scope::Scope;
 use crate::topology::Topology;
 use serde::{Deserialize, Serialize};
@@ -496,7 +496,7 @@ impl Policy for NetAffinity {
         topo: &Topology,
         sources: &crate::sample::SourceStatus,
     ) -> Option<String> {
-        if let Some(why) = sources.why_missing("sock_diag") {
+        if let Some(why) = sources.why_missing(SourceKind::SockDiag) {
             return Some(format!("needs per-connection counters (sock_diag): {why}"));
         }
         if topo.nics.iter().all(|n| n.rx_cpus.is_empty()) {
@@ -1585,7 +1585,7 @@ mod tests {
         let mut sources = crate::sample::SourceStatus::default();
         assert!(p.disabled_reason(&t, &sources).is_none());
         sources.sources.push(crate::sample::Source {
-            name: "sock_diag".into(),
+            name: SourceKind::SockDiag,
             available: false,
             detail: "no NETLINK_SOCK_DIAG".into(),
         });

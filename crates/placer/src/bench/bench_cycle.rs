@@ -10,7 +10,9 @@
 //!   directory, with threads requested.
 //!
 //! The first (cold) cycle, which reads every process's fd directory, is reported apart;
-//! the median is over the following `--runs` cycles, `--pause` apart.
+//! the median is over the following `--runs` cycles, `--pause` apart, in all and by stage
+//! (the sampler's: planning what to read, processes, sockets, counters, NUMA pages,
+//! machine-wide files; then deriving the observation).
 
 use anyhow::{Context, Result};
 use placer_core::observation::Observation;
@@ -94,8 +96,27 @@ pub struct Report {
     pub path: String,
     /// Processes not read at all in the last cycle (the collector said they did not run).
     pub procs_skipped: usize,
+    /// Where the cycle's CPU went: the median over the measured cycles of each stage.
+    pub stages: Stages,
     pub cpu_ms: Vec<f64>,
     pub wall_ms: Vec<f64>,
+}
+
+/// Median CPU ms of each stage of a cycle: the sampler's (see
+/// `placer_linux::sampler::StageTimes`) and deriving the observation. Planning and
+/// actuating are not part of this bench's cycle (it runs no policy).
+#[derive(Serialize, Debug, Default)]
+pub struct Stages {
+    /// Events drained, the process set decided or /proc listed.
+    pub sample_plan_ms: f64,
+    pub sample_procs_ms: f64,
+    pub sample_sockets_ms: f64,
+    pub sample_counters_ms: f64,
+    pub sample_numa_ms: f64,
+    /// Interrupts, softirqs, /proc/stat, energy, NICs.
+    pub sample_system_ms: f64,
+    /// The observation derived from two samples.
+    pub derive_ms: f64,
 }
 
 /// Kills and reaps the processes it holds, even on error paths.
@@ -131,6 +152,7 @@ fn cycles(
     let mut cpu_ms = Vec::new();
     let mut wall_ms = Vec::new();
     let mut observe_ms = Vec::new();
+    let mut stage_ns: Vec<placer_linux::sampler::StageTimes> = Vec::new();
     let (mut cold_cpu, mut cold_wall) = (0.0, 0.0);
     let (mut procs, mut socks, mut threads) = (0, 0, 0);
     for i in 0..=a.runs {
@@ -143,6 +165,7 @@ fn cycles(
         let (c1, w1) = (thread_cpu_ns(), monotonic_ns());
         if i > 0 {
             observe_ms.push((c1 - cm) as f64 / 1e6);
+            stage_ns.push(sampler.last_stages);
         }
         std::hint::black_box(&obs);
         let (c, w) = ((c1 - c0) as f64 / 1e6, (w1 - w0) as f64 / 1e6);
@@ -159,6 +182,24 @@ fn cycles(
         threads = cur.procs.iter().map(|p| p.threads.len()).sum();
         prev = cur;
     }
+    let stage = |f: fn(&placer_linux::sampler::StageTimes) -> u64| {
+        median(
+            &stage_ns
+                .iter()
+                .map(|t| f(t) as f64 / 1e6)
+                .collect::<Vec<_>>(),
+        )
+        .unwrap_or(f64::NAN)
+    };
+    let stages = Stages {
+        sample_plan_ms: stage(|t| t.plan_ns),
+        sample_procs_ms: stage(|t| t.procs_ns),
+        sample_sockets_ms: stage(|t| t.sockets_ns),
+        sample_counters_ms: stage(|t| t.counters_ns),
+        sample_numa_ms: stage(|t| t.numa_ns),
+        sample_system_ms: stage(|t| t.system_ns),
+        derive_ms: median(&observe_ms).unwrap_or(f64::NAN),
+    };
     Ok(Report {
         setup: setup.into(),
         procs_sampled: procs,
@@ -172,6 +213,7 @@ fn cycles(
         median_observe_cpu_ms: median(&observe_ms).unwrap_or(f64::NAN),
         path: a.path.clone(),
         procs_skipped: sampler.last_stats.procs_skipped,
+        stages,
         cpu_ms,
         wall_ms,
     })
@@ -488,6 +530,18 @@ pub fn run(a: Args) -> Result<()> {
             r.median_observe_cpu_ms,
             r.median_wall_ms,
             r.max_cpu_ms
+        );
+        let st = &r.stages;
+        outln!(
+            "  median CPU by stage: plan {:.2} ms, processes {:.2}, sockets {:.2}, counters {:.2}, \
+             NUMA {:.2}, system {:.2}, derive {:.2}",
+            st.sample_plan_ms,
+            st.sample_procs_ms,
+            st.sample_sockets_ms,
+            st.sample_counters_ms,
+            st.sample_numa_ms,
+            st.sample_system_ms,
+            st.derive_ms
         );
     }
     Ok(())

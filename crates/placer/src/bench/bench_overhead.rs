@@ -10,9 +10,16 @@
 //! the eBPF collector's own run time in the kernel is measured too (the kernel's BPF run-time
 //! stats, on during the window only): it runs beside whichever task was switched out or
 //! ticked, so the daemon's schedstat does not hold it, and the total is what placer costs.
+//! That time is taken per program the daemon holds (its fds' `prog_id`): a program whose
+//! counter goes back in the window gives no figure for it, never a wrapped one.
+//!
+//! The whole comparison is repeated `--runs` times (each run measures every agent, side by
+//! side): each agent's figure is the median over the runs, with its spread (min, max), and
+//! the ratio is the median of the runs' ratios, from runs where both figures are valid.
 
 use super::bench_daemon::{idle_load, temp_dir, Kids};
 use anyhow::{bail, Context, Result};
+use placer_core::stats::median;
 use serde::Serialize;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -38,6 +45,9 @@ pub struct Args {
     /// sources, the default) and/or `proc` (`kernel_events = false`).
     #[arg(long, default_value = "events", value_delimiter = ',', value_parser = ["events", "proc"])]
     pub paths: Vec<String>,
+    /// Repeat the whole comparison this many times; figures are medians with their spread.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    pub runs: u32,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -50,10 +60,18 @@ pub struct AgentCost {
     pub path: Option<String>,
     pub command: String,
     pub window_s: f64,
+    /// The median over the runs of its own CPU, % of one CPU.
     pub cpu_percent_of_one: Option<f64>,
     /// placer's eBPF collector's run time in the kernel over the window, % of one CPU
-    /// (events path; None where the kernel's BPF stats could not be enabled).
+    /// (events path; the median over runs with a valid figure; None where the kernel's BPF
+    /// stats could not be enabled or no run gave a valid figure).
     pub in_kernel_percent_of_one: Option<f64>,
+    /// Each run's total (own CPU plus in-kernel time), % of one CPU, in run order; a run
+    /// without a valid figure is left out.
+    pub runs_percent_of_one: Vec<f64>,
+    /// The smallest and largest of `runs_percent_of_one` (the run-to-run spread).
+    pub min_percent_of_one: Option<f64>,
+    pub max_percent_of_one: Option<f64>,
     /// Why it was not measured (not installed, exited at start).
     pub missing: Option<String>,
 }
@@ -80,9 +98,60 @@ pub struct Report {
     pub conns: u32,
     pub policies: Vec<String>,
     pub agents: Vec<AgentCost>,
+    pub runs: u32,
     /// placer's share (the first path, its eBPF program's time included) over the other
-    /// agent's (None without a measured other agent).
+    /// agent's: the median of the runs' ratios (None without a measured other agent).
     pub ratio: Option<f64>,
+    /// Each run's ratio, from runs where both figures are valid.
+    pub ratios: Vec<f64>,
+}
+
+/// One agent's figures in one run.
+#[derive(Debug, Clone)]
+struct RunCost {
+    command: String,
+    window_s: f64,
+    cpu_percent_of_one: Option<f64>,
+    in_kernel_percent_of_one: Option<f64>,
+    missing: Option<String>,
+}
+
+impl RunCost {
+    fn missing(command: String, why: String) -> RunCost {
+        RunCost {
+            command,
+            window_s: 0.0,
+            cpu_percent_of_one: None,
+            in_kernel_percent_of_one: None,
+            missing: Some(why),
+        }
+    }
+
+    /// Own CPU plus in-kernel time; None when the in-kernel time was to be measured and
+    /// has no valid figure (a total without it would understate placer's cost).
+    fn total(&self, wants_kernel: bool) -> Option<f64> {
+        let k = match (wants_kernel, self.in_kernel_percent_of_one) {
+            (true, None) => return None,
+            (_, k) => k.unwrap_or(0.0),
+        };
+        self.cpu_percent_of_one.map(|c| c + k)
+    }
+}
+
+/// The in-kernel run time of the window (ns), from each program's counter at its start and
+/// end (id, ns). Only programs present at both ends count (one loaded or unloaded meanwhile
+/// is not the measured daemon's steady cost); a counter that went back (the program's id
+/// reused, the stats reset) gives no figure for the window: `None`, never a wrapped one.
+fn window_run_ns(start: &[(u32, u64)], end: &[(u32, u64)]) -> Option<u64> {
+    let mut total = 0u64;
+    let mut any = false;
+    for &(id, e) in end {
+        if let Some(&(_, s)) = start.iter().find(|(i, _)| *i == id) {
+            total = total.checked_add(e.checked_sub(s)?)?;
+            any = true;
+        }
+    }
+    any.then_some(total)
 }
 
 /// CPU time of all of `pid`'s threads so far, seconds (threads that exited are not in it).
@@ -107,7 +176,7 @@ fn measure(
     mut cmd: Command,
     window: Duration,
     bpf_prog: Option<&str>,
-) -> Result<AgentCost> {
+) -> Result<RunCost> {
     let command = format!("{cmd:?}");
     let child = match cmd
         .stdin(Stdio::null())
@@ -117,36 +186,29 @@ fn measure(
     {
         Ok(c) => c,
         Err(e) => {
-            return Ok(AgentCost {
-                agent: name.into(),
-                path: None,
-                command,
-                window_s: 0.0,
-                cpu_percent_of_one: None,
-                in_kernel_percent_of_one: None,
-                missing: Some(format!("cannot start it ({e}); Debian package {name}?")),
-            })
+            let why = format!("cannot start it ({e}); Debian package {name}?");
+            return Ok(RunCost::missing(command, why));
         }
     };
     let mut kids = Kids(vec![child]);
     std::thread::sleep(Duration::from_secs(3));
     if let Ok(Some(st)) = kids.0[0].try_wait() {
-        return Ok(AgentCost {
-            agent: name.into(),
-            path: None,
-            command,
-            window_s: 0.0,
-            cpu_percent_of_one: None,
-            in_kernel_percent_of_one: None,
-            missing: Some(format!("exited at start ({st})")),
-        });
+        return Ok(RunCost::missing(command, format!("exited at start ({st})")));
     }
     let pid = kids.0[0].id();
-    // The program's run time so far, counted from here on (the stats stay on while held).
-    let bpf_ns = || {
-        placer_linux::bpf::programs_run_time(bpf_prog?)
-            .ok()
-            .map(|r| r.0)
+    // Each of its programs' run time so far, counted from here on (the stats stay on while
+    // held). Its own programs only, where its fds say which (other daemons on this machine
+    // load programs of the same name); all of that name where they do not.
+    let bpf_ns = || -> Option<Vec<(u32, u64)>> {
+        let all = placer_linux::bpf::program_run_times(bpf_prog?).ok()?;
+        let held = placer_linux::bpf::programs_held_by(pid).unwrap_or_default();
+        let mine = |id: u32| held.is_empty() || held.contains(&id);
+        Some(
+            all.iter()
+                .filter(|p| mine(p.id))
+                .map(|p| (p.id, p.run_time_ns))
+                .collect(),
+        )
     };
     let stats = bpf_prog
         .and_then(|_| placer_linux::bpf::RunTimeStats::enable().ok())
@@ -154,17 +216,63 @@ fn measure(
     let (c0, t0) = (cpu_s(pid)?, Instant::now());
     std::thread::sleep(window);
     let (c1, w) = (cpu_s(pid)?, t0.elapsed().as_secs_f64());
-    let in_kernel = stats.and_then(|(_on, k0)| Some((bpf_ns()? - k0) as f64 / 1e9));
+    let in_kernel = stats.and_then(|(_on, k0)| window_run_ns(&k0, &bpf_ns()?));
     drop(kids);
-    Ok(AgentCost {
-        agent: name.into(),
-        path: None,
+    Ok(RunCost {
         command,
         window_s: w,
         cpu_percent_of_one: Some((c1 - c0) / w * 100.0),
-        in_kernel_percent_of_one: in_kernel.map(|k| k / w * 100.0),
+        in_kernel_percent_of_one: in_kernel.map(|k| k as f64 / 1e9 / w * 100.0),
         missing: None,
     })
+}
+
+/// One agent's figures over the runs: medians, spread, and each run's total.
+fn summarise(agent: &str, path: Option<String>, runs: &[RunCost], wants_kernel: bool) -> AgentCost {
+    let cpu: Vec<f64> = runs.iter().filter_map(|r| r.cpu_percent_of_one).collect();
+    let kernel: Vec<f64> = runs
+        .iter()
+        .filter_map(|r| r.in_kernel_percent_of_one)
+        .collect();
+    let totals: Vec<f64> = runs.iter().filter_map(|r| r.total(wants_kernel)).collect();
+    let last = runs.last();
+    AgentCost {
+        agent: agent.into(),
+        path,
+        command: last.map(|r| r.command.clone()).unwrap_or_default(),
+        window_s: median(&runs.iter().map(|r| r.window_s).collect::<Vec<_>>()).unwrap_or(0.0),
+        cpu_percent_of_one: median(&cpu),
+        in_kernel_percent_of_one: median(&kernel),
+        min_percent_of_one: totals.iter().copied().reduce(f64::min),
+        max_percent_of_one: totals.iter().copied().reduce(f64::max),
+        runs_percent_of_one: totals,
+        missing: if cpu.is_empty() {
+            runs.iter().find_map(|r| r.missing.clone())
+        } else {
+            None
+        },
+    }
+}
+
+/// The other agent's command, at a 1 s interval where it has one.
+fn other_agent(vs: &str) -> Command {
+    match vs {
+        "irqbalance" => {
+            let mut c = Command::new("irqbalance");
+            c.args(["--foreground", "--interval=1"]);
+            c
+        }
+        "numad" => {
+            let mut c = Command::new("numad");
+            c.args(["-F", "-i", "1"]);
+            c
+        }
+        cmd => {
+            let mut c = Command::new("sh");
+            c.args(["-c", &format!("exec {cmd}")]);
+            c
+        }
+    }
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -190,60 +298,64 @@ pub fn run(args: Args) -> Result<()> {
         .map(|p| format!("{p:?}"))
         .collect::<Vec<_>>()
         .join(", ");
-    let mut agents = Vec::new();
-    for path in &args.paths {
-        let cfg = dir.join(format!("placer-{path}.toml"));
-        std::fs::write(
-            &cfg,
-            format!(
-                "interval = \"1s\"\npolicies = [{list}]\nstate_dir = {:?}\nkernel_events = {}\n\
-                 [metrics]\nenabled = false\n",
-                dir.join("state").display().to_string(),
-                path == "events"
-            ),
-        )
-        .context("writing the daemon's config")?;
-        let mut placer = Command::new(std::env::current_exe()?);
-        placer.args(["daemon", "--dry-run", "--config"]).arg(&cfg);
-        let prog = (path == "events").then_some(placer_linux::bpf::PROG_NAME);
-        let mut cost = measure("placer", placer, args.duration, prog)?;
-        cost.path = Some(path.clone());
-        agents.push(cost);
-    }
-    if let Some(vs) = &args.vs {
-        let other = match vs.as_str() {
-            "irqbalance" => {
-                let mut c = Command::new("irqbalance");
-                c.args(["--foreground", "--interval=1"]);
-                c
+    // One column per agent (the paths, then the other agent), one row per run: every run
+    // measures them all, side by side on the same load.
+    let mut columns: Vec<Vec<RunCost>> = Vec::new();
+    let mut per_run_ratios = Vec::new();
+    for _ in 0..args.runs {
+        let mut row = Vec::new();
+        for path in &args.paths {
+            let cfg = dir.join(format!("placer-{path}.toml"));
+            std::fs::write(
+                &cfg,
+                format!(
+                    "interval = \"1s\"\npolicies = [{list}]\nstate_dir = {:?}\nkernel_events = {}\n\
+                     [metrics]\nenabled = false\n",
+                    dir.join("state").display().to_string(),
+                    path == "events"
+                ),
+            )
+            .context("writing the daemon's config")?;
+            let mut placer = Command::new(std::env::current_exe()?);
+            placer.args(["daemon", "--dry-run", "--config"]).arg(&cfg);
+            let prog = (path == "events").then_some(placer_linux::bpf::PROG_NAME);
+            row.push(measure("placer", placer, args.duration, prog)?);
+        }
+        if let Some(vs) = &args.vs {
+            row.push(measure(vs, other_agent(vs), args.duration, None)?);
+        }
+        let first_kernel = args.paths.first().is_some_and(|p| p == "events");
+        if let (Some(a), Some(b)) = (row.first(), row.get(args.paths.len())) {
+            if let (Some(x), Some(y)) = (a.total(first_kernel), b.total(false)) {
+                if y > 0.0 {
+                    per_run_ratios.push(x / y);
+                }
             }
-            "numad" => {
-                let mut c = Command::new("numad");
-                c.args(["-F", "-i", "1"]);
-                c
+        }
+        for (i, c) in row.into_iter().enumerate() {
+            if columns.len() <= i {
+                columns.push(Vec::new());
             }
-            cmd => {
-                let mut c = Command::new("sh");
-                c.args(["-c", &format!("exec {cmd}")]);
-                c
-            }
-        };
-        agents.push(measure(vs, other, args.duration, None)?);
+            columns[i].push(c);
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
-    let ratio = match (agents.first(), agents.get(args.paths.len())) {
-        (Some(a), Some(b)) => match (a.total_percent_of_one(), b.total_percent_of_one()) {
-            (Some(x), Some(y)) if y > 0.0 => Some(x / y),
-            _ => None,
-        },
-        _ => None,
-    };
+    let mut agents = Vec::new();
+    for (i, runs) in columns.iter().enumerate() {
+        agents.push(match args.paths.get(i) {
+            Some(path) => summarise("placer", Some(path.clone()), runs, path == "events"),
+            None => summarise(args.vs.as_deref().unwrap_or("other"), None, runs, false),
+        });
+    }
+    let ratio = median(&per_run_ratios);
     let report = Report {
         procs: args.procs,
         conns: args.conns,
         policies,
         agents,
+        runs: args.runs,
         ratio,
+        ratios: per_run_ratios,
     };
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&report)?);
@@ -258,11 +370,18 @@ pub fn run(args: Args) -> Result<()> {
     for a in &report.agents {
         match (a.cpu_percent_of_one, &a.missing) {
             (Some(p), _) => outln!(
-                "{:<16} {p:.3}% of one CPU over {:.1} s{}",
+                "{:<16} {p:.3}% of one CPU over {:.1} s{}{}",
                 a.label(),
                 a.window_s,
                 match (a.in_kernel_percent_of_one, a.total_percent_of_one()) {
                     (Some(k), Some(t)) => format!(" + {k:.3}% in its eBPF program = {t:.3}%"),
+                    _ => String::new(),
+                },
+                match (a.min_percent_of_one, a.max_percent_of_one) {
+                    (Some(lo), Some(hi)) => format!(
+                        " (median of {} runs; {lo:.3}-{hi:.3}%)",
+                        a.runs_percent_of_one.len()
+                    ),
                     _ => String::new(),
                 }
             ),
@@ -272,9 +391,16 @@ pub fn run(args: Args) -> Result<()> {
     }
     match report.ratio {
         Some(r) => outln!(
-            "{} / {}: {r:.1}x",
+            "{} / {}: {r:.1}x (median of {} runs' ratios; {:.1}-{:.1}x)",
             report.agents[0].label(),
-            report.agents[args.paths.len()].label()
+            report.agents[args.paths.len()].label(),
+            report.ratios.len(),
+            report.ratios.iter().copied().fold(f64::INFINITY, f64::min),
+            report
+                .ratios
+                .iter()
+                .copied()
+                .fold(f64::NEG_INFINITY, f64::max)
         ),
         None if report.agents.len() > args.paths.len() => {
             outln!("no ratio: the other agent used no measurable CPU or was not measured")
@@ -282,4 +408,52 @@ pub fn run(args: Args) -> Result<()> {
         None => {}
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_counter_that_goes_back_gives_no_figure_never_a_wrapped_one() {
+        // Issue 37: a run-time delta taken as unsigned read 92,232,388,878% of one CPU.
+        assert_eq!(window_run_ns(&[(7, 500)], &[(7, 400)]), None);
+        assert_eq!(
+            window_run_ns(&[(7, 500), (8, 10)], &[(7, 400), (8, 20)]),
+            None
+        );
+        assert_eq!(window_run_ns(&[(7, 500)], &[(7, 800)]), Some(300));
+        // A program unloaded in the window (another daemon's) does not make the sum go
+        // back; one loaded in it is not counted.
+        assert_eq!(
+            window_run_ns(&[(7, 500), (9, 10_000)], &[(7, 800), (11, 5)]),
+            Some(300)
+        );
+        assert_eq!(window_run_ns(&[(9, 1)], &[(11, 5)]), None);
+    }
+
+    #[test]
+    fn ratios_and_totals_come_only_from_valid_figures() {
+        let run = |cpu: f64, k: Option<f64>| RunCost {
+            command: String::new(),
+            window_s: 1.0,
+            cpu_percent_of_one: Some(cpu),
+            in_kernel_percent_of_one: k,
+            missing: None,
+        };
+        assert_eq!(run(1.0, None).total(true), None);
+        assert_eq!(run(1.0, None).total(false), Some(1.0));
+        assert_eq!(run(1.0, Some(0.5)).total(true), Some(1.5));
+        let a = summarise(
+            "placer",
+            Some("events".into()),
+            &[run(1.0, Some(0.5)), run(3.0, None), run(2.0, Some(0.1))],
+            true,
+        );
+        assert_eq!(a.runs_percent_of_one, [1.5, 2.1]);
+        assert_eq!(a.cpu_percent_of_one, Some(2.0));
+        assert_eq!(a.in_kernel_percent_of_one, Some(0.3));
+        assert_eq!(a.min_percent_of_one, Some(1.5));
+        assert_eq!(a.max_percent_of_one, Some(2.1));
+    }
 }

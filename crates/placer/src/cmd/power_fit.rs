@@ -160,7 +160,13 @@ pub fn run(args: Args) -> Result<()> {
                 .sources
                 .sources
                 .iter()
-                .filter(|s| s.name == "rapl" || s.name == "hwmon")
+                .filter(|s| {
+                    matches!(
+                        s.name,
+                        placer_core::sample::SourceKind::Rapl
+                            | placer_core::sample::SourceKind::Hwmon
+                    )
+                })
                 .map(|s| format!("{}: {}", s.name, s.detail))
                 .collect();
             eprintln!(

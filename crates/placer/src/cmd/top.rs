@@ -596,6 +596,7 @@ mod live {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use placer_core::sample::SourceKind;
 
     #[derive(clap::Parser)]
     struct TopCli {
@@ -646,12 +647,12 @@ mod tests {
         let s = SourceStatus {
             sources: vec![
                 Source {
-                    name: "proc".into(),
+                    name: SourceKind::Proc,
                     available: true,
                     detail: String::new(),
                 },
                 Source {
-                    name: "rapl".into(),
+                    name: SourceKind::Rapl,
                     available: false,
                     detail: "no RAPL".into(),
                 },

@@ -1,0 +1,317 @@
+//! Processes and their threads: each process's `stat`, and when it ran or is due its
+//! `status`, `cgroup` and threads, with the cache of its last read that the rules in the
+//! [sampler's doc](super) keep using (decided in [`super::plan`]).
+
+use super::plan;
+use super::SampleStats;
+use crate::bpf::ThreadCpu;
+use crate::pid::PidMap;
+use crate::procfs::{parse_cgroup, parse_pid_stat, parse_status, PidStat};
+use crate::sys::Dir;
+use placer_core::sample::{ProcSample, SampleRequest, ThreadSample};
+use placer_core::CpuSet;
+use std::fmt::Write as _;
+use std::io;
+use std::sync::Arc;
+
+/// What a process's files said last time: its whole sample (without sockets, counters and
+/// pages), so that a process the kernel's events say did not run is not read at all.
+#[derive(Debug, Clone)]
+pub(super) struct ProcCache {
+    sample: ProcSample,
+    /// Whether `sample.threads` were read (a policy asked for threads then).
+    threads_read: bool,
+}
+
+impl ProcCache {
+    fn key(&self) -> plan::StatKey {
+        plan::StatKey {
+            start_time_ticks: self.sample.start_time_ticks,
+            cpu_ticks: self.sample.utime_ticks + self.sample.stime_ticks,
+            num_threads: self.sample.num_threads,
+        }
+    }
+}
+
+/// Reads processes and threads, keeping the last read of each.
+pub(super) struct ProcReader {
+    pub(super) cache: PidMap<ProcCache>,
+    clk_tck: u32,
+}
+
+impl ProcReader {
+    pub(super) fn new(clk_tck: u32) -> ProcReader {
+        ProcReader {
+            cache: PidMap::default(),
+            clk_tck,
+        }
+    }
+
+    /// The cached sample of a process that did not run (`None` when not cached, or when
+    /// threads are asked for and were not read last time).
+    pub(super) fn cached_sample(&self, pid: u32, req: SampleRequest) -> Option<ProcSample> {
+        let c = self.cache.get(&pid)?;
+        if req.threads && !c.threads_read && !c.sample.kernel_thread {
+            return None;
+        }
+        let mut p = c.sample.clone();
+        if !req.threads {
+            p.threads = Default::default();
+        }
+        Some(p)
+    }
+
+    /// Reads one process (`due`: re-read what does not change by running, see
+    /// [`plan::proc_read`]); `None` when it exited mid-read or its stat is malformed. `ran`:
+    /// with the eBPF collector, its threads that ran since the previous sample (empty when
+    /// none did); `None` without the collector.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn read(
+        &mut self,
+        proc_: &Dir,
+        buf: &mut String,
+        pid: u32,
+        req: SampleRequest,
+        due: bool,
+        ran: Option<&[ThreadCpu]>,
+        stats: &mut SampleStats,
+    ) -> Option<ProcSample> {
+        // Paths relative to the open proc dir: no per-process directory fd to open/close.
+        let mut rel = String::with_capacity(32);
+        let _ = write!(rel, "{pid}/stat");
+        proc_.read(&rel, buf).ok()?;
+        let base = rel.len() - "stat".len(); // `PID/`
+        let st = parse_pid_stat(buf)?;
+        let kernel_thread = st.is_kernel_thread();
+        let cpu_ticks = st.utime_ticks + st.stime_ticks;
+        let key = plan::StatKey {
+            start_time_ticks: st.start_time_ticks,
+            cpu_ticks,
+            num_threads: st.num_threads,
+        };
+        if let Some(c) = self.cache.get_mut(&pid) {
+            let idle = plan::unchanged(c.key(), key, req.threads, c.threads_read);
+            if idle && !due {
+                let p = &mut c.sample;
+                // A comm rarely changes: keep the shared text unless it did.
+                if *p.comm != *st.comm {
+                    p.comm = st.comm.into();
+                }
+                p.state = st.state;
+                p.ppid = st.ppid;
+                p.last_cpu = st.last_cpu;
+                p.kernel_thread = kernel_thread;
+                let mut out = p.clone();
+                if !req.threads {
+                    out.threads = Default::default();
+                }
+                return Some(out);
+            }
+        }
+        stats.procs_reread += 1;
+        // The last read of this very process, when it is not due for a refresh: what does
+        // not change by running (cgroup, threads' affinity, texts) is kept from it.
+        let prev: Option<&ProcSample> = self
+            .cache
+            .get(&pid)
+            .map(|c| &c.sample)
+            .filter(|p| !due && p.start_time_ticks == st.start_time_ticks);
+        let (mut uid, mut allowed) = (None, CpuSet::new());
+        let mut cgroup: Arc<str> = Arc::from("");
+        if !kernel_thread {
+            rel.truncate(base);
+            rel.push_str("status");
+            proc_.read(&rel, buf).ok()?;
+            let status = parse_status(buf);
+            uid = status.uid;
+            allowed = status.cpus_allowed.unwrap_or_default();
+            // A process's cgroup does not change by running (it moves when a manager moves
+            // it, mostly at exec, which makes it due; placer's own moves invalidate it):
+            // a process that ran keeps its cgroup until its refresh.
+            match prev {
+                Some(p) => cgroup = p.cgroup.clone(),
+                None => {
+                    rel.truncate(base);
+                    rel.push_str("cgroup");
+                    match proc_.read(&rel, buf) {
+                        Ok(()) => cgroup = parse_cgroup(buf).into(),
+                        Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
+                        Err(_) => {}
+                    }
+                }
+            }
+        }
+        let mut threads = Vec::new();
+        let ran_ns = |tid: u32| -> Option<&ThreadCpu> {
+            ran.and_then(|r| r.binary_search_by_key(&tid, |t| t.tid).ok().map(|i| &r[i]))
+        };
+        // With the collector, a process that ran with the threads of its last read (same
+        // count, each with a collector time, every one that ran among them) needs no
+        // thread file: the collector gives each thread's time and last CPU. (Both lists
+        // are in tid order.)
+        let from_collector = req.threads
+            && !kernel_thread
+            && ran.is_some_and(|r| {
+                prev.is_some_and(|p| plan::threads_from_collector(&p.threads, st.num_threads, r))
+            });
+        if from_collector {
+            let p = prev.expect("checked above");
+            threads.extend(p.threads.iter().map(|t| match ran_ns(t.tid) {
+                Some(r) => ThreadSample {
+                    cpu_ns: t.cpu_ns.map(|ns| ns + r.cpu_ns),
+                    last_cpu: Some(r.last_cpu),
+                    ..t.clone()
+                },
+                None => t.clone(),
+            }));
+            stats.threads_from_collector += threads.len();
+        } else if req.threads && !kernel_thread {
+            threads = self.read_thread_files(proc_, buf, pid, &st, prev, ran);
+        }
+        let comm = match prev {
+            Some(p) if *p.comm == *st.comm => p.comm.clone(),
+            _ => st.comm.into(),
+        };
+        let sample = ProcSample {
+            pid,
+            start_time_ticks: st.start_time_ticks,
+            comm,
+            state: st.state,
+            ppid: st.ppid,
+            uid,
+            utime_ticks: st.utime_ticks,
+            stime_ticks: st.stime_ticks,
+            last_cpu: st.last_cpu,
+            allowed,
+            cgroup,
+            num_threads: st.num_threads,
+            kernel_thread,
+            threads: threads.into(),
+            socket_inodes: Vec::new(),
+            counters: Vec::new(),
+            numa_pages: Default::default(),
+        };
+        self.cache.insert(
+            pid,
+            ProcCache {
+                sample: sample.clone(),
+                threads_read: req.threads || kernel_thread,
+            },
+        );
+        Some(sample)
+    }
+
+    /// A process's threads from their files (`task/TID/stat`, and `status` for a thread
+    /// not read before or when the process is refreshed: `prev` is its last read when it is
+    /// not), each thread's collector time carried on from the cache.
+    fn read_thread_files(
+        &self,
+        proc_: &Dir,
+        buf: &mut String,
+        pid: u32,
+        st: &PidStat,
+        prev: Option<&ProcSample>,
+        ran: Option<&[ThreadCpu]>,
+    ) -> Vec<ThreadSample> {
+        let mut threads = Vec::new();
+        let ns_per_tick = 1_000_000_000 / u64::from(self.clk_tck.max(1));
+        let ran_ns = |tid: u32| -> Option<&ThreadCpu> {
+            ran.and_then(|r| r.binary_search_by_key(&tid, |t| t.tid).ok().map(|i| &r[i]))
+        };
+        // The collector's cumulative CPU time of each thread as of the last sample (the
+        // cache, due or not: a refresh re-reads affinities, the time goes on).
+        let ns_before: PidMap<u64> = match ran {
+            Some(_) => self
+                .cache
+                .get(&pid)
+                .filter(|c| c.sample.start_time_ticks == st.start_time_ticks)
+                .map(|c| {
+                    c.sample
+                        .threads
+                        .iter()
+                        .filter_map(|t| Some((t.tid, t.cpu_ns?)))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            None => PidMap::default(),
+        };
+        // A thread's affinity does not change by running: its status is re-read when
+        // the thread is new or the process is due for a refresh, else kept (with its
+        // comm's shared text when unchanged).
+        let cached: Option<&Arc<[ThreadSample]>> = prev.map(|p| &p.threads);
+        let known: PidMap<&ThreadSample> = cached
+            .map(|t| t.iter().map(|t| (t.tid, t)).collect())
+            .unwrap_or_default();
+        // No task dir: the process exited, its threads with it.
+        // The task directory is opened once: each thread's files are opened relative
+        // to it (no walk of `PID/task/` per file).
+        let task = proc_.sub(&format!("{pid}/task")).ok();
+        let list = |task: &Dir| task.numeric_entries().unwrap_or_default();
+        // Same thread count as the last read: the same threads, most likely, so the
+        // directory is not listed; a thread that exited since fails its read, and the
+        // directory is then listed after all (a thread replaced by another at the same
+        // count between two samples shows at the process's next refresh).
+        let mut from_cache = cached.is_some_and(|t| t.len() == st.num_threads as usize);
+        let mut tids: Vec<u32> = if from_cache {
+            cached
+                .map(|t| t.iter().map(|t| t.tid).collect())
+                .unwrap_or_default()
+        } else {
+            task.as_ref().map(list).unwrap_or_default()
+        };
+        let mut trel = String::with_capacity(24);
+        'read: loop {
+            threads.clear();
+            for &tid in &tids {
+                let Some(task) = task.as_ref() else { break };
+                trel.clear();
+                let _ = write!(trel, "{tid}/stat");
+                if task.read(&trel, buf).is_err() {
+                    if from_cache {
+                        from_cache = false;
+                        tids = list(task);
+                        continue 'read;
+                    }
+                    continue; // thread exited
+                }
+                let Some(ts) = parse_pid_stat(buf) else {
+                    continue;
+                };
+                let before = known.get(&tid);
+                let t_allowed = match before {
+                    Some(t) => t.allowed.clone(),
+                    None => {
+                        trel.truncate(trel.len() - "stat".len());
+                        trel.push_str("status");
+                        match task.read(&trel, buf) {
+                            Ok(()) => parse_status(buf).cpus_allowed.unwrap_or_default(),
+                            Err(_) => continue,
+                        }
+                    }
+                };
+                let comm = match before {
+                    Some(t) if *t.comm == *ts.comm => t.comm.clone(),
+                    _ => ts.comm.into(),
+                };
+                // The collector's time goes on from where it was; a thread it has
+                // no time for yet starts at its ticks.
+                let cpu_ns = ran.map(|_| match ns_before.get(&tid) {
+                    Some(&ns) => ns + ran_ns(tid).map_or(0, |r| r.cpu_ns),
+                    None => (ts.utime_ticks + ts.stime_ticks) * ns_per_tick,
+                });
+                threads.push(ThreadSample {
+                    tid,
+                    comm,
+                    state: ts.state,
+                    utime_ticks: ts.utime_ticks,
+                    stime_ticks: ts.stime_ticks,
+                    last_cpu: ts.last_cpu,
+                    allowed: t_allowed,
+                    cpu_ns,
+                });
+            }
+            break;
+        }
+        threads
+    }
+}

@@ -1,0 +1,220 @@
+//! TCP sockets and the processes that own them: the sock_diag dump (skipped while no TCP
+//! segment moved) and the mapping of socket inodes to processes through their fd
+//! directories, cached per process (the rules in the [sampler's doc](super)).
+
+use super::plan;
+use super::SampleStats;
+use crate::pid::{PidMap, PidSet};
+use crate::procfs::{parse_tcp_segments, socket_inode};
+use crate::sockdiag::SockDiag;
+use crate::sys::Dir;
+use placer_core::sample::{ProcSample, SocketSample};
+use std::collections::HashSet;
+use std::fs;
+use std::path::Path;
+
+/// The cached socket inodes of one process.
+#[derive(Debug, Clone)]
+struct FdEntry {
+    start_time_ticks: u64,
+    fd_count: u64,
+    inodes: Vec<u64>,
+}
+
+/// The socket side of a sample, with what it keeps between samples.
+pub(super) struct SocketReader {
+    use_sock_diag: bool,
+    sock_diag: Option<std::result::Result<SockDiag, String>>,
+    fd_cache: PidMap<FdEntry>,
+    last_unowned: HashSet<u64>,
+    /// TCP segments in and out at the last socket dump, and that dump.
+    last_tcp_segments: Option<(u64, u64)>,
+    last_sockets: Vec<SocketSample>,
+}
+
+impl SocketReader {
+    /// `use_sock_diag`: dump this network namespace's sockets (sock_diag sees the host's
+    /// kernel, not a fixture root's).
+    pub(super) fn new(use_sock_diag: bool) -> SocketReader {
+        SocketReader {
+            use_sock_diag,
+            sock_diag: None,
+            fd_cache: PidMap::default(),
+            last_unowned: HashSet::new(),
+            last_tcp_segments: None,
+            last_sockets: Vec::new(),
+        }
+    }
+
+    /// Opens sock_diag when it is to be used: `None` when it is not, else whether it opened.
+    pub(super) fn probe(&mut self) -> Option<&std::result::Result<SockDiag, String>> {
+        if self.use_sock_diag && self.sock_diag.is_none() {
+            self.sock_diag = Some(SockDiag::open().map_err(|e| e.to_string()));
+        }
+        self.sock_diag.as_ref()
+    }
+
+    /// Forget the cached sockets of `pid` (its fds are read again).
+    pub(super) fn forget(&mut self, pid: u32) {
+        self.fd_cache.remove(&pid);
+    }
+
+    /// This sample's TCP sockets, each process's `socket_inodes` filled in. `ran`: with
+    /// the collector, the processes read again this sample (the others cannot have opened
+    /// or closed an fd). `real_root`: the TCP MIB is this namespace's, so an unmoved
+    /// segment count can spare the dump.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn read(
+        &mut self,
+        proc_: &Dir,
+        proc_dir: &Path,
+        real_root: bool,
+        buf: &mut String,
+        procs: &mut [ProcSample],
+        ran: Option<&PidSet>,
+        stats: &mut SampleStats,
+    ) -> Vec<SocketSample> {
+        // Without sock_diag there are no sockets, hence nothing to map to processes.
+        let Some(Ok(sd)) = &mut self.sock_diag else {
+            return Vec::new();
+        };
+        // The dump walks every bucket of the kernel's TCP hash, however few sockets there
+        // are: when not one TCP segment moved in this namespace since the last dump (the
+        // TCP MIB, /proc/net/snmp), no socket changed, and the last dump is still true.
+        let segs = if real_root {
+            proc_
+                .read("self/net/snmp", buf)
+                .ok()
+                .and_then(|()| parse_tcp_segments(buf))
+        } else {
+            None
+        };
+        let mut sockets = Vec::new();
+        if !plan::socket_dump_due(segs, self.last_tcp_segments) {
+            sockets = self.last_sockets.clone();
+            stats.sockets_reused = true;
+        } else {
+            match sd.tcp_sockets() {
+                Ok(s) => {
+                    sockets = s;
+                    self.last_sockets = sockets.clone();
+                    self.last_tcp_segments = segs;
+                }
+                Err(e) => {
+                    tracing::debug!("sock_diag: {e}");
+                    self.last_tcp_segments = None;
+                }
+            }
+        }
+        self.map_sockets(proc_, proc_dir, procs, &sockets, ran, stats);
+        sockets
+    }
+
+    /// The socket inodes among a process's open fds, and the fd count (`None`: exited).
+    fn scan_fds(proc_dir: &Path, pid: u32) -> Option<Vec<u64>> {
+        let fd_dir = proc_dir.join(format!("{pid}/fd"));
+        let mut inodes = Vec::new();
+        for e in fs::read_dir(&fd_dir).ok()?.flatten() {
+            if let Ok(link) = fs::read_link(e.path()) {
+                if let Some(ino) = socket_inode(link.as_os_str().as_encoded_bytes()) {
+                    inodes.push(ino);
+                }
+            }
+        }
+        inodes.sort_unstable();
+        inodes.dedup();
+        Some(inodes)
+    }
+
+    fn fd_count(proc_: &Dir, pid: u32) -> u64 {
+        proc_.size_of(&format!("{pid}/fd")).ok().unwrap_or(0)
+    }
+
+    fn map_sockets(
+        &mut self,
+        proc_: &Dir,
+        proc_dir: &Path,
+        procs: &mut [ProcSample],
+        sockets: &[placer_core::sample::SocketSample],
+        ran: Option<&PidSet>,
+        stats: &mut SampleStats,
+    ) {
+        let alive: PidSet = procs.iter().map(|p| p.pid).collect();
+        self.fd_cache.retain(|pid, _| alive.contains(pid));
+        let mut scanned: PidSet = PidSet::default();
+        for p in procs.iter().filter(|p| !p.kernel_thread) {
+            let cached = self.fd_cache.get(&p.pid);
+            let reread = ran.is_none_or(|r| r.contains(&p.pid));
+            if !plan::fd_check(
+                cached.map(|e| e.start_time_ticks),
+                p.start_time_ticks,
+                reread,
+            ) {
+                continue;
+            }
+            let count = Self::fd_count(proc_, p.pid);
+            let fresh = plan::fds_fresh(
+                self.fd_cache
+                    .get(&p.pid)
+                    .map(|e| (e.start_time_ticks, e.fd_count)),
+                p.start_time_ticks,
+                count,
+            );
+            if !fresh {
+                let inodes = Self::scan_fds(proc_dir, p.pid).unwrap_or_default();
+                stats.fd_dirs_scanned += 1;
+                scanned.insert(p.pid);
+                self.fd_cache.insert(
+                    p.pid,
+                    FdEntry {
+                        start_time_ticks: p.start_time_ticks,
+                        fd_count: count,
+                        inodes,
+                    },
+                );
+            }
+        }
+        let owned = |cache: &PidMap<FdEntry>| -> HashSet<u64> {
+            cache
+                .values()
+                .flat_map(|e| e.inodes.iter().copied())
+                .collect()
+        };
+        let mut own = owned(&self.fd_cache);
+        let unowned: HashSet<u64> = sockets
+            .iter()
+            .map(|s| s.inode)
+            .filter(|&i| i != 0 && !own.contains(&i))
+            .collect();
+        if unowned.iter().any(|i| !self.last_unowned.contains(i)) {
+            stats.full_rescan = true;
+            for p in procs.iter().filter(|p| !p.kernel_thread) {
+                if scanned.contains(&p.pid) {
+                    continue;
+                }
+                let inodes = Self::scan_fds(proc_dir, p.pid).unwrap_or_default();
+                stats.fd_dirs_scanned += 1;
+                if let Some(e) = self.fd_cache.get_mut(&p.pid) {
+                    e.inodes = inodes;
+                }
+            }
+            own = owned(&self.fd_cache);
+        }
+        self.last_unowned = sockets
+            .iter()
+            .map(|s| s.inode)
+            .filter(|&i| i != 0 && !own.contains(&i))
+            .collect();
+        let live: HashSet<u64> = sockets.iter().map(|s| s.inode).collect();
+        for p in procs.iter_mut() {
+            if let Some(e) = self.fd_cache.get(&p.pid) {
+                p.socket_inodes = e
+                    .inodes
+                    .iter()
+                    .copied()
+                    .filter(|i| live.contains(i))
+                    .collect();
+            }
+        }
+    }
+}

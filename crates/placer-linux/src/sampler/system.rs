@@ -1,0 +1,115 @@
+//! The per-process extras a policy asks for (hardware counters, pages per NUMA node) and
+//! the machine-wide counters (NIC packets and bytes, CPU frequencies).
+
+use super::plan;
+use crate::perf::CounterSource;
+use crate::pid::{PidMap, PidSet};
+use placer_core::sample::ProcSample;
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::Path;
+
+/// Cumulative counters of every interface under `root/sys/class/net`, sorted by name; an
+/// interface whose counters cannot be read (it vanished mid-read) is left out.
+pub fn read_nic_counters(root: &Path) -> Vec<placer_core::sample::NicCounters> {
+    let dir = root.join("sys/class/net");
+    let Ok(entries) = fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .collect();
+    names.sort();
+    let read = |name: &str, file: &str| -> Option<u64> {
+        let p = dir.join(name).join("statistics").join(file);
+        crate::attr::read_u64(&p)
+    };
+    names
+        .into_iter()
+        .filter_map(|name| {
+            Some(placer_core::sample::NicCounters {
+                rx_packets: read(&name, "rx_packets")?,
+                rx_bytes: read(&name, "rx_bytes")?,
+                tx_packets: read(&name, "tx_packets")?,
+                tx_bytes: read(&name, "tx_bytes")?,
+                name,
+            })
+        })
+        .collect()
+}
+
+/// Current frequency of each CPU that has cpufreq (`scaling_cur_freq`, kHz).
+pub fn read_cpu_freqs(
+    root: &Path,
+    cpus: impl Iterator<Item = u32>,
+) -> Vec<placer_core::sample::CpuFreq> {
+    cpus.filter_map(|cpu| {
+        let p = root.join(format!(
+            "sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_cur_freq"
+        ));
+        let khz = crate::attr::read_u64(&p)?;
+        Some(placer_core::sample::CpuFreq { cpu, khz })
+    })
+    .collect()
+}
+
+/// Each user process's counters (its threads', as listed in the sample or else in its task
+/// directory); counters of processes gone are dropped.
+pub(super) fn read_counters(c: &mut dyn CounterSource, proc_dir: &Path, procs: &mut [ProcSample]) {
+    let alive: PidSet = procs.iter().map(|p| p.pid).collect();
+    c.retain(&alive);
+    for p in procs.iter_mut().filter(|p| !p.kernel_thread) {
+        let tids: Vec<u32> = if p.threads.is_empty() {
+            super::numeric_entries(&proc_dir.join(format!("{}/task", p.pid))).unwrap_or_default()
+        } else {
+            p.threads.iter().map(|t| t.tid).collect()
+        };
+        p.counters = c.read(p.pid, &tids);
+    }
+}
+
+/// Pages per NUMA node of each process, kept for those that did not run.
+#[derive(Default)]
+pub(super) struct NumaReader {
+    cache: PidMap<BTreeMap<u32, u64>>,
+}
+
+impl NumaReader {
+    /// Drops what is kept of processes gone.
+    pub(super) fn retain(&mut self, alive: &PidSet) {
+        self.cache.retain(|pid, _| alive.contains(pid));
+    }
+
+    /// numa_maps walks each process's page tables: read only when a policy asks, and then
+    /// only for processes that ran (`fresh`: their files were re-read; `ran`: the collector
+    /// saw them) or are new; the others keep their last map (an idle process's pages do not
+    /// move, but for the kernel's NUMA balancing, which needs it to run). Rule 4.
+    pub(super) fn read(
+        &mut self,
+        root: &Path,
+        procs: &mut [ProcSample],
+        fresh: &PidSet,
+        ran: impl Fn(u32) -> bool,
+    ) {
+        let page = placer_bufpool::numa::page_bytes() as u64;
+        for p in procs.iter_mut().filter(|p| !p.kernel_thread) {
+            if plan::numa_due(
+                fresh.contains(&p.pid),
+                ran(p.pid),
+                self.cache.contains_key(&p.pid),
+            ) {
+                match crate::numa_maps::read(root, p.pid, page) {
+                    Ok(Some(m)) => {
+                        self.cache.insert(p.pid, m);
+                    }
+                    _ => {
+                        self.cache.remove(&p.pid);
+                    }
+                }
+            }
+            if let Some(m) = self.cache.get(&p.pid) {
+                p.numa_pages = m.clone();
+            }
+        }
+    }
+}

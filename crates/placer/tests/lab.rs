@@ -1084,9 +1084,10 @@ impl placer_core::host::Host for InjectedCounters {
     }
     fn sources(&mut self) -> placer_core::sample::SourceStatus {
         let mut s = self.inner.sources();
-        s.sources.retain(|x| x.name != "perf_hw");
+        s.sources
+            .retain(|x| x.name != placer_core::sample::SourceKind::PerfHw);
         s.sources.push(placer_core::sample::Source {
-            name: "perf_hw".into(),
+            name: placer_core::sample::SourceKind::PerfHw,
             available: true,
             detail: "counters injected by the lab test".into(),
         });

@@ -547,10 +547,9 @@ fn source_lookups(code: &str) -> Vec<&'static str> {
         .collect()
 }
 
-// Enabled when the sources are typed (issue 31 item 2, `SourceKind`, on another branch):
-// until then the policies still ask `why_missing("sock_diag")`.
+// Sources are typed (`SourceKind`): a lookup by name could name a source that does not
+// exist and read as "not missing".
 #[test]
-#[ignore = "until SourceKind lands (issue 31 item 2): policies still ask sources by name"]
 fn no_source_is_asked_for_by_its_name() {
     for src in crate_sources() {
         for (f, code) in non_test_code(&src) {

@@ -18,8 +18,9 @@
 //! `--rps-cpu C` steers loopback receive processing to CPU C with RPS, as a NIC's interrupt
 //! would, and puts the old mask back afterwards), real programs from Debian (`iperf3[:N]`,
 //! `netperf[:TCP_STREAM|TCP_RR]`, `redis`, `nginx`, `memcached`: a server on a free loopback
-//! port per phase and its load generator, whose own report is parsed), and `cmd:'...'` (a shell command per phase: its
-//! last output line is the metric, higher is better, else its runtime, lower is better).
+//! port per phase and its load generator, whose own report is parsed), and `cmd:'...'` (a
+//! shell command per phase: its last output line is the metric, higher is better, else its
+//! runtime, lower is better).
 //!
 //! Nothing is left behind: the daemon runs as a child that receives SIGTERM (it restores
 //! every knob) at the end of each on-phase, when this command is interrupted, and (parent
@@ -709,13 +710,13 @@ pub fn parse_netperf(test: NetperfTest, text: &str) -> Result<NetperfReport> {
                 bail!("netperf's TCP_RR throughput is in {units:?}, not Trans/s");
             }
             let rate = number("TRANSACTION_RATE")?;
-            let us = |key: &str| Ok::<f64, anyhow::Error>(number(key)? / 1e3);
+            let ms_of_us = |key: &str| Ok::<f64, anyhow::Error>(number(key)? / 1e3);
             Ok(NetperfReport::Rr {
                 transactions_per_s: rate,
                 transactions: rate * elapsed_s,
-                p50_ms: us("P50_LATENCY")?,
-                p99_ms: us("P99_LATENCY")?,
-                mean_ms: us("MEAN_LATENCY")?,
+                p50_ms: ms_of_us("P50_LATENCY")?,
+                p99_ms: ms_of_us("P99_LATENCY")?,
+                mean_ms: ms_of_us("MEAN_LATENCY")?,
             })
         }
     }

@@ -45,6 +45,8 @@ fi
 # The CRI end-to-end tests' runtime (containerd >= 1.7, runc, busybox-static, crictl) and helm (quick
 # when present; built cold, crictl and helm take minutes each).
 bash scripts/cri-tools.sh
+# netperf for placer ab's netperf preset: Debian 12 has it in non-free only (quick when present).
+bash scripts/netperf.sh
 
 if ! need cargo; then
   echo "cargo not found: install Rust 1.95 (rustup) first" >&2

@@ -754,15 +754,18 @@ fn procs_named(comm: &str) -> usize {
         .count()
 }
 
-/// Issue 32: each real-program preset (iperf3, redis, nginx, memcached) runs its real server
-/// and load generator per phase over loopback, gives a verdict with 5 rounds, and leaves no
-/// server, no load generator, no temp directory and RPS as it was.
+/// Issue 32: each real-program preset (iperf3, netperf's TCP_STREAM and TCP_RR, redis,
+/// nginx, memcached) runs its real server and load generator per phase over loopback, gives
+/// a verdict with 5 rounds, and leaves no server (netserver's per-test children included),
+/// no load generator, no temp directory and RPS as it was.
 #[test]
 #[cfg_attr(not(placer_root), ignore = "needs root")]
 fn ab_presets_run_and_leave_nothing_behind() {
     placer_testkit::require_root();
-    let presets: [(&str, &[&str]); 4] = [
+    let presets: [(&str, &[&str]); 6] = [
         ("iperf3:2", &["iperf3"]),
+        ("netperf:TCP_STREAM", &["netperf", "netserver"]),
+        ("netperf:TCP_RR", &["netperf", "netserver"]),
         ("redis", &["redis-server", "redis-benchmark"]),
         ("nginx", &["nginx", "wrk"]),
         ("memcached", &["memcached", "memcaslap"]),
@@ -821,6 +824,27 @@ fn ab_presets_run_and_leave_nothing_behind() {
             .collect();
         assert!(left.is_empty(), "{preset}: left {left:?}");
     }
+}
+
+/// Issue 32: a preset whose program is missing says how to install it (netperf is in
+/// Debian 12's non-free section only, so the error names the script that installs it).
+#[test]
+fn ab_netperf_missing_says_how_to_install_it() {
+    let empty = TempDir::new("no-path");
+    let o = Command::new(PLACER)
+        .args(["ab", "--workload", "netperf:TCP_RR", "--rounds", "1"])
+        .env("PATH", empty.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("netperf not found on PATH")
+            && err.contains("apt-get install netperf")
+            && err.contains("scripts/netperf.sh"),
+        "{err}"
+    );
 }
 
 /// Issue 36 item 3: `placer daemon --nri` against a runtime that misbehaves, played here on

@@ -17,9 +17,10 @@
 //! Workloads: `streams:N` (N loopback TCP streams between child processes of this binary;
 //! `--rps-cpu C` steers loopback receive processing to CPU C with RPS, as a NIC's interrupt
 //! would, and puts the old mask back afterwards), real programs from Debian (`iperf3[:N]`,
-//! `redis`, `nginx`, `memcached`: a server on a free loopback port per phase and its load
-//! generator, whose own report is parsed), and `cmd:'...'` (a shell command per phase: its
-//! last output line is the metric, higher is better, else its runtime, lower is better).
+//! `netperf[:TCP_STREAM|TCP_RR]`, `redis`, `nginx`, `memcached`: a server on a free loopback
+//! port per phase and its load generator, whose own report is parsed), and `cmd:'...'` (a
+//! shell command per phase: its last output line is the metric, higher is better, else its
+//! runtime, lower is better).
 //!
 //! Nothing is left behind: the daemon runs as a child that receives SIGTERM (it restores
 //! every knob) at the end of each on-phase, when this command is interrupted, and (parent
@@ -37,8 +38,10 @@ use std::time::{Duration, Instant};
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// `streams:N` (loopback TCP streams), `iperf3[:N]` (iperf3 server and client on
-    /// loopback, N streams), `redis` (redis-benchmark), `nginx` (wrk), `memcached`
-    /// (memaslap) or `cmd:COMMAND` (run per phase).
+    /// loopback, N streams), `netperf[:TCP_STREAM|TCP_RR]` (netserver and netperf on
+    /// loopback; bare `netperf` is TCP_STREAM, netperf's own default), `redis`
+    /// (redis-benchmark), `nginx` (wrk), `memcached` (memaslap) or `cmd:COMMAND` (run per
+    /// phase).
     #[arg(long, default_value = "streams:1")]
     pub workload: String,
     /// Steer loopback receive processing to this CPU with RPS during the run.
@@ -520,15 +523,22 @@ fn wait_listening(port: u16, limit: Duration) -> Result<()> {
 
 /// A server for one phase, stopped when dropped, once it listens on 127.0.0.1:`port`.
 fn start_server(program: &str, args: &[&str], port: &str) -> Result<Kid> {
+    let kid = Kid(server_command(program, args)?
+        .spawn()
+        .with_context(|| format!("starting {program}"))?);
+    wait_listening(port.parse()?, Duration::from_secs(5))?;
+    Ok(kid)
+}
+
+/// A server's command: no stdin or output, stopped with this process.
+fn server_command(program: &str, args: &[&str]) -> Result<Command> {
     let mut c = Command::new(program);
     c.args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     placer_linux::sys::stop_with_parent(&mut c)?;
-    let kid = Kid(c.spawn().with_context(|| format!("starting {program}"))?);
-    wait_listening(port.parse()?, Duration::from_secs(5))?;
-    Ok(kid)
+    Ok(c)
 }
 
 /// The daemon for an on-phase (stopped, and restoring, when dropped).
@@ -607,6 +617,189 @@ fn run_phase_iperf3(
     let mut phase = stream_phase(round, daemon, secs, bytes / 1e9, c1 - c0);
     phase.metrics.insert("gbit_per_s".to_string(), bps / 1e9);
     Ok(phase)
+}
+
+/// The netperf tests the preset runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetperfTest {
+    /// One TCP stream, netperf to netserver: throughput.
+    TcpStream,
+    /// One TCP connection, 1-byte request and response in turn: transactions/s and latency.
+    TcpRr,
+}
+
+impl NetperfTest {
+    /// netperf's name of the test (its `-t`).
+    pub fn name(self) -> &'static str {
+        match self {
+            NetperfTest::TcpStream => "TCP_STREAM",
+            NetperfTest::TcpRr => "TCP_RR",
+        }
+    }
+
+    fn parse(name: &str) -> Option<NetperfTest> {
+        [NetperfTest::TcpStream, NetperfTest::TcpRr]
+            .into_iter()
+            .find(|t| t.name() == name)
+    }
+}
+
+/// What netperf reports (`-k` keyval output with [`NETPERF_SELECTORS`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum NetperfReport {
+    Stream {
+        gbit_per_s: f64,
+        /// Bytes netperf sent (the count its throughput is computed from).
+        bytes: f64,
+    },
+    Rr {
+        transactions_per_s: f64,
+        /// Transactions of the run (its rate times its elapsed time).
+        transactions: f64,
+        /// netperf's percentiles are whole microseconds; its mean has two decimals.
+        p50_ms: f64,
+        p99_ms: f64,
+        mean_ms: f64,
+    },
+}
+
+/// The output selectors the preset asks netperf for (the same for both tests).
+pub const NETPERF_SELECTORS: &str = "THROUGHPUT,THROUGHPUT_UNITS,ELAPSED_TIME,LOCAL_BYTES_SENT,\
+     TRANSACTION_RATE,P50_LATENCY,P99_LATENCY,MEAN_LATENCY";
+
+/// netperf's `-k` report (KEY=VALUE lines) for `test`; a run whose throughput is not in
+/// the units the test should give, or is zero, is an error.
+pub fn parse_netperf(test: NetperfTest, text: &str) -> Result<NetperfReport> {
+    let value = |key: &str| {
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix(key)?.strip_prefix('='))
+            .with_context(|| format!("netperf printed no {key}"))
+    };
+    let number = |key: &str| {
+        let v = value(key)?;
+        v.trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|x| x.is_finite() && *x >= 0.0)
+            .with_context(|| format!("netperf's {key} is not a number: {v:?}"))
+    };
+    let (throughput, units, elapsed_s) = (
+        number("THROUGHPUT")?,
+        value("THROUGHPUT_UNITS")?.trim(),
+        number("ELAPSED_TIME")?,
+    );
+    if throughput <= 0.0 || elapsed_s <= 0.0 {
+        bail!("netperf measured nothing: THROUGHPUT={throughput} over {elapsed_s} s");
+    }
+    match test {
+        NetperfTest::TcpStream => {
+            // Its -f: k, m or g (10^3, 10^6, 10^9 bits/s); the preset leaves the default m.
+            let bits_per_unit = match units {
+                "10^3bits/s" => 1e3,
+                "10^6bits/s" => 1e6,
+                "10^9bits/s" => 1e9,
+                u => bail!("netperf's TCP_STREAM throughput is in {u:?}, not 10^N bits/s"),
+            };
+            Ok(NetperfReport::Stream {
+                gbit_per_s: throughput * bits_per_unit / 1e9,
+                bytes: number("LOCAL_BYTES_SENT")?,
+            })
+        }
+        NetperfTest::TcpRr => {
+            if units != "Trans/s" {
+                bail!("netperf's TCP_RR throughput is in {units:?}, not Trans/s");
+            }
+            let rate = number("TRANSACTION_RATE")?;
+            let ms_of_us = |key: &str| Ok::<f64, anyhow::Error>(number(key)? / 1e3);
+            Ok(NetperfReport::Rr {
+                transactions_per_s: rate,
+                transactions: rate * elapsed_s,
+                p50_ms: ms_of_us("P50_LATENCY")?,
+                p99_ms: ms_of_us("P99_LATENCY")?,
+                mean_ms: ms_of_us("MEAN_LATENCY")?,
+            })
+        }
+    }
+}
+
+/// One phase of netperf: netserver on a free loopback port, in the foreground (`-D`) and in
+/// a process group of its own, stopped as a group when the phase ends (it forks a child per
+/// test; its serial mode, `-f`, exits when a client is killed, as the warm-up's is),
+/// netperf for the warm-up, then netperf for `--phase`, measured. The data connection is
+/// bound to 127.0.0.1 too (test option `-H`), else netserver listens for it on every
+/// address. CPU from /proc/stat.
+fn run_phase_netperf(
+    test: NetperfTest,
+    args: &Args,
+    state: &std::path::Path,
+    round: u32,
+    daemon: bool,
+) -> Result<Phase> {
+    let port = free_port()?.to_string();
+    let mut server = server_command("netserver", &["-D", "-4", "-L", "127.0.0.1", "-p", &port])?;
+    use std::os::unix::process::CommandExt;
+    let _server = super::contention_pairs::Group(
+        server
+            .process_group(0)
+            .spawn()
+            .context("starting netserver")?,
+    );
+    wait_listening(port.parse()?, Duration::from_secs(5))?;
+    let _daemon = daemon_if(daemon, args, state)?;
+    let netperf = |secs: u64| {
+        let l = secs.to_string();
+        load_command(
+            "netperf",
+            &[
+                "-P",
+                "0",
+                "-H",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-t",
+                test.name(),
+                "-l",
+                &l,
+                "--",
+                "-H",
+                "127.0.0.1",
+                "-k",
+                NETPERF_SELECTORS,
+            ],
+        )
+    };
+    let phase_s = args.phase.as_secs().max(1);
+    let run = warm_then_measure(netperf(3600)?, netperf(phase_s)?, args.warmup)?;
+    // netperf says what went wrong on its stdout.
+    let report = parse_netperf(test, &run.stdout())
+        .with_context(|| format!("{}; {}", run.failure("netperf"), run.stdout().trim()))?;
+    Ok(match report {
+        NetperfReport::Stream { gbit_per_s, bytes } => {
+            // netperf's own rate over its measured seconds, not our clock's.
+            let mut phase = stream_phase(round, daemon, run.secs, bytes / 1e9, run.busy_s);
+            phase.metrics.insert("gbit_per_s".to_string(), gbit_per_s);
+            phase
+        }
+        NetperfReport::Rr {
+            transactions_per_s,
+            transactions,
+            p50_ms,
+            p99_ms,
+            mean_ms,
+        } => {
+            let mut metrics = std::collections::BTreeMap::new();
+            metrics.insert("transactions_per_s".to_string(), transactions_per_s);
+            metrics.insert("p50_ms".to_string(), p50_ms);
+            metrics.insert("p99_ms".to_string(), p99_ms);
+            metrics.insert("mean_ms".to_string(), mean_ms);
+            metrics.insert(
+                "cpu_us_per_transaction".to_string(),
+                run.busy_s * 1e6 / transactions.max(1.0),
+            );
+            Phase::measured(round, daemon, run.secs, metrics)
+        }
+    })
 }
 
 impl Phase {
@@ -1082,6 +1275,8 @@ enum Workload {
     Streams(usize),
     /// iperf3 over loopback with N parallel streams.
     Iperf3(usize),
+    /// netserver and netperf over loopback.
+    Netperf(NetperfTest),
     /// redis-server with redis-benchmark (GET) over loopback.
     Redis,
     /// nginx serving a static page to wrk over loopback.
@@ -1131,12 +1326,22 @@ fn parse_workload(args: &Args) -> Result<Workload> {
         require_tool("memcached", "memcached")?;
         require_tool("memcaslap", "libmemcached-tools")?;
         Ok(Workload::Memcached)
-    } else if args.workload.starts_with("netperf") {
-        bail!(
-            "--workload netperf:...: not built: Debian 12 has netperf only in its non-free \
-             section (Debian 13 has it in main), and the archive scripts/test.sh installs \
-             from is main, so no test here could run it; use iperf3[:N] for a stream"
-        );
+    } else if args.workload == "netperf" || args.workload.starts_with("netperf:") {
+        let test = match args.workload.strip_prefix("netperf:") {
+            None => NetperfTest::TcpStream,
+            Some(t) => NetperfTest::parse(t).with_context(|| {
+                format!("--workload netperf:TEST: TCP_STREAM or TCP_RR, not {t:?}")
+            })?,
+        };
+        for program in ["netperf", "netserver"] {
+            if let Err(e) = require_tool(program, "netperf") {
+                bail!(
+                    "{e}; Debian 12 has it only in its non-free section: scripts/netperf.sh \
+                     (as root) installs it from there without adding that section to /etc/apt"
+                );
+            }
+        }
+        Ok(Workload::Netperf(test))
     } else if let Some(cmd) = args.workload.strip_prefix("cmd:") {
         if cmd.trim().is_empty() {
             bail!("--workload cmd:COMMAND: the command is empty");
@@ -1144,7 +1349,8 @@ fn parse_workload(args: &Args) -> Result<Workload> {
         Ok(Workload::Cmd(cmd.to_string()))
     } else {
         bail!(
-            "--workload {:?}: streams:N, iperf3[:N], redis, nginx, memcached or cmd:COMMAND",
+            "--workload {:?}: streams:N, iperf3[:N], netperf[:TCP_STREAM|TCP_RR], redis, nginx, \
+             memcached or cmd:COMMAND",
             args.workload
         );
     }
@@ -1209,6 +1415,7 @@ pub fn run(args: Args) -> Result<()> {
                 }
                 Workload::Streams(n) => run_phase_streams(*n, &args, &state, round, run_daemon)?,
                 Workload::Iperf3(n) => run_phase_iperf3(*n, &args, &state, round, run_daemon)?,
+                Workload::Netperf(t) => run_phase_netperf(*t, &args, &state, round, run_daemon)?,
                 Workload::Redis => run_phase_redis(&args, &state, round, run_daemon)?,
                 Workload::Nginx => run_phase_nginx(&args, &state, round, run_daemon)?,
                 Workload::Memcached => run_phase_memcached(&args, &state, round, run_daemon)?,
@@ -1526,6 +1733,99 @@ Run time: 2.0s Ops: 176471 TPS: 88181 Net_rate: 98.7M/s";
         assert!(parse_memaslap("servers: 127.0.0.1:1\n").is_err());
     }
 
+    // Captured from netperf 2.7.0 (Debian 12 non-free) on this VM, `-P 0 -l 1 -- -H
+    // 127.0.0.1 -k NETPERF_SELECTORS`.
+    const NETPERF_STREAM: &str = "THROUGHPUT=20621.28
+THROUGHPUT_UNITS=10^6bits/s
+ELAPSED_TIME=1.00
+LOCAL_BYTES_SENT=2578137088
+TRANSACTION_RATE=1.000
+P50_LATENCY=1
+P99_LATENCY=22
+MEAN_LATENCY=6.32
+";
+    const NETPERF_RR: &str = "THROUGHPUT=40840.10
+THROUGHPUT_UNITS=Trans/s
+ELAPSED_TIME=1.00
+LOCAL_BYTES_SENT=40845
+TRANSACTION_RATE=40840.097
+P50_LATENCY=12
+P99_LATENCY=44
+MEAN_LATENCY=24.45
+";
+
+    #[test]
+    fn netperf_reports_are_parsed_per_test() {
+        let NetperfReport::Stream { gbit_per_s, bytes } =
+            parse_netperf(NetperfTest::TcpStream, NETPERF_STREAM).unwrap()
+        else {
+            panic!("TCP_STREAM gives a stream report");
+        };
+        assert!((gbit_per_s - 20.62128).abs() < 1e-9, "{gbit_per_s}");
+        assert_eq!(bytes, 2578137088.0);
+        let g = parse_netperf(
+            NetperfTest::TcpStream,
+            &NETPERF_STREAM.replace("10^6bits", "10^9bits"),
+        )
+        .unwrap();
+        assert!(
+            matches!(g, NetperfReport::Stream { gbit_per_s, .. } if gbit_per_s == 20621.28),
+            "{g:?}"
+        );
+        let r = parse_netperf(NetperfTest::TcpRr, NETPERF_RR).unwrap();
+        let NetperfReport::Rr {
+            transactions_per_s,
+            transactions,
+            p50_ms,
+            p99_ms,
+            mean_ms,
+        } = r
+        else {
+            panic!("TCP_RR gives a request/response report: {r:?}");
+        };
+        assert_eq!(transactions_per_s, 40840.097);
+        assert!((transactions - 40840.097).abs() < 1e-6, "{r:?}");
+        assert!((p50_ms - 0.012).abs() < 1e-12, "{r:?}");
+        assert!((p99_ms - 0.044).abs() < 1e-12, "{r:?}");
+        assert!((mean_ms - 0.02445).abs() < 1e-12, "{r:?}");
+        // A report of the other test (its units) is refused, not misread.
+        let e = parse_netperf(NetperfTest::TcpRr, NETPERF_STREAM).unwrap_err();
+        assert!(e.to_string().contains("Trans/s"), "{e}");
+        let e = parse_netperf(NetperfTest::TcpStream, NETPERF_RR).unwrap_err();
+        assert!(e.to_string().contains("bits/s"), "{e}");
+        // A failed run prints its complaint and no keys; a run that moved nothing is no
+        // measurement.
+        let e = parse_netperf(
+            NetperfTest::TcpRr,
+            "establish control: are you sure there is a netserver listening on 127.0.0.1 at port 1?\n",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("THROUGHPUT"), "{e}");
+        assert!(parse_netperf(
+            NetperfTest::TcpRr,
+            &NETPERF_RR.replace("THROUGHPUT=40840.10", "THROUGHPUT=0.00")
+        )
+        .is_err());
+        assert!(parse_netperf(
+            NetperfTest::TcpRr,
+            &NETPERF_RR.replace("P99_LATENCY=44\n", "")
+        )
+        .is_err());
+        assert!(parse_netperf(
+            NetperfTest::TcpRr,
+            &NETPERF_RR.replace("P50_LATENCY=12", "P50_LATENCY=x")
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn netperf_tests_are_named_as_netperf_names_them() {
+        for t in [NetperfTest::TcpStream, NetperfTest::TcpRr] {
+            assert_eq!(NetperfTest::parse(t.name()), Some(t));
+        }
+        assert_eq!(NetperfTest::parse("tcp_rr"), None);
+    }
+
     #[test]
     fn nginx_listens_on_loopback_only_with_every_file_in_its_dir() {
         let c = nginx_config(std::path::Path::new("/tmp/placer-ab-1-nginx"), "8080");
@@ -1567,10 +1867,12 @@ Run time: 2.0s Ops: 176471 TPS: 88181 Net_rate: 98.7M/s";
         assert!(err(&["--workload", "cmd:  "]).contains("empty"));
         assert!(err(&["--workload", "streams:x"]).contains("needs a number"));
         assert!(err(&["--workload", "streams:0"]).contains("1 to 64"));
-        assert!(err(&["--workload", "iperf"])
-            .contains("streams:N, iperf3[:N], redis, nginx, memcached or cmd:COMMAND"));
+        assert!(err(&["--workload", "iperf"]).contains(
+            "streams:N, iperf3[:N], netperf[:TCP_STREAM|TCP_RR], redis, nginx, memcached or cmd:COMMAND"
+        ));
         assert!(err(&["--workload", "iperf3:0"]).contains("1 to 128"));
-        assert!(err(&["--workload", "netperf:TCP_RR"]).contains("only in its non-free"));
+        assert!(err(&["--workload", "netperf:UDP_RR"]).contains("TCP_STREAM or TCP_RR"));
+        assert!(err(&["--workload", "netperfx"]).contains("netperf[:TCP_STREAM|TCP_RR]"));
         assert!(err(&["--config", "/nonexistent/placer.toml"]).contains("cannot read"));
         let e = err(&["--plot", "/tmp/x.gif"]);
         assert!(e.contains(".svg or .png") && !e.contains("Os {"), "{e}");

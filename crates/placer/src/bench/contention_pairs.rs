@@ -52,7 +52,7 @@ pub struct PairsReport {
 }
 
 /// A command's process group, stopped (TERM, then KILL) when dropped.
-struct Group(Child);
+pub(crate) struct Group(pub(crate) Child);
 
 impl Drop for Group {
     fn drop(&mut self) {

@@ -60,4 +60,43 @@ mod tests {
         std::fs::write(&p, "7".repeat(MAX_ATTR_BYTES as usize)).unwrap();
         assert_eq!(read(&p).unwrap().len() as u64, MAX_ATTR_BYTES);
     }
+
+    /// Issue 36: a FIFO, a link to /dev/zero and a 2 GiB file where an attribute (or
+    /// numa_maps, read through [`read_capped`] too) should be: each answered at once, within
+    /// the bound, as an error; nothing blocks and nothing grows past the bound.
+    #[test]
+    fn hostile_files_are_refused_in_bounded_time_and_memory() {
+        let dir = placer_testkit::TempDir::new("placer-attr-hostile");
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid, NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let zero = dir.path().join("zero");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        let big = dir.path().join("big");
+        std::fs::File::create(&big)
+            .unwrap()
+            .set_len(2 << 30)
+            .unwrap();
+        for p in [&fifo, &zero, &big] {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let q = p.clone();
+            std::thread::spawn(move || {
+                let _ = tx.send(read_capped(&q, MAX_ATTR_BYTES).map(|s| s.len()));
+            });
+            let r = rx
+                .recv_timeout(std::time::Duration::from_secs(5))
+                .unwrap_or_else(|_| panic!("{}: read took over 5 s", p.display()));
+            match r {
+                // A FIFO without a writer reads empty at once (no data, no hang).
+                Ok(n) => assert!(p == &fifo && n == 0, "{}: {n} bytes", p.display()),
+                Err(e) => assert!(
+                    e.to_string().contains("larger than"),
+                    "{}: {e}",
+                    p.display()
+                ),
+            }
+            assert_eq!(read(p).filter(|s| !s.is_empty()), None, "{}", p.display());
+        }
+    }
 }

@@ -94,6 +94,53 @@ pub struct Reloaded {
     pub needs_restart: Vec<&'static str>,
 }
 
+impl Reloaded {
+    /// Says what a reload of the config from `source` did: the policies switched off (with
+    /// their knobs put back) and on, the settings kept until a restart.
+    pub fn log(&self, source: &str) {
+        for (policy, restored) in &self.switched_off {
+            tracing::info!(
+                "SIGHUP: policy {policy} switched off: {} of its knob(s) put back",
+                restored.len()
+            );
+        }
+        for policy in &self.switched_on {
+            tracing::info!("SIGHUP: policy {policy} switched on");
+        }
+        if !self.needs_restart.is_empty() {
+            tracing::warn!(
+                "SIGHUP: {} changed: kept as running until the next restart",
+                self.needs_restart.join(", ")
+            );
+        }
+        tracing::info!("SIGHUP: {source} applied; nothing else put back");
+    }
+}
+
+/// One cycle as `placer daemon --dry-run`/`--once --json` print it: one JSON line.
+pub fn cycle_json(r: &CycleReport, dry_run: bool) -> String {
+    #[derive(serde::Serialize)]
+    struct PrintedCycle<'a> {
+        cycle: u64,
+        dry_run: bool,
+        plan: &'a placer_core::Plan,
+        reports: &'a [placer_core::plan::ActionReport],
+        lease_breaks: &'a [placer_core::engine::LeaseBreak],
+        managed: usize,
+        error: &'a Option<String>,
+    }
+    serde_json::to_string(&PrintedCycle {
+        cycle: r.cycle,
+        dry_run,
+        plan: &r.plan,
+        reports: &r.reports,
+        lease_breaks: &r.lease_breaks,
+        managed: r.managed,
+        error: &r.error,
+    })
+    .unwrap_or_default()
+}
+
 /// Why the loop ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Ended {

@@ -563,3 +563,19 @@ fn no_source_is_asked_for_by_its_name() {
         }
     }
 }
+
+/// Issue 31: the daemon's life is a library (placer-agent); the binary's `cmd/daemon.rs`
+/// keeps arguments, signals and printing, under 200 lines.
+#[test]
+fn the_daemon_command_stays_wiring() {
+    let f = workspace().join("crates/placer/src/cmd/daemon.rs");
+    let lines = std::fs::read_to_string(&f)
+        .expect("cmd/daemon.rs")
+        .lines()
+        .count();
+    assert!(
+        lines < 200,
+        "{}: {lines} lines; move the logic into placer-agent",
+        f.display()
+    );
+}

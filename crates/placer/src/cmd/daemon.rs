@@ -16,7 +16,6 @@ use placer_agent::Agent;
 use placer_core::config::Config;
 use placer_core::engine::CycleReport;
 use placer_linux::LinuxHost;
-use serde::Serialize;
 use std::path::PathBuf;
 use tracing::{info, warn};
 
@@ -84,52 +83,14 @@ fn reload(agent: &mut Agent<LinuxHost>, args: &Args) {
         }
     };
     match agent.reload(cfg) {
-        Ok(r) => {
-            for (policy, restored) in &r.switched_off {
-                info!(
-                    "SIGHUP: policy {policy} switched off: {} of its knob(s) put back",
-                    restored.len()
-                );
-            }
-            for policy in &r.switched_on {
-                info!("SIGHUP: policy {policy} switched on");
-            }
-            if !r.needs_restart.is_empty() {
-                warn!(
-                    "SIGHUP: {} changed: kept as running until the next restart",
-                    r.needs_restart.join(", ")
-                );
-            }
-            info!("SIGHUP: {source} applied; nothing else put back");
-        }
+        Ok(r) => r.log(&source),
         Err(e) => warn!("SIGHUP: applying {source}: {e}"),
     }
 }
 
-/// One cycle as printed by --dry-run/--once --json.
-#[derive(Serialize)]
-struct PrintedCycle<'a> {
-    cycle: u64,
-    dry_run: bool,
-    plan: &'a placer_core::Plan,
-    reports: &'a [placer_core::plan::ActionReport],
-    lease_breaks: &'a [placer_core::engine::LeaseBreak],
-    managed: usize,
-    error: &'a Option<String>,
-}
-
 fn print_cycle(r: &CycleReport, dry_run: bool, json: bool) {
     if json {
-        let p = PrintedCycle {
-            cycle: r.cycle,
-            dry_run,
-            plan: &r.plan,
-            reports: &r.reports,
-            lease_breaks: &r.lease_breaks,
-            managed: r.managed,
-            error: &r.error,
-        };
-        outln!("{}", serde_json::to_string(&p).unwrap_or_default());
+        outln!("{}", placer_agent::agent::cycle_json(r, dry_run));
         return;
     }
     if let Some(e) = &r.error {

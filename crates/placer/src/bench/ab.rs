@@ -532,11 +532,17 @@ fn start_server(program: &str, args: &[&str], port: &str) -> Result<Kid> {
 
 /// A server's command: no stdin or output, stopped with this process.
 fn server_command(program: &str, args: &[&str]) -> Result<Command> {
+    child_command(program, args, Stdio::null)
+}
+
+/// A child's command: no stdin, its stdout and stderr as `output` makes them, stopped with
+/// this process.
+fn child_command(program: &str, args: &[&str], output: fn() -> Stdio) -> Result<Command> {
     let mut c = Command::new(program);
     c.args(args)
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+        .stdout(output())
+        .stderr(output());
     placer_linux::sys::stop_with_parent(&mut c)?;
     Ok(c)
 }
@@ -916,13 +922,7 @@ fn run_phase_redis(
 
 /// A load generator's command: no stdin, output piped, stopped with this process.
 fn load_command(program: &str, args: &[&str]) -> Result<Command> {
-    let mut c = Command::new(program);
-    c.args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    placer_linux::sys::stop_with_parent(&mut c)?;
-    Ok(c)
+    child_command(program, args, Stdio::piped)
 }
 
 /// A load generator's measured run: its output, and the machine's busy CPU seconds and the

@@ -631,31 +631,11 @@ mod tests {
     #[cfg_attr(not(placer_root), ignore = "needs root: mount")]
     fn enospc_then_space_freed_records_cleanly() {
         placer_testkit::require_root();
-        let base = placer_testkit::TempDir::new("enospc");
-        let mnt = base.path().join("fs");
-        std::fs::create_dir(&mnt).expect("mkdir");
-        let ok = std::process::Command::new("mount")
-            .args([
-                "-t",
-                "tmpfs",
-                "-o",
-                "size=64k,mode=0700",
-                "placer-test-enospc",
-            ])
-            .arg(&mnt)
-            .status()
-            .is_ok_and(|s| s.success());
-        if !ok {
+        let Some(fs) = placer_testkit::SmallTmpfs::mount("enospc", "64k") else {
             placer_testkit::skip("cannot mount a tmpfs");
             return;
-        }
-        struct Unmount(PathBuf);
-        impl Drop for Unmount {
-            fn drop(&mut self) {
-                let _ = std::process::Command::new("umount").arg(&self.0).status();
-            }
-        }
-        let _u = Unmount(mnt.clone());
+        };
+        let mnt = fs.path().to_path_buf();
         let state = mnt.join("state");
         let mut j = Journal::open(&state).expect("open");
         let k = Knob::TcQdisc {

@@ -9,15 +9,7 @@ use placer_core::plan::{Action, Direction, FlowMatch, Outcome, Plan};
 use placer_linux::actuator::Actuator;
 use placer_linux::tc::{has_ingress, root_is_default, show_qdiscs, TcCtx};
 use placer_linux::testnet::VethPair;
-use std::path::{Path, PathBuf};
-
-struct Unmount(PathBuf);
-
-impl Drop for Unmount {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg(&self.0).status();
-    }
-}
+use std::path::Path;
 
 #[test]
 #[cfg_attr(not(placer_root), ignore = "needs root")]
@@ -27,25 +19,11 @@ fn enospc_then_space_freed_the_limiter_installs() {
         placer_testkit::skip(&why);
         return;
     }
-    let base = placer_testkit::TempDir::new("limiter-enospc");
-    let mnt = base.path().join("fs");
-    std::fs::create_dir(&mnt).expect("mkdir");
-    let mounted = std::process::Command::new("mount")
-        .args([
-            "-t",
-            "tmpfs",
-            "-o",
-            "size=64k,mode=0700",
-            "placer-test-enospc",
-        ])
-        .arg(&mnt)
-        .status()
-        .is_ok_and(|s| s.success());
-    if !mounted {
+    let Some(fs) = placer_testkit::SmallTmpfs::mount("limiter-enospc", "64k") else {
         placer_testkit::skip("cannot mount a tmpfs");
         return;
-    }
-    let _unmount = Unmount(mnt.clone());
+    };
+    let mnt = fs.path().to_path_buf();
     let pair = VethPair::new().expect("veth pair");
     let state = mnt.join("state");
     let filler = mnt.join("filler");

@@ -126,6 +126,41 @@ impl Drop for TempDir {
     }
 }
 
+/// A small tmpfs (`size` as mount takes it, e.g. `64k`; mode 0700) mounted on a fresh
+/// temporary directory, unmounted before the directory is removed on drop: a filesystem a
+/// test can fill (ENOSPC). `None` where it cannot be mounted (without root).
+pub struct SmallTmpfs {
+    mnt: std::path::PathBuf,
+    // Dropped after `drop` has unmounted `mnt`.
+    _dir: TempDir,
+}
+
+impl SmallTmpfs {
+    pub fn mount(tag: &str, size: &str) -> Option<SmallTmpfs> {
+        let dir = TempDir::new(tag);
+        let mnt = dir.path().join("fs");
+        std::fs::create_dir(&mnt).ok()?;
+        std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o"])
+            .arg(format!("size={size},mode=0700"))
+            .arg(format!("placer-test-{tag}"))
+            .arg(&mnt)
+            .status()
+            .is_ok_and(|s| s.success())
+            .then_some(SmallTmpfs { mnt, _dir: dir })
+    }
+
+    pub fn path(&self) -> &std::path::Path {
+        &self.mnt
+    }
+}
+
+impl Drop for SmallTmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.mnt).status();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

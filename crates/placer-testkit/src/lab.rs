@@ -651,6 +651,21 @@ impl Guest {
         read_lossy(&self.dir.path().join("output.log"))
     }
 
+    /// Waits until the guest's command has said something or the guest has ended (true),
+    /// or `limit` has passed (false): a boot that hung. Under TCG, a vCPU thread starved on
+    /// two busy host cores can stall the guest kernel's stop_machine for minutes (seen in
+    /// CI: "soft lockup ... migration/N" from the first seconds, nothing run).
+    pub fn started_within(&mut self, limit: Duration) -> bool {
+        let end = Instant::now() + limit;
+        while Instant::now() < end {
+            if !self.output_so_far().is_empty() || matches!(self.child.0.try_wait(), Ok(Some(_))) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        false
+    }
+
     /// Waits until the guest powers off or the time limit passes (then kills it).
     pub fn wait(mut self) -> Output {
         let mut timed_out = false;

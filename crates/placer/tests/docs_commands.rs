@@ -95,7 +95,8 @@ fn placer_words(line: &str) -> Option<String> {
     let words: Vec<&str> = line.split_whitespace().collect();
     let at = words.iter().position(|w| {
         let w = w.trim_matches('"');
-        w == "placer" || w.ends_with("/placer")
+        // `PLACER_BIN=target/release/placer cargo test ...` sets a variable; cargo runs.
+        w == "placer" || (w.ends_with("/placer") && !w.contains('='))
     })?;
     // Only as the program: first word, or after sudo / an environment assignment / `time`.
     let before = &words[..at];

@@ -689,6 +689,17 @@ fn ab_runs_reports_and_leaves_nothing_behind() {
     }
 }
 
+/// `bash scripts/NAME` with this build's placer as its PLACER_BIN.
+fn script(name: &str) -> Command {
+    let mut c = Command::new("bash");
+    c.arg(format!(
+        "{}/../../scripts/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .env("PLACER_BIN", PLACER);
+    c
+}
+
 /// scripts/multicore.sh (the multi-core measurements for a machine of 8+ cores) keeps
 /// working: in its quick mode every step runs here and writes a JSON report of the expected
 /// kind, and RPS is left as it was.
@@ -699,13 +710,8 @@ fn multicore_script_runs_every_step() {
     let _turn = LO_RPS.lock().unwrap_or_else(|e| e.into_inner());
     let before = rps_lo();
     let dir = TempDir::new("multicore");
-    let o = Command::new("bash")
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../scripts/multicore.sh"
-        ))
+    let o = script("multicore.sh")
         .arg(dir.path())
-        .env("PLACER_BIN", PLACER)
         .env("PLACER_MULTICORE_QUICK", "1")
         .stdin(Stdio::null())
         .output()
@@ -727,16 +733,58 @@ fn multicore_script_runs_every_step() {
     assert!(machine.starts_with("cpus "), "{machine}");
     assert_eq!(rps_lo(), before, "RPS left changed");
     // An unknown step is refused, not skipped.
-    let o = Command::new("bash")
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../scripts/multicore.sh"
-        ))
+    let o = script("multicore.sh")
         .args([dir.path().to_str().unwrap(), "nosuchstep"])
-        .env("PLACER_BIN", PLACER)
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
+}
+
+/// scripts/loopback-costs.sh (the receive cost per reader placement that sources the
+/// simulator's `net.rx_llc_only_extra`) keeps working: here, with 2 CPUs, the reader on the
+/// RPS CPU and unpinned are measured, the cache classes this machine lacks are said to be
+/// skipped, and RPS is left as it was.
+#[test]
+#[cfg_attr(not(placer_root), ignore = "needs root")]
+fn loopback_costs_script_measures_each_placement_it_can() {
+    placer_testkit::require_root();
+    let _turn = LO_RPS.lock().unwrap_or_else(|e| e.into_inner());
+    let before = rps_lo();
+    let dir = TempDir::new("loopback-costs");
+    let o = script("loopback-costs.sh")
+        .arg(dir.path())
+        .env("PLACER_RPS_CPU", "1")
+        .env("PLACER_NET_RUNS", "1")
+        .env("PLACER_NET_DURATION", "300ms")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    for placement in ["same", "kernel"] {
+        let name = format!("net-{placement}.json");
+        let text = std::fs::read_to_string(dir.path().join(&name)).expect(&name);
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["rps_cpus"], "1", "{name}");
+        assert!(
+            v["summary"][0]["median_receiver_cpu_s_per_gb"]
+                .as_f64()
+                .unwrap()
+                > 0.0
+        );
+    }
+    let caches = std::fs::read_to_string(dir.path().join("caches.txt")).unwrap();
+    assert!(caches.contains("rps 1 sender 0"), "{caches}");
+    // Whatever this machine lacks is said, not silently left out.
+    let said = ["same", "l2", "llc", "none", "kernel"]
+        .iter()
+        .filter(|p| {
+            out.lines()
+                .any(|l| l.starts_with(&format!("{p} ")) || l.starts_with(&format!("{p}:")))
+        })
+        .count();
+    assert_eq!(said, 5, "{out}");
+    assert_eq!(rps_lo(), before, "RPS left changed");
 }
 
 /// The processes named `comm` now.

@@ -547,6 +547,13 @@ fn nri_connect<H: Host>(
         .map_err(|e| AgentError::Nri(format!("reading the topology: {e}")))?;
     let kubelet = kubelet_state(&opts.root)?;
     let facts = Facts::new(&topo, cfg, kubelet);
+    // Every container placed rewrites the journal there, in the pod's path.
+    if placer_linux::sys::on_memory_fs(&state_dir) == Some(false) {
+        tracing::warn!(
+            "NRI: state dir {} is not on a tmpfs: each container placed renames nri-journal.json there, which on a disk costs up to milliseconds in the pod's creation (docs/kubernetes.md, 'Cost at creation'); /run/placer is the default",
+            state_dir.display()
+        );
+    }
     let plugin_opts = placer_nri::plugin::Options {
         socket: nri.socket.clone(),
         index: nri.index,

@@ -191,6 +191,24 @@ pub fn clock_ticks_per_s() -> u32 {
     u32::try_from(v).ok().filter(|&v| v > 0).unwrap_or(100)
 }
 
+/// Whether `path` lies on a file system held in memory (tmpfs, ramfs): there a rename
+/// costs microseconds, on a disk file system it can cost milliseconds (ext4 starts writing
+/// back a file renamed over another). None when statfs fails.
+pub fn on_memory_fs(path: &std::path::Path) -> Option<bool> {
+    use std::os::unix::ffi::OsStrExt;
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    const RAMFS_MAGIC: i64 = 0x8584_58f6;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statfs writes one struct we own; the path is NUL-terminated.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    #[allow(clippy::unnecessary_cast)] // f_type's width differs between architectures
+    let kind = st.f_type as i64;
+    Some(kind == TMPFS_MAGIC || kind == RAMFS_MAGIC)
+}
+
 /// Moves the calling thread into the network namespace `ns` (an open /run/netns/NAME or
 /// /proc/PID/ns/net).
 pub fn setns_net(ns: &std::fs::File) -> io::Result<()> {
@@ -625,6 +643,14 @@ mod tests {
             set_affinity(0, &CpuSet::new()).is_err(),
             "empty set accepted"
         );
+    }
+
+    #[test]
+    fn memory_file_systems_are_told_from_disks() {
+        // /dev/shm is a tmpfs wherever this runs; /proc is neither tmpfs nor ramfs.
+        assert_eq!(on_memory_fs(std::path::Path::new("/dev/shm")), Some(true));
+        assert_eq!(on_memory_fs(std::path::Path::new("/proc")), Some(false));
+        assert_eq!(on_memory_fs(std::path::Path::new("/no/such/dir")), None);
     }
 
     #[test]

@@ -146,7 +146,7 @@ impl Metrics {
                     v.namespace.clone(),
                     v.pod.clone(),
                     v.container.clone(),
-                    policy.clone(),
+                    policy.name().to_string(),
                 ]),
                 Managed::No { .. } => None,
             })
@@ -561,7 +561,7 @@ mod tests {
             view(
                 "a\"b",
                 Managed::Yes {
-                    policy: "smt-energy".into(),
+                    policy: placer_core::policies::PolicyKind::SmtEnergy,
                     from: "x".into(),
                 },
             ),

@@ -492,13 +492,6 @@ impl Config {
                 );
             }
         }
-        let dp = self.kubernetes.default_policy.as_str();
-        if !dp.is_empty() && !POLICY_NAMES.contains(&dp) {
-            return invalid(
-                "kubernetes.default_policy",
-                format!("unknown policy {dp:?} (known: {})", POLICY_NAMES.join(", ")),
-            );
-        }
         if !std::path::Path::new(&self.state_dir).is_absolute() {
             return invalid(
                 "state_dir",

@@ -32,10 +32,10 @@ pub const CONTAINER_PRESERVE_PREFIX: &str = "preserve.placer.io/container.";
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum K8sError {
-    #[error("annotation {annotation}: unknown policy {policy:?} (known: {known})")]
+    #[error("annotation {annotation}: unknown policy {given:?} (known: {known})")]
     UnknownPolicy {
         annotation: String,
-        policy: String,
+        given: String,
         known: String,
     },
     #[error("kubelet CPU manager state: {0}")]
@@ -50,7 +50,10 @@ pub enum K8sError {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Selection {
     /// Place it with this policy; `from` names the annotation that said so.
-    Policy { policy: String, from: String },
+    Policy {
+        policy: crate::policy_kind::PolicyKind,
+        from: String,
+    },
     /// Leave it alone (`preserve.placer.io/...`).
     Preserved { from: String },
     /// Nothing said: the TOML scope decides.
@@ -91,15 +94,16 @@ pub fn selection(
     for key in [c_policy.as_str(), POD_POLICY] {
         if let Some(p) = annotations.get(key) {
             let p = p.trim();
-            if !crate::config::POLICY_NAMES.contains(&p) {
+            // The annotation is where a pod's policy is constructed: from here on, a kind.
+            let Ok(policy) = p.parse::<crate::policy_kind::PolicyKind>() else {
                 return Err(K8sError::UnknownPolicy {
                     annotation: key.into(),
-                    policy: p.into(),
+                    given: p.into(),
                     known: crate::config::POLICY_NAMES.join(", "),
                 });
-            }
+            };
             return Ok(Selection::Policy {
-                policy: p.into(),
+                policy,
                 from: key.into(),
             });
         }
@@ -346,14 +350,14 @@ mod tests {
         assert_eq!(
             selection(&a, "web").unwrap(),
             Selection::Policy {
-                policy: "net-affinity".into(),
+                policy: crate::policy_kind::PolicyKind::NetAffinity,
                 from: "policy.placer.io/container.web".into()
             }
         );
         assert_eq!(
             selection(&a, "sidecar").unwrap(),
             Selection::Policy {
-                policy: "contention".into(),
+                policy: crate::policy_kind::PolicyKind::Contention,
                 from: POD_POLICY.into()
             }
         );

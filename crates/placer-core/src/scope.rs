@@ -82,14 +82,36 @@ pub struct KubernetesScope {
     pub pod_labels: std::collections::BTreeMap<String, String>,
     /// QoS classes to include (`guaranteed`, `burstable`, `best_effort`). Empty = all.
     pub qos_classes: Vec<String>,
-    /// Policy for containers in scope without a `policy.placer.io` annotation; empty = leave
-    /// them alone.
-    pub default_policy: String,
+    /// Policy for containers in scope without a `policy.placer.io` annotation; empty (`""`,
+    /// as the config spells it) = leave them alone. An unknown name is refused at parse.
+    #[serde(
+        deserialize_with = "policy_or_empty",
+        serialize_with = "policy_or_empty_out"
+    )]
+    pub default_policy: Option<crate::policy_kind::PolicyKind>,
     /// When placer's CPUs do not meet what the kubelet allows: `leave` the container as the
     /// kubelet set it (logged), or `refuse` its creation with the reason.
     pub on_conflict: OnConflict,
     /// Label metrics with pod and container names (off by default: bounded cardinality).
     pub metrics_labels: bool,
+}
+
+/// `""` is no policy; any other name must be one (the message lists them).
+fn policy_or_empty<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<crate::policy_kind::PolicyKind>, D::Error> {
+    let name = String::deserialize(d)?;
+    match name.trim() {
+        "" => Ok(None),
+        n => n.parse().map(Some).map_err(serde::de::Error::custom),
+    }
+}
+
+fn policy_or_empty_out<S: serde::Serializer>(
+    p: &Option<crate::policy_kind::PolicyKind>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.serialize_str(p.map_or("", |k| k.name()))
 }
 
 /// What to do when placer's choice and the kubelet's CPUs do not meet.
@@ -111,7 +133,7 @@ impl Default for KubernetesScope {
             exclude_namespaces: vec!["kube-system".into()],
             pod_labels: Default::default(),
             qos_classes: Vec::new(),
-            default_policy: String::new(),
+            default_policy: None,
             on_conflict: OnConflict::Leave,
             metrics_labels: false,
         }
@@ -191,5 +213,25 @@ mod tests {
         assert!(!s.admits_pod("web", &none, Some("burstable")));
         assert!(!s.admits_pod("web", &front, Some("guaranteed")));
         assert!(!s.admits_pod("web", &front, None));
+    }
+
+    #[test]
+    fn default_policy_is_a_kind_or_none_and_an_unknown_name_is_refused() {
+        use crate::policy_kind::PolicyKind;
+        let parse = |v: &str| {
+            crate::config::Config::from_toml(&format!("[kubernetes]\ndefault_policy = {v:?}\n"))
+                .map(|c| c.kubernetes.default_policy)
+        };
+        assert_eq!(parse("").unwrap(), None);
+        assert_eq!(parse("smt-energy").unwrap(), Some(PolicyKind::SmtEnergy));
+        let err = parse("smt-enrgy").unwrap_err().to_string();
+        assert!(
+            err.contains("smt-enrgy") && err.contains("net-affinity"),
+            "{err}"
+        );
+        // Written back as the config spells it: a name, or "" for none.
+        let c = crate::config::Config::default();
+        let text = toml::to_string(&c.kubernetes).unwrap();
+        assert!(text.contains("default_policy = \"\""), "{text}");
     }
 }

@@ -49,6 +49,7 @@ use placer_core::config::{Config, KubernetesScope, OnConflict};
 use placer_core::cpuset::CpuSet;
 use placer_core::k8s::{self, CpuManager, QosClass, Selection};
 use placer_core::plan::{Action, Outcome, PlannedAction};
+use placer_core::policies::PolicyKind;
 use placer_core::topology::Topology;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -202,7 +203,7 @@ impl Facts {
 /// Whether placer manages a container, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Managed {
-    Yes { policy: String, from: String },
+    Yes { policy: PolicyKind, from: String },
     No { why: String },
 }
 
@@ -241,12 +242,14 @@ pub fn managed(scope: &KubernetesScope, pod: &Pod, c: &Container) -> Managed {
         Ok(Selection::Preserved { from }) => Managed::No {
             why: format!("{from} opts out"),
         },
-        Ok(Selection::Unspecified) if !scope.default_policy.is_empty() => Managed::Yes {
-            policy: scope.default_policy.clone(),
-            from: "[kubernetes] default_policy".into(),
-        },
-        Ok(Selection::Unspecified) => Managed::No {
-            why: "no policy.placer.io annotation and no default_policy".into(),
+        Ok(Selection::Unspecified) => match scope.default_policy {
+            Some(policy) => Managed::Yes {
+                policy,
+                from: "[kubernetes] default_policy".into(),
+            },
+            None => Managed::No {
+                why: "no policy.placer.io annotation and no default_policy".into(),
+            },
         },
         Err(e) => Managed::No { why: e.to_string() },
     }
@@ -290,7 +293,7 @@ pub enum Placement {
     Cpuset {
         cpus: CpuSet,
         mems: String,
-        policy: String,
+        policy: PolicyKind,
         why: String,
     },
     /// Fail the request with this reason (`on_conflict = "refuse"`).
@@ -308,8 +311,8 @@ pub fn decide_create(
         Managed::Yes { policy, .. } => policy,
         Managed::No { why } => return Placement::Leave { why },
     };
-    let (want, why) = match policy.as_str() {
-        "smt-energy" => {
+    let (want, why) = match policy {
+        PolicyKind::SmtEnergy => {
             let n = c.cpus_wanted().min(facts.alloc_order.len());
             let want: CpuSet = facts.alloc_order.iter().take(n).copied().collect();
             (
@@ -317,26 +320,20 @@ pub fn decide_create(
                 format!("the first {n} CPU(s) of placer's allocation order"),
             )
         }
-        "net-affinity" if !facts.net_cpus.is_empty() => (
+        PolicyKind::NetAffinity if !facts.net_cpus.is_empty() => (
             facts.net_cpus.clone(),
             "the NICs' receive CPUs and their cache neighbours".to_string(),
         ),
-        _ => {
+        PolicyKind::NetAffinity
+        | PolicyKind::Contention
+        | PolicyKind::EnergyQos
+        | PolicyKind::NumaLocal => {
             return Placement::Leave {
                 why: format!("{policy}: nothing to set at creation; the engine moves it later"),
             }
         }
     };
-    within_kubelet(
-        scope,
-        facts,
-        pod,
-        c,
-        (&c.cpus, &c.mems),
-        &want,
-        &policy,
-        why,
-    )
+    within_kubelet(scope, facts, pod, c, (&c.cpus, &c.mems), &want, policy, why)
 }
 
 /// `want` intersected with what the kubelet allows for `c`, or the reason it cannot be.
@@ -351,7 +348,7 @@ fn within_kubelet(
     c: &Container,
     kubelet: (&str, &str),
     want: &CpuSet,
-    policy: &str,
+    policy: PolicyKind,
     why: String,
 ) -> Placement {
     if want.is_empty() {
@@ -367,7 +364,7 @@ fn within_kubelet(
         Ok(cpus) => Placement::Cpuset {
             mems: facts.mems_of(&cpus),
             cpus,
-            policy: policy.to_string(),
+            policy,
             why,
         },
         // Exclusively pinned: left alone whatever `on_conflict` says.
@@ -402,7 +399,7 @@ pub fn decide_update(
             c,
             (&c.cpus, &c.mems),
             cur,
-            &policy,
+            policy,
             "kept inside the kubelet's new cpuset".into(),
         ),
         None => decide_create(scope, facts, pod, c),
@@ -729,7 +726,7 @@ pub fn translate(
                     c,
                     (&kubelet.0, &kubelet.1),
                     cpus,
-                    pa.policy.name(),
+                    pa.policy,
                     String::new(),
                 );
                 match placement {
@@ -908,7 +905,7 @@ mod tests {
             } => {
                 assert_eq!(cpus, set("0-1,4"));
                 assert_eq!(mems, "0-1");
-                assert_eq!(policy, "smt-energy");
+                assert_eq!(policy, PolicyKind::SmtEnergy);
             }
             other => panic!("{other:?}"),
         }
@@ -941,7 +938,7 @@ mod tests {
         assert!(why.contains("fastest"), "{why}");
         // default_policy covers the unannotated; QoS selector from the cgroup parent.
         let d = KubernetesScope {
-            default_policy: "net-affinity".into(),
+            default_policy: Some(PolicyKind::NetAffinity),
             qos_classes: vec!["burstable".into()],
             ..Default::default()
         };
@@ -1163,10 +1160,11 @@ mod tests {
         })
     }
 
-    /// A state with pod sb1 annotated `policy` and its container c1 as the runtime reports it.
-    fn one_container(policy: &str, cpus: &str) -> State {
+    /// A state with pod sb1 annotated `annotated` as its policy and its container c1 as the
+    /// runtime reports it.
+    fn one_container(annotated: &str, cpus: &str) -> State {
         let mut st = State::new(KubernetesScope::default(), facts());
-        st.cache.upsert_pod(pod(&[(k8s::POD_POLICY, policy)]));
+        st.cache.upsert_pod(pod(&[(k8s::POD_POLICY, annotated)]));
         let mut c = ctr(Some(100_000), None);
         c.cpus = cpus.into();
         st.cache.upsert_container(c);

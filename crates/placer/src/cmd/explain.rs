@@ -190,7 +190,7 @@ mod tests {
             cpus: Some("0-1".into()),
         };
         let text = render(&explanation(Some(view(Managed::Yes {
-            policy: "smt-energy".into(),
+            policy: placer_core::policies::PolicyKind::SmtEnergy,
             from: "policy.placer.io/pod".into(),
         }))));
         assert!(

@@ -39,11 +39,16 @@
 //! 2. the process set comes from the cache plus the connector's forks and exits; /proc is
 //!    listed only at the first sample, every [`LIST_EVERY`] samples, and when the
 //!    connector lost events;
-//! 3. idle processes are re-read in full in a rotating window of at most
-//!    [`IDLE_REFRESH_BUDGET`] per sample (so another tool's change to a sleeping process's
-//!    affinity shows within `procs / budget` samples), and at once after an exec;
+//! 3. idle processes are refreshed in a rotating window of at most [`IDLE_REFRESH_BUDGET`]
+//!    per sample (so another tool's change to a sleeping process's affinity or cgroup
+//!    shows within `procs / budget` samples): what another process can change while it
+//!    sleeps is read again (`status`: uid and allowed CPUs; `cgroup`; each known thread's
+//!    `status` when threads are asked for), not its `stat`, whose every field stays as it
+//!    was while it does not run (but its parent: rule 7); a kernel thread in the window
+//!    reads nothing. A process is read in full at once after an exec;
 //! 4. numa_maps and fd counts are read only for processes that ran (numa_maps on the /proc
-//!    path too: for processes whose files were read again);
+//!    path too: for processes whose files were read again; and for those refreshed by
+//!    rule 3, since reclaim or another process can move a sleeping process's pages);
 //! 5. a process that ran and exited between two samples is reported in `Sample::exited`
 //!    with its CPU time (the collector) or at least its pid (the connector);
 //! 6. a process that ran with the threads of its last read (same count, every thread the
@@ -52,7 +57,11 @@
 //!    ticks, state and comm stay as last read until the process's refresh or a change
 //!    of its thread count). A thread's `cpu_ns` starts at its ticks when the thread is
 //!    first read; a sample without the collector's word has none, and the observation
-//!    then uses ticks.
+//!    then uses ticks;
+//! 7. a process whose parent (by its last read) exited in the interval has its `stat`
+//!    read again: the kernel gave it a new parent without its running. (A parent whose
+//!    leader exited before its last thread is reported at the leader's exit: its
+//!    children's new parent then shows when they next run or are read in full.)
 //!
 //! Either source missing falls back to the /proc rule above for its part. The socket dump
 //! is skipped when not one TCP segment moved in this network namespace since the last one
@@ -119,6 +128,9 @@ pub struct SampleStats {
     /// Threads of processes that ran taken from the collector's times, without reading
     /// their files.
     pub threads_from_collector: usize,
+    /// Idle processes of the refresh window whose allowed CPUs and cgroup were read
+    /// again without their `stat` (rule 3).
+    pub procs_refreshed: usize,
 }
 
 /// Where the last sample's time went: the sampling thread's CPU time (user + kernel) in
@@ -403,7 +415,7 @@ impl Sampler {
             act.events.as_deref(),
             listing_due,
         );
-        let (born, execd) = (set.born, set.execd);
+        let (born, execd, exits) = (set.born, set.execd, set.exits);
         let pids: Vec<u32> = match set.pids {
             Some(pids) => pids,
             None => {
@@ -431,6 +443,8 @@ impl Sampler {
                 in_window: refresh.contains(&pid),
                 execd: execd.contains(&pid),
                 stale: self.stale.contains(&pid),
+                orphaned: !exits.is_empty()
+                    && self.procs.ppid(pid).is_some_and(|pp| exits.contains(&pp)),
             };
             let due = match plan::proc_read(facts) {
                 ProcRead::Cached => {
@@ -440,6 +454,19 @@ impl Sampler {
                         continue;
                     }
                     Some(false)
+                }
+                ProcRead::Refresh => {
+                    let proc_ = self.proc.as_ref().expect("opened above");
+                    if let Some(p) = self.procs.refresh_idle(proc_, &mut self.buf, pid, req) {
+                        // Not in `reread`: a process that did not run cannot have opened
+                        // or closed an fd (rule 4). Its pages can move (reclaim, another
+                        // process's migration): numa_maps counts it as read again.
+                        fresh.insert(pid);
+                        procs.push(p);
+                        stats.procs_refreshed += 1;
+                        continue;
+                    }
+                    Some(true)
                 }
                 ProcRead::Files { due } => due,
             };
@@ -1002,6 +1029,80 @@ mod tests {
         // And in the samples after.
         script.push(quiet());
         assert_eq!(s.sample(req).unwrap().procs.len(), 2);
+    }
+
+    /// Rules 3 and 7: an idle process in the refresh window has its allowed CPUs (its
+    /// threads' too) and cgroup read again but not its stat (a stat made different here
+    /// is not seen, a kernel thread whose stat is gone stays), unless its parent exited.
+    #[test]
+    fn on_the_events_path_an_idle_refresh_reads_affinity_and_cgroup_not_stat() {
+        use crate::activity::{Activity, ScriptedActivity};
+        use crate::proc_events::ProcEvent;
+        let t = two_thread_tree("events-refresh");
+        put(&t, "200/stat", &stat_line(200, "kw", 2, 0x0020_0000, 0, 7));
+        let mut s = Sampler::new(t.path());
+        // Every process in the window at every sample.
+        s.set_refresh_every(1);
+        let script = ScriptedActivity::default();
+        s.set_activity_source(Box::new(script.clone()));
+        let quiet = |events: Vec<ProcEvent>| Activity {
+            ran: Some(PidMap::default()),
+            events: Some(events),
+        };
+        let req = SampleRequest {
+            threads: true,
+            ..Default::default()
+        };
+        script.push(quiet(Vec::new()));
+        let x = s.sample(req).unwrap();
+        assert_eq!(x.procs.len(), 2);
+        // Another tool moves the sleeping 100 and its thread 101; its stat says something
+        // it could not say without running (more ticks, another parent).
+        put(
+            &t,
+            "100/status",
+            "Uid:	0
+Cpus_allowed_list:	1
+",
+        );
+        put(
+            &t,
+            "100/task/101/status",
+            "Cpus_allowed_list:	0
+",
+        );
+        put(
+            &t,
+            "100/cgroup",
+            "0::/b
+",
+        );
+        put(&t, "100/stat", &two(100, 99).replacen(" S 1 ", " S 7 ", 1));
+        std::fs::remove_file(t.path().join("proc/200/stat")).unwrap();
+        script.push(quiet(Vec::new()));
+        let x = s.sample(req).unwrap();
+        assert_eq!(s.last_stats.procs_refreshed, 2, "{:?}", s.last_stats);
+        assert_eq!(s.last_stats.procs_reread, 0);
+        let p = x.procs.iter().find(|p| p.pid == 100).expect("100");
+        assert_eq!(p.allowed.to_vec(), vec![1]);
+        assert_eq!(&*p.cgroup, "/b");
+        let allowed: Vec<(u32, Vec<u32>)> = p
+            .threads
+            .iter()
+            .map(|t| (t.tid, t.allowed.to_vec()))
+            .collect();
+        assert_eq!(allowed, vec![(100, vec![0, 1]), (101, vec![0])]);
+        assert_eq!((p.ppid, p.utime_ticks), (1, 10));
+        assert!(
+            x.procs.iter().any(|p| p.pid == 200),
+            "kernel thread dropped"
+        );
+        // Rule 7: its parent exits; its stat is read again and the new parent shows.
+        script.push(quiet(vec![ProcEvent::Exit { pid: 1 }]));
+        let x = s.sample(req).unwrap();
+        let p = x.procs.iter().find(|p| p.pid == 100).expect("100");
+        assert_eq!(p.ppid, 7);
+        assert_eq!(s.last_stats.procs_refreshed, 1, "{:?}", s.last_stats);
     }
 
     #[test]

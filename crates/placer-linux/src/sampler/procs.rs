@@ -61,6 +61,72 @@ impl ProcReader {
         Some(p)
     }
 
+    /// The parent of a cached process, by its last read.
+    pub(super) fn ppid(&self, pid: u32) -> Option<u32> {
+        self.cache.get(&pid).map(|c| c.sample.ppid)
+    }
+
+    /// Rule 3's refresh of a process the collector says did not run: its `status` (uid,
+    /// allowed CPUs), its `cgroup` and, when threads are asked for and were read last
+    /// time, each thread's `status` are read again; everything its `stat` says is kept
+    /// from the cache (it cannot change without the process running). A kernel thread
+    /// reads nothing (only its stat is ever read). `None` when it is not cached with what
+    /// `req` asks for, or any file fails: the caller reads it in full instead (which
+    /// drops it if it is gone).
+    pub(super) fn refresh_idle(
+        &mut self,
+        proc_: &Dir,
+        buf: &mut String,
+        pid: u32,
+        req: SampleRequest,
+    ) -> Option<ProcSample> {
+        let c = self.cache.get_mut(&pid)?;
+        let p = &mut c.sample;
+        if !p.kernel_thread {
+            if req.threads && !c.threads_read {
+                return None;
+            }
+            let mut rel = String::with_capacity(32);
+            let _ = write!(rel, "{pid}/status");
+            proc_.read(&rel, buf).ok()?;
+            let status = parse_status(buf);
+            rel.truncate(rel.len() - "status".len());
+            rel.push_str("cgroup");
+            // As a full read: a cgroup file that vanished is a process gone, any other
+            // error leaves it unknown.
+            let cgroup: Arc<str> = match proc_.read(&rel, buf) {
+                Ok(()) => parse_cgroup(buf).into(),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
+                Err(_) => Arc::from(""),
+            };
+            let mut threads = Vec::new();
+            if req.threads {
+                threads.reserve(p.threads.len());
+                for t in p.threads.iter() {
+                    rel.clear();
+                    let _ = write!(rel, "{pid}/task/{}/status", t.tid);
+                    proc_.read(&rel, buf).ok()?;
+                    threads.push(ThreadSample {
+                        allowed: parse_status(buf).cpus_allowed.unwrap_or_default(),
+                        ..t.clone()
+                    });
+                }
+            }
+            p.uid = status.uid;
+            p.allowed = status.cpus_allowed.unwrap_or_default();
+            if *p.cgroup != *cgroup {
+                p.cgroup = cgroup;
+            }
+            p.threads = threads.into();
+            c.threads_read = req.threads;
+        }
+        let mut out = c.sample.clone();
+        if !req.threads {
+            out.threads = Default::default();
+        }
+        Some(out)
+    }
+
     /// Reads one process (`due`: re-read what does not change by running, see
     /// [`plan::proc_read`]); `None` when it exited mid-read or its stat is malformed. `ran`:
     /// with the eBPF collector, its threads that ran since the previous sample (empty when

@@ -45,7 +45,11 @@
 //!    sleeps is read again (`status`: uid and allowed CPUs; `cgroup`; each known thread's
 //!    `status` when threads are asked for), not its `stat`, whose every field stays as it
 //!    was while it does not run (but its parent: rule 7); a kernel thread in the window
-//!    reads nothing. A process is read in full at once after an exec;
+//!    reads nothing. On this machine's root its `status` files are not read either while
+//!    `sched_getaffinity` of the process and its threads says what it said at its last
+//!    refresh (it gives the allowed CPUs that are active: a change confined to CPUs
+//!    inactive both times shows when they come back). A process is read in full at once
+//!    after an exec;
 //! 4. numa_maps and fd counts are read only for processes that ran (numa_maps on the /proc
 //!    path too: for processes whose files were read again; and for those refreshed by
 //!    rule 3, since reclaim or another process can move a sleeping process's pages);
@@ -131,6 +135,9 @@ pub struct SampleStats {
     /// Idle processes of the refresh window whose allowed CPUs and cgroup were read
     /// again without their `stat` (rule 3).
     pub procs_refreshed: usize,
+    /// Of those, the ones whose `status` was not read either: `sched_getaffinity` said
+    /// what it said at their last refresh.
+    pub status_spared: usize,
 }
 
 /// Where the last sample's time went: the sampling thread's CPU time (user + kernel) in
@@ -204,7 +211,7 @@ impl Sampler {
             proc_dir: root.join("proc"),
             clk_tck,
             sockets: SocketReader::new(root == Path::new("/")),
-            procs: ProcReader::new(clk_tck),
+            procs: ProcReader::new(clk_tck, root == Path::new("/")),
             sample_no: 0,
             refresh_every: DEFAULT_REFRESH_EVERY,
             energy: None,
@@ -457,7 +464,10 @@ impl Sampler {
                 }
                 ProcRead::Refresh => {
                     let proc_ = self.proc.as_ref().expect("opened above");
-                    if let Some(p) = self.procs.refresh_idle(proc_, &mut self.buf, pid, req) {
+                    if let Some(p) =
+                        self.procs
+                            .refresh_idle(proc_, &mut self.buf, pid, req, &mut stats)
+                    {
                         // Not in `reread`: a process that did not run cannot have opened
                         // or closed an fd (rule 4). Its pages can move (reclaim, another
                         // process's migration): numa_maps counts it as read again.
@@ -1276,6 +1286,120 @@ Cpus_allowed_list:	1
             "the spinner hardly ran: {truth_ns} ns"
         );
         assert!(s.last_stats.procs_skipped > 0, "{:?}", s.last_stats);
+    }
+
+    /// Rule 3 on this machine: an idle process's refresh reads no `status` while
+    /// `sched_getaffinity` says what it said at its last refresh, and reads it when another
+    /// process changed its affinity or one of its threads'. (Threads of this test process
+    /// that come and go read it in full, which shows the thread's change too.)
+    #[test]
+    #[cfg_attr(not(placer_root), ignore = "needs root")]
+    fn real_idle_refresh_reads_status_only_when_its_affinity_moved() {
+        use crate::activity::{Activity, ScriptedActivity};
+        placer_testkit::require_root();
+        let mine = crate::sys::get_affinity(0).unwrap();
+        let Some(first) = mine.iter().next().filter(|_| mine.len() >= 2) else {
+            placer_testkit::skip("fewer than two CPUs to move a process between");
+            return;
+        };
+        let child = placer_testkit::proc::KillOnDrop(
+            std::process::Command::new("sleep")
+                .arg("30")
+                .spawn()
+                .expect("sleep"),
+        );
+        let pid = child.0.id();
+        // A thread of this process that sleeps until told to stop (at most 30 s).
+        let (stop, parked) = std::sync::mpsc::channel::<()>();
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let sleeper = std::thread::spawn(move || {
+            tid_tx.send(crate::sys::gettid()).unwrap();
+            let _ = parked.recv_timeout(std::time::Duration::from_secs(30));
+        });
+        let tid = tid_rx.recv().unwrap();
+        let mut s = Sampler::new(Path::new("/"));
+        // Every process in the window, at most IDLE_REFRESH_BUDGET a sample.
+        s.set_refresh_every(1);
+        let script = ScriptedActivity::default();
+        s.set_activity_source(Box::new(script.clone()));
+        let req = SampleRequest {
+            threads: true,
+            ..Default::default()
+        };
+        // The collector's word: nothing ran (the child sleeps), nothing came or went.
+        let mut sample = |s: &mut Sampler| {
+            script.push(Activity {
+                ran: Some(PidMap::default()),
+                events: Some(Vec::new()),
+            });
+            s.sample(req).unwrap()
+        };
+        let n = sample(&mut s).procs.len();
+        // A sweep takes every process through the window at least once.
+        let sweep = |s: &mut Sampler, sample: &mut dyn FnMut(&mut Sampler) -> Sample| {
+            let mut spared = 0;
+            let mut last = None;
+            for _ in 0..n.div_ceil(IDLE_REFRESH_BUDGET) + 1 {
+                last = Some(sample(s));
+                spared += s.last_stats.status_spared;
+            }
+            (spared, last.unwrap())
+        };
+        let allowed = |x: &Sample| {
+            let me = x.procs.iter().find(|p| p.pid == std::process::id());
+            (
+                x.procs
+                    .iter()
+                    .find(|p| p.pid == pid)
+                    .map(|p| p.allowed.to_vec()),
+                me.and_then(|p| p.threads.iter().find(|t| t.tid == tid))
+                    .map(|t| t.allowed.to_vec()),
+            )
+        };
+        // The first sweep reads every status (nothing seen yet), the second spares them.
+        let (_, x) = sweep(&mut s, &mut sample);
+        assert_eq!(allowed(&x), (Some(mine.to_vec()), Some(mine.to_vec())));
+        let (spared, _) = sweep(&mut s, &mut sample);
+        assert!(spared > 0, "no status spared");
+        let one: placer_core::CpuSet = [first].into_iter().collect();
+        crate::sys::set_affinity(pid, &one).unwrap();
+        crate::sys::set_affinity(tid, &one).unwrap();
+        let (_, x) = sweep(&mut s, &mut sample);
+        assert_eq!(allowed(&x), (Some(vec![first]), Some(vec![first])));
+        let _ = stop.send(());
+        sleeper.join().unwrap();
+        drop(child);
+    }
+
+    /// Without threads, a full read notes what sched_getaffinity says: the process's
+    /// first refresh already spares its `status`.
+    #[test]
+    #[cfg_attr(not(placer_root), ignore = "needs root")]
+    fn real_first_refresh_after_a_full_read_spares_status() {
+        use crate::activity::{Activity, ScriptedActivity};
+        placer_testkit::require_root();
+        let mut s = Sampler::new(Path::new("/"));
+        let script = ScriptedActivity::default();
+        s.set_activity_source(Box::new(script.clone()));
+        let quiet = || Activity {
+            ran: Some(PidMap::default()),
+            events: Some(Vec::new()),
+        };
+        let req = SampleRequest::default();
+        s.set_refresh_every(1);
+        script.push(quiet());
+        let n = s.sample(req).unwrap().procs.len();
+        // One sweep: every process refreshed once (kernel threads, first by pid, read
+        // nothing and spare nothing).
+        let (mut refreshed, mut spared) = (0, 0);
+        for _ in 0..n.div_ceil(IDLE_REFRESH_BUDGET) {
+            script.push(quiet());
+            s.sample(req).unwrap();
+            refreshed += s.last_stats.procs_refreshed;
+            spared += s.last_stats.status_spared;
+        }
+        assert!(refreshed > 0, "none of {n} refreshed");
+        assert!(spared > 0, "{spared} of {refreshed} spared");
     }
 
     #[test]

@@ -39,11 +39,20 @@
 //! 2. the process set comes from the cache plus the connector's forks and exits; /proc is
 //!    listed only at the first sample, every [`LIST_EVERY`] samples, and when the
 //!    connector lost events;
-//! 3. idle processes are re-read in full in a rotating window of at most
-//!    [`IDLE_REFRESH_BUDGET`] per sample (so another tool's change to a sleeping process's
-//!    affinity shows within `procs / budget` samples), and at once after an exec;
+//! 3. idle processes are refreshed in a rotating window of at most [`IDLE_REFRESH_BUDGET`]
+//!    per sample (so another tool's change to a sleeping process's affinity or cgroup
+//!    shows within `procs / budget` samples): what another process can change while it
+//!    sleeps is read again (`status`: uid and allowed CPUs; `cgroup`; each known thread's
+//!    `status` when threads are asked for), not its `stat`, whose every field stays as it
+//!    was while it does not run (but its parent: rule 7); a kernel thread in the window
+//!    reads nothing. On this machine's root its `status` files are not read either while
+//!    `sched_getaffinity` of the process and its threads says what it said at its last
+//!    refresh (it gives the allowed CPUs that are active: a change confined to CPUs
+//!    inactive both times shows when they come back). A process is read in full at once
+//!    after an exec;
 //! 4. numa_maps and fd counts are read only for processes that ran (numa_maps on the /proc
-//!    path too: for processes whose files were read again);
+//!    path too: for processes whose files were read again; and for those refreshed by
+//!    rule 3, since reclaim or another process can move a sleeping process's pages);
 //! 5. a process that ran and exited between two samples is reported in `Sample::exited`
 //!    with its CPU time (the collector) or at least its pid (the connector);
 //! 6. a process that ran with the threads of its last read (same count, every thread the
@@ -52,7 +61,11 @@
 //!    ticks, state and comm stay as last read until the process's refresh or a change
 //!    of its thread count). A thread's `cpu_ns` starts at its ticks when the thread is
 //!    first read; a sample without the collector's word has none, and the observation
-//!    then uses ticks.
+//!    then uses ticks;
+//! 7. a process whose parent (by its last read) exited in the interval has its `stat`
+//!    read again: the kernel gave it a new parent without its running. (A parent whose
+//!    leader exited before its last thread is reported at the leader's exit: its
+//!    children's new parent then shows when they next run or are read in full.)
 //!
 //! Either source missing falls back to the /proc rule above for its part. The socket dump
 //! is skipped when not one TCP segment moved in this network namespace since the last one
@@ -119,6 +132,12 @@ pub struct SampleStats {
     /// Threads of processes that ran taken from the collector's times, without reading
     /// their files.
     pub threads_from_collector: usize,
+    /// Idle processes of the refresh window whose allowed CPUs and cgroup were read
+    /// again without their `stat` (rule 3).
+    pub procs_refreshed: usize,
+    /// Of those, the ones whose `status` was not read either: `sched_getaffinity` said
+    /// what it said at their last refresh.
+    pub status_spared: usize,
 }
 
 /// Where the last sample's time went: the sampling thread's CPU time (user + kernel) in
@@ -192,7 +211,7 @@ impl Sampler {
             proc_dir: root.join("proc"),
             clk_tck,
             sockets: SocketReader::new(root == Path::new("/")),
-            procs: ProcReader::new(clk_tck),
+            procs: ProcReader::new(clk_tck, root == Path::new("/")),
             sample_no: 0,
             refresh_every: DEFAULT_REFRESH_EVERY,
             energy: None,
@@ -403,7 +422,7 @@ impl Sampler {
             act.events.as_deref(),
             listing_due,
         );
-        let (born, execd) = (set.born, set.execd);
+        let (born, execd, exits) = (set.born, set.execd, set.exits);
         let pids: Vec<u32> = match set.pids {
             Some(pids) => pids,
             None => {
@@ -431,6 +450,8 @@ impl Sampler {
                 in_window: refresh.contains(&pid),
                 execd: execd.contains(&pid),
                 stale: self.stale.contains(&pid),
+                orphaned: !exits.is_empty()
+                    && self.procs.ppid(pid).is_some_and(|pp| exits.contains(&pp)),
             };
             let due = match plan::proc_read(facts) {
                 ProcRead::Cached => {
@@ -440,6 +461,22 @@ impl Sampler {
                         continue;
                     }
                     Some(false)
+                }
+                ProcRead::Refresh => {
+                    let proc_ = self.proc.as_ref().expect("opened above");
+                    if let Some(p) =
+                        self.procs
+                            .refresh_idle(proc_, &mut self.buf, pid, req, &mut stats)
+                    {
+                        // Not in `reread`: a process that did not run cannot have opened
+                        // or closed an fd (rule 4). Its pages can move (reclaim, another
+                        // process's migration): numa_maps counts it as read again.
+                        fresh.insert(pid);
+                        procs.push(p);
+                        stats.procs_refreshed += 1;
+                        continue;
+                    }
+                    Some(true)
                 }
                 ProcRead::Files { due } => due,
             };
@@ -1004,6 +1041,80 @@ mod tests {
         assert_eq!(s.sample(req).unwrap().procs.len(), 2);
     }
 
+    /// Rules 3 and 7: an idle process in the refresh window has its allowed CPUs (its
+    /// threads' too) and cgroup read again but not its stat (a stat made different here
+    /// is not seen, a kernel thread whose stat is gone stays), unless its parent exited.
+    #[test]
+    fn on_the_events_path_an_idle_refresh_reads_affinity_and_cgroup_not_stat() {
+        use crate::activity::{Activity, ScriptedActivity};
+        use crate::proc_events::ProcEvent;
+        let t = two_thread_tree("events-refresh");
+        put(&t, "200/stat", &stat_line(200, "kw", 2, 0x0020_0000, 0, 7));
+        let mut s = Sampler::new(t.path());
+        // Every process in the window at every sample.
+        s.set_refresh_every(1);
+        let script = ScriptedActivity::default();
+        s.set_activity_source(Box::new(script.clone()));
+        let quiet = |events: Vec<ProcEvent>| Activity {
+            ran: Some(PidMap::default()),
+            events: Some(events),
+        };
+        let req = SampleRequest {
+            threads: true,
+            ..Default::default()
+        };
+        script.push(quiet(Vec::new()));
+        let x = s.sample(req).unwrap();
+        assert_eq!(x.procs.len(), 2);
+        // Another tool moves the sleeping 100 and its thread 101; its stat says something
+        // it could not say without running (more ticks, another parent).
+        put(
+            &t,
+            "100/status",
+            "Uid:	0
+Cpus_allowed_list:	1
+",
+        );
+        put(
+            &t,
+            "100/task/101/status",
+            "Cpus_allowed_list:	0
+",
+        );
+        put(
+            &t,
+            "100/cgroup",
+            "0::/b
+",
+        );
+        put(&t, "100/stat", &two(100, 99).replacen(" S 1 ", " S 7 ", 1));
+        std::fs::remove_file(t.path().join("proc/200/stat")).unwrap();
+        script.push(quiet(Vec::new()));
+        let x = s.sample(req).unwrap();
+        assert_eq!(s.last_stats.procs_refreshed, 2, "{:?}", s.last_stats);
+        assert_eq!(s.last_stats.procs_reread, 0);
+        let p = x.procs.iter().find(|p| p.pid == 100).expect("100");
+        assert_eq!(p.allowed.to_vec(), vec![1]);
+        assert_eq!(&*p.cgroup, "/b");
+        let allowed: Vec<(u32, Vec<u32>)> = p
+            .threads
+            .iter()
+            .map(|t| (t.tid, t.allowed.to_vec()))
+            .collect();
+        assert_eq!(allowed, vec![(100, vec![0, 1]), (101, vec![0])]);
+        assert_eq!((p.ppid, p.utime_ticks), (1, 10));
+        assert!(
+            x.procs.iter().any(|p| p.pid == 200),
+            "kernel thread dropped"
+        );
+        // Rule 7: its parent exits; its stat is read again and the new parent shows.
+        script.push(quiet(vec![ProcEvent::Exit { pid: 1 }]));
+        let x = s.sample(req).unwrap();
+        let p = x.procs.iter().find(|p| p.pid == 100).expect("100");
+        assert_eq!(p.ppid, 7);
+        assert_eq!(s.last_stats.procs_refreshed, 1, "{:?}", s.last_stats);
+    }
+
     #[test]
     fn a_running_process_keeps_its_cgroup_until_refresh_but_shows_its_affinity() {
         let t = tree("cg");
@@ -1175,6 +1286,120 @@ mod tests {
             "the spinner hardly ran: {truth_ns} ns"
         );
         assert!(s.last_stats.procs_skipped > 0, "{:?}", s.last_stats);
+    }
+
+    /// Rule 3 on this machine: an idle process's refresh reads no `status` while
+    /// `sched_getaffinity` says what it said at its last refresh, and reads it when another
+    /// process changed its affinity or one of its threads'. (Threads of this test process
+    /// that come and go read it in full, which shows the thread's change too.)
+    #[test]
+    #[cfg_attr(not(placer_root), ignore = "needs root")]
+    fn real_idle_refresh_reads_status_only_when_its_affinity_moved() {
+        use crate::activity::{Activity, ScriptedActivity};
+        placer_testkit::require_root();
+        let mine = crate::sys::get_affinity(0).unwrap();
+        let Some(first) = mine.iter().next().filter(|_| mine.len() >= 2) else {
+            placer_testkit::skip("fewer than two CPUs to move a process between");
+            return;
+        };
+        let child = placer_testkit::proc::KillOnDrop(
+            std::process::Command::new("sleep")
+                .arg("30")
+                .spawn()
+                .expect("sleep"),
+        );
+        let pid = child.0.id();
+        // A thread of this process that sleeps until told to stop (at most 30 s).
+        let (stop, parked) = std::sync::mpsc::channel::<()>();
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let sleeper = std::thread::spawn(move || {
+            tid_tx.send(crate::sys::gettid()).unwrap();
+            let _ = parked.recv_timeout(std::time::Duration::from_secs(30));
+        });
+        let tid = tid_rx.recv().unwrap();
+        let mut s = Sampler::new(Path::new("/"));
+        // Every process in the window, at most IDLE_REFRESH_BUDGET a sample.
+        s.set_refresh_every(1);
+        let script = ScriptedActivity::default();
+        s.set_activity_source(Box::new(script.clone()));
+        let req = SampleRequest {
+            threads: true,
+            ..Default::default()
+        };
+        // The collector's word: nothing ran (the child sleeps), nothing came or went.
+        let mut sample = |s: &mut Sampler| {
+            script.push(Activity {
+                ran: Some(PidMap::default()),
+                events: Some(Vec::new()),
+            });
+            s.sample(req).unwrap()
+        };
+        let n = sample(&mut s).procs.len();
+        // A sweep takes every process through the window at least once.
+        let sweep = |s: &mut Sampler, sample: &mut dyn FnMut(&mut Sampler) -> Sample| {
+            let mut spared = 0;
+            let mut last = None;
+            for _ in 0..n.div_ceil(IDLE_REFRESH_BUDGET) + 1 {
+                last = Some(sample(s));
+                spared += s.last_stats.status_spared;
+            }
+            (spared, last.unwrap())
+        };
+        let allowed = |x: &Sample| {
+            let me = x.procs.iter().find(|p| p.pid == std::process::id());
+            (
+                x.procs
+                    .iter()
+                    .find(|p| p.pid == pid)
+                    .map(|p| p.allowed.to_vec()),
+                me.and_then(|p| p.threads.iter().find(|t| t.tid == tid))
+                    .map(|t| t.allowed.to_vec()),
+            )
+        };
+        // The first sweep reads every status (nothing seen yet), the second spares them.
+        let (_, x) = sweep(&mut s, &mut sample);
+        assert_eq!(allowed(&x), (Some(mine.to_vec()), Some(mine.to_vec())));
+        let (spared, _) = sweep(&mut s, &mut sample);
+        assert!(spared > 0, "no status spared");
+        let one: placer_core::CpuSet = [first].into_iter().collect();
+        crate::sys::set_affinity(pid, &one).unwrap();
+        crate::sys::set_affinity(tid, &one).unwrap();
+        let (_, x) = sweep(&mut s, &mut sample);
+        assert_eq!(allowed(&x), (Some(vec![first]), Some(vec![first])));
+        let _ = stop.send(());
+        sleeper.join().unwrap();
+        drop(child);
+    }
+
+    /// Without threads, a full read notes what sched_getaffinity says: the process's
+    /// first refresh already spares its `status`.
+    #[test]
+    #[cfg_attr(not(placer_root), ignore = "needs root")]
+    fn real_first_refresh_after_a_full_read_spares_status() {
+        use crate::activity::{Activity, ScriptedActivity};
+        placer_testkit::require_root();
+        let mut s = Sampler::new(Path::new("/"));
+        let script = ScriptedActivity::default();
+        s.set_activity_source(Box::new(script.clone()));
+        let quiet = || Activity {
+            ran: Some(PidMap::default()),
+            events: Some(Vec::new()),
+        };
+        let req = SampleRequest::default();
+        s.set_refresh_every(1);
+        script.push(quiet());
+        let n = s.sample(req).unwrap().procs.len();
+        // One sweep: every process refreshed once (kernel threads, first by pid, read
+        // nothing and spare nothing).
+        let (mut refreshed, mut spared) = (0, 0);
+        for _ in 0..n.div_ceil(IDLE_REFRESH_BUDGET) {
+            script.push(quiet());
+            s.sample(req).unwrap();
+            refreshed += s.last_stats.procs_refreshed;
+            spared += s.last_stats.status_spared;
+        }
+        assert!(refreshed > 0, "none of {n} refreshed");
+        assert!(spared > 0, "{spared} of {refreshed} spared");
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! What to re-read this cycle: the cache rules of the [sampler's doc](super) (the /proc
-//! path's refresh, rules 1-6 of the kernel-events path, the socket dump's reuse) as pure
+//! path's refresh, rules 1-7 of the kernel-events path, the socket dump's reuse) as pure
 //! decisions on what earlier samples left and what the kernel's events say. Nothing here
 //! reads a file, so every rule is tested on plain values.
 
@@ -29,6 +29,9 @@ pub struct ProcessSet {
     pub born: PidSet,
     /// Exec'd in the interval: read again in full (rule 3).
     pub execd: PidSet,
+    /// Exited in the interval (by the connector): their children were given another
+    /// parent (rule 7).
+    pub exits: PidSet,
 }
 
 /// Whether /proc is listed this sample although the connector's events are known.
@@ -57,6 +60,7 @@ pub fn process_set(
             }
             ProcEvent::Exit { pid } => {
                 named.insert(pid, false);
+                set.exits.insert(pid);
             }
             ProcEvent::Other => {}
         }
@@ -111,6 +115,9 @@ pub struct ProcFacts {
     pub execd: bool,
     /// Invalidated since the last sample ([`super::Sampler::invalidate`]).
     pub stale: bool,
+    /// Its parent (by its last read) exited in the interval: the kernel gave it another
+    /// parent without its running, so its `stat` is read again (rule 7).
+    pub orphaned: bool,
 }
 
 /// How one process is read.
@@ -123,12 +130,20 @@ pub enum ProcRead {
     /// (`Some(true)`), only if it ran (`Some(false)`), or by the /proc path's staggered
     /// refresh (`None`, see [`staggered_due`]).
     Files { due: Option<bool> },
+    /// Rule 3 for a process that did not run: only what another process can change while
+    /// it sleeps is read again (its and its threads' allowed CPUs, its cgroup), not its
+    /// `stat` (if nothing is cached, it is read as [`ProcRead::Files`] with `due:
+    /// Some(true)`).
+    Refresh,
 }
 
-/// Rule 1 and the due flag of rule 3.
+/// Rules 1, 3 and 7.
 pub fn proc_read(f: ProcFacts) -> ProcRead {
-    if f.ran == Some(false) && !f.in_window && !f.execd && !f.stale {
-        return ProcRead::Cached;
+    if f.ran == Some(false) && !f.execd && !f.stale && !f.orphaned {
+        return match f.in_window {
+            true => ProcRead::Refresh,
+            false => ProcRead::Cached,
+        };
     }
     let due = if f.stale {
         Some(true)
@@ -242,6 +257,7 @@ mod tests {
             in_window: false,
             execd: false,
             stale: false,
+            orphaned: false,
         }
     }
 
@@ -257,19 +273,26 @@ mod tests {
     }
 
     #[test]
-    fn rule3_window_exec_and_invalidate_read_an_idle_process_in_full() {
-        for f in [
-            ProcFacts {
-                in_window: true,
-                ..facts(Some(false))
-            },
-            ProcFacts {
-                execd: true,
-                ..facts(Some(false))
-            },
-        ] {
-            assert_eq!(proc_read(f), ProcRead::Files { due: Some(true) });
-        }
+    fn rule3_window_exec_and_invalidate_read_an_idle_process_again() {
+        // In the window: what others can change while it sleeps, not its stat.
+        let window = ProcFacts {
+            in_window: true,
+            ..facts(Some(false))
+        };
+        assert_eq!(proc_read(window), ProcRead::Refresh);
+        // One that ran in the window is read in full.
+        assert_eq!(
+            proc_read(ProcFacts {
+                ran: Some(true),
+                ..window
+            }),
+            ProcRead::Files { due: Some(true) }
+        );
+        let execd = ProcFacts {
+            execd: true,
+            ..facts(Some(false))
+        };
+        assert_eq!(proc_read(execd), ProcRead::Files { due: Some(true) });
         for ran in [None, Some(false), Some(true)] {
             let f = ProcFacts {
                 stale: true,
@@ -277,6 +300,23 @@ mod tests {
             };
             assert_eq!(proc_read(f), ProcRead::Files { due: Some(true) });
         }
+    }
+
+    #[test]
+    fn rule7_an_idle_process_whose_parent_exited_has_its_stat_read() {
+        let orphan = ProcFacts {
+            orphaned: true,
+            ..facts(Some(false))
+        };
+        assert_eq!(proc_read(orphan), ProcRead::Files { due: Some(false) });
+        // In the window too (its stat, then its refresh in full).
+        assert_eq!(
+            proc_read(ProcFacts {
+                in_window: true,
+                ..orphan
+            }),
+            ProcRead::Files { due: Some(true) }
+        );
     }
 
     #[test]
@@ -292,6 +332,9 @@ mod tests {
         assert_eq!(s.pids, Some(vec![1, 3, 7]));
         assert!(s.born.contains(&7) && s.born.contains(&9));
         assert_eq!(s.execd.iter().copied().collect::<Vec<_>>(), [3]);
+        let mut exits: Vec<u32> = s.exits.iter().copied().collect();
+        exits.sort_unstable();
+        assert_eq!(exits, [2, 9]);
         // Listing due, or events unknown: /proc is listed (births and execs still kept).
         let s = process_set([1, 2, 3].into_iter(), Some(&ev), true);
         assert_eq!(s.pids, None);

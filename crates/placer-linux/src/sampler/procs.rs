@@ -21,6 +21,12 @@ pub(super) struct ProcCache {
     sample: ProcSample,
     /// Whether `sample.threads` were read (a policy asked for threads then).
     threads_read: bool,
+    /// What `sched_getaffinity` said of the process and of each of its threads (in
+    /// order, when threads were asked for) at its last refresh by rule 3, or of the
+    /// process alone at its last full read without threads; else `None`. While it says
+    /// the same, its allowed CPUs did not change and `status`
+    /// is not read again (see [`ProcReader::refresh_idle`]).
+    affinity_seen: Option<Vec<CpuSet>>,
 }
 
 impl ProcCache {
@@ -37,13 +43,16 @@ impl ProcCache {
 pub(super) struct ProcReader {
     pub(super) cache: PidMap<ProcCache>,
     clk_tck: u32,
+    /// The root is this machine's `/`: `sched_getaffinity` sees the same processes.
+    real_root: bool,
 }
 
 impl ProcReader {
-    pub(super) fn new(clk_tck: u32) -> ProcReader {
+    pub(super) fn new(clk_tck: u32, real_root: bool) -> ProcReader {
         ProcReader {
             cache: PidMap::default(),
             clk_tck,
+            real_root,
         }
     }
 
@@ -59,6 +68,100 @@ impl ProcReader {
             p.threads = Default::default();
         }
         Some(p)
+    }
+
+    /// The parent of a cached process, by its last read.
+    pub(super) fn ppid(&self, pid: u32) -> Option<u32> {
+        self.cache.get(&pid).map(|c| c.sample.ppid)
+    }
+
+    /// Rule 3's refresh of a process the collector says did not run: its `status` (uid,
+    /// allowed CPUs), its `cgroup` and, when threads are asked for and were read last
+    /// time, each thread's `status` are read again; everything its `stat` says is kept
+    /// from the cache (it cannot change without the process running). A kernel thread
+    /// reads nothing (only its stat is ever read). `None` when it is not cached with what
+    /// `req` asks for, or any file fails: the caller reads it in full instead (which
+    /// drops it if it is gone).
+    ///
+    /// On this machine's root, `sched_getaffinity` of the process and its threads (one
+    /// system call each, no text) is asked first: when it says what it said at the last
+    /// refresh, no `status` is read (its uid cannot change without its running either).
+    /// It gives the allowed CPUs that are active: a change confined to CPUs inactive at
+    /// both refreshes shows when they come back.
+    pub(super) fn refresh_idle(
+        &mut self,
+        proc_: &Dir,
+        buf: &mut String,
+        pid: u32,
+        req: SampleRequest,
+        stats: &mut SampleStats,
+    ) -> Option<ProcSample> {
+        let c = self.cache.get_mut(&pid)?;
+        let p = &mut c.sample;
+        if !p.kernel_thread {
+            if req.threads && !c.threads_read {
+                return None;
+            }
+            // Asked before the files are read: a change between the two is seen next time.
+            let seen: Option<Vec<CpuSet>> = match self.real_root {
+                true => {
+                    let tids: &[ThreadSample] = if req.threads { &p.threads } else { &[] };
+                    let mut v = Vec::with_capacity(1 + tids.len());
+                    for id in std::iter::once(pid).chain(tids.iter().map(|t| t.tid)) {
+                        v.push(crate::sys::get_affinity(id).ok()?);
+                    }
+                    Some(v)
+                }
+                false => None,
+            };
+            let same_affinity = seen.is_some() && seen == c.affinity_seen;
+            let mut rel = String::with_capacity(32);
+            let mut threads = Vec::new();
+            if same_affinity {
+                stats.status_spared += 1;
+                if req.threads {
+                    threads.extend(p.threads.iter().cloned());
+                }
+            } else {
+                let _ = write!(rel, "{pid}/status");
+                proc_.read(&rel, buf).ok()?;
+                let status = parse_status(buf);
+                if req.threads {
+                    threads.reserve(p.threads.len());
+                    for t in p.threads.iter() {
+                        rel.clear();
+                        let _ = write!(rel, "{pid}/task/{}/status", t.tid);
+                        proc_.read(&rel, buf).ok()?;
+                        threads.push(ThreadSample {
+                            allowed: parse_status(buf).cpus_allowed.unwrap_or_default(),
+                            ..t.clone()
+                        });
+                    }
+                }
+                p.uid = status.uid;
+                p.allowed = status.cpus_allowed.unwrap_or_default();
+            }
+            rel.clear();
+            let _ = write!(rel, "{pid}/cgroup");
+            // As a full read: a cgroup file that vanished is a process gone, any other
+            // error leaves it unknown.
+            let cgroup: Arc<str> = match proc_.read(&rel, buf) {
+                Ok(()) => parse_cgroup(buf).into(),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
+                Err(_) => Arc::from(""),
+            };
+            if *p.cgroup != *cgroup {
+                p.cgroup = cgroup;
+            }
+            p.threads = threads.into();
+            c.threads_read = req.threads;
+            c.affinity_seen = seen;
+        }
+        let mut out = c.sample.clone();
+        if !req.threads {
+            out.threads = Default::default();
+        }
+        Some(out)
     }
 
     /// Reads one process (`due`: re-read what does not change by running, see
@@ -118,7 +221,14 @@ impl ProcReader {
             .filter(|p| !due && p.start_time_ticks == st.start_time_ticks);
         let (mut uid, mut allowed) = (None, CpuSet::new());
         let mut cgroup: Arc<str> = Arc::from("");
+        // What sched_getaffinity says now, before `status` is read, so that the process's
+        // first refresh can spare it (without threads: their allowed CPUs may be kept
+        // from an earlier read, and would not match).
+        let mut affinity_seen = None;
         if !kernel_thread {
+            if self.real_root && !req.threads {
+                affinity_seen = crate::sys::get_affinity(pid).ok().map(|g| vec![g]);
+            }
             rel.truncate(base);
             rel.push_str("status");
             proc_.read(&rel, buf).ok()?;
@@ -196,6 +306,7 @@ impl ProcReader {
             ProcCache {
                 sample: sample.clone(),
                 threads_read: req.threads || kernel_thread,
+                affinity_seen,
             },
         );
         Some(sample)

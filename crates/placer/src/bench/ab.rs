@@ -1387,6 +1387,10 @@ pub fn run(args: Args) -> Result<()> {
         return worker(w);
     }
     let workload = check_inputs(&args)?;
+    // A server's children killed with it are reaped here, not left to init (sys doc).
+    if let Err(e) = placer_linux::sys::become_subreaper() {
+        tracing::debug!("not a subreaper ({e}): killed servers' children are init's to reap");
+    }
     placer_linux::sys::set_signal_handler(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP], on_signal)
         .context("installing signal handlers")?;
     let work = tempdir("", 0o700)?;

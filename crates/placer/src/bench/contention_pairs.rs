@@ -63,12 +63,16 @@ impl Drop for Group {
             if let Ok(Some(_)) = self.0.try_wait() {
                 // The shell is gone; its children may not be.
                 let _ = placer_linux::sys::kill_group(pgid, libc::SIGKILL);
+                // Those that came back to us (a subreaper: `placer ab`) are reaped, so
+                // that none is left listed once the caller goes on.
+                placer_linux::sys::reap_group(pgid, Instant::now() + Duration::from_secs(2));
                 return;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
         let _ = placer_linux::sys::kill_group(pgid, libc::SIGKILL);
         let _ = self.0.wait();
+        placer_linux::sys::reap_group(pgid, Instant::now() + Duration::from_secs(2));
     }
 }
 

@@ -143,13 +143,7 @@ impl ProcReader {
             }
             rel.clear();
             let _ = write!(rel, "{pid}/cgroup");
-            // As a full read: a cgroup file that vanished is a process gone, any other
-            // error leaves it unknown.
-            let cgroup: Arc<str> = match proc_.read(&rel, buf) {
-                Ok(()) => parse_cgroup(buf).into(),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
-                Err(_) => Arc::from(""),
-            };
+            let cgroup = read_cgroup(proc_, &rel, buf)?;
             if *p.cgroup != *cgroup {
                 p.cgroup = cgroup;
             }
@@ -243,11 +237,7 @@ impl ProcReader {
                 None => {
                     rel.truncate(base);
                     rel.push_str("cgroup");
-                    match proc_.read(&rel, buf) {
-                        Ok(()) => cgroup = parse_cgroup(buf).into(),
-                        Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
-                        Err(_) => {}
-                    }
+                    cgroup = read_cgroup(proc_, &rel, buf)?;
                 }
             }
         }
@@ -424,5 +414,15 @@ impl ProcReader {
             break;
         }
         threads
+    }
+}
+
+/// A process's `cgroup` file (`rel`, under /proc): `None` when it vanished (the process is
+/// gone), "" when it could not be read otherwise (left unknown).
+fn read_cgroup(proc_: &Dir, rel: &str, buf: &mut String) -> Option<Arc<str>> {
+    match proc_.read(rel, buf) {
+        Ok(()) => Some(parse_cgroup(buf).into()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(_) => Some(Arc::from("")),
     }
 }

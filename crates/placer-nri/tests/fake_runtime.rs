@@ -439,23 +439,7 @@ const HANG: Duration = Duration::from_secs(5);
 /// The runtime's budget for one request (containerd's default plugin request timeout).
 const BUDGET: Duration = Duration::from_secs(2);
 
-/// A small deterministic generator (xorshift64*): the same faults on every run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
-}
+use placer_testkit::Rng;
 
 /// A runtime that calls the plugin with raw messages on connection 1 (`calls`) and serves
 /// the runtime service on connection 2 with ttrpc.
@@ -721,7 +705,7 @@ fn malformed(rng: &mut Rng, raw: &mut Raw, i: usize) -> (u32, &'static str) {
                 "StateChange",
                 api::StateChangeEvent::new().write_to_bytes().unwrap(),
             );
-            m[9] = rng.next() as u8;
+            m[9] = rng.next_u64() as u8;
             (m, "odd flags")
         }
     };

@@ -18,6 +18,26 @@ pub mod proc;
 
 pub use fake_root::FakeRoot;
 
+/// A small deterministic generator (xorshift64*): the same faults, resamples and orders on
+/// every run of a test that draws from it.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    /// A number in 0..n.
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next_u64() as u8).collect()
+    }
+}
+
 /// The environment variable that turns every skip into a failure.
 pub const REQUIRE_ROOT_ENV: &str = "PLACER_REQUIRE_ROOT";
 

@@ -776,20 +776,15 @@ fn placer_bin() -> std::path::PathBuf {
 /// A percentile bootstrap 95% interval of `quantile(with, q) - quantile(without, q)`: 2,000
 /// resamples of each side, from a fixed seed so that a rerun on the same data agrees.
 fn added_interval_ms(without: &[f64], with: &[f64], q: f64) -> (f64, f64) {
-    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
-    let mut draw = |n: usize| {
-        // xorshift64*: enough for resampling indices.
-        state ^= state >> 12;
-        state ^= state << 25;
-        state ^= state >> 27;
-        (state.wrapping_mul(0x2545_f491_4f6c_dd1d) % n as u64) as usize
-    };
+    let mut rng = placer_testkit::Rng(0x9e37_79b9_7f4a_7c15);
     let mut diffs: Vec<f64> = (0..2000)
         .map(|_| {
             let a: Vec<f64> = (0..without.len())
-                .map(|_| without[draw(without.len())])
+                .map(|_| without[rng.below(without.len())])
                 .collect();
-            let b: Vec<f64> = (0..with.len()).map(|_| with[draw(with.len())]).collect();
+            let b: Vec<f64> = (0..with.len())
+                .map(|_| with[rng.below(with.len())])
+                .collect();
             quantile(&b, q) - quantile(&a, q)
         })
         .collect();

@@ -961,23 +961,7 @@ mod nri_faults {
     /// No fault may hold placer longer than this.
     pub const HANG: Duration = Duration::from_secs(5);
 
-    /// A small deterministic generator (xorshift64*): the same faults on every run.
-    pub struct Rng(pub u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-        }
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
-        }
-        fn bytes(&mut self, n: usize) -> Vec<u8> {
-            (0..n).map(|_| self.next() as u8).collect()
-        }
-    }
+    pub use placer_testkit::Rng;
 
     /// A raw ttrpc header: payload length, stream id, type, flags.
     fn header(len: u32, stream: u32, type_: u8, flags: u8) -> Vec<u8> {

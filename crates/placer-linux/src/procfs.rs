@@ -4,7 +4,7 @@
 //! content instead of failing: a truncated line or an unexpected field never panics and
 //! never costs the rest of the sample. The I/O lives in [`crate::sampler`].
 
-use placer_core::sample::CpuTimes;
+use placer_core::sample::{CpuTimes, NicCounters};
 use placer_core::CpuSet;
 
 /// `PF_KTHREAD` in the `flags` field (9) of /proc/PID/stat (include/linux/sched.h).
@@ -160,7 +160,6 @@ pub fn parse_proc_stat(text: &str) -> Vec<CpuTimes> {
     out
 }
 
-/// The socket inode of an fd link target `socket:[12345]`, else `None`.
 /// Time on CPU, ns, from a `proc/PID/task/TID/schedstat` line (`run_ns wait_ns slices`):
 /// nanosecond resolution where `stat`'s ticks have 10 ms (for measuring small shares).
 pub fn parse_schedstat_run_ns(text: &str) -> Option<u64> {
@@ -180,6 +179,36 @@ pub fn parse_tcp_segments(text: &str) -> Option<(u64, u64)> {
     Some((get("InSegs")?, get("OutSegs")?))
 }
 
+/// Each interface's cumulative counters from `/proc/net/dev` (two header lines, then
+/// `name: rx_bytes rx_packets 6 more  tx_bytes tx_packets 6 more`; a long name runs into
+/// its first figure, `enp0s31f6:123`), sorted by name; a malformed line is left out.
+pub fn parse_net_dev(text: &str) -> Vec<NicCounters> {
+    let mut v: Vec<NicCounters> = text
+        .lines()
+        .filter_map(|l| {
+            let (name, rest) = l.split_once(':')?;
+            let f: Vec<u64> = rest
+                .split_whitespace()
+                .map(str::parse)
+                .collect::<Result<_, _>>()
+                .ok()?;
+            if f.len() < 10 {
+                return None;
+            }
+            Some(NicCounters {
+                name: name.trim().to_string(),
+                rx_bytes: f[0],
+                rx_packets: f[1],
+                tx_bytes: f[8],
+                tx_packets: f[9],
+            })
+        })
+        .collect();
+    v.sort_by(|a, b| a.name.cmp(&b.name));
+    v
+}
+
+/// The socket inode of an fd link target `socket:[12345]`, else `None`.
 pub fn socket_inode(link: &[u8]) -> Option<u64> {
     let s = link.strip_prefix(b"socket:[")?.strip_suffix(b"]")?;
     std::str::from_utf8(s).ok()?.parse().ok()
@@ -225,6 +254,39 @@ mod tests {
         // kthreadd itself: pid 2, ppid 0, flag present or not.
         let k2 = parse_pid_stat("2 (kthreadd) S 0 0 0 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 1").unwrap();
         assert!(k2.is_kernel_thread());
+    }
+
+    #[test]
+    fn net_dev_short_and_long_names_and_junk() {
+        let t = "Inter-|   Receive                                                |  Transmit\n \
+            face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n\
+            \x20 eth0: 5545 25325 0 0 0 0 0 0 19587 18888 0 0 0 0 0 0\n\
+            \x20   lo: 47 38 0 0 0 0 0 0 47 38 0 0 0 0 0 0\n\
+            enp0s31f6:123456789012 7 0 0 0 0 0 0 9 8 0 0 0 0 0 0\n\
+            \x20 bad0: 1 2 three 0 0 0 0 0 4 5 0 0 0 0 0 0\n\
+            \x20 cut0: 1 2 3\n";
+        let v = parse_net_dev(t);
+        let got: Vec<(&str, u64, u64, u64, u64)> = v
+            .iter()
+            .map(|n| {
+                (
+                    n.name.as_str(),
+                    n.rx_bytes,
+                    n.rx_packets,
+                    n.tx_bytes,
+                    n.tx_packets,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("enp0s31f6", 123_456_789_012, 7, 9, 8),
+                ("eth0", 5545, 25325, 19587, 18888),
+                ("lo", 47, 38, 47, 38),
+            ]
+        );
+        assert!(parse_net_dev("").is_empty());
     }
 
     #[test]

@@ -110,7 +110,8 @@ use sockets::SocketReader;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-pub use system::{read_cpu_freqs, read_nic_counters};
+pub use system::read_cpu_freqs;
+use system::read_nic_counters;
 
 /// Counters of the work the sampler did in its last sample (for tests and the bench).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -568,7 +569,7 @@ impl Sampler {
         };
         let (nics, cpu_freqs) = if req.nics {
             (
-                read_nic_counters(&self.root),
+                read_nic_counters(self.proc.as_ref().expect("opened above"), &mut self.buf),
                 read_cpu_freqs(&self.root, cpus.iter().map(|c| c.cpu)),
             )
         } else {
@@ -1188,6 +1189,46 @@ Cpus_allowed_list:	1
             s.last_stats.fd_dirs_scanned
         );
         assert!(!s.last_stats.full_rescan);
+    }
+
+    #[test]
+    fn nic_counters_from_net_dev_are_sysfs_figures() {
+        // Sysfs read before, the sampler's one file after: the same interfaces, each
+        // counter at least what sysfs said (they only grow) and, with this machine's
+        // traffic, not far past it.
+        let sys = Path::new("/sys/class/net");
+        let read = |n: &str, f: &str| -> u64 {
+            crate::attr::read_u64(&sys.join(n).join("statistics").join(f)).unwrap()
+        };
+        let mut names: Vec<String> = fs::read_dir(sys)
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .collect();
+        names.sort();
+        let before: Vec<[u64; 4]> = names
+            .iter()
+            .map(|n| {
+                [
+                    read(n, "rx_bytes"),
+                    read(n, "rx_packets"),
+                    read(n, "tx_bytes"),
+                    read(n, "tx_packets"),
+                ]
+            })
+            .collect();
+        let proc = Dir::open(Path::new("/proc")).unwrap();
+        let got = read_nic_counters(&proc, &mut String::new());
+        let got_names: Vec<&str> = got.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(
+            got_names,
+            names.iter().map(String::as_str).collect::<Vec<_>>()
+        );
+        for (n, b) in got.iter().zip(&before) {
+            let now = [n.rx_bytes, n.rx_packets, n.tx_bytes, n.tx_packets];
+            for (x, y) in now.iter().zip(b) {
+                assert!(x >= y && x - y < 1 << 30, "{}: {now:?} after {b:?}", n.name);
+            }
+        }
     }
 
     use placer_testkit::proc::spinner;

@@ -4,38 +4,19 @@
 use super::plan;
 use crate::perf::CounterSource;
 use crate::pid::{PidMap, PidSet};
-use placer_core::sample::ProcSample;
+use crate::sys::Dir;
+use placer_core::sample::{NicCounters, ProcSample};
 use std::collections::BTreeMap;
-use std::fs;
 use std::path::Path;
 
-/// Cumulative counters of every interface under `root/sys/class/net`, sorted by name; an
-/// interface whose counters cannot be read (it vanished mid-read) is left out.
-pub fn read_nic_counters(root: &Path) -> Vec<placer_core::sample::NicCounters> {
-    let dir = root.join("sys/class/net");
-    let Ok(entries) = fs::read_dir(&dir) else {
-        return Vec::new();
-    };
-    let mut names: Vec<String> = entries
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .collect();
-    names.sort();
-    let read = |name: &str, file: &str| -> Option<u64> {
-        let p = dir.join(name).join("statistics").join(file);
-        crate::attr::read_u64(&p)
-    };
-    names
-        .into_iter()
-        .filter_map(|name| {
-            Some(placer_core::sample::NicCounters {
-                rx_packets: read(&name, "rx_packets")?,
-                rx_bytes: read(&name, "rx_bytes")?,
-                tx_packets: read(&name, "tx_packets")?,
-                tx_bytes: read(&name, "tx_bytes")?,
-                name,
-            })
-        })
-        .collect()
+/// Cumulative counters of every interface of this network namespace, sorted by name: one
+/// file (`proc/self/net/dev`) instead of four sysfs files per interface (the same
+/// `dev_get_stats` figures); none when it cannot be read.
+pub(super) fn read_nic_counters(proc: &Dir, buf: &mut String) -> Vec<NicCounters> {
+    match proc.read("self/net/dev", buf) {
+        Ok(()) => crate::procfs::parse_net_dev(buf),
+        Err(_) => Vec::new(),
+    }
 }
 
 /// Current frequency of each CPU that has cpufreq (`scaling_cur_freq`, kHz).

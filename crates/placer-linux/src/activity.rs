@@ -6,8 +6,10 @@
 //! ([`crate::proc_events`]: forks, execs, exits). Either may be missing (no root, no BTF or
 //! raw tracepoints, another network namespace); the sampler then falls back to the /proc
 //! path for that part, and `placer top` / the daemon say so once through the sources.
+//! Beside them, a count of the kernel's cgroup moves ([`crate::bpf::CgroupMoves`]) lets the
+//! sampler keep an idle process's cgroup without reading its file while nothing moved.
 
-use crate::bpf::{CpuCollector, ProcCpu};
+use crate::bpf::{CgroupMoves, CpuCollector, ProcCpu};
 use crate::proc_events::{ProcEvent, ProcEvents};
 use placer_core::sample::{Source, SourceKind};
 
@@ -21,6 +23,10 @@ pub struct Activity {
     /// Process births, execs and exits in order; `None` = unknown (no connector, or events
     /// were lost): /proc must be listed.
     pub events: Option<Vec<ProcEvent>>,
+    /// The kernel's count of cgroup moves ([`crate::bpf::CgroupMoves`]), taken before any
+    /// file of the sample is read; `None` = unknown: a process's `cgroup` file must be read
+    /// again at its refresh.
+    pub cgroup_moves: Option<u64>,
 }
 
 /// A source of [`Activity`]: the kernel's ([`KernelActivity`]) or a script (benchmarks on
@@ -35,6 +41,7 @@ pub trait ActivitySource: Send {
 pub struct KernelActivity {
     cpu: Result<CpuCollector, String>,
     events: Result<ProcEvents, String>,
+    moves: Result<CgroupMoves, String>,
 }
 
 impl KernelActivity {
@@ -42,6 +49,7 @@ impl KernelActivity {
         KernelActivity {
             cpu: CpuCollector::open().map_err(|e| e.to_string()),
             events: ProcEvents::open().map_err(|e| e.to_string()),
+            moves: CgroupMoves::open().map_err(|e| e.to_string()),
         }
     }
 
@@ -71,7 +79,16 @@ impl ActivitySource for KernelActivity {
             }
             Err(_) => None,
         };
-        Activity { ran, events }
+        let cgroup_moves = self.moves.as_ref().ok().and_then(|m| {
+            m.count()
+                .map_err(|e| tracing::debug!("cgroup-move count: {e}"))
+                .ok()
+        });
+        Activity {
+            ran,
+            events,
+            cgroup_moves,
+        }
     }
 
     fn sources(&self) -> Vec<Source> {
@@ -79,12 +96,17 @@ impl ActivitySource for KernelActivity {
             Source {
                 name: SourceKind::Ebpf,
                 available: self.cpu.is_ok(),
-                detail: match &self.cpu {
-                    Ok(_) => format!(
-                        "CPU time per thread from sched_switch and the tick ({}); idle processes are not read",
-                        crate::bpf::PROG_NAME
+                detail: match (&self.cpu, &self.moves) {
+                    (Ok(_), Ok(_)) => format!(
+                        "CPU time per thread from sched_switch and the tick ({}); idle processes are not read; cgroup moves counted ({}): an idle process's cgroup is read again only after one",
+                        crate::bpf::PROG_NAME,
+                        crate::bpf::CGROUP_MOVES_PROG_NAME,
                     ),
-                    Err(e) => format!("eBPF CPU collector: {e}; reading every /proc/PID/stat"),
+                    (Ok(_), Err(e)) => format!(
+                        "CPU time per thread from sched_switch and the tick ({}); idle processes are not read; cgroup-move counter: {e}: an idle process's cgroup is read again at each refresh",
+                        crate::bpf::PROG_NAME,
+                    ),
+                    (Err(e), _) => format!("eBPF CPU collector: {e}; reading every /proc/PID/stat"),
                 },
             },
             Source {
@@ -126,6 +148,7 @@ impl ActivitySource for ScriptedActivity {
         next.unwrap_or(Activity {
             ran: Some(Default::default()),
             events: Some(Vec::new()),
+            cgroup_moves: None,
         })
     }
     fn sources(&self) -> Vec<Source> {

@@ -46,11 +46,17 @@ const BPF_MAP_LOOKUP_AND_DELETE_BATCH: libc::c_int = 25;
 const BPF_ENABLE_STATS: libc::c_int = 32;
 
 const BPF_MAP_TYPE_HASH: u32 = 1;
+const BPF_MAP_TYPE_ARRAY: u32 = 2;
 const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
 const BPF_PROG_TYPE_RAW_TRACEPOINT: u32 = 17;
 
 /// The program's name, as `bpftool prog` and [`loaded_programs_named`] show it.
 pub const PROG_NAME: &str = "placer_cpu";
+/// The cgroup-move counter's program ([`CgroupMoves`]).
+pub const CGROUP_MOVES_PROG_NAME: &str = "placer_cgmove";
+/// Every program placer may load (what a measure of its in-kernel cost sums, and what
+/// must be gone when it stops).
+pub const PROG_NAMES: [&str; 2] = [PROG_NAME, CGROUP_MOVES_PROG_NAME];
 /// Threads the map can hold between two drains (one sample); beyond it, new threads are
 /// not accounted until the next drain (counted in [`Drain::lost_full`] when seen). The map
 /// is preallocated: 65,536 entries of 32 bytes cost the kernel a few MiB.
@@ -216,6 +222,15 @@ impl Asm {
     fn exit(&mut self) -> &mut Self {
         self.op(0x95, 0, 0, 0, 0)
     }
+    /// `r0 = &map[0]` (u32 key 0 at fp-4), or on to `missing` when there is no entry.
+    fn lookup_first(&mut self, map: &OwnedFd, missing: &'static str) -> &mut Self {
+        self.st_w_imm(FP, -4, 0)
+            .ld_map(R1, map)
+            .mov(R2, FP)
+            .add_imm(R2, -4)
+            .call(MAP_LOOKUP_ELEM)
+            .jeq_imm(R0, 0, missing)
+    }
     fn label(&mut self, name: &'static str) -> &mut Self {
         self.labels.insert(name, self.insns.len());
         self
@@ -234,12 +249,7 @@ impl Asm {
 /// at fp-24.
 fn program(last_switch: &OwnedFd, cpu: &OwnedFd) -> Vec<Insn> {
     let mut a = Asm::default();
-    a.st_w_imm(FP, -4, 0)
-        .ld_map(R1, last_switch)
-        .mov(R2, FP)
-        .add_imm(R2, -4)
-        .call(MAP_LOOKUP_ELEM)
-        .jeq_imm(R0, 0, "out")
+    a.lookup_first(last_switch, "out")
         .mov(R7, R0) // &last switch time on this CPU
         .call(KTIME_GET_NS)
         .mov(R8, R0)
@@ -281,6 +291,112 @@ fn program(last_switch: &OwnedFd, cpu: &OwnedFd) -> Vec<Insn> {
         .mov_imm(R0, 0)
         .exit();
     a.finish()
+}
+
+/// Loads a raw-tracepoint program; on failure, loads it again with the verifier's log to
+/// say why.
+fn load_program(insns: &[Insn], name: &str) -> io::Result<OwnedFd> {
+    let license = c"Dual MIT/GPL";
+    let load = |log: Option<&mut [u8]>| {
+        let mut a = Attr::new()
+            .u32(0, BPF_PROG_TYPE_RAW_TRACEPOINT)
+            .u32(4, insns.len() as u32)
+            .u64(8, ptr(insns.as_ptr()))
+            .u64(16, ptr(license.as_ptr()))
+            .name(48, name);
+        if let Some(log) = log {
+            a = a
+                .u32(24, 1)
+                .u32(28, log.len() as u32)
+                .u64(32, ptr(log.as_mut_ptr()));
+        }
+        a.fd(BPF_PROG_LOAD)
+    };
+    load(None).map_err(|e| {
+        let mut log = vec![0u8; 64 * 1024];
+        drop(load(Some(&mut log)));
+        let text = String::from_utf8_lossy(&log);
+        let last = text.trim_end_matches('\0').lines().last().unwrap_or("");
+        io::Error::new(e.kind(), format!("{e}; verifier: {last}"))
+    })
+}
+
+/// Attaches `prog` to the raw tracepoint `tp`; the link detaches when dropped.
+fn attach(prog: &OwnedFd, tp: &std::ffi::CStr) -> io::Result<OwnedFd> {
+    Attr::new()
+        .u64(0, ptr(tp.as_ptr()))
+        .u32(8, prog.as_raw_fd() as u32)
+        .fd(BPF_RAW_TRACEPOINT_OPEN)
+}
+
+/// The cgroup-move counter's program: adds one to the only entry of `count`.
+fn count_program(count: &OwnedFd) -> Vec<Insn> {
+    let mut a = Asm::default();
+    a.lookup_first(count, "out")
+        .mov_imm(R1, 1)
+        .atomic_add_dw(R0, 0, R1)
+        .label("out")
+        .mov_imm(R0, 0)
+        .exit();
+    a.finish()
+}
+
+/// The kernel's tracepoints at every change of what `/proc/PID/cgroup` says of a process
+/// other than its birth: a task attached to a cgroup (a write to `cgroup.procs` or
+/// `tasks`, a runtime's move), a v1 hierarchy's tasks moved to its parent (a cpuset left
+/// without CPUs), a cgroup renamed, a hierarchy mounted, remounted or gone.
+const CGROUP_MOVE_TRACEPOINTS: [&std::ffi::CStr; 6] = [
+    c"cgroup_attach_task",
+    c"cgroup_transfer_tasks",
+    c"cgroup_rename",
+    c"cgroup_setup_root",
+    c"cgroup_remount",
+    c"cgroup_destroy_root",
+];
+
+/// A count of the kernel's cgroup moves since it was opened: while it stands still, no
+/// process changed cgroup, and a sleeping process's `cgroup` file need not be read again
+/// (the sampler's rule 3). All of [`CGROUP_MOVE_TRACEPOINTS`] or nothing: a count that
+/// misses one kind of move would vouch for a file that changed.
+pub struct CgroupMoves {
+    count: OwnedFd,
+    _prog: OwnedFd,
+    _links: Vec<OwnedFd>,
+}
+
+impl CgroupMoves {
+    pub fn open() -> io::Result<CgroupMoves> {
+        let count = map_create(BPF_MAP_TYPE_ARRAY, 4, 8, 1, "placer_cgmoves")?;
+        let prog = load_program(&count_program(&count), CGROUP_MOVES_PROG_NAME)?;
+        let links = CGROUP_MOVE_TRACEPOINTS
+            .iter()
+            .map(|tp| {
+                attach(&prog, tp).map_err(|e| {
+                    io::Error::new(
+                        e.kind(),
+                        format!("tracepoint {}: {e}", tp.to_string_lossy()),
+                    )
+                })
+            })
+            .collect::<io::Result<_>>()?;
+        Ok(CgroupMoves {
+            count,
+            _prog: prog,
+            _links: links,
+        })
+    }
+
+    /// Moves counted so far.
+    pub fn count(&self) -> io::Result<u64> {
+        let key = 0u32;
+        let mut value = [0u8; 8];
+        Attr::new()
+            .u32(0, self.count.as_raw_fd() as u32)
+            .u64(8, ptr(&key))
+            .u64(16, ptr(value.as_mut_ptr()))
+            .call(BPF_MAP_LOOKUP_ELEM)?;
+        Ok(u64::from_ne_bytes(value))
+    }
 }
 
 /// One thread's CPU time since the previous drain.
@@ -339,46 +455,9 @@ impl CpuCollector {
             MAX_THREADS,
             "placer_cpu_ns",
         )?;
-        let insns = program(&last_switch, &cpu);
-        let license = c"Dual MIT/GPL";
-        let mut log = vec![0u8; 64 * 1024];
-        let load = Attr::new()
-            .u32(0, BPF_PROG_TYPE_RAW_TRACEPOINT)
-            .u32(4, insns.len() as u32)
-            .u64(8, ptr(insns.as_ptr()))
-            .u64(16, ptr(license.as_ptr()))
-            .name(48, PROG_NAME)
-            .fd(BPF_PROG_LOAD);
-        let prog = match load {
-            Ok(p) => p,
-            Err(e) => {
-                // Load again with the verifier's log to say why.
-                let again = Attr::new()
-                    .u32(0, BPF_PROG_TYPE_RAW_TRACEPOINT)
-                    .u32(4, insns.len() as u32)
-                    .u64(8, ptr(insns.as_ptr()))
-                    .u64(16, ptr(license.as_ptr()))
-                    .u32(24, 1)
-                    .u32(28, log.len() as u32)
-                    .u64(32, ptr(log.as_mut_ptr()))
-                    .name(48, PROG_NAME)
-                    .fd(BPF_PROG_LOAD);
-                drop(again);
-                let text = String::from_utf8_lossy(&log);
-                let last = text.trim_end_matches('\0').lines().last().unwrap_or("");
-                return Err(io::Error::new(e.kind(), format!("{e}; verifier: {last}")));
-            }
-        };
-        let tp = c"sched_switch";
-        let link = Attr::new()
-            .u64(0, ptr(tp.as_ptr()))
-            .u32(8, prog.as_raw_fd() as u32)
-            .fd(BPF_RAW_TRACEPOINT_OPEN)?;
-        let tick = c"hrtimer_expire_entry";
-        let tick_link = Attr::new()
-            .u64(0, ptr(tick.as_ptr()))
-            .u32(8, prog.as_raw_fd() as u32)
-            .fd(BPF_RAW_TRACEPOINT_OPEN)
+        let prog = load_program(&program(&last_switch, &cpu), PROG_NAME)?;
+        let link = attach(&prog, c"sched_switch")?;
+        let tick_link = attach(&prog, c"hrtimer_expire_entry")
             .map_err(|e| tracing::debug!("eBPF collector on hrtimer_expire_entry: {e}"))
             .ok();
         Ok(CpuCollector {
@@ -564,12 +643,12 @@ impl RunTimeStats {
     }
 }
 
-/// The summed run time (ns) and run count of the loaded programs with this name, as
+/// The summed run time (ns) and run count of the loaded programs with these names, as
 /// counted while [`RunTimeStats`] is held: what they cost inside the kernel, charged to
 /// whichever task they ran beside.
-pub fn programs_run_time(name: &str) -> io::Result<(u64, u64)> {
+pub fn programs_run_time(names: &[&str]) -> io::Result<(u64, u64)> {
     let (mut ns, mut runs) = (0, 0);
-    for p in program_run_times(name)? {
+    for p in program_run_times(names)? {
         ns += p.run_time_ns;
         runs += p.runs;
     }
@@ -585,13 +664,13 @@ pub struct ProgramRunTime {
     pub runs: u64,
 }
 
-/// Each loaded program with this name, by id: a window's cost is taken per program, so
-/// that a program loaded or unloaded during it (another daemon's, a test's) neither
-/// counts nor makes the sum go back.
-pub fn program_run_times(name: &str) -> io::Result<Vec<ProgramRunTime>> {
+/// Each loaded program with one of these names, by id: a window's cost is taken per
+/// program, so that a program loaded or unloaded during it (another daemon's, a test's)
+/// neither counts nor makes the sum go back.
+pub fn program_run_times(names: &[&str]) -> io::Result<Vec<ProgramRunTime>> {
     let mut found = Vec::new();
     for_each_program(|info| {
-        if prog_name(info) == name.as_bytes() {
+        if names.iter().any(|n| prog_name(info) == n.as_bytes()) {
             let at = |o: usize| u64::from_ne_bytes(info[o..o + 8].try_into().expect("8 bytes"));
             // struct bpf_prog_info: id at byte 4, run_time_ns at 192, run_cnt at 200.
             found.push(ProgramRunTime {
@@ -656,8 +735,11 @@ fn for_each_program(mut f: impl FnMut(&[u8])) -> io::Result<()> {
 
 /// Ids of the loaded BPF programs with this name (tests check nothing of placer's is left
 /// loaded after it stops; needs root).
-pub fn loaded_programs_named(name: &str) -> io::Result<Vec<u32>> {
-    Ok(program_run_times(name)?.into_iter().map(|p| p.id).collect())
+pub fn loaded_programs_named(names: &[&str]) -> io::Result<Vec<u32>> {
+    Ok(program_run_times(names)?
+        .into_iter()
+        .map(|p| p.id)
+        .collect())
 }
 
 #[cfg(test)]
@@ -680,19 +762,20 @@ mod tests {
     }
 
     #[test]
-    fn the_program_ends_in_exit_and_every_jump_stays_inside() {
+    fn the_programs_end_in_exit_and_every_jump_stays_inside() {
         // Any fds do for the encoding.
         let f1 = OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
         let f2 = OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
-        let p = program(&f1, &f2);
-        assert_eq!(p.last().unwrap().code, 0x95);
-        for (i, insn) in p.iter().enumerate() {
-            if insn.code == 0x15 || insn.code == 0x05 {
-                let to = i as isize + 1 + insn.off as isize;
-                assert!(
-                    to > i as isize && (to as usize) < p.len(),
-                    "jump at {i} to {to}"
-                );
+        for p in [program(&f1, &f2), count_program(&f1)] {
+            assert_eq!(p.last().unwrap().code, 0x95);
+            for (i, insn) in p.iter().enumerate() {
+                if insn.code == 0x15 || insn.code == 0x05 {
+                    let to = i as isize + 1 + insn.off as isize;
+                    assert!(
+                        to > i as isize && (to as usize) < p.len(),
+                        "jump at {i} to {to}"
+                    );
+                }
             }
         }
     }
@@ -703,7 +786,7 @@ mod tests {
     fn check_collector(per_entry: bool) {
         placer_testkit::require_root();
         let _one = REAL.lock().unwrap_or_else(|e| e.into_inner());
-        let before = loaded_programs_named(PROG_NAME).unwrap();
+        let before = loaded_programs_named(&[PROG_NAME]).unwrap();
         let mut c = match CpuCollector::open() {
             Ok(c) => c,
             Err(e) => {
@@ -719,8 +802,8 @@ mod tests {
             "no hrtimer_expire_entry tracepoint"
         );
         let stats = RunTimeStats::enable().unwrap();
-        let (ns0, runs0) = programs_run_time(PROG_NAME).unwrap();
-        let ours: Vec<u32> = loaded_programs_named(PROG_NAME)
+        let (ns0, runs0) = programs_run_time(&[PROG_NAME]).unwrap();
+        let ours: Vec<u32> = loaded_programs_named(&[PROG_NAME])
             .unwrap()
             .into_iter()
             .filter(|id| !before.contains(id))
@@ -785,7 +868,7 @@ mod tests {
             assert!((t.last_cpu as u64) < cpus, "{t:?}");
         }
         // Its own cost in the kernel was counted while the stats were on.
-        let (ns1, runs1) = programs_run_time(PROG_NAME).unwrap();
+        let (ns1, runs1) = programs_run_time(&[PROG_NAME]).unwrap();
         assert!(
             runs1 > runs0 && ns1 > ns0,
             "{runs0}..{runs1} runs, {ns0}..{ns1} ns"
@@ -797,7 +880,10 @@ mod tests {
         drop(c);
         // The kernel frees a detached program after an RCU grace period: wait for it.
         let t = std::time::Instant::now();
-        while loaded_programs_named(PROG_NAME).unwrap().contains(&ours[0]) {
+        while loaded_programs_named(&[PROG_NAME])
+            .unwrap()
+            .contains(&ours[0])
+        {
             assert!(
                 t.elapsed().as_secs() < 5,
                 "program {} still loaded",

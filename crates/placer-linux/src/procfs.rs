@@ -102,8 +102,11 @@ pub fn parse_status(text: &str) -> PidStatus {
 }
 
 /// Parses /proc/PID/cgroup: the v2 unified path (`0::/path`) when present, else the
-/// `cpuset` hierarchy's path, else the first hierarchy's. Empty when nothing parses.
+/// `cpuset` hierarchy's path, else the first hierarchy's. Empty when nothing parses. A
+/// unified path of `/` beside v1 hierarchies says nothing (a v1 machine lists `0::/` for
+/// every process, cgroup2 mounted or not): the v1 path is taken then.
 pub fn parse_cgroup(text: &str) -> String {
+    let mut unified: Option<&str> = None;
     let mut first: Option<&str> = None;
     let mut cpuset: Option<&str> = None;
     for line in text.lines() {
@@ -112,14 +115,22 @@ pub fn parse_cgroup(text: &str) -> String {
             continue;
         };
         if id == "0" && ctrls.is_empty() {
-            return path.to_string();
+            unified = Some(path);
+            continue;
         }
         if ctrls.split(',').any(|c| c == "cpuset") {
             cpuset = Some(path);
         }
         first.get_or_insert(path);
     }
-    cpuset.or(first).unwrap_or_default().to_string()
+    let v1 = cpuset.or(first);
+    match unified {
+        Some("/") if v1.is_some() => v1,
+        Some(u) => Some(u),
+        None => v1,
+    }
+    .unwrap_or_default()
+    .to_string()
 }
 
 /// Parses the `cpuN` lines of /proc/stat (the aggregate `cpu` line is skipped). Lines with
@@ -328,6 +339,10 @@ mod tests {
         assert_eq!(parse_cgroup("3:memory:/m\n"), "/m");
         let hybrid = "5:cpuset:/c\n0::/u\n";
         assert_eq!(parse_cgroup(hybrid), "/u");
+        // A v1 machine's `0::/` (this VM's): the cpuset path counts.
+        let v1_machine = "9:name=systemd:/\n3:cpuset:/zz\n1:cpu:/\n0::/\n";
+        assert_eq!(parse_cgroup(v1_machine), "/zz");
+        assert_eq!(parse_cgroup("0::/\n"), "/");
         assert_eq!(parse_cgroup("garbage\n"), "");
         assert_eq!(parse_cgroup(""), "");
     }

@@ -48,8 +48,10 @@
 //!    reads nothing. On this machine's root its `status` files are not read either while
 //!    `sched_getaffinity` of the process and its threads says what it said at its last
 //!    refresh (it gives the allowed CPUs that are active: a change confined to CPUs
-//!    inactive both times shows when they come back). A process is read in full at once
-//!    after an exec;
+//!    inactive both times shows when they come back). Nor is its `cgroup` while the
+//!    kernel's count of cgroup moves ([`crate::bpf::CgroupMoves`]: attach, transfer,
+//!    rename, hierarchy set-up and removal) stands where it stood before the file was last
+//!    read: nothing changed cgroup since. A process is read in full at once after an exec;
 //! 4. numa_maps and fd counts are read only for processes that ran (numa_maps on the /proc
 //!    path too: for processes whose files were read again; and for those refreshed by
 //!    rule 3, since reclaim or another process can move a sleeping process's pages);
@@ -139,6 +141,9 @@ pub struct SampleStats {
     /// Of those, the ones whose `status` was not read either: `sched_getaffinity` said
     /// what it said at their last refresh.
     pub status_spared: usize,
+    /// Of those, the ones whose `cgroup` was not read either: the kernel counted no
+    /// cgroup move since it was last read.
+    pub cgroup_spared: usize,
 }
 
 /// Where the last sample's time went: the sampling thread's CPU time (user + kernel) in
@@ -416,6 +421,7 @@ impl Sampler {
             Some(a) => a.drain(),
             None => Activity::default(),
         };
+        self.procs.cgroup_moves = act.cgroup_moves;
         self.sample_no += 1;
         let listing_due = plan::listing_due(self.procs.cache.is_empty(), self.sample_no);
         let set = plan::process_set(
@@ -927,6 +933,7 @@ mod tests {
             Activity {
                 ran: Some(m),
                 events: Some(Vec::new()),
+                cgroup_moves: None,
             }
         };
         let proc100 = |x: &Sample| x.procs.iter().find(|p| p.pid == 100).unwrap().clone();
@@ -994,6 +1001,7 @@ mod tests {
         script.push(Activity {
             ran: None,
             events: Some(Vec::new()),
+            cgroup_moves: None,
         });
         let s4 = s.sample(req).unwrap();
         assert!(ns(&s4).iter().all(|t| t.1.is_none()), "{:?}", ns(&s4));
@@ -1024,6 +1032,7 @@ mod tests {
         let quiet = || Activity {
             ran: Some(PidMap::default()),
             events: Some(Vec::new()),
+            cgroup_moves: None,
         };
         let req = SampleRequest::default();
         script.push(quiet());
@@ -1059,6 +1068,7 @@ mod tests {
         let quiet = |events: Vec<ProcEvent>| Activity {
             ran: Some(PidMap::default()),
             events: Some(events),
+            cgroup_moves: None,
         };
         let req = SampleRequest {
             threads: true,
@@ -1343,12 +1353,7 @@ Cpus_allowed_list:	1
             placer_testkit::skip("fewer than two CPUs to move a process between");
             return;
         };
-        let child = placer_testkit::proc::KillOnDrop(
-            std::process::Command::new("sleep")
-                .arg("30")
-                .spawn()
-                .expect("sleep"),
-        );
+        let child = placer_testkit::proc::sleeper();
         let pid = child.0.id();
         // A thread of this process that sleeps until told to stop (at most 30 s).
         let (stop, parked) = std::sync::mpsc::channel::<()>();
@@ -1372,6 +1377,7 @@ Cpus_allowed_list:	1
             script.push(Activity {
                 ran: Some(PidMap::default()),
                 events: Some(Vec::new()),
+                cgroup_moves: None,
             });
             s.sample(req).unwrap()
         };
@@ -1412,6 +1418,86 @@ Cpus_allowed_list:	1
         drop(child);
     }
 
+    /// Rule 3 with the kernel's count of cgroup moves: while it stands still no idle
+    /// process's `cgroup` is read again; after a sleeping process is moved, its new cgroup
+    /// shows within a sweep of the window.
+    #[test]
+    #[cfg_attr(not(placer_root), ignore = "needs root")]
+    fn real_idle_refresh_reads_cgroup_only_after_a_counted_move() {
+        use crate::activity::{Activity, ScriptedActivity};
+        placer_testkit::require_root();
+        let moves = match crate::bpf::CgroupMoves::open() {
+            Ok(m) => m,
+            Err(e) => {
+                placer_testkit::skip(&format!("no cgroup-move counter: {e}"));
+                return;
+            }
+        };
+        let name = format!("placer-test-cgmove-{}", std::process::id());
+        let Some(cg) = placer_testkit::cgroup::TestCgroup::create(&name) else {
+            placer_testkit::skip("no cgroup hierarchy to move a process into");
+            return;
+        };
+        let child = placer_testkit::proc::sleeper();
+        let pid = child.0.id();
+        let mut s = Sampler::new(Path::new("/"));
+        s.set_refresh_every(1);
+        let script = ScriptedActivity::default();
+        s.set_activity_source(Box::new(script.clone()));
+        let req = SampleRequest::default();
+        // Nothing ran, nothing came or went; the count is the kernel's.
+        let mut sample = |s: &mut Sampler| {
+            script.push(Activity {
+                ran: Some(PidMap::default()),
+                events: Some(Vec::new()),
+                cgroup_moves: Some(moves.count().unwrap()),
+            });
+            s.sample(req).unwrap()
+        };
+        let n = sample(&mut s).procs.len();
+        let sweep = |s: &mut Sampler, sample: &mut dyn FnMut(&mut Sampler) -> Sample| {
+            let (mut refreshed, mut spared) = (0, 0);
+            let mut last = None;
+            for _ in 0..n.div_ceil(IDLE_REFRESH_BUDGET) + 1 {
+                last = Some(sample(s));
+                refreshed += s.last_stats.procs_refreshed;
+                spared += s.last_stats.cgroup_spared;
+            }
+            (refreshed, spared, last.unwrap())
+        };
+        let cgroup_of = |x: &Sample| {
+            x.procs
+                .iter()
+                .find(|p| p.pid == pid)
+                .map(|p| p.cgroup.to_string())
+        };
+        // Other tests move processes meanwhile (the count then moves and files are read,
+        // as they must be): a sweep with nothing moved spares cgroup files (kernel threads
+        // in the window read none to spare), and the count is checked to have stood still
+        // through it.
+        let t = std::time::Instant::now();
+        loop {
+            let c0 = moves.count().unwrap();
+            let (refreshed, spared, _) = sweep(&mut s, &mut sample);
+            if moves.count().unwrap() == c0 {
+                assert!(spared > 0, "{spared} of {refreshed}");
+                break;
+            }
+            assert!(
+                t.elapsed() < std::time::Duration::from_secs(20),
+                "cgroups never still"
+            );
+        }
+        let before = cgroup_of(&sample(&mut s)).expect("the child is sampled");
+        assert_ne!(before, cg.path);
+        let c0 = moves.count().unwrap();
+        cg.enter(pid).unwrap();
+        assert!(moves.count().unwrap() > c0, "the move was not counted");
+        let (_, _, x) = sweep(&mut s, &mut sample);
+        assert_eq!(cgroup_of(&x), Some(cg.path.clone()));
+        drop(child);
+    }
+
     /// Without threads, a full read notes what sched_getaffinity says: the process's
     /// first refresh already spares its `status`.
     #[test]
@@ -1425,6 +1511,7 @@ Cpus_allowed_list:	1
         let quiet = || Activity {
             ran: Some(PidMap::default()),
             events: Some(Vec::new()),
+            cgroup_moves: None,
         };
         let req = SampleRequest::default();
         s.set_refresh_every(1);

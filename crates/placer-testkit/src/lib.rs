@@ -12,6 +12,7 @@
 //! 3. a root test that finds a tool or kernel feature missing calls [`skip`], which prints a
 //!    visible `SKIPPED:` line, and is a failure under `PLACER_REQUIRE_ROOT=1`.
 
+pub mod cgroup;
 pub mod fake_root;
 pub mod lab;
 pub mod proc;

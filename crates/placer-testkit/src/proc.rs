@@ -81,6 +81,16 @@ impl Drop for KillOnDrop {
     }
 }
 
+/// A child that sleeps (30 s at most) until the guard drops.
+pub fn sleeper() -> KillOnDrop {
+    KillOnDrop(
+        std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("sleep"),
+    )
+}
+
 /// A child shell spinning on a CPU (a builtin loop: all its time is its own) until the
 /// guard drops.
 pub fn spinner() -> KillOnDrop {

@@ -375,8 +375,7 @@ fn power_tables_are_loaded_or_refused_with_their_line() {
     )
     .unwrap();
     // A process for the app to match, killed when the test ends however it ends.
-    let _sleeper =
-        placer_testkit::proc::KillOnDrop(Command::new("sleep").arg("30").spawn().unwrap());
+    let _sleeper = placer_testkit::proc::sleeper();
     let run = || {
         placer()
             .args(["daemon", "--once", "--dry-run", "--json", "--config"])

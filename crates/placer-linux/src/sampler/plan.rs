@@ -190,6 +190,14 @@ pub fn numa_due(fresh: bool, ran: bool, cached: bool) -> bool {
     fresh || ran || !cached
 }
 
+/// Rule 3's `cgroup` read: due unless the kernel's count of cgroup moves is known now and
+/// is what it was before the file was last read (nothing moved since: the file says what
+/// it said). A count taken before a read and compared at the next keeps a move during the
+/// read from being missed.
+pub fn cgroup_due(moves_now: Option<u64>, moves_at_read: Option<u64>) -> bool {
+    moves_now.is_none() || moves_now != moves_at_read
+}
+
 /// The socket dump is skipped when the TCP segment counters (in, out) are known and did
 /// not move since the last dump.
 pub fn socket_dump_due(segments: Option<(u64, u64)>, at_last_dump: Option<(u64, u64)>) -> bool {
@@ -441,6 +449,15 @@ mod tests {
         assert!(numa_due(true, false, true));
         assert!(numa_due(false, true, true));
         assert!(numa_due(false, false, false));
+    }
+
+    #[test]
+    fn cgroup_is_kept_only_while_no_move_was_counted_since_its_read() {
+        assert!(!cgroup_due(Some(7), Some(7)));
+        assert!(cgroup_due(Some(8), Some(7)));
+        assert!(cgroup_due(None, Some(7)));
+        assert!(cgroup_due(None, None));
+        assert!(cgroup_due(Some(7), None), "read when the count was unknown");
     }
 
     #[test]

@@ -27,6 +27,9 @@ pub(super) struct ProcCache {
     /// the same, its allowed CPUs did not change and `status`
     /// is not read again (see [`ProcReader::refresh_idle`]).
     affinity_seen: Option<Vec<CpuSet>>,
+    /// The kernel's count of cgroup moves before `sample.cgroup` was read from its file
+    /// (`None`: unknown); see [`plan::cgroup_due`].
+    cgroup_moves: Option<u64>,
 }
 
 impl ProcCache {
@@ -45,6 +48,8 @@ pub(super) struct ProcReader {
     clk_tck: u32,
     /// The root is this machine's `/`: `sched_getaffinity` sees the same processes.
     real_root: bool,
+    /// The kernel's count of cgroup moves at the start of this sample (`None`: unknown).
+    pub(super) cgroup_moves: Option<u64>,
 }
 
 impl ProcReader {
@@ -53,6 +58,7 @@ impl ProcReader {
             cache: PidMap::default(),
             clk_tck,
             real_root,
+            cgroup_moves: None,
         }
     }
 
@@ -76,7 +82,8 @@ impl ProcReader {
     }
 
     /// Rule 3's refresh of a process the collector says did not run: its `status` (uid,
-    /// allowed CPUs), its `cgroup` and, when threads are asked for and were read last
+    /// allowed CPUs), its `cgroup` (unless the kernel counted no cgroup move since it was
+    /// last read: [`plan::cgroup_due`]) and, when threads are asked for and were read last
     /// time, each thread's `status` are read again; everything its `stat` says is kept
     /// from the cache (it cannot change without the process running). A kernel thread
     /// reads nothing (only its stat is ever read). `None` when it is not cached with what
@@ -141,11 +148,16 @@ impl ProcReader {
                 p.uid = status.uid;
                 p.allowed = status.cpus_allowed.unwrap_or_default();
             }
-            rel.clear();
-            let _ = write!(rel, "{pid}/cgroup");
-            let cgroup = read_cgroup(proc_, &rel, buf)?;
-            if *p.cgroup != *cgroup {
-                p.cgroup = cgroup;
+            if plan::cgroup_due(self.cgroup_moves, c.cgroup_moves) {
+                rel.clear();
+                let _ = write!(rel, "{pid}/cgroup");
+                let cgroup = read_cgroup(proc_, &rel, buf)?;
+                if *p.cgroup != *cgroup {
+                    p.cgroup = cgroup;
+                }
+                c.cgroup_moves = self.cgroup_moves;
+            } else {
+                stats.cgroup_spared += 1;
             }
             p.threads = threads.into();
             c.threads_read = req.threads;
@@ -208,11 +220,12 @@ impl ProcReader {
         stats.procs_reread += 1;
         // The last read of this very process, when it is not due for a refresh: what does
         // not change by running (cgroup, threads' affinity, texts) is kept from it.
-        let prev: Option<&ProcSample> = self
+        let prev_cache: Option<&ProcCache> = self
             .cache
             .get(&pid)
-            .map(|c| &c.sample)
-            .filter(|p| !due && p.start_time_ticks == st.start_time_ticks);
+            .filter(|c| !due && c.sample.start_time_ticks == st.start_time_ticks);
+        let prev: Option<&ProcSample> = prev_cache.map(|c| &c.sample);
+        let mut cgroup_moves = prev_cache.and_then(|c| c.cgroup_moves);
         let (mut uid, mut allowed) = (None, CpuSet::new());
         let mut cgroup: Arc<str> = Arc::from("");
         // What sched_getaffinity says now, before `status` is read, so that the process's
@@ -238,6 +251,7 @@ impl ProcReader {
                     rel.truncate(base);
                     rel.push_str("cgroup");
                     cgroup = read_cgroup(proc_, &rel, buf)?;
+                    cgroup_moves = self.cgroup_moves;
                 }
             }
         }
@@ -297,6 +311,7 @@ impl ProcReader {
                 sample: sample.clone(),
                 threads_read: req.threads || kernel_thread,
                 affinity_seen,
+                cgroup_moves,
             },
         );
         Some(sample)

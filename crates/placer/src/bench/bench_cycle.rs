@@ -450,9 +450,11 @@ fn generated(a: &Args) -> Result<Report> {
                 )?;
             }
         }
+        // The generator moves no process between cgroups: the kernel's count stands still.
         script.push(placer_linux::activity::Activity {
             ran: Some(ran),
             events: Some(Vec::new()),
+            cgroup_moves: Some(0),
         });
         Ok(())
     };

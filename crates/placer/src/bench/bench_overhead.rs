@@ -169,13 +169,13 @@ fn cpu_s(pid: u32) -> Result<f64> {
     Ok(ns as f64 / 1e9)
 }
 
-/// Measures `cmd`'s CPU over `window` after a 3 s warm-up; `bpf_prog`: the name of its eBPF
-/// program whose in-kernel run time counts too.
+/// Measures `cmd`'s CPU over `window` after a 3 s warm-up; `bpf_prog`: the names of its
+/// eBPF programs, whose in-kernel run time counts too.
 fn measure(
     name: &str,
     mut cmd: Command,
     window: Duration,
-    bpf_prog: Option<&str>,
+    bpf_prog: Option<&[&str]>,
 ) -> Result<RunCost> {
     let command = format!("{cmd:?}");
     let child = match cmd
@@ -318,7 +318,7 @@ pub fn run(args: Args) -> Result<()> {
             .context("writing the daemon's config")?;
             let mut placer = Command::new(std::env::current_exe()?);
             placer.args(["daemon", "--dry-run", "--config"]).arg(&cfg);
-            let prog = (path == "events").then_some(placer_linux::bpf::PROG_NAME);
+            let prog = (path == "events").then_some(&placer_linux::bpf::PROG_NAMES[..]);
             row.push(measure("placer", placer, args.duration, prog)?);
         }
         if let Some(vs) = &args.vs {

@@ -20,6 +20,31 @@ pub fn detect(root: &Path, placer_governors: &BTreeSet<u32>) -> Coexistence {
     Detector::default().detect(root, placer_governors)
 }
 
+/// The agents among processes already read, as `(pid, comm, state)`, and the foreign
+/// governors under `root`. The daemon's sampler holds every process's last `stat`, so a
+/// topology refresh reads no process file: a comm changes by an exec (the sampler reads
+/// such a process in full at once) or by the process itself (it ran, and was read again).
+pub fn detect_among<'a>(
+    root: &Path,
+    procs: impl Iterator<Item = (u32, &'a str, char)>,
+    placer_governors: &BTreeSet<u32>,
+) -> Coexistence {
+    let mut agents: Vec<Agent> = procs
+        .filter(|(_, _, state)| !matches!(state, 'Z' | 'X'))
+        .filter_map(|(pid, comm, _)| {
+            Some(Agent {
+                kind: AgentKind::from_comm(comm)?,
+                pid,
+            })
+        })
+        .collect();
+    agents.sort_by_key(|a| (a.kind, a.pid));
+    Coexistence {
+        agents,
+        foreign_governors: foreign_governors(root, placer_governors),
+    }
+}
+
 /// [`detect`] for a daemon that asks at every topology refresh: most looks list /proc and
 /// read only new pids and the agents found before (still alive, not a zombie); every
 /// [`FULL_LOOK_EVERY`]th reads every process, for one that became an agent by exec under
@@ -209,6 +234,30 @@ mod tests {
         );
         assert!(c.foreign_governors.is_empty(), "no cpufreq here");
         assert!(detect(&r.join("nonexistent"), &BTreeSet::new()).is_empty());
+    }
+
+    #[test]
+    fn agents_among_known_processes_by_comm_without_zombies() {
+        let t = TempDir::new("coexist-among");
+        let known = [
+            (1, "systemd", 'S'),
+            (900, "tuned", 'R'),
+            (412, "irqbalance", 'S'),
+            (902, "irqbalance", 'Z'),
+            (903, "irqbalance", 'X'),
+            (901, "irqbalance-x", 'S'),
+            (812, "power-profiles-", 'D'),
+        ];
+        let c = detect_among(t.path(), known.into_iter(), &BTreeSet::new());
+        let got: Vec<(AgentKind, u32)> = c.agents.iter().map(|a| (a.kind, a.pid)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (AgentKind::Irqbalance, 412),
+                (AgentKind::Tuned, 900),
+                (AgentKind::PowerProfilesDaemon, 812),
+            ]
+        );
     }
 
     #[test]

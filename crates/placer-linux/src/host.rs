@@ -31,9 +31,13 @@ impl Host for LinuxHost {
     fn topology(&mut self) -> Result<Topology, HostError> {
         let mut topo =
             crate::topology::read(&self.root).map_err(|e| HostError::new("topology", e))?;
-        // Who else manages IRQs and cpufreq, at each refresh: agents start and stop.
+        // Who else manages IRQs and cpufreq, at each refresh: agents start and stop. The
+        // processes as the sampler last read them, once it has; /proc before that.
         let governors = crate::coexist::placer_governors(&self.actuator.state_dir);
-        topo.coexistence = self.coexist.detect(&self.root, &governors);
+        topo.coexistence = match self.sampler.known_processes() {
+            Some(procs) => crate::coexist::detect_among(&self.root, procs, &governors),
+            None => self.coexist.detect(&self.root, &governors),
+        };
         Ok(topo)
     }
     fn sources(&mut self) -> SourceStatus {

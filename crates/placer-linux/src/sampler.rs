@@ -378,6 +378,12 @@ impl Sampler {
         self.status = Some(SourceStatus { sources });
     }
 
+    /// Every process of the last sample by its last read (pid, comm, state): for questions
+    /// about who runs that need no file of their own. `None` before the first sample.
+    pub fn known_processes(&self) -> Option<impl Iterator<Item = (u32, &str, char)> + '_> {
+        (self.sample_no > 0).then(|| self.procs.known())
+    }
+
     /// Which optional sources exist and why the others do not (probed once).
     pub fn sources(&mut self) -> SourceStatus {
         self.ensure_probed();

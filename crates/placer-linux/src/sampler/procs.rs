@@ -76,6 +76,13 @@ impl ProcReader {
         Some(p)
     }
 
+    /// Every cached process by its last read: pid, comm, state.
+    pub(super) fn known(&self) -> impl Iterator<Item = (u32, &str, char)> + '_ {
+        self.cache
+            .iter()
+            .map(|(pid, c)| (*pid, &*c.sample.comm, c.sample.state))
+    }
+
     /// The parent of a cached process, by its last read.
     pub(super) fn ppid(&self, pid: u32) -> Option<u32> {
         self.cache.get(&pid).map(|c| c.sample.ppid)

@@ -743,7 +743,7 @@ pub fn loaded_programs_named(names: &[&str]) -> io::Result<Vec<u32>> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -780,8 +780,9 @@ mod tests {
         }
     }
 
-    /// The two real tests count loaded programs: one at a time.
-    static REAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    /// The two real tests count loaded programs: one at a time, and not while another
+    /// test of this crate loads its own collector.
+    pub(crate) static REAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
     fn check_collector(per_entry: bool) {
         placer_testkit::require_root();

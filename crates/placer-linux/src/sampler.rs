@@ -63,7 +63,8 @@
 //!    ticks, state and comm stay as last read until the process's refresh or a change
 //!    of its thread count). A thread's `cpu_ns` starts at its ticks when the thread is
 //!    first read; a sample without the collector's word has none, and the observation
-//!    then uses ticks;
+//!    then uses ticks. A root test holds these figures to each thread's `schedstat` on a
+//!    real process, within the kernel's accounting granularity;
 //! 7. a process whose parent (by its last read) exited in the interval has its `stat`
 //!    read again: the kernel gave it a new parent without its running. (A parent whose
 //!    leader exited before its last thread is reported at the leader's exit: its
@@ -1609,5 +1610,226 @@ Cpus_allowed_list:	1
             pa.len()
         );
         drop(spin);
+    }
+
+    /// Set, [`threads_child`] runs as the child of the test below.
+    const THREADS_CHILD_ENV: &str = "PLACER_SAMPLER_THREADS_CHILD";
+    /// Each worker's CPU time, by its own clock: different, so a time given to the wrong
+    /// thread shows, and each well over the comparison's tolerance.
+    const WORKER_NS: [u64; 3] = [100_000_000, 200_000_000, 300_000_000];
+
+    /// The child half of [`real_collector_thread_times_are_what_their_files_say`] (this
+    /// test binary re-run): three workers that wait for a line on stdin, each spin to its
+    /// own CPU time of [`WORKER_NS`], then wait, blocked, until the process ends.
+    #[test]
+    #[ignore = "the child half of real_collector_thread_times_are_what_their_files_say"]
+    fn threads_child() {
+        use std::io::BufRead;
+        use std::sync::mpsc;
+        use std::time::{Duration, Instant};
+        if std::env::var_os(THREADS_CHILD_ENV).is_none() {
+            return;
+        }
+        let (done_tx, done_rx) = mpsc::channel();
+        let (mut gos, mut tids) = (Vec::new(), Vec::new());
+        for target_ns in WORKER_NS {
+            let (go_tx, go_rx) = mpsc::channel::<()>();
+            let (tid_tx, tid_rx) = mpsc::channel();
+            let done = done_tx.clone();
+            std::thread::spawn(move || {
+                tid_tx.send(crate::sys::gettid()).unwrap();
+                if go_rx.recv_timeout(Duration::from_secs(30)).is_err() {
+                    return;
+                }
+                let (t0, c0) = (Instant::now(), crate::sys::thread_cpu_ns());
+                while crate::sys::thread_cpu_ns() - c0 < target_ns
+                    && t0.elapsed() < Duration::from_secs(20)
+                {
+                    std::hint::spin_loop();
+                }
+                let _ = done.send(());
+                // Alive (blocked) until the process ends: the thread count stays.
+                let _ = go_rx.recv_timeout(Duration::from_secs(30));
+            });
+            tids.push(tid_rx.recv().unwrap());
+            gos.push(go_tx);
+        }
+        println!("TIDS {tids:?}");
+        let mut stdin = std::io::stdin().lock();
+        let mut line = String::new();
+        let _ = stdin.read_line(&mut line);
+        for go in &gos {
+            let _ = go.send(());
+        }
+        for _ in &gos {
+            let _ = done_rx.recv_timeout(Duration::from_secs(25));
+        }
+        println!("DONE");
+        // Until the test kills it (or closes stdin by dying).
+        let _ = stdin.read_line(&mut line);
+    }
+
+    /// Issue 37 item 1: with the collector, each thread's cumulative `cpu_ns` as the sampler
+    /// keeps it (its files read once, then advanced by the collector's time: rule 6) is
+    /// what the thread's own files say, within the kernel's accounting granularity.
+    #[test]
+    #[cfg_attr(not(placer_root), ignore = "needs root")]
+    fn real_collector_thread_times_are_what_their_files_say() {
+        use std::io::{BufRead, Write};
+        use std::sync::mpsc;
+        use std::time::{Duration, Instant};
+        placer_testkit::require_root();
+        let _one = crate::bpf::tests::REAL
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let Some(mut s) = event_sampler() else {
+            return;
+        };
+        // The files' figure: the thread's run time, exact ns (what its `stat` ticks are
+        // cut from).
+        let run_ns = |pid: u32, tid: u32| {
+            fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat"))
+                .ok()
+                .and_then(|t| crate::procfs::parse_schedstat_run_ns(&t))
+        };
+        if run_ns(std::process::id(), crate::sys::gettid()).is_none() {
+            placer_testkit::skip("no task schedstat (CONFIG_SCHED_INFO)");
+            return;
+        }
+        // The child on one CPU: its threads take turns, and that CPU's /proc/stat bounds
+        // the time its run times leave out (below).
+        let cpu = crate::sys::get_affinity(0)
+            .unwrap()
+            .iter()
+            .last()
+            .expect("an allowed CPU");
+        let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+        cmd.args([
+            "--exact",
+            "sampler::tests::threads_child",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(THREADS_CHILD_ENV, "1")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped());
+        crate::sys::set_affinity_on_spawn(&mut cmd, &[cpu].into_iter().collect()).unwrap();
+        let mut child = placer_testkit::proc::KillOnDrop(
+            placer_testkit::proc::die_with_parent(&mut cmd)
+                .spawn()
+                .unwrap(),
+        );
+        let pid = child.0.id();
+        let out = std::io::BufReader::new(child.0.stdout.take().unwrap());
+        let (line_tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for l in out.lines().map_while(|l| l.ok()) {
+                if line_tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        // The child's first line with `prefix`, from there (libtest writes the test's
+        // name before it), waiting at most `wait`.
+        let line = |prefix: &str, wait: Duration| {
+            let end = Instant::now() + wait;
+            while let Ok(l) = lines.recv_timeout(end.saturating_duration_since(Instant::now())) {
+                if let Some(at) = l.find(prefix) {
+                    return Some(l[at..].to_string());
+                }
+            }
+            None
+        };
+        let workers: Vec<u32> = line("TIDS ", Duration::from_secs(10))
+            .expect("the child's thread ids")
+            .trim_start_matches("TIDS [")
+            .trim_end_matches(']')
+            .split(", ")
+            .map(|t| t.parse().unwrap())
+            .collect();
+        assert_eq!(workers.len(), WORKER_NS.len());
+        let req = SampleRequest {
+            threads: true,
+            ..Default::default()
+        };
+        let child_of = |x: &Sample| x.procs.iter().find(|p| p.pid == pid).cloned();
+        // The first read of its threads, while they wait: the start of each `cpu_ns` is
+        // their ticks then, with no time of a running thread between the collector's drain
+        // and the files.
+        let (first, start) = s
+            .sample(req)
+            .ok()
+            .and_then(|x| Some((child_of(&x)?, x)))
+            .expect("the child in the sample after it started");
+        for tid in &workers {
+            assert!(
+                first.threads.iter().any(|t| t.tid == *tid),
+                "{tid} not read"
+            );
+        }
+        child.0.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+        // Samples while the workers spin, until one taken after they all stopped (then
+        // blocked: the collector has all their time, and the files stay as they are).
+        let tick_ns = 1_000_000_000 / u64::from(start.clk_tck);
+        let t0 = Instant::now();
+        // Samples in which rule 6 gave the child's threads: a figure more than the
+        // truncation (2 ticks) ahead of the thread's ticks in the same sample, which were
+        // then not read again (a refresh reads them, and the figure goes on all the same).
+        let (mut via_rule_6, mut stopped) = (0, false);
+        let last = loop {
+            assert!(
+                t0.elapsed() < Duration::from_secs(25),
+                "the child's workers did not finish"
+            );
+            let x = s.sample(req).unwrap();
+            let ahead = |t: &placer_core::sample::ThreadSample| {
+                t.cpu_ns.unwrap_or(0) > (t.utime_ticks + t.stime_ticks + 2) * tick_ns
+            };
+            if s.last_stats.threads_from_collector > 0
+                && child_of(&x).is_some_and(|p| p.threads.iter().any(ahead))
+            {
+                via_rule_6 += 1;
+            }
+            if stopped {
+                break x;
+            }
+            stopped = line("DONE", Duration::from_millis(100)).is_some();
+        };
+        assert!(via_rule_6 > 0, "rule 6 never gave the child's threads");
+        let now = child_of(&last).expect("the child in the last sample");
+        // Tolerance, in USER_HZ ticks. Under: the first figure is the thread's `stat`
+        // utime + stime, each cut to whole ticks from its run time (2), and an increment
+        // the collector adds between a drain's lookup and its delete is lost (at most one
+        // scheduler tick, 1). Over: the collector counts wall time between switches, the
+        // kernel's run time leaves out steal time (and with IRQ_TIME_ACCOUNTING interrupt
+        // time): at most what the child's CPU's /proc/stat gives for those in the window,
+        // each field cut to whole ticks (3). Cumulative figures of threads that no longer
+        // run: how busy the machine is changes none of this.
+        let on_cpu = |x: &Sample| {
+            let c = x
+                .cpus
+                .iter()
+                .find(|c| c.cpu == cpu)
+                .expect("the child's CPU");
+            c.steal + c.irq + c.softirq
+        };
+        let under_ns = 3 * tick_ns;
+        let over_ns = (on_cpu(&last) - on_cpu(&start) + 3) * tick_ns;
+        assert_eq!(now.threads.len(), first.threads.len());
+        for t in now.threads.iter() {
+            let got = t.cpu_ns.expect("the collector's figure");
+            let truth = run_ns(pid, t.tid).expect("the thread's schedstat");
+            assert!(
+                got + under_ns >= truth && got <= truth + over_ns,
+                "thread {}: sampler {got} ns, schedstat {truth} ns (-{under_ns}/+{over_ns})",
+                t.tid
+            );
+        }
+        for (tid, want_ns) in workers.iter().zip(WORKER_NS) {
+            let truth = run_ns(pid, *tid).unwrap();
+            assert!(truth >= want_ns, "worker {tid} ran {truth} ns of {want_ns}");
+        }
+        drop(child);
     }
 }

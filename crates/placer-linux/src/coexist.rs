@@ -200,6 +200,27 @@ mod tests {
         put(root, &format!("{d}/scaling_driver"), &format!("{driver}\n"));
     }
 
+    /// Processes (pid, comm, state) and the agents among them.
+    const PROCS: [(u32, &str, char); 7] = [
+        (1, "systemd", 'S'),
+        (412, "irqbalance", 'S'),
+        (812, "power-profiles-", 'D'),
+        (900, "tuned", 'R'),
+        (901, "irqbalance-x", 'S'),
+        // Exited, not reaped yet; dead.
+        (902, "irqbalance", 'Z'),
+        (903, "irqbalance", 'X'),
+    ];
+    const AGENTS: [(AgentKind, u32); 3] = [
+        (AgentKind::Irqbalance, 412),
+        (AgentKind::Tuned, 900),
+        (AgentKind::PowerProfilesDaemon, 812),
+    ];
+
+    fn kinds(c: &Coexistence) -> Vec<(AgentKind, u32)> {
+        c.agents.iter().map(|a| (a.kind, a.pid)).collect()
+    }
+
     #[test]
     fn finds_agents_by_comm_and_ignores_the_rest() {
         let t = TempDir::new("coexist-procs");
@@ -209,29 +230,13 @@ mod tests {
                 "{pid} ({comm}) {state} 1 {pid} {pid} 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 100\n"
             )
         };
-        for (pid, comm, state) in [
-            (1, "systemd", 'S'),
-            (412, "irqbalance", 'S'),
-            (812, "power-profiles-", 'S'),
-            (900, "tuned", 'R'),
-            (901, "irqbalance-x", 'S'),
-            // Exited, not reaped yet.
-            (902, "irqbalance", 'Z'),
-        ] {
+        for (pid, comm, state) in PROCS {
             put(r, &format!("proc/{pid}/stat"), &stat(pid, comm, state));
         }
         // Not a process: no number.
         put(r, "proc/self/stat", &stat(7, "irqbalance", 'S'));
         let c = detect(r, &BTreeSet::new());
-        let got: Vec<(AgentKind, u32)> = c.agents.iter().map(|a| (a.kind, a.pid)).collect();
-        assert_eq!(
-            got,
-            vec![
-                (AgentKind::Irqbalance, 412),
-                (AgentKind::Tuned, 900),
-                (AgentKind::PowerProfilesDaemon, 812),
-            ]
-        );
+        assert_eq!(kinds(&c), AGENTS);
         assert!(c.foreign_governors.is_empty(), "no cpufreq here");
         assert!(detect(&r.join("nonexistent"), &BTreeSet::new()).is_empty());
     }
@@ -239,25 +244,8 @@ mod tests {
     #[test]
     fn agents_among_known_processes_by_comm_without_zombies() {
         let t = TempDir::new("coexist-among");
-        let known = [
-            (1, "systemd", 'S'),
-            (900, "tuned", 'R'),
-            (412, "irqbalance", 'S'),
-            (902, "irqbalance", 'Z'),
-            (903, "irqbalance", 'X'),
-            (901, "irqbalance-x", 'S'),
-            (812, "power-profiles-", 'D'),
-        ];
-        let c = detect_among(t.path(), known.into_iter(), &BTreeSet::new());
-        let got: Vec<(AgentKind, u32)> = c.agents.iter().map(|a| (a.kind, a.pid)).collect();
-        assert_eq!(
-            got,
-            vec![
-                (AgentKind::Irqbalance, 412),
-                (AgentKind::Tuned, 900),
-                (AgentKind::PowerProfilesDaemon, 812),
-            ]
-        );
+        let c = detect_among(t.path(), PROCS.into_iter(), &BTreeSet::new());
+        assert_eq!(kinds(&c), AGENTS);
     }
 
     #[test]

@@ -103,7 +103,7 @@ use crate::interrupts::{parse_interrupts, parse_softirqs};
 use crate::perf::{CounterSource, PerfCounters};
 use crate::pid::PidSet;
 use crate::procfs::parse_proc_stat;
-use crate::sys::Dir;
+use crate::sys::{Dir, Pins};
 use placer_core::sample::{SampleRequest, Source, SourceKind, SourceStatus};
 use placer_core::Sample;
 use plan::{ProcFacts, ProcRead};
@@ -115,6 +115,20 @@ use std::io;
 use std::path::{Path, PathBuf};
 pub use system::read_cpu_freqs;
 use system::read_nic_counters;
+
+/// A machine-wide file under the proc dir: through a file kept open on this machine's
+/// root (`pins`), else opened and read.
+fn read_system(
+    pins: Option<&mut Pins>,
+    proc_: &Dir,
+    rel: &'static str,
+    buf: &mut String,
+) -> io::Result<()> {
+    match pins {
+        Some(p) => p.read(proc_, rel, buf),
+        None => proc_.read(rel, buf),
+    }
+}
 
 /// Counters of the work the sampler did in its last sample (for tests and the bench).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -182,6 +196,10 @@ pub struct Sampler {
     buf: String,
     /// The open `proc` directory (opened at the first sample).
     proc: Option<Dir>,
+    /// The machine-wide files every sample reads, kept open (this machine's root only).
+    pins: Option<Pins>,
+    /// No CPU had a frequency file at the sample before this one: none is looked for.
+    no_cpufreq_until: u64,
     pub last_stats: SampleStats,
     /// Where the last sample's CPU time went.
     pub last_stages: StageTimes,
@@ -226,6 +244,8 @@ impl Sampler {
             status: None,
             buf: String::with_capacity(4096),
             proc: None,
+            pins: (root == Path::new("/")).then(Pins::default),
+            no_cpufreq_until: 0,
             last_stats: SampleStats::default(),
             last_stages: StageTimes::default(),
             activity: None,
@@ -404,11 +424,11 @@ impl Sampler {
                 Some(Dir::open(&self.proc_dir).map_err(|e| LinuxError::io(&self.proc_dir, e))?);
         }
         let proc_ = self.proc.as_ref().expect("opened above");
-        let irqs = match proc_.read("interrupts", &mut self.buf) {
+        let irqs = match read_system(self.pins.as_mut(), proc_, "interrupts", &mut self.buf) {
             Ok(()) => parse_interrupts(&self.buf),
             Err(_) => Vec::new(),
         };
-        let softirqs = match proc_.read("softirqs", &mut self.buf) {
+        let softirqs = match read_system(self.pins.as_mut(), proc_, "softirqs", &mut self.buf) {
             Ok(()) => parse_softirqs(&self.buf),
             Err(_) => Vec::new(),
         };
@@ -537,11 +557,10 @@ impl Sampler {
             // With the collector, a process that did not run cannot have opened or closed
             // an fd: only the re-read ones get their fd count checked.
             let ran = act.ran.as_ref().map(|_| &reread);
-            let real_root = self.root == Path::new("/");
             self.sockets.read(
                 proc_,
                 &self.proc_dir,
-                real_root,
+                self.pins.as_mut(),
                 &mut self.buf,
                 &mut procs,
                 ran,
@@ -570,11 +589,13 @@ impl Sampler {
         // missing here too, so a process the kernel moved off it (its fallback affinity)
         // is never seen with that CPU still listed (the engine tells hotplug from someone
         // else's change by the CPU's absence).
-        self.proc
-            .as_ref()
-            .expect("opened above")
-            .read("stat", &mut self.buf)
-            .map_err(|e| LinuxError::io(self.proc_dir.join("stat"), e))?;
+        read_system(
+            self.pins.as_mut(),
+            self.proc.as_ref().expect("opened above"),
+            "stat",
+            &mut self.buf,
+        )
+        .map_err(|e| LinuxError::io(self.proc_dir.join("stat"), e))?;
         let cpus = parse_proc_stat(&self.buf);
         let (energy, power) = match &self.energy {
             Some(e) => (e.read_energy(), e.read_power()),
@@ -582,8 +603,22 @@ impl Sampler {
         };
         let (nics, cpu_freqs) = if req.nics {
             (
-                read_nic_counters(self.proc.as_ref().expect("opened above"), &mut self.buf),
-                read_cpu_freqs(&self.root, cpus.iter().map(|c| c.cpu)),
+                read_nic_counters(
+                    self.pins.as_mut(),
+                    self.proc.as_ref().expect("opened above"),
+                    &mut self.buf,
+                ),
+                // A machine without cpufreq (a VM) has no file to find each sample: looked
+                // for again every LIST_EVERY samples (a driver loaded later).
+                if self.sample_no < self.no_cpufreq_until {
+                    Vec::new()
+                } else {
+                    let f = read_cpu_freqs(&self.root, cpus.iter().map(|c| c.cpu));
+                    if f.is_empty() {
+                        self.no_cpufreq_until = self.sample_no + LIST_EVERY;
+                    }
+                    f
+                },
             )
         } else {
             (Vec::new(), Vec::new())
@@ -635,6 +670,51 @@ mod tests {
             "{pid} ({comm}) S {ppid} {pid} {pid} 0 -1 {flags} 0 0 0 0 {ut} 3 0 0 20 0 1 0 {start} \
              1000 100 1 1 1 1 1 1 0 0 0 0 0 0 0 17 1 0 0"
         )
+    }
+
+    /// CPU frequencies: read at each sample where cpufreq is; where no CPU had a file, not
+    /// looked for again before LIST_EVERY samples (a VM has none to find each second).
+    #[test]
+    fn cpu_frequencies_are_looked_for_again_only_every_listing() {
+        let t = tree("cpufreq");
+        put(
+            &t,
+            "stat",
+            "cpu  1 2 3 4\ncpu0 1 2 3 4 5 6 7 8\ncpu1 1 2 3 4\n",
+        );
+        let mut s = Sampler::new(t.path());
+        let req = SampleRequest {
+            nics: true,
+            ..Default::default()
+        };
+        assert!(s.sample(req).unwrap().cpu_freqs.is_empty());
+        let f = t
+            .path()
+            .join("sys/devices/system/cpu/cpu1/cpufreq/scaling_cur_freq");
+        fs::create_dir_all(f.parent().unwrap()).unwrap();
+        fs::write(&f, "1800000\n").unwrap();
+        let mut found = None;
+        for n in 2..=LIST_EVERY + 1 {
+            if !s.sample(req).unwrap().cpu_freqs.is_empty() {
+                found = Some(n);
+                break;
+            }
+        }
+        assert_eq!(
+            found,
+            Some(LIST_EVERY + 1),
+            "looked for at sample 1 + LIST_EVERY"
+        );
+        // Once there, read every sample: a change shows at once.
+        fs::write(&f, "2400000\n").unwrap();
+        let x = s.sample(req).unwrap();
+        assert_eq!(
+            x.cpu_freqs,
+            vec![placer_core::sample::CpuFreq {
+                cpu: 1,
+                khz: 2_400_000
+            }]
+        );
     }
 
     /// Issue 36: a FIFO, a link to /dev/zero and a 2 GiB sparse file at each file the
@@ -1234,7 +1314,7 @@ Cpus_allowed_list:	1
             })
             .collect();
         let proc = Dir::open(Path::new("/proc")).unwrap();
-        let got = read_nic_counters(&proc, &mut String::new());
+        let got = read_nic_counters(Some(&mut Pins::default()), &proc, &mut String::new());
         let got_names: Vec<&str> = got.iter().map(|n| n.name.as_str()).collect();
         assert_eq!(
             got_names,

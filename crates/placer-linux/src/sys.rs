@@ -492,6 +492,99 @@ pub fn rename_exchange(
     })
 }
 
+/// Reads all of `fd` into `buf` (`pread` from offset 0 when `from_start`: a file kept open
+/// and read again). A short read is taken as the end of the file: true of regular files
+/// and of /proc's seq_file files, and it saves a read per file. Bounded like topology
+/// reads (a link to /dev/zero, a huge file under a root).
+fn read_whole(fd: libc::c_int, what: &str, from_start: bool, buf: &mut String) -> io::Result<()> {
+    let mut v = std::mem::take(buf).into_bytes();
+    v.clear();
+    let r = loop {
+        if v.len() > crate::topology::fs::MAX_FILE_BYTES {
+            break Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{what}: larger than {} bytes",
+                    crate::topology::fs::MAX_FILE_BYTES
+                ),
+            ));
+        }
+        if v.capacity() - v.len() < 1024 {
+            v.reserve(4096);
+        }
+        let room = v.capacity() - v.len();
+        let at = v.as_mut_ptr().wrapping_add(v.len()) as *mut libc::c_void;
+        // SAFETY: writes at most `room` bytes into the spare capacity.
+        let n = unsafe {
+            if from_start {
+                libc::pread(fd, at, room, v.len() as libc::off_t)
+            } else {
+                libc::read(fd, at, room)
+            }
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            break Err(e);
+        }
+        // SAFETY: the kernel initialised n bytes.
+        unsafe { v.set_len(v.len() + n as usize) };
+        if n == 0 || (n as usize) < room {
+            break Ok(());
+        }
+    };
+    *buf = match String::from_utf8(v) {
+        Ok(s) => s,
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    };
+    r
+}
+
+/// A file kept open and read again from its start at each use: the machine-wide /proc
+/// files every sample reads (`stat`, `interrupts`, `net/snmp`...), without a path walk, an
+/// open and a close each time. Only on the machine's own /proc: a fixture file replaced
+/// by another would go unseen through the old one.
+pub(crate) struct PinnedFile(std::os::fd::OwnedFd);
+
+impl PinnedFile {
+    fn open(dir: &Dir, rel: &str) -> io::Result<PinnedFile> {
+        let fd = dir.open_file(rel)?;
+        // SAFETY: a new fd nothing else owns.
+        Ok(PinnedFile(unsafe {
+            <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd)
+        }))
+    }
+}
+
+/// The files kept open under one directory, by name (a handful: a scan beats a map).
+#[derive(Default)]
+pub(crate) struct Pins(Vec<(&'static str, PinnedFile)>);
+
+impl Pins {
+    /// Reads `rel` under `dir` through a file kept open: opened at its first read, and
+    /// opened again once when a read through it fails.
+    pub(crate) fn read(
+        &mut self,
+        dir: &Dir,
+        rel: &'static str,
+        buf: &mut String,
+    ) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        if let Some(i) = self.0.iter().position(|(r, _)| *r == rel) {
+            if read_whole(self.0[i].1 .0.as_raw_fd(), rel, true, buf).is_ok() {
+                return Ok(());
+            }
+            self.0.swap_remove(i);
+        }
+        let f = PinnedFile::open(dir, rel)?;
+        read_whole(f.0.as_raw_fd(), rel, true, buf)?;
+        self.0.push((rel, f));
+        Ok(())
+    }
+}
+
 /// An open directory; files under it are opened relative to it (`openat`), which spares
 /// the kernel a walk of the whole path for each of the thousands of files a sample reads.
 pub(crate) struct Dir(libc::c_int);
@@ -571,9 +664,8 @@ impl Dir {
         }
     }
 
-    /// Reads the file `rel` into `buf`. A short read is taken as the end of the file: true
-    /// of regular files and of /proc's seq_file files, and it saves a read per file.
-    pub(crate) fn read(&self, rel: &str, buf: &mut String) -> io::Result<()> {
+    /// Opens the file `rel` for reading; the caller owns (and closes) the fd.
+    fn open_file(&self, rel: &str) -> io::Result<libc::c_int> {
         let mut c = [0u8; 64];
         let bytes = rel.as_bytes();
         if bytes.len() >= c.len() || bytes.contains(&0) {
@@ -592,45 +684,15 @@ impl Dir {
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
-        let mut v = std::mem::take(buf).into_bytes();
-        v.clear();
-        let r = loop {
-            // A link to /dev/zero or a huge file under a root: bounded like topology reads.
-            if v.len() > crate::topology::fs::MAX_FILE_BYTES {
-                break Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!(
-                        "{rel}: larger than {} bytes",
-                        crate::topology::fs::MAX_FILE_BYTES
-                    ),
-                ));
-            }
-            if v.capacity() - v.len() < 1024 {
-                v.reserve(4096);
-            }
-            let room = v.capacity() - v.len();
-            // SAFETY: writes at most `room` bytes into the spare capacity.
-            let n =
-                unsafe { libc::read(fd, v.as_mut_ptr().add(v.len()) as *mut libc::c_void, room) };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                break Err(e);
-            }
-            // SAFETY: the kernel initialised n bytes.
-            unsafe { v.set_len(v.len() + n as usize) };
-            if n == 0 || (n as usize) < room {
-                break Ok(());
-            }
-        };
+        Ok(fd)
+    }
+
+    /// Reads the file `rel` into `buf` (see [`read_whole`]).
+    pub(crate) fn read(&self, rel: &str, buf: &mut String) -> io::Result<()> {
+        let fd = self.open_file(rel)?;
+        let r = read_whole(fd, rel, false, buf);
         // SAFETY: fd is ours and closed once.
         unsafe { libc::close(fd) };
-        *buf = match String::from_utf8(v) {
-            Ok(s) => s,
-            Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
-        };
         r
     }
 
@@ -659,6 +721,34 @@ impl Drop for Dir {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pinned_proc_file_is_generated_again_at_each_read() {
+        let proc_ = Dir::open(std::path::Path::new("/proc")).unwrap();
+        let mut pins = Pins::default();
+        let mut buf = String::new();
+        let uptime = |b: &str| -> f64 { b.split_whitespace().next().unwrap().parse().unwrap() };
+        pins.read(&proc_, "uptime", &mut buf).unwrap();
+        let first = uptime(&buf);
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        pins.read(&proc_, "uptime", &mut buf).unwrap();
+        assert!(uptime(&buf) > first, "{buf} after {first}");
+        assert_eq!(pins.0.len(), 1, "one file kept open");
+        assert!(pins.read(&proc_, "no-such-file", &mut buf).is_err());
+        assert_eq!(pins.0.len(), 1);
+        // A file larger than one read comes whole, and again whole after it changed in
+        // place (shorter).
+        let t = placer_testkit::TempDir::new("pins");
+        let dir = Dir::open(t.path()).unwrap();
+        let long: String = (0..3000).map(|i| format!("line {i}\n")).collect();
+        std::fs::write(t.path().join("f"), &long).unwrap();
+        let mut pins = Pins::default();
+        pins.read(&dir, "f", &mut buf).unwrap();
+        assert_eq!(buf, long);
+        std::fs::write(t.path().join("f"), &long[..5000]).unwrap();
+        pins.read(&dir, "f", &mut buf).unwrap();
+        assert_eq!(buf, long[..5000]);
+    }
 
     #[test]
     fn affinity_round_trips_on_this_thread() {

@@ -7,7 +7,7 @@ use super::SampleStats;
 use crate::pid::{PidMap, PidSet};
 use crate::procfs::{parse_tcp_segments, socket_inode};
 use crate::sockdiag::SockDiag;
-use crate::sys::Dir;
+use crate::sys::{Dir, Pins};
 use placer_core::sample::{ProcSample, SocketSample};
 use std::collections::HashSet;
 use std::fs;
@@ -61,14 +61,14 @@ impl SocketReader {
 
     /// This sample's TCP sockets, each process's `socket_inodes` filled in. `ran`: with
     /// the collector, the processes read again this sample (the others cannot have opened
-    /// or closed an fd). `real_root`: the TCP MIB is this namespace's, so an unmoved
-    /// segment count can spare the dump.
+    /// or closed an fd). `pins`: on this machine's root (the TCP MIB is this namespace's,
+    /// so an unmoved segment count can spare the dump), its files kept open.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn read(
         &mut self,
         proc_: &Dir,
         proc_dir: &Path,
-        real_root: bool,
+        pins: Option<&mut Pins>,
         buf: &mut String,
         procs: &mut [ProcSample],
         ran: Option<&PidSet>,
@@ -81,14 +81,11 @@ impl SocketReader {
         // The dump walks every bucket of the kernel's TCP hash, however few sockets there
         // are: when not one TCP segment moved in this namespace since the last dump (the
         // TCP MIB, /proc/net/snmp), no socket changed, and the last dump is still true.
-        let segs = if real_root {
-            proc_
-                .read("self/net/snmp", buf)
+        let segs = pins.and_then(|p| {
+            p.read(proc_, "self/net/snmp", buf)
                 .ok()
                 .and_then(|()| parse_tcp_segments(buf))
-        } else {
-            None
-        };
+        });
         let mut sockets = Vec::new();
         if !plan::socket_dump_due(segs, self.last_tcp_segments) {
             sockets = self.last_sockets.clone();

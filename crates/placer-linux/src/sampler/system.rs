@@ -4,7 +4,7 @@
 use super::plan;
 use crate::perf::CounterSource;
 use crate::pid::{PidMap, PidSet};
-use crate::sys::Dir;
+use crate::sys::{Dir, Pins};
 use placer_core::sample::{NicCounters, ProcSample};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -12,8 +12,12 @@ use std::path::Path;
 /// Cumulative counters of every interface of this network namespace, sorted by name: one
 /// file (`proc/self/net/dev`) instead of four sysfs files per interface (the same
 /// `dev_get_stats` figures); none when it cannot be read.
-pub(super) fn read_nic_counters(proc: &Dir, buf: &mut String) -> Vec<NicCounters> {
-    match proc.read("self/net/dev", buf) {
+pub(super) fn read_nic_counters(
+    pins: Option<&mut Pins>,
+    proc: &Dir,
+    buf: &mut String,
+) -> Vec<NicCounters> {
+    match super::read_system(pins, proc, "self/net/dev", buf) {
         Ok(()) => crate::procfs::parse_net_dev(buf),
         Err(_) => Vec::new(),
     }

@@ -295,8 +295,6 @@ pub fn process_alive(pid: u32) -> bool {
             || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
 }
 
-/// Installs `handler` for each of `signals` (sigaction, SA_RESTART off so blocking calls
-/// return EINTR and the main loop sees the flag promptly).
 /// Sleeps for `d` on the monotonic clock, or less when a signal handler runs meanwhile
 /// (nanosleep is never restarted after a handler: it returns `EINTR`). Returns whether the
 /// whole time was slept.
@@ -310,6 +308,75 @@ pub fn sleep_unless_signalled(d: std::time::Duration) -> bool {
     r == 0
 }
 
+/// A pipe a signal handler writes a byte to ([`poke`]), so that a thread waiting on it
+/// ([`WakePipe::wait`]) wakes at once, whichever thread ran the handler, and a signal
+/// landing between a flag check and the wait is not lost: its byte is already there (the
+/// self-pipe trick). One wake-up per wait, not one per polling slice.
+pub struct WakePipe {
+    read: std::os::fd::OwnedFd,
+    write: std::os::fd::OwnedFd,
+}
+
+impl WakePipe {
+    pub fn new() -> io::Result<WakePipe> {
+        use std::os::fd::FromRawFd;
+        let mut fds = [0 as libc::c_int; 2];
+        // SAFETY: fds is a valid out-array of two ints.
+        check(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) })?;
+        // SAFETY: two new fds nothing else owns.
+        Ok(unsafe {
+            WakePipe {
+                read: std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+                write: std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+            }
+        })
+    }
+
+    /// The end a handler writes to (with [`poke`]).
+    pub fn write_fd(&self) -> libc::c_int {
+        std::os::fd::AsRawFd::as_raw_fd(&self.write)
+    }
+
+    /// Waits `d` at most; true when poked meanwhile (or before), the pokes then drained.
+    pub fn wait(&self, d: std::time::Duration) -> bool {
+        use std::os::fd::AsRawFd;
+        let ts = libc::timespec {
+            tv_sec: d.as_secs() as libc::time_t,
+            tv_nsec: d.subsec_nanos() as libc::c_long,
+        };
+        let mut pfd = libc::pollfd {
+            fd: self.read.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, a valid timespec, no signal mask.
+        let n = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+        if n <= 0 {
+            return false; // timed out, or a handler ran (EINTR): the caller checks its flags
+        }
+        let mut sink = [0u8; 64];
+        // SAFETY: reads into a local buffer; the fd is non-blocking, so this ends at EAGAIN.
+        while unsafe { libc::read(pfd.fd, sink.as_mut_ptr() as *mut libc::c_void, sink.len()) } > 0
+        {
+        }
+        true
+    }
+}
+
+/// Writes one byte to `fd`: only write(2), errno kept, failures ignored (a full pipe
+/// already wakes its reader), so that a signal handler may call it.
+pub fn poke(fd: libc::c_int) {
+    // SAFETY: errno is this thread's; write reads one byte from a local.
+    unsafe {
+        let errno = *libc::__errno_location();
+        let b = 1u8;
+        libc::write(fd, &b as *const u8 as *const libc::c_void, 1);
+        *libc::__errno_location() = errno;
+    }
+}
+
+/// Installs `handler` for each of `signals` (sigaction, SA_RESTART off so blocking calls
+/// return EINTR and the main loop sees the flag promptly).
 pub fn set_signal_handler(
     signals: &[libc::c_int],
     handler: extern "C" fn(libc::c_int),
@@ -325,6 +392,12 @@ pub fn set_signal_handler(
         }
     }
     Ok(())
+}
+
+/// Sends `sig` to the calling thread (not the process: no other thread takes it).
+pub fn raise(sig: libc::c_int) -> io::Result<()> {
+    // SAFETY: raise has no memory preconditions.
+    check(unsafe { libc::raise(sig) })
 }
 
 /// Sends `sig` to process `pid`.
@@ -721,6 +794,32 @@ impl Drop for Dir {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wake_pipe_wakes_its_waiter_at_once_and_otherwise_times_out() {
+        use std::time::{Duration, Instant};
+        let p = WakePipe::new().unwrap();
+        let t = Instant::now();
+        assert!(!p.wait(Duration::from_millis(30)));
+        assert!(t.elapsed() >= Duration::from_millis(30));
+        // A poke before the wait is not lost; several make one wake-up.
+        poke(p.write_fd());
+        poke(p.write_fd());
+        let t = Instant::now();
+        assert!(p.wait(Duration::from_secs(10)));
+        assert!(t.elapsed() < Duration::from_secs(1));
+        assert!(!p.wait(Duration::from_millis(1)), "drained");
+        // From another thread, during the wait.
+        let fd = p.write_fd();
+        let poker = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            poke(fd);
+        });
+        let t = Instant::now();
+        assert!(p.wait(Duration::from_secs(10)));
+        assert!(t.elapsed() < Duration::from_secs(5));
+        poker.join().unwrap();
+    }
 
     #[test]
     fn a_pinned_proc_file_is_generated_again_at_each_read() {

@@ -572,11 +572,14 @@ impl NetAffinity {
         for p in order {
             let k = p.key();
             let rate = p.net_bytes_per_s();
-            let rates = format!(
-                "rx {} + tx {}",
-                fmt_rate(p.rx_bytes_per_s),
-                fmt_rate(p.tx_bytes_per_s)
-            );
+            // Formatted only for the processes a line is written about (most are quiet).
+            let rates = || {
+                format!(
+                    "rx {} + tx {}",
+                    fmt_rate(p.rx_bytes_per_s),
+                    fmt_rate(p.tx_bytes_per_s)
+                )
+            };
             let track = st.procs.entry(k).or_default();
             if let Some(h) = state.held.get(&k) {
                 let held_for = now - h.since_s;
@@ -624,8 +627,10 @@ impl NetAffinity {
                             KIND,
                             Some(k),
                             format!(
-                                "stays on CPU {}: {rates}, {conns} active connection(s); {}",
-                                t.cpu, t.why
+                                "stays on CPU {}: {}, {conns} active connection(s); {}",
+                                t.cpu,
+                                rates(),
+                                t.why
                             ),
                         );
                     }
@@ -646,8 +651,10 @@ impl NetAffinity {
                                     cpus: CpuSet::single(t.cpu),
                                 },
                                 format!(
-                                    "moved from {} after {n} interval(s) with a new target: {rates}; {}",
-                                    h.cpus, t.why
+                                    "moved from {} after {n} interval(s) with a new target: {}; {}",
+                                    h.cpus,
+                                    rates(),
+                                    t.why
                                 ),
                             );
                         } else {
@@ -698,7 +705,7 @@ impl NetAffinity {
                 plan.note(
                     KIND,
                     Some(k),
-                    format!("not communication-intensive: {rates} <= {thr_s}"),
+                    format!("not communication-intensive: {} <= {thr_s}", rates()),
                 );
                 continue;
             }
@@ -707,8 +714,10 @@ impl NetAffinity {
                     KIND,
                     Some(k),
                     format!(
-                        "intensive ({rates} > {thr_s}) for {}/{} interval(s): not pinned yet",
-                        track.streak, cfg.pin_after_intervals
+                        "intensive ({} > {thr_s}) for {}/{} interval(s): not pinned yet",
+                        rates(),
+                        track.streak,
+                        cfg.pin_after_intervals
                     ),
                 );
                 continue;
@@ -733,13 +742,16 @@ impl NetAffinity {
                             comm: p.comm.to_string(),
                             cpus: CpuSet::single(t.cpu),
                         },
-                        format!("communication-intensive: {rates} > {thr_s}; {}", t.why),
+                        format!("communication-intensive: {} > {thr_s}; {}", rates(), t.why),
                     );
                 }
                 Err(why) => plan.note(
                     KIND,
                     Some(k),
-                    format!("communication-intensive ({rates} > {thr_s}) but left alone: {why}"),
+                    format!(
+                        "communication-intensive ({} > {thr_s}) but left alone: {why}",
+                        rates()
+                    ),
                 ),
             }
         }

@@ -88,8 +88,17 @@
 //! the unowned set keeps sockets nobody can map (other users' without permission, sockets
 //! of processes in another PID namespace) from forcing a full re-read every cycle.
 //!
+//! When the dump was reused and no process's fd list was read again or is gone, the last
+//! sample's mapping stands as it was (nothing to recompute).
+//!
 //! sock_diag talks to the kernel, not to the root path, so it is only used when the root
 //! is `/` (override with [`Sampler::set_sock_diag`]).
+//!
+//! Files kept open: on this machine's root, the machine-wide files of every sample
+//! (`stat`, `interrupts`, `softirqs`, `net/snmp`, `net/dev`) and the `PID/stat` of up to
+//! 256 (`STAT_PINS_MAX`) processes read before are kept open and read again from
+//! their start: no path walk, open and close each time (a process gone fails its read,
+//! and one that took its pid is opened anew).
 
 pub mod plan;
 mod procs;
@@ -538,7 +547,7 @@ impl Sampler {
         stats.procs = procs.len();
         let alive: PidSet = procs.iter().map(|p| p.pid).collect();
         if stats.dropped_procs > 0 || self.procs.cache.len() > procs.len() {
-            self.procs.cache.retain(|pid, _| alive.contains(pid));
+            self.procs.retain(&alive);
             self.numa.retain(&alive);
         }
         let exited = plan::exited(
@@ -1278,14 +1287,32 @@ Cpus_allowed_list:	1
             "{mine:?}"
         );
         assert_eq!(mine.len(), 2, "client and accepted socket");
-        // Nothing changed: the next sample re-reads (almost) no fd directory.
-        let _ = s.sample(req).unwrap();
+        // Nothing changed: the next sample re-reads (almost) no fd directory, and keeps the
+        // mapping (the last one's as it stands when neither the dump nor an fd moved).
+        let mapped = |x: &Sample| {
+            let p = x.procs.iter().find(|p| p.pid == me).unwrap();
+            x.sockets
+                .iter()
+                .filter(|s| p.socket_inodes.contains(&s.inode))
+                .filter(|s| s.local == cl || s.remote == cl)
+                .count()
+        };
+        let x = s.sample(req).unwrap();
         assert!(
             s.last_stats.fd_dirs_scanned < first_scans / 2 + 3,
             "{} vs {first_scans}",
             s.last_stats.fd_dirs_scanned
         );
         assert!(!s.last_stats.full_rescan);
+        assert_eq!(mapped(&x), 2);
+        let mut reused = 0;
+        for _ in 0..5 {
+            let x = s.sample(req).unwrap();
+            assert_eq!(mapped(&x), 2);
+            reused += usize::from(s.last_stats.sockets_reused);
+        }
+        // Other tests' traffic may move segments in some samples, not in all.
+        assert!(reused > 0, "the dump was never reused");
     }
 
     #[test]
@@ -1583,6 +1610,46 @@ Cpus_allowed_list:	1
         let (_, _, x) = sweep(&mut s, &mut sample);
         assert_eq!(cgroup_of(&x), Some(cg.path.clone()));
         drop(child);
+    }
+
+    /// A process's `stat` read through the file kept open shows its CPU time growing (the
+    /// text is made anew at each read), and the file is let go when the process is gone.
+    #[test]
+    #[cfg_attr(not(placer_root), ignore = "needs root")]
+    fn real_stat_kept_open_is_read_anew_and_let_go_at_exit() {
+        placer_testkit::require_root();
+        let mut s = Sampler::new(Path::new("/"));
+        s.set_kernel_events(false);
+        let spin = spinner();
+        let pid = spin.0.id();
+        let req = SampleRequest::default();
+        let ticks = |x: &Sample| {
+            x.procs
+                .iter()
+                .find(|p| p.pid == pid)
+                .map(|p| p.utime_ticks + p.stime_ticks)
+        };
+        let first = ticks(&s.sample(req).unwrap()).expect("sampled");
+        let pinned = |s: &Sampler| s.procs.stat_pins.as_ref().unwrap().contains_key(&pid);
+        assert!(pinned(&s));
+        // Spinning: its ticks grow, read through the same file (bounded wait).
+        let t = std::time::Instant::now();
+        loop {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            let now = ticks(&s.sample(req).unwrap()).expect("sampled");
+            if now > first {
+                break;
+            }
+            assert!(
+                t.elapsed() < std::time::Duration::from_secs(10),
+                "{now} ticks"
+            );
+        }
+        assert!(pinned(&s));
+        drop(spin);
+        let x = s.sample(req).unwrap();
+        assert_eq!(ticks(&x), None, "gone");
+        assert!(!pinned(&s), "its file let go");
     }
 
     /// Without threads, a full read notes what sched_getaffinity says: the process's

@@ -622,12 +622,17 @@ fn read_whole(fd: libc::c_int, what: &str, from_start: bool, buf: &mut String) -
 pub(crate) struct PinnedFile(std::os::fd::OwnedFd);
 
 impl PinnedFile {
-    fn open(dir: &Dir, rel: &str) -> io::Result<PinnedFile> {
+    pub(crate) fn open(dir: &Dir, rel: &str) -> io::Result<PinnedFile> {
         let fd = dir.open_file(rel)?;
         // SAFETY: a new fd nothing else owns.
         Ok(PinnedFile(unsafe {
             <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd)
         }))
+    }
+
+    /// The whole file as it is now (`what` names it in errors).
+    pub(crate) fn read(&self, what: &str, buf: &mut String) -> io::Result<()> {
+        read_whole(std::os::fd::AsRawFd::as_raw_fd(&self.0), what, true, buf)
     }
 }
 
@@ -644,15 +649,14 @@ impl Pins {
         rel: &'static str,
         buf: &mut String,
     ) -> io::Result<()> {
-        use std::os::fd::AsRawFd;
         if let Some(i) = self.0.iter().position(|(r, _)| *r == rel) {
-            if read_whole(self.0[i].1 .0.as_raw_fd(), rel, true, buf).is_ok() {
+            if self.0[i].1.read(rel, buf).is_ok() {
                 return Ok(());
             }
             self.0.swap_remove(i);
         }
         let f = PinnedFile::open(dir, rel)?;
-        read_whole(f.0.as_raw_fd(), rel, true, buf)?;
+        f.read(rel, buf)?;
         self.0.push((rel, f));
         Ok(())
     }

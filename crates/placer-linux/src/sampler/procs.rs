@@ -7,7 +7,7 @@ use super::SampleStats;
 use crate::bpf::ThreadCpu;
 use crate::pid::PidMap;
 use crate::procfs::{parse_cgroup, parse_pid_stat, parse_status, PidStat};
-use crate::sys::Dir;
+use crate::sys::{Dir, PinnedFile};
 use placer_core::sample::{ProcSample, SampleRequest, ThreadSample};
 use placer_core::CpuSet;
 use std::fmt::Write as _;
@@ -50,7 +50,15 @@ pub(super) struct ProcReader {
     real_root: bool,
     /// The kernel's count of cgroup moves at the start of this sample (`None`: unknown).
     pub(super) cgroup_moves: Option<u64>,
+    /// `PID/stat` kept open for processes read before (this machine's root only): a
+    /// process that runs every second (the kernel's own threads, mostly) is read again
+    /// without a path walk, an open and a close. Each costs the kernel a page for its
+    /// text: at most [`STAT_PINS_MAX`].
+    pub(super) stat_pins: Option<PidMap<PinnedFile>>,
 }
+
+/// At most this many `PID/stat` files kept open (a page of kernel memory each).
+pub const STAT_PINS_MAX: usize = 256;
 
 impl ProcReader {
     pub(super) fn new(clk_tck: u32, real_root: bool) -> ProcReader {
@@ -59,6 +67,7 @@ impl ProcReader {
             clk_tck,
             real_root,
             cgroup_moves: None,
+            stat_pins: real_root.then(PidMap::default),
         }
     }
 
@@ -81,6 +90,36 @@ impl ProcReader {
         self.cache
             .iter()
             .map(|(pid, c)| (*pid, &*c.sample.comm, c.sample.state))
+    }
+
+    /// Forgets the processes gone (their cache and their open `stat`).
+    pub(super) fn retain(&mut self, alive: &crate::pid::PidSet) {
+        self.cache.retain(|pid, _| alive.contains(pid));
+        if let Some(pins) = self.stat_pins.as_mut() {
+            pins.retain(|pid, _| alive.contains(pid));
+        }
+    }
+
+    /// Reads `PID/stat` (`rel`): through its file kept open when there is one (a process
+    /// gone fails it, and a process that took its pid is opened anew), else opened, and
+    /// kept open while fewer than [`STAT_PINS_MAX`] are.
+    fn read_stat(&mut self, proc_: &Dir, pid: u32, rel: &str, buf: &mut String) -> io::Result<()> {
+        let Some(pins) = self.stat_pins.as_mut() else {
+            return proc_.read(rel, buf);
+        };
+        if let Some(f) = pins.get(&pid) {
+            if f.read(rel, buf).is_ok() {
+                return Ok(());
+            }
+            pins.remove(&pid);
+        }
+        if pins.len() >= STAT_PINS_MAX {
+            return proc_.read(rel, buf);
+        }
+        let f = PinnedFile::open(proc_, rel)?;
+        f.read(rel, buf)?;
+        pins.insert(pid, f);
+        Ok(())
     }
 
     /// The parent of a cached process, by its last read.
@@ -195,7 +234,7 @@ impl ProcReader {
         // Paths relative to the open proc dir: no per-process directory fd to open/close.
         let mut rel = String::with_capacity(32);
         let _ = write!(rel, "{pid}/stat");
-        proc_.read(&rel, buf).ok()?;
+        self.read_stat(proc_, pid, &rel, buf).ok()?;
         let base = rel.len() - "stat".len(); // `PID/`
         let st = parse_pid_stat(buf)?;
         let kernel_thread = st.is_kernel_thread();

@@ -19,6 +19,8 @@ struct FdEntry {
     start_time_ticks: u64,
     fd_count: u64,
     inodes: Vec<u64>,
+    /// Those among the last dump's sockets (the process's last `socket_inodes`).
+    live: Vec<u64>,
 }
 
 /// The socket side of a sample, with what it keeps between samples.
@@ -137,7 +139,11 @@ impl SocketReader {
         stats: &mut SampleStats,
     ) {
         let alive: PidSet = procs.iter().map(|p| p.pid).collect();
+        let cached = self.fd_cache.len();
         self.fd_cache.retain(|pid, _| alive.contains(pid));
+        // The dump as before, no process gone, no fd list read again (below): every
+        // process owns what it owned, and the mapping of the last sample stands.
+        let same = stats.sockets_reused && self.fd_cache.len() == cached;
         let mut scanned: PidSet = PidSet::default();
         for p in procs.iter().filter(|p| !p.kernel_thread) {
             let cached = self.fd_cache.get(&p.pid);
@@ -167,9 +173,18 @@ impl SocketReader {
                         start_time_ticks: p.start_time_ticks,
                         fd_count: count,
                         inodes,
+                        live: Vec::new(),
                     },
                 );
             }
+        }
+        if same && scanned.is_empty() {
+            for p in procs.iter_mut() {
+                if let Some(e) = self.fd_cache.get(&p.pid) {
+                    p.socket_inodes.clone_from(&e.live);
+                }
+            }
+            return;
         }
         let owned = |cache: &PidMap<FdEntry>| -> HashSet<u64> {
             cache
@@ -204,13 +219,14 @@ impl SocketReader {
             .collect();
         let live: HashSet<u64> = sockets.iter().map(|s| s.inode).collect();
         for p in procs.iter_mut() {
-            if let Some(e) = self.fd_cache.get(&p.pid) {
-                p.socket_inodes = e
+            if let Some(e) = self.fd_cache.get_mut(&p.pid) {
+                e.live = e
                     .inodes
                     .iter()
                     .copied()
                     .filter(|i| live.contains(i))
                     .collect();
+                p.socket_inodes.clone_from(&e.live);
             }
         }
     }

@@ -210,8 +210,10 @@ pub struct Sampler {
     /// No CPU had a frequency file at the sample before this one: none is looked for.
     no_cpufreq_until: u64,
     pub last_stats: SampleStats,
-    /// Where the last sample's CPU time went.
+    /// Where the last sample's CPU time went (when [`Sampler::set_stage_times`] is on).
     pub last_stages: StageTimes,
+    /// Time each stage (a system call per stage: the benchmark's, not the daemon's).
+    stage_times: bool,
     /// The kernel's event sources (eBPF CPU collector, process-events connector), opened at
     /// the first sample when `kernel_events` is on.
     activity: Option<Box<dyn ActivitySource>>,
@@ -257,6 +259,7 @@ impl Sampler {
             no_cpufreq_until: 0,
             last_stats: SampleStats::default(),
             last_stages: StageTimes::default(),
+            stage_times: false,
             activity: None,
             kernel_events: root == Path::new("/"),
             refresh_window: plan::RefreshWindow::default(),
@@ -290,6 +293,12 @@ impl Sampler {
 
     /// Re-read every process's status, cgroup and threads at least every `n` samples
     /// (1 = every sample: exact, and the most costly). See the module doc.
+    /// Times each stage of a sample into [`Sampler::last_stages`] (off by default: the
+    /// thread's CPU clock is a system call, made at each stage).
+    pub fn set_stage_times(&mut self, on: bool) {
+        self.stage_times = on;
+    }
+
     pub fn set_refresh_every(&mut self, n: u64) {
         self.refresh_every = n.max(1);
     }
@@ -445,9 +454,17 @@ impl Sampler {
         // The kernel's events: which processes ran (eBPF) and which came and went (the
         // connector); each part unknown falls back to reading /proc for it.
         let mut stages = StageTimes::default();
+        let timed = self.stage_times;
         let mut lap = {
-            let mut t = crate::sys::thread_cpu_ns();
+            let mut t = if timed {
+                crate::sys::thread_cpu_ns()
+            } else {
+                0
+            };
             move || {
+                if !timed {
+                    return 0;
+                }
                 let now = crate::sys::thread_cpu_ns();
                 now.saturating_sub(std::mem::replace(&mut t, now))
             }

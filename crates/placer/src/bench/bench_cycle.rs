@@ -148,6 +148,7 @@ fn cycles(
     between: &mut dyn FnMut(usize) -> Result<()>,
 ) -> Result<Report> {
     sampler.set_refresh_every(a.refresh_every);
+    sampler.set_stage_times(true);
     let mut prev = sampler.sample(req).context("sampling")?;
     let mut cpu_ms = Vec::new();
     let mut wall_ms = Vec::new();

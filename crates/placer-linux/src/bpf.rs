@@ -620,6 +620,13 @@ impl CpuCollector {
         Ok(())
     }
 
+    /// The kernel's id of this collector's program (others of the same name may be
+    /// loaded: another daemon's, a test's).
+    pub fn prog_id(&self) -> io::Result<u32> {
+        let info = prog_info(&self._prog)?;
+        Ok(u32::from_ne_bytes(info[4..8].try_into().expect("4 bytes")))
+    }
+
     /// Whether the program also runs on the tick (a running task's time is counted
     /// before it is switched out).
     pub fn counts_running_tasks(&self) -> bool {
@@ -641,18 +648,6 @@ impl RunTimeStats {
         // enable_stats.type = BPF_STATS_RUN_TIME (0).
         Attr::new().u32(0, 0).fd(BPF_ENABLE_STATS).map(RunTimeStats)
     }
-}
-
-/// The summed run time (ns) and run count of the loaded programs with these names, as
-/// counted while [`RunTimeStats`] is held: what they cost inside the kernel, charged to
-/// whichever task they ran beside.
-pub fn programs_run_time(names: &[&str]) -> io::Result<(u64, u64)> {
-    let (mut ns, mut runs) = (0, 0);
-    for p in program_run_times(names)? {
-        ns += p.run_time_ns;
-        runs += p.runs;
-    }
-    Ok((ns, runs))
 }
 
 /// One loaded program's cumulative run time and runs (counted while [`RunTimeStats`] is
@@ -721,16 +716,21 @@ fn for_each_program(mut f: impl FnMut(&[u8])) -> io::Result<()> {
         let Ok(fd) = Attr::new().u32(0, id).fd(BPF_PROG_GET_FD_BY_ID) else {
             continue; // unloaded meanwhile
         };
-        let mut info = [0u8; 256];
-        let got = Attr::new()
-            .u32(0, fd.as_raw_fd() as u32)
-            .u32(4, info.len() as u32)
-            .u64(8, ptr(info.as_mut_ptr()))
-            .call(BPF_OBJ_GET_INFO_BY_FD);
-        if got.is_ok() {
+        if let Ok(info) = prog_info(&fd) {
             f(&info);
         }
     }
+}
+
+/// A loaded program's `struct bpf_prog_info` (its first 256 bytes).
+fn prog_info(fd: &OwnedFd) -> io::Result<[u8; 256]> {
+    let mut info = [0u8; 256];
+    Attr::new()
+        .u32(0, fd.as_raw_fd() as u32)
+        .u32(4, info.len() as u32)
+        .u64(8, ptr(info.as_mut_ptr()))
+        .call(BPF_OBJ_GET_INFO_BY_FD)?;
+    Ok(info)
 }
 
 /// Ids of the loaded BPF programs with this name (tests check nothing of placer's is left
@@ -787,7 +787,6 @@ pub(crate) mod tests {
     fn check_collector(per_entry: bool) {
         placer_testkit::require_root();
         let _one = REAL.lock().unwrap_or_else(|e| e.into_inner());
-        let before = loaded_programs_named(&[PROG_NAME]).unwrap();
         let mut c = match CpuCollector::open() {
             Ok(c) => c,
             Err(e) => {
@@ -803,13 +802,18 @@ pub(crate) mod tests {
             "no hrtimer_expire_entry tracepoint"
         );
         let stats = RunTimeStats::enable().unwrap();
-        let (ns0, runs0) = programs_run_time(&[PROG_NAME]).unwrap();
-        let ours: Vec<u32> = loaded_programs_named(&[PROG_NAME])
-            .unwrap()
-            .into_iter()
-            .filter(|id| !before.contains(id))
-            .collect();
-        assert_eq!(ours.len(), 1, "{ours:?}");
+        // This collector's program alone: other tests of this binary may load theirs (a
+        // sampler on `/`) and unload them meanwhile.
+        let ours = c.prog_id().unwrap();
+        let run_time = || {
+            program_run_times(&[PROG_NAME])
+                .unwrap()
+                .into_iter()
+                .find(|p| p.id == ours)
+                .map(|p| (p.run_time_ns, p.runs))
+                .expect("loaded under its name")
+        };
+        let (ns0, runs0) = run_time();
         c.drain().unwrap();
         let t0 = std::time::Instant::now();
         let pid = placer_testkit::proc::short_lived_spinner(300);
@@ -869,7 +873,7 @@ pub(crate) mod tests {
             assert!((t.last_cpu as u64) < cpus, "{t:?}");
         }
         // Its own cost in the kernel was counted while the stats were on.
-        let (ns1, runs1) = programs_run_time(&[PROG_NAME]).unwrap();
+        let (ns1, runs1) = run_time();
         assert!(
             runs1 > runs0 && ns1 > ns0,
             "{runs0}..{runs1} runs, {ns0}..{ns1} ns"
@@ -881,15 +885,8 @@ pub(crate) mod tests {
         drop(c);
         // The kernel frees a detached program after an RCU grace period: wait for it.
         let t = std::time::Instant::now();
-        while loaded_programs_named(&[PROG_NAME])
-            .unwrap()
-            .contains(&ours[0])
-        {
-            assert!(
-                t.elapsed().as_secs() < 5,
-                "program {} still loaded",
-                ours[0]
-            );
+        while loaded_programs_named(&[PROG_NAME]).unwrap().contains(&ours) {
+            assert!(t.elapsed().as_secs() < 5, "program {ours} still loaded");
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
     }

@@ -6,12 +6,10 @@
 //! ([`crate::proc_events`]: forks, execs, exits). Either may be missing (no root, no BTF or
 //! raw tracepoints, another network namespace); the sampler then falls back to the /proc
 //! path for that part, and `placer top` / the daemon say so once through the sources.
-//! An [`Activity`] may also carry a count of the kernel's cgroup moves
-//! ([`crate::bpf::CgroupMoves`]), which lets the sampler keep an idle process's cgroup
-//! without reading its file while nothing moved; [`KernelActivity`] does not open that
-//! counter yet (see there).
+//! Beside them, a count of the kernel's cgroup moves ([`crate::bpf::CgroupMoves`]) lets the
+//! sampler keep an idle process's cgroup without reading its file while nothing moved.
 
-use crate::bpf::{CpuCollector, ProcCpu};
+use crate::bpf::{CgroupMoves, CpuCollector, ProcCpu};
 use crate::proc_events::{ProcEvent, ProcEvents};
 use placer_core::sample::{Source, SourceKind};
 
@@ -40,14 +38,10 @@ pub trait ActivitySource: Send {
 }
 
 /// The real kernel's event sources, each opened once (or its error kept to say why not).
-/// The cgroup-move counter ([`crate::bpf::CgroupMoves`]) is not opened here: in the
-/// lab's 16-CPU emulated guest, a daemon starting or stopping with its six tracepoints
-/// attached or detached beside the collector's two hung the guest in 2 of 4 runs (the
-/// cause is not known; docs/observation.md). Until it is, an idle process's `cgroup` is
-/// read at each refresh.
 pub struct KernelActivity {
     cpu: Result<CpuCollector, String>,
     events: Result<ProcEvents, String>,
+    moves: Result<CgroupMoves, String>,
 }
 
 impl KernelActivity {
@@ -55,6 +49,7 @@ impl KernelActivity {
         KernelActivity {
             cpu: CpuCollector::open().map_err(|e| e.to_string()),
             events: ProcEvents::open().map_err(|e| e.to_string()),
+            moves: CgroupMoves::open().map_err(|e| e.to_string()),
         }
     }
 
@@ -84,10 +79,15 @@ impl ActivitySource for KernelActivity {
             }
             Err(_) => None,
         };
+        let cgroup_moves = self.moves.as_ref().ok().and_then(|m| {
+            m.count()
+                .map_err(|e| tracing::debug!("cgroup-move count: {e}"))
+                .ok()
+        });
         Activity {
             ran,
             events,
-            cgroup_moves: None,
+            cgroup_moves,
         }
     }
 
@@ -96,12 +96,17 @@ impl ActivitySource for KernelActivity {
             Source {
                 name: SourceKind::Ebpf,
                 available: self.cpu.is_ok(),
-                detail: match &self.cpu {
-                    Ok(_) => format!(
-                        "CPU time per thread from sched_switch and the tick ({}); idle processes are not read",
-                        crate::bpf::PROG_NAME
+                detail: match (&self.cpu, &self.moves) {
+                    (Ok(_), Ok(_)) => format!(
+                        "CPU time per thread from sched_switch and the tick ({}); idle processes are not read; cgroup moves counted ({}): an idle process's cgroup is read again only after one",
+                        crate::bpf::PROG_NAME,
+                        crate::bpf::CGROUP_MOVES_PROG_NAME,
                     ),
-                    Err(e) => format!("eBPF CPU collector: {e}; reading every /proc/PID/stat"),
+                    (Ok(_), Err(e)) => format!(
+                        "CPU time per thread from sched_switch and the tick ({}); idle processes are not read; cgroup-move counter: {e}: an idle process's cgroup is read again at each refresh",
+                        crate::bpf::PROG_NAME,
+                    ),
+                    (Err(e), _) => format!("eBPF CPU collector: {e}; reading every /proc/PID/stat"),
                 },
             },
             Source {

@@ -48,12 +48,10 @@
 //!    reads nothing. On this machine's root its `status` files are not read either while
 //!    `sched_getaffinity` of the process and its threads says what it said at its last
 //!    refresh (it gives the allowed CPUs that are active: a change confined to CPUs
-//!    inactive both times shows when they come back). Nor is its `cgroup` while a count
-//!    of the kernel's cgroup moves ([`crate::bpf::CgroupMoves`]: attach, transfer,
-//!    rename, hierarchy set-up and removal), when the activity source gives one, stands
-//!    where it stood before the file was last read: nothing changed cgroup since (the
-//!    daemon's [`crate::activity::KernelActivity`] gives none yet). A process is read in
-//!    full at once after an exec;
+//!    inactive both times shows when they come back). Nor is its `cgroup` while the
+//!    kernel's count of cgroup moves ([`crate::bpf::CgroupMoves`]: attach, transfer,
+//!    rename, hierarchy set-up and removal) stands where it stood before the file was last
+//!    read: nothing changed cgroup since. A process is read in full at once after an exec;
 //! 4. numa_maps and fd counts are read only for processes that ran (numa_maps on the /proc
 //!    path too: for processes whose files were read again; and for those refreshed by
 //!    rule 3, since reclaim or another process can move a sleeping process's pages);

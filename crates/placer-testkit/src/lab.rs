@@ -8,7 +8,9 @@
 //! own proc, sys, dev and tmpfs /tmp and /run over it, and runs the command in a chroot there,
 //! so the guest runs the host's own binaries by their host paths (a test binary, the
 //! `placer` it was built with, `lscpu`) without copying them. The command's output goes to a
-//! second serial port, the kernel's to the first; both come back in [`Output`].
+//! second serial port, the kernel's to the first; both come back in [`Output`]. A third port
+//! carries the init's heartbeat, every [`HEARTBEAT`], by which the host tells a hung guest
+//! kernel from a quiet command ([`Guest::wait`]).
 //!
 //! The kernel payload and initramfs are built once and cached under `target/placer-lab/`
 //! (or `$PLACER_LAB_CACHE`), keyed by the kernel, busybox and this module's init script:
@@ -40,6 +42,11 @@ pub const GUEST_ADDR: &str = "10.231.0.2";
 pub const NIC_QUEUES: u32 = 4;
 const TAP: &str = "plab0";
 const EXIT_MARK: &str = "PLACER-LAB-EXIT=";
+/// How often a running guest's init beats on its third serial port.
+pub const HEARTBEAT: Duration = Duration::from_secs(5);
+/// The heartbeat loop's pid, in the guest (a test stops it to see a hang called).
+pub const HEARTBEAT_PID_PATH: &str = "/run/lab-heartbeat.pid";
+const HEARTBEAT_FILE: &str = "heartbeat.log";
 
 /// Whether this process runs inside a lab guest.
 pub fn in_guest() -> bool {
@@ -173,6 +180,54 @@ pub struct Output {
     pub console: String,
     /// Whether the host killed the guest at the time limit.
     pub timed_out: bool,
+    /// Why the host killed the guest as hung, if it did (see [`Guest::wait`]).
+    pub hung: Option<Hang>,
+}
+
+/// How a guest was seen to hang.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hang {
+    /// The init's heartbeat stopped: the guest kernel no longer runs a shell loop.
+    Heartbeat,
+    /// The command said nothing for the watch's output limit while the guest kernel
+    /// reported stalls (RCU stalls, soft lockups, a starved kthread): the emulator's hang.
+    StalledKernel,
+    /// The command said nothing for the watch's output limit, the kernel nothing wrong: the
+    /// command itself is stuck, which is a result.
+    Command,
+}
+
+impl Hang {
+    /// Whether the hang is the emulator's (worth another boot), not the command's.
+    pub fn is_the_emulators(self) -> bool {
+        match self {
+            Hang::Heartbeat | Hang::StalledKernel => true,
+            Hang::Command => false,
+        }
+    }
+}
+
+/// When [`Guest::wait`] calls a running guest hung.
+#[derive(Debug, Clone, Copy)]
+pub struct Watch {
+    /// The heartbeat, once begun, silent this long.
+    pub heartbeat_silence: Duration,
+    /// The command's output, once begun, silent this long: longer than any bounded wait
+    /// of the command's.
+    pub output_silence: Duration,
+}
+
+/// Whether a guest's console shows its kernel stalled (the messages Linux prints when a
+/// CPU or its RCU grace-period kthread gets no time).
+pub fn console_shows_stalls(console: &str) -> bool {
+    [
+        "detected stalls",
+        "soft lockup",
+        "kthread starved",
+        "wakeup didn't happen",
+    ]
+    .iter()
+    .any(|m| console.contains(m))
 }
 
 impl Output {
@@ -327,6 +382,10 @@ for i in /sys/class/net/*; do
   ip addr add GUEST_ADDR/24 dev "$n"; ip link set "$n" up
 done
 stty -F /dev/ttyS1 raw -echo 2>/dev/null
+# A heartbeat on its own port: a guest whose kernel hangs (a TCG vCPU starved in an IPI)
+# stops beating, while a check that is merely quiet does not.
+( while sleep HEARTBEAT_S; do echo . > /dev/ttyS2; done ) &
+echo $! > /hostHEARTBEAT_PID
 chroot /host /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/tmp TMPDIR=/tmp \
   GUEST_ENV=1 /bin/sh /tmp/lab-cmd.sh > /dev/ttyS1 2>&1
 echo "EXIT_MARK$?" > /dev/ttyS1
@@ -338,6 +397,8 @@ fn init_script() -> String {
     INIT.replace("GUEST_ADDR", GUEST_ADDR)
         .replace("GUEST_ENV", GUEST_ENV)
         .replace("EXIT_MARK", EXIT_MARK)
+        .replace("HEARTBEAT_S", &HEARTBEAT.as_secs().to_string())
+        .replace("HEARTBEAT_PID", HEARTBEAT_PID_PATH)
 }
 
 /// A newc cpio archive of `files` (path in the archive, mode, contents); directories are
@@ -613,6 +674,10 @@ impl Guest {
             &format!("file:{}", dir.path().join("output.log").display()),
         ]);
         q.args([
+            "-serial",
+            &format!("file:{}", dir.path().join(HEARTBEAT_FILE).display()),
+        ]);
+        q.args([
             "-virtfs",
             "local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap",
         ]);
@@ -666,17 +731,34 @@ impl Guest {
         false
     }
 
-    /// Waits until the guest powers off or the time limit passes (then kills it).
-    pub fn wait(mut self) -> Output {
+    /// Waits until the guest powers off or the time limit passes (then kills it). With a
+    /// `watch`, a guest seen hung by it is killed too ([`Output::hung`] says how).
+    pub fn wait(mut self, watch: Option<Watch>) -> Output {
         let mut timed_out = false;
+        let mut hung = None;
+        let mut beats = Silence::of(self.dir.path().join(HEARTBEAT_FILE));
+        let mut said = Silence::of(self.dir.path().join("output.log"));
         loop {
             if let Ok(Some(_)) = self.child.0.try_wait() {
                 break;
             }
-            if Instant::now() >= self.deadline {
+            let now = Instant::now();
+            if let Some(w) = watch {
+                if beats.for_at_least(now, w.heartbeat_silence) {
+                    hung = Some(Hang::Heartbeat);
+                } else if said.for_at_least(now, w.output_silence) {
+                    let console = read_lossy(&self.dir.path().join("console.log"));
+                    hung = Some(if console_shows_stalls(&console) {
+                        Hang::StalledKernel
+                    } else {
+                        Hang::Command
+                    });
+                }
+            }
+            timed_out = now >= self.deadline;
+            if hung.is_some() || timed_out {
                 let _ = self.child.0.kill();
                 let _ = self.child.0.wait();
-                timed_out = true;
                 break;
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -704,7 +786,34 @@ impl Guest {
             output,
             console,
             timed_out,
+            hung,
         }
+    }
+}
+
+/// How long a growing file has not grown (once it has begun).
+struct Silence {
+    path: PathBuf,
+    len: u64,
+    since: Instant,
+}
+
+impl Silence {
+    fn of(path: PathBuf) -> Silence {
+        Silence {
+            path,
+            len: 0,
+            since: Instant::now(),
+        }
+    }
+
+    /// Whether the file, once begun, has not grown for `limit` by `now`.
+    fn for_at_least(&mut self, now: Instant, limit: Duration) -> bool {
+        let len = std::fs::metadata(&self.path).map_or(0, |m| m.len());
+        if len != self.len {
+            (self.len, self.since) = (len, now);
+        }
+        self.len > 0 && now.duration_since(self.since) >= limit
     }
 }
 
@@ -717,7 +826,7 @@ fn read_lossy(p: &Path) -> String {
 /// Boots `shape`, runs `script` in it and returns what it said, killing the guest at
 /// `limit`. See [`Guest::start`].
 pub fn run(shape: Shape, script: &str, limit: Duration) -> Result<Output, LabError> {
-    Ok(Guest::start(shape, script, limit)?.wait())
+    Ok(Guest::start(shape, script, limit)?.wait(None))
 }
 
 /// Shell-quotes one word for a guest script.
@@ -745,6 +854,43 @@ mod tests {
             "{a}"
         );
         assert!(a.contains("node,nodeid=3,cpus=12-15,memdev=m3"), "{a}");
+    }
+
+    #[test]
+    fn silence_counts_from_the_last_growth_once_begun() {
+        let dir = crate::TempDir::new("lab-silence");
+        let f = dir.path().join("beats");
+        let t0 = Instant::now();
+        let s10 = Duration::from_secs(10);
+        let mut s = Silence::of(f.clone());
+        assert!(
+            !s.for_at_least(t0 + s10 * 100, s10),
+            "not begun: never silent"
+        );
+        std::fs::write(&f, ".").unwrap();
+        assert!(!s.for_at_least(t0, s10));
+        assert!(!s.for_at_least(t0 + s10 / 2, s10));
+        assert!(s.for_at_least(t0 + s10, s10));
+        std::fs::write(&f, "..").unwrap();
+        assert!(
+            !s.for_at_least(t0 + s10 * 2, s10),
+            "grew: silence starts again"
+        );
+        assert!(s.for_at_least(t0 + s10 * 3, s10));
+    }
+
+    #[test]
+    fn stalls_are_told_from_a_quiet_console() {
+        assert!(console_shows_stalls(
+            "[ 95.7] rcu: rcu_preempt kthread timer wakeup didn't happen for 5246 jiffies!"
+        ));
+        assert!(console_shows_stalls(
+            "watchdog: BUG: soft lockup - CPU#3 stuck for 22s! [migration/3:27]"
+        ));
+        assert!(!console_shows_stalls(
+            "[ 0.1] smpboot: Total of 16 processors activated\n[ 2.0] virtio_net virtio0 eth0"
+        ));
+        assert!(Hang::Heartbeat.is_the_emulators() && !Hang::Command.is_the_emulators());
     }
 
     #[test]

@@ -832,7 +832,12 @@ mod tests {
                         ..Default::default()
                     })
                     .collect(),
-                procs: self.procs.clone(),
+                procs: self
+                    .procs
+                    .iter()
+                    .cloned()
+                    .map(std::sync::Arc::new)
+                    .collect(),
                 ..Default::default()
             })
         }

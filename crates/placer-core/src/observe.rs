@@ -112,7 +112,7 @@ pub(crate) fn derive(prev: &Sample, cur: &Sample) -> Observation {
     let prev_procs: HashMap<ProcKey, &ProcSample> = if merge {
         HashMap::new()
     } else {
-        prev.procs.iter().map(|p| (p.key(), p)).collect()
+        prev.procs.iter().map(|p| (p.key(), &**p)).collect()
     };
     let mut cursor = 0usize;
     let mut before_of = |p: &ProcSample| -> Option<&ProcSample> {
@@ -122,7 +122,10 @@ pub(crate) fn derive(prev: &Sample, cur: &Sample) -> Observation {
         while prev.procs.get(cursor).is_some_and(|b| b.pid < p.pid) {
             cursor += 1;
         }
-        prev.procs.get(cursor).filter(|b| b.key() == p.key())
+        prev.procs
+            .get(cursor)
+            .map(|b| &**b)
+            .filter(|b| b.key() == p.key())
     };
     // Start times are in ticks since boot; sample times are monotonic ns since boot.
     let prev_time_ticks = prev.time_ns as f64 / 1e9 * hz;
@@ -462,12 +465,14 @@ mod tests {
         let (mut a, mut b) = (sample(100), sample(101));
         for pid in 1..60u32 {
             if pid % 7 != 0 {
-                a.procs.push(proc_(pid, 5, u64::from(pid)));
+                a.procs
+                    .push(std::sync::Arc::new(proc_(pid, 5, u64::from(pid))));
             }
             if pid % 11 != 0 {
                 // pid 23 was reused: another start time, a new process.
                 let start = if pid == 23 { 9_000 } else { 5 };
-                b.procs.push(proc_(pid, start, u64::from(pid) * 3));
+                b.procs
+                    .push(std::sync::Arc::new(proc_(pid, start, u64::from(pid) * 3)));
             }
         }
         let view = |o: &Observation| -> Vec<(u32, bool, f64)> {
@@ -574,8 +579,8 @@ mod tests {
     fn cpu_share_of_a_busy_process_is_one() {
         let mut a = sample(100);
         let mut b = sample(102);
-        a.procs.push(proc_(10, 5, 1000));
-        b.procs.push(proc_(10, 5, 1200)); // 200 ticks at 100 Hz over 2 s
+        a.procs.push(std::sync::Arc::new(proc_(10, 5, 1000)));
+        b.procs.push(std::sync::Arc::new(proc_(10, 5, 1200))); // 200 ticks at 100 Hz over 2 s
         let o = Observation::new(&a, &b);
         let p = o.proc(10).unwrap();
         assert!((p.cpu_share - 1.0).abs() < 1e-9);
@@ -587,10 +592,10 @@ mod tests {
     fn reused_pid_is_a_new_process_and_exited_ones_vanish() {
         let mut a = sample(100);
         let mut b = sample(101);
-        a.procs.push(proc_(10, 5, 50_000));
-        a.procs.push(proc_(11, 6, 10));
+        a.procs.push(std::sync::Arc::new(proc_(10, 5, 50_000)));
+        a.procs.push(std::sync::Arc::new(proc_(11, 6, 10)));
         // pid 10 reused by a process started at t=100.5 s (10050 ticks) with 30 ticks.
-        b.procs.push(proc_(10, 10_050, 30));
+        b.procs.push(std::sync::Arc::new(proc_(10, 10_050, 30)));
         let o = Observation::new(&a, &b);
         assert_eq!(o.procs.len(), 1, "pid 11 exited");
         let p = o.proc(10).unwrap();
@@ -603,7 +608,7 @@ mod tests {
     fn missed_old_process_gets_no_share() {
         let a = sample(100);
         let mut b = sample(101);
-        b.procs.push(proc_(12, 500, 9_000)); // started at 5 s, long before prev
+        b.procs.push(std::sync::Arc::new(proc_(12, 500, 9_000))); // started at 5 s, long before prev
         let o = Observation::new(&a, &b);
         assert!(o.proc(12).unwrap().new);
         assert_eq!(o.proc(12).unwrap().cpu_share, 0.0);
@@ -613,8 +618,8 @@ mod tests {
     fn counter_reset_gives_zero_not_huge() {
         let mut a = sample(100);
         let mut b = sample(101);
-        a.procs.push(proc_(10, 5, 500));
-        b.procs.push(proc_(10, 5, 100));
+        a.procs.push(std::sync::Arc::new(proc_(10, 5, 500)));
+        b.procs.push(std::sync::Arc::new(proc_(10, 5, 100)));
         let o = Observation::new(&a, &b);
         assert_eq!(o.proc(10).unwrap().cpu_share, 0.0);
     }
@@ -622,9 +627,9 @@ mod tests {
     #[test]
     fn zero_interval_gives_zero_rates() {
         let mut a = sample(100);
-        a.procs.push(proc_(10, 5, 500));
+        a.procs.push(std::sync::Arc::new(proc_(10, 5, 500)));
         let mut b = a.clone();
-        b.procs[0].utime_ticks = 600;
+        std::sync::Arc::make_mut(&mut b.procs[0]).utime_ticks = 600;
         let o = Observation::new(&a, &b);
         assert_eq!(o.proc(10).unwrap().cpu_share, 0.0);
         assert!(serde_json::to_string(&o).is_ok());
@@ -636,8 +641,8 @@ mod tests {
         let mut b = sample(102);
         let mut p = proc_(10, 5, 0);
         p.socket_inodes = vec![7, 8, 9];
-        a.procs.push(p.clone());
-        b.procs.push(p);
+        a.procs.push(std::sync::Arc::new(p.clone()));
+        b.procs.push(std::sync::Arc::new(p));
         // Socket 7: 2 MB received in 2 s over 1000 data segments (+ 10 pure ACKs).
         a.sockets.push(sock(7, 1_000_000, 0, 100, 90));
         b.sockets.push(sock(7, 3_000_000, 0, 1110, 1090));
@@ -789,13 +794,13 @@ mod tests {
             cv(CounterEvent::Instructions, 0, 0, 0),
             cv(CounterEvent::LlcMisses, 0, 0, 0),
         ];
-        a.procs.push(p.clone());
+        a.procs.push(std::sync::Arc::new(p.clone()));
         // Instructions: 1e9 counted over the full second; misses: 1e6 counted half the time.
         p.counters = vec![
             cv(CounterEvent::Instructions, 1_000_000_000, S, S),
             cv(CounterEvent::LlcMisses, 1_000_000, S, S / 2),
         ];
-        b.procs.push(p);
+        b.procs.push(std::sync::Arc::new(p));
         let o = Observation::new(&a, &b);
         let c = o.proc(10).unwrap().counters.as_ref().unwrap();
         assert_eq!(c.per_s["instructions"], 1e9);
@@ -805,7 +810,7 @@ mod tests {
         // No PMU: no counters at all, not zeros.
         let a = sample(1);
         let mut b = sample(2);
-        b.procs.push(proc_(1, 0, 0));
+        b.procs.push(std::sync::Arc::new(proc_(1, 0, 0)));
         assert!(Observation::new(&a, &b).procs[0].counters.is_none());
     }
 
@@ -829,9 +834,9 @@ mod tests {
         let mut b = sample(101);
         let mut p = proc_(10, 5, 0);
         p.threads = vec![t(10, 0), t(11, 0), t(13, 7)].into();
-        a.procs.push(p.clone());
+        a.procs.push(std::sync::Arc::new(p.clone()));
         p.threads = vec![t(10, 50), t(12, 80), t(13, 7)].into();
-        b.procs.push(p);
+        b.procs.push(std::sync::Arc::new(p));
         let o = Observation::new(&a, &b);
         let th = &o.proc(10).unwrap().threads;
         // 10 ran; 12 is new (unknown start, no share); 13 slept; 11 exited.
@@ -854,9 +859,9 @@ mod tests {
             let (mut a, mut b) = (sample(100), sample(101));
             let mut p = proc_(10, 5, 0);
             p.threads = vec![before].into();
-            a.procs.push(p.clone());
+            a.procs.push(std::sync::Arc::new(p.clone()));
             p.threads = vec![after].into();
-            b.procs.push(p);
+            b.procs.push(std::sync::Arc::new(p));
             let o = Observation::new(&a, &b);
             o.proc(10).unwrap().threads.first().map(|t| t.cpu_share)
         };

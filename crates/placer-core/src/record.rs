@@ -184,12 +184,12 @@ mod tests {
                 user: t,
                 ..Default::default()
             }],
-            procs: vec![ProcSample {
+            procs: vec![std::sync::Arc::new(ProcSample {
                 ppid: 0,
                 utime_ticks: t,
                 last_cpu: Some(0),
                 ..ProcSample::bare(1, 2, "a \"quoted\" (x)", CpuSet::first_n(2))
-            }],
+            })],
             ..Default::default()
         }
     }

@@ -162,10 +162,10 @@ mod tests {
                     ..Default::default()
                 })
                 .collect(),
-            procs: vec![ProcSample {
+            procs: vec![std::sync::Arc::new(ProcSample {
                 utime_ticks: busy_ticks,
                 ..ProcSample::bare(4242, 7, "worker", CpuSet::first_n(4))
-            }],
+            })],
             ..Default::default()
         }
     }

@@ -29,7 +29,7 @@ pub struct Sample {
     /// Clock ticks per second (USER_HZ) of the machine that produced the sample.
     pub clk_tck: u32,
     pub cpus: Vec<CpuTimes>,
-    pub procs: Vec<ProcSample>,
+    pub procs: Vec<std::sync::Arc<ProcSample>>,
     pub sockets: Vec<SocketSample>,
     pub irqs: Vec<IrqSample>,
     /// NET_RX / NET_TX softirq counts per CPU (/proc/softirqs).

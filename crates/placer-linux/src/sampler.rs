@@ -35,7 +35,8 @@
 //! sample's cost follows what is active, not what exists:
 //! 1. a process the eBPF collector says did not run since the previous sample is not read
 //!    at all: its cached sample is used (a process that did not run cannot have changed its
-//!    CPU time, state, threads or fds);
+//!    CPU time, state, threads or fds), the cache's own `Arc`, not a copy: the later stages
+//!    copy a process only where they change it, and the cache takes that copy back;
 //! 2. the process set comes from the cache plus the connector's forks and exits; /proc is
 //!    listed only at the first sample, every [`LIST_EVERY`] samples, and when the
 //!    connector lost events;
@@ -113,7 +114,7 @@ use crate::perf::{CounterSource, PerfCounters};
 use crate::pid::PidSet;
 use crate::procfs::parse_proc_stat;
 use crate::sys::{Dir, Pins};
-use placer_core::sample::{SampleRequest, Source, SourceKind, SourceStatus};
+use placer_core::sample::{ProcSample, SampleRequest, Source, SourceKind, SourceStatus};
 use placer_core::Sample;
 use plan::{ProcFacts, ProcRead};
 pub use plan::{DEFAULT_REFRESH_EVERY, IDLE_REFRESH_BUDGET, LIST_EVERY};
@@ -122,6 +123,7 @@ use sockets::SocketReader;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 pub use system::read_cpu_freqs;
 use system::read_nic_counters;
 
@@ -230,6 +232,28 @@ pub struct Sampler {
 }
 
 /// Numeric entries of a directory (pids or tids), sorted.
+/// `p`, to be changed: copied when another holds it (the cache, the previous sample), and
+/// marked (`i`, its index) for the cache to take back.
+fn edit<'a>(p: &'a mut Arc<ProcSample>, i: usize, touched: &mut Vec<usize>) -> &'a mut ProcSample {
+    touched.push(i);
+    Arc::make_mut(p)
+}
+
+/// Empties what a stage not asked for this sample left in processes from an earlier one
+/// (a cached sample keeps what its last sample held); only those that hold some are copied.
+fn clear_unasked(
+    procs: &mut [Arc<ProcSample>],
+    touched: &mut Vec<usize>,
+    holds: impl Fn(&ProcSample) -> bool,
+    clear: impl Fn(&mut ProcSample),
+) {
+    for (i, p) in procs.iter_mut().enumerate() {
+        if holds(p) {
+            clear(edit(p, i, touched));
+        }
+    }
+}
+
 fn numeric_entries(dir: &Path) -> io::Result<Vec<u32>> {
     let mut v: Vec<u32> = fs::read_dir(dir)?
         .flatten()
@@ -578,6 +602,9 @@ impl Sampler {
         self.last_alive = alive;
 
         stages.procs_ns += lap();
+        // The processes whose sockets, counters or pages change below: copied then (an idle
+        // process's sample is shared with the cache), and taken back into the cache after.
+        let mut touched: Vec<usize> = Vec::new();
         let sockets = if req.sockets {
             let proc_ = self.proc.as_ref().expect("opened above");
             // With the collector, a process that did not run cannot have opened or closed
@@ -589,26 +616,50 @@ impl Sampler {
                 self.pins.as_mut(),
                 &mut self.buf,
                 &mut procs,
+                &mut touched,
                 ran,
                 &mut stats,
             )
         } else {
+            clear_unasked(
+                &mut procs,
+                &mut touched,
+                |p| !p.socket_inodes.is_empty(),
+                |p| p.socket_inodes.clear(),
+            );
             Vec::new()
         };
 
         let time_ns = t_start + (crate::sys::monotonic_ns() - t_start) / 2;
 
         stages.sockets_ns += lap();
-        if req.counters {
-            if let Some(c) = self.counters.as_mut().filter(|c| c.status().available) {
-                system::read_counters(c.as_mut(), &self.proc_dir, &mut procs);
-            }
+        match self
+            .counters
+            .as_mut()
+            .filter(|c| req.counters && c.status().available)
+        {
+            Some(c) => system::read_counters(c.as_mut(), &self.proc_dir, &mut procs, &mut touched),
+            None => clear_unasked(
+                &mut procs,
+                &mut touched,
+                |p| !p.counters.is_empty(),
+                |p| p.counters.clear(),
+            ),
         }
         stages.counters_ns += lap();
         if req.numa_pages {
             let ran = |pid: u32| act.ran.as_ref().is_some_and(|r| r.contains_key(&pid));
-            self.numa.read(&self.root, &mut procs, &fresh, ran);
+            self.numa
+                .read(&self.root, &mut procs, &mut touched, &fresh, ran);
+        } else {
+            clear_unasked(
+                &mut procs,
+                &mut touched,
+                |p| !p.numa_pages.is_empty(),
+                |p| p.numa_pages.clear(),
+            );
         }
+        self.procs.keep(&procs, &touched);
 
         stages.numa_ns += lap();
         // /proc/stat after the processes: a CPU taken offline while they were read is then
@@ -899,6 +950,64 @@ mod tests {
         assert_eq!(
             (now.get(&0).copied(), now.get(&1).copied()),
             (Some(0), Some(10))
+        );
+    }
+
+    /// An idle process's sample is the cache's, shared from sample to sample (not copied),
+    /// with its pages; a stage not asked for leaves nothing from an earlier sample; a
+    /// process that runs gets a sample of its own, and the next sample shares that.
+    #[test]
+    fn idle_processes_are_shared_from_sample_to_sample_with_their_pages() {
+        let t = tree("shared");
+        put(&t, "stat", "cpu0 1 2 3 4\n");
+        for pid in [100, 101] {
+            put(
+                &t,
+                &format!("{pid}/stat"),
+                &stat_line(pid, "idle", 1, 0, 42, 500),
+            );
+            put(
+                &t,
+                &format!("{pid}/status"),
+                "Uid:\t0\nCpus_allowed_list:\t0-1\n",
+            );
+            put(&t, &format!("{pid}/cgroup"), "0::/a\n");
+            put(
+                &t,
+                &format!("{pid}/numa_maps"),
+                "7f0000000000 default anon=3 N0=1 N1=2 kernelpagesize_kB=4\n",
+            );
+        }
+        let mut s = Sampler::new(t.path());
+        s.set_refresh_every(1000);
+        let pages = SampleRequest {
+            numa_pages: true,
+            ..Default::default()
+        };
+        let of = |x: &Sample, pid: u32| x.procs.iter().find(|p| p.pid == pid).unwrap().clone();
+        let _first = s.sample(pages).unwrap();
+        let a = s.sample(pages).unwrap();
+        let b = s.sample(pages).unwrap();
+        for pid in [100, 101] {
+            assert!(Arc::ptr_eq(&of(&a, pid), &of(&b, pid)), "pid {pid} copied");
+            assert_eq!(of(&b, pid).numa_pages.get(&1).copied(), Some(2));
+        }
+        // Not asked for: no pages, though the cache held some.
+        let c = s.sample(SampleRequest::default()).unwrap();
+        assert!(c.procs.iter().all(|p| p.numa_pages.is_empty()));
+        let d = s.sample(pages).unwrap();
+        assert_eq!(of(&d, 100).numa_pages.get(&1).copied(), Some(2));
+        // 101 runs: its own sample, with its new ticks; 100 stays shared.
+        put(&t, "101/stat", &stat_line(101, "idle", 1, 0, 43, 500));
+        let e = s.sample(pages).unwrap();
+        assert!(Arc::ptr_eq(&of(&d, 100), &of(&e, 100)));
+        assert!(!Arc::ptr_eq(&of(&d, 101), &of(&e, 101)));
+        assert_eq!((of(&d, 101).utime_ticks, of(&e, 101).utime_ticks), (42, 43));
+        assert_eq!(of(&e, 101).numa_pages.get(&1).copied(), Some(2));
+        let f = s.sample(pages).unwrap();
+        assert!(
+            Arc::ptr_eq(&of(&e, 101), &of(&f, 101)),
+            "101 idle again: shared"
         );
     }
 

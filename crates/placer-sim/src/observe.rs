@@ -87,7 +87,7 @@ impl SimHost {
             } else {
                 BTreeMap::new()
             };
-            procs.push(ProcSample {
+            procs.push(std::sync::Arc::new(ProcSample {
                 pid: p.pid,
                 start_time_ticks: p.start_ticks,
                 comm: p.comm.as_str().into(),
@@ -116,7 +116,7 @@ impl SimHost {
                     .unwrap_or_default(),
                 counters,
                 numa_pages,
-            });
+            }));
         }
         let sockets = self
             .world

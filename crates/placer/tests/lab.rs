@@ -1248,7 +1248,7 @@ impl placer_core::host::Host for InjectedCounters {
                 time_enabled_ns: ns,
                 time_running_ns: ns,
             };
-            p.counters = vec![
+            std::sync::Arc::make_mut(p).counters = vec![
                 c(CounterEvent::Cycles, 2e9),
                 c(CounterEvent::Instructions, 1e9),
                 c(CounterEvent::LlcReferences, refs),

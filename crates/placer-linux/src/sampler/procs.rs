@@ -14,11 +14,13 @@ use std::fmt::Write as _;
 use std::io;
 use std::sync::Arc;
 
-/// What a process's files said last time: its whole sample (without sockets, counters and
-/// pages), so that a process the kernel's events say did not run is not read at all.
+/// What a process's files said last time: its whole sample, so that a process the kernel's
+/// events say did not run is not read at all. Shared with the samples that hold it: an idle
+/// process costs a sample one reference, not a copy. Its sockets, counters and pages are
+/// those of the last sample that held it ([`ProcReader::keep`]).
 #[derive(Debug, Clone)]
 pub(super) struct ProcCache {
-    sample: ProcSample,
+    sample: Arc<ProcSample>,
     /// Whether `sample.threads` were read (a policy asked for threads then).
     threads_read: bool,
     /// What `sched_getaffinity` said of the process and of each of its threads (in
@@ -73,16 +75,29 @@ impl ProcReader {
 
     /// The cached sample of a process that did not run (`None` when not cached, or when
     /// threads are asked for and were not read last time).
-    pub(super) fn cached_sample(&self, pid: u32, req: SampleRequest) -> Option<ProcSample> {
+    pub(super) fn cached_sample(&self, pid: u32, req: SampleRequest) -> Option<Arc<ProcSample>> {
         let c = self.cache.get(&pid)?;
         if req.threads && !c.threads_read && !c.sample.kernel_thread {
             return None;
         }
-        let mut p = c.sample.clone();
-        if !req.threads {
-            p.threads = Default::default();
+        Some(shared_as_asked(&c.sample, req))
+    }
+
+    /// Takes the final samples of the processes at `touched` (indices into `procs`, whose
+    /// sockets, counters or pages the sample's later stages changed) as their cached
+    /// samples, so that the next sample shares them while they stay the same.
+    pub(super) fn keep(&mut self, procs: &[Arc<ProcSample>], touched: &[usize]) {
+        for &i in touched {
+            let p = &procs[i];
+            if let Some(c) = self.cache.get_mut(&p.pid) {
+                // Not a copy made without the threads the cache holds.
+                let same_threads =
+                    Arc::ptr_eq(&c.sample.threads, &p.threads) || c.sample.threads.is_empty();
+                if c.sample.start_time_ticks == p.start_time_ticks && same_threads {
+                    c.sample = p.clone();
+                }
+            }
         }
-        Some(p)
     }
 
     /// Every cached process by its last read: pid, comm, state.
@@ -148,13 +163,14 @@ impl ProcReader {
         pid: u32,
         req: SampleRequest,
         stats: &mut SampleStats,
-    ) -> Option<ProcSample> {
+    ) -> Option<Arc<ProcSample>> {
         let c = self.cache.get_mut(&pid)?;
-        let p = &mut c.sample;
-        if !p.kernel_thread {
+        if !c.sample.kernel_thread {
             if req.threads && !c.threads_read {
                 return None;
             }
+            // Changed in place when no sample holds it any more, else copied once.
+            let p = Arc::make_mut(&mut c.sample);
             // Asked before the files are read: a change between the two is seen next time.
             let seen: Option<Vec<CpuSet>> = match self.real_root {
                 true => {
@@ -209,11 +225,7 @@ impl ProcReader {
             c.threads_read = req.threads;
             c.affinity_seen = seen;
         }
-        let mut out = c.sample.clone();
-        if !req.threads {
-            out.threads = Default::default();
-        }
-        Some(out)
+        Some(shared_as_asked(&c.sample, req))
     }
 
     /// Reads one process (`due`: re-read what does not change by running, see
@@ -230,7 +242,7 @@ impl ProcReader {
         due: bool,
         ran: Option<&[ThreadCpu]>,
         stats: &mut SampleStats,
-    ) -> Option<ProcSample> {
+    ) -> Option<Arc<ProcSample>> {
         // Paths relative to the open proc dir: no per-process directory fd to open/close.
         let mut rel = String::with_capacity(32);
         let _ = write!(rel, "{pid}/stat");
@@ -247,20 +259,24 @@ impl ProcReader {
         if let Some(c) = self.cache.get_mut(&pid) {
             let idle = plan::unchanged(c.key(), key, req.threads, c.threads_read);
             if idle && !due {
-                let p = &mut c.sample;
-                // A comm rarely changes: keep the shared text unless it did.
-                if *p.comm != *st.comm {
-                    p.comm = st.comm.into();
+                let p = &c.sample;
+                let same = *p.comm == *st.comm
+                    && p.state == st.state
+                    && p.ppid == st.ppid
+                    && p.last_cpu == st.last_cpu
+                    && p.kernel_thread == kernel_thread;
+                if !same {
+                    let p = Arc::make_mut(&mut c.sample);
+                    // A comm rarely changes: keep the shared text unless it did.
+                    if *p.comm != *st.comm {
+                        p.comm = st.comm.into();
+                    }
+                    p.state = st.state;
+                    p.ppid = st.ppid;
+                    p.last_cpu = st.last_cpu;
+                    p.kernel_thread = kernel_thread;
                 }
-                p.state = st.state;
-                p.ppid = st.ppid;
-                p.last_cpu = st.last_cpu;
-                p.kernel_thread = kernel_thread;
-                let mut out = p.clone();
-                if !req.threads {
-                    out.threads = Default::default();
-                }
-                return Some(out);
+                return Some(shared_as_asked(&c.sample, req));
             }
         }
         stats.procs_reread += 1;
@@ -270,7 +286,7 @@ impl ProcReader {
             .cache
             .get(&pid)
             .filter(|c| !due && c.sample.start_time_ticks == st.start_time_ticks);
-        let prev: Option<&ProcSample> = prev_cache.map(|c| &c.sample);
+        let prev: Option<&ProcSample> = prev_cache.map(|c| &*c.sample);
         let mut cgroup_moves = prev_cache.and_then(|c| c.cgroup_moves);
         let (mut uid, mut allowed) = (None, CpuSet::new());
         let mut cgroup: Arc<str> = Arc::from("");
@@ -332,7 +348,7 @@ impl ProcReader {
             Some(p) if *p.comm == *st.comm => p.comm.clone(),
             _ => st.comm.into(),
         };
-        let sample = ProcSample {
+        let sample = Arc::new(ProcSample {
             pid,
             start_time_ticks: st.start_time_ticks,
             comm,
@@ -350,7 +366,7 @@ impl ProcReader {
             socket_inodes: Vec::new(),
             counters: Vec::new(),
             numa_pages: Default::default(),
-        };
+        });
         self.cache.insert(
             pid,
             ProcCache {
@@ -360,7 +376,7 @@ impl ProcReader {
                 cgroup_moves,
             },
         );
-        Some(sample)
+        Some(shared_as_asked(&sample, req))
     }
 
     /// A process's threads from their files (`task/TID/stat`, and `status` for a thread
@@ -480,6 +496,18 @@ impl ProcReader {
 
 /// A process's `cgroup` file (`rel`, under /proc): `None` when it vanished (the process is
 /// gone), "" when it could not be read otherwise (left unknown).
+/// A cached sample as `req` asks for it: shared, or a copy without its threads when they
+/// were not asked for (a sample carries threads only when asked).
+fn shared_as_asked(p: &Arc<ProcSample>, req: SampleRequest) -> Arc<ProcSample> {
+    if req.threads || p.threads.is_empty() {
+        return p.clone();
+    }
+    Arc::new(ProcSample {
+        threads: Default::default(),
+        ..(**p).clone()
+    })
+}
+
 fn read_cgroup(proc_: &Dir, rel: &str, buf: &mut String) -> Option<Arc<str>> {
     match proc_.read(rel, buf) {
         Ok(()) => Some(parse_cgroup(buf).into()),

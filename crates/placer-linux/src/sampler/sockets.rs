@@ -12,6 +12,7 @@ use placer_core::sample::{ProcSample, SocketSample};
 use std::collections::HashSet;
 use std::fs;
 use std::path::Path;
+use std::sync::Arc;
 
 /// The cached socket inodes of one process.
 #[derive(Debug, Clone)]
@@ -72,7 +73,8 @@ impl SocketReader {
         proc_dir: &Path,
         pins: Option<&mut Pins>,
         buf: &mut String,
-        procs: &mut [ProcSample],
+        procs: &mut [Arc<ProcSample>],
+        touched: &mut Vec<usize>,
         ran: Option<&PidSet>,
         stats: &mut SampleStats,
     ) -> Vec<SocketSample> {
@@ -105,7 +107,7 @@ impl SocketReader {
                 }
             }
         }
-        self.map_sockets(proc_, proc_dir, procs, &sockets, ran, stats);
+        self.map_sockets(proc_, proc_dir, procs, touched, &sockets, ran, stats);
         sockets
     }
 
@@ -129,11 +131,13 @@ impl SocketReader {
         proc_.size_of(&format!("{pid}/fd")).ok().unwrap_or(0)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn map_sockets(
         &mut self,
         proc_: &Dir,
         proc_dir: &Path,
-        procs: &mut [ProcSample],
+        procs: &mut [Arc<ProcSample>],
+        touched: &mut Vec<usize>,
         sockets: &[placer_core::sample::SocketSample],
         ran: Option<&PidSet>,
         stats: &mut SampleStats,
@@ -179,9 +183,10 @@ impl SocketReader {
             }
         }
         if same && scanned.is_empty() {
-            for p in procs.iter_mut() {
-                if let Some(e) = self.fd_cache.get(&p.pid) {
-                    p.socket_inodes.clone_from(&e.live);
+            for (i, p) in procs.iter_mut().enumerate() {
+                let live = self.fd_cache.get(&p.pid).map_or(&[][..], |e| &e.live[..]);
+                if p.socket_inodes != live {
+                    super::edit(p, i, touched).socket_inodes = live.to_vec();
                 }
             }
             return;
@@ -218,15 +223,21 @@ impl SocketReader {
             .filter(|&i| i != 0 && !own.contains(&i))
             .collect();
         let live: HashSet<u64> = sockets.iter().map(|s| s.inode).collect();
-        for p in procs.iter_mut() {
-            if let Some(e) = self.fd_cache.get_mut(&p.pid) {
-                e.live = e
-                    .inodes
-                    .iter()
-                    .copied()
-                    .filter(|i| live.contains(i))
-                    .collect();
-                p.socket_inodes.clone_from(&e.live);
+        for (i, p) in procs.iter_mut().enumerate() {
+            let mine = match self.fd_cache.get_mut(&p.pid) {
+                Some(e) => {
+                    e.live = e
+                        .inodes
+                        .iter()
+                        .copied()
+                        .filter(|i| live.contains(i))
+                        .collect();
+                    &e.live[..]
+                }
+                None => &[][..],
+            };
+            if p.socket_inodes != mine {
+                super::edit(p, i, touched).socket_inodes = mine.to_vec();
             }
         }
     }

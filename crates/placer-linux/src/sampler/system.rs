@@ -8,6 +8,7 @@ use crate::sys::{Dir, Pins};
 use placer_core::sample::{NicCounters, ProcSample};
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 
 /// Cumulative counters of every interface of this network namespace, sorted by name: one
 /// file (`proc/self/net/dev`) instead of four sysfs files per interface (the same
@@ -40,16 +41,27 @@ pub fn read_cpu_freqs(
 
 /// Each user process's counters (its threads', as listed in the sample or else in its task
 /// directory); counters of processes gone are dropped.
-pub(super) fn read_counters(c: &mut dyn CounterSource, proc_dir: &Path, procs: &mut [ProcSample]) {
+pub(super) fn read_counters(
+    c: &mut dyn CounterSource,
+    proc_dir: &Path,
+    procs: &mut [Arc<ProcSample>],
+    touched: &mut Vec<usize>,
+) {
     let alive: PidSet = procs.iter().map(|p| p.pid).collect();
     c.retain(&alive);
-    for p in procs.iter_mut().filter(|p| !p.kernel_thread) {
+    for (i, p) in procs.iter_mut().enumerate() {
+        if p.kernel_thread {
+            continue;
+        }
         let tids: Vec<u32> = if p.threads.is_empty() {
             super::numeric_entries(&proc_dir.join(format!("{}/task", p.pid))).unwrap_or_default()
         } else {
             p.threads.iter().map(|t| t.tid).collect()
         };
-        p.counters = c.read(p.pid, &tids);
+        let counters = c.read(p.pid, &tids);
+        if p.counters != counters {
+            super::edit(p, i, touched).counters = counters;
+        }
     }
 }
 
@@ -72,12 +84,16 @@ impl NumaReader {
     pub(super) fn read(
         &mut self,
         root: &Path,
-        procs: &mut [ProcSample],
+        procs: &mut [Arc<ProcSample>],
+        touched: &mut Vec<usize>,
         fresh: &PidSet,
         ran: impl Fn(u32) -> bool,
     ) {
         let page = placer_bufpool::numa::page_bytes() as u64;
-        for p in procs.iter_mut().filter(|p| !p.kernel_thread) {
+        for (i, p) in procs.iter_mut().enumerate() {
+            if p.kernel_thread {
+                continue;
+            }
             if plan::numa_due(
                 fresh.contains(&p.pid),
                 ran(p.pid),
@@ -92,8 +108,9 @@ impl NumaReader {
                     }
                 }
             }
-            if let Some(m) = self.cache.get(&p.pid) {
-                p.numa_pages = m.clone();
+            let pages = self.cache.get(&p.pid);
+            if pages.map_or(!p.numa_pages.is_empty(), |m| *m != p.numa_pages) {
+                super::edit(p, i, touched).numa_pages = pages.cloned().unwrap_or_default();
             }
         }
     }

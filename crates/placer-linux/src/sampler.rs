@@ -226,12 +226,23 @@ pub struct Sampler {
     numa: system::NumaReader,
     /// The pids of the previous sample.
     last_alive: PidSet,
+    /// Which of the later stages' results a cached sample may hold (a stage ran since its
+    /// last clearing): only then does a sample that does not ask for it clear them.
+    may_hold: MayHold,
     /// Processes to read again in full at the next sample ([`Sampler::invalidate`]): kept
     /// in the cache meanwhile, since on the events path the cache is the process set.
     stale: PidSet,
 }
 
 /// Numeric entries of a directory (pids or tids), sorted.
+/// See [`Sampler::may_hold`].
+#[derive(Debug, Default)]
+struct MayHold {
+    sockets: bool,
+    counters: bool,
+    numa_pages: bool,
+}
+
 /// `p`, to be changed: copied when another holds it (the cache, the previous sample), and
 /// marked (`i`, its index) for the cache to take back.
 fn edit<'a>(p: &'a mut Arc<ProcSample>, i: usize, touched: &mut Vec<usize>) -> &'a mut ProcSample {
@@ -289,6 +300,7 @@ impl Sampler {
             refresh_window: plan::RefreshWindow::default(),
             numa: system::NumaReader::default(),
             last_alive: PidSet::default(),
+            may_hold: MayHold::default(),
             stale: PidSet::default(),
         }
     }
@@ -586,7 +598,20 @@ impl Sampler {
         }
         self.stale.clear();
         stats.procs = procs.len();
-        let alive: PidSet = procs.iter().map(|p| p.pid).collect();
+        // The same processes as the last sample (the cache's, none listed, born, gone or
+        // failed): its set stands rather than being built again (at 32,000 processes, as
+        // many hashes and samples touched each sample).
+        let same_set = !stats.listed
+            && born.is_empty()
+            && exits.is_empty()
+            && stats.dropped_procs == 0
+            && procs.len() == self.last_alive.len()
+            && self.procs.cache.len() == procs.len();
+        let alive: PidSet = if same_set {
+            std::mem::take(&mut self.last_alive)
+        } else {
+            procs.iter().map(|p| p.pid).collect()
+        };
         if stats.dropped_procs > 0 || self.procs.cache.len() > procs.len() {
             self.procs.retain(&alive);
             self.numa.retain(&alive);
@@ -596,7 +621,7 @@ impl Sampler {
             act.events.as_deref(),
             &alive,
             &born,
-            &self.last_alive,
+            if same_set { &alive } else { &self.last_alive },
         );
         stats.exited = exited.len();
         self.last_alive = alive;
@@ -621,14 +646,17 @@ impl Sampler {
                 &mut stats,
             )
         } else {
-            clear_unasked(
-                &mut procs,
-                &mut touched,
-                |p| !p.socket_inodes.is_empty(),
-                |p| p.socket_inodes.clear(),
-            );
+            if std::mem::take(&mut self.may_hold.sockets) {
+                clear_unasked(
+                    &mut procs,
+                    &mut touched,
+                    |p| !p.socket_inodes.is_empty(),
+                    |p| p.socket_inodes.clear(),
+                );
+            }
             Vec::new()
         };
+        self.may_hold.sockets |= req.sockets;
 
         let time_ns = t_start + (crate::sys::monotonic_ns() - t_start) / 2;
 
@@ -638,20 +666,25 @@ impl Sampler {
             .as_mut()
             .filter(|c| req.counters && c.status().available)
         {
-            Some(c) => system::read_counters(c.as_mut(), &self.proc_dir, &mut procs, &mut touched),
-            None => clear_unasked(
+            Some(c) => {
+                system::read_counters(c.as_mut(), &self.proc_dir, &mut procs, &mut touched);
+                self.may_hold.counters = true;
+            }
+            None if std::mem::take(&mut self.may_hold.counters) => clear_unasked(
                 &mut procs,
                 &mut touched,
                 |p| !p.counters.is_empty(),
                 |p| p.counters.clear(),
             ),
+            None => {}
         }
         stages.counters_ns += lap();
         if req.numa_pages {
             let ran = |pid: u32| act.ran.as_ref().is_some_and(|r| r.contains_key(&pid));
             self.numa
                 .read(&self.root, &mut procs, &mut touched, &fresh, ran);
-        } else {
+            self.may_hold.numa_pages = true;
+        } else if std::mem::take(&mut self.may_hold.numa_pages) {
             clear_unasked(
                 &mut procs,
                 &mut touched,

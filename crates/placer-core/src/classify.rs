@@ -420,7 +420,7 @@ impl Classifier {
         cfg: &ClassifyConfig,
         machine: Option<&str>,
     ) -> Vec<Classified> {
-        self.update(obs.procs.iter(), cfg, machine)
+        self.update(obs.procs.iter().map(|p| &**p), cfg, machine)
     }
 }
 
@@ -752,7 +752,10 @@ pub(crate) mod tests {
         let e = explain_rule(c, &cfg, None);
         assert!(e.contains(">= threshold 20.00M/s"), "{e}");
         let obs = Observation {
-            procs: vec![p.clone(), proc_with(2, "gromacs", 1e5, 5e6)],
+            procs: vec![
+                std::sync::Arc::new(p.clone()),
+                std::sync::Arc::new(proc_with(2, "gromacs", 1e5, 5e6)),
+            ],
             ..Default::default()
         };
         let lines = class_lines(&obs, &cfg, None);

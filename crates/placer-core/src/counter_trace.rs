@@ -199,7 +199,7 @@ impl Trace {
             out.push(Observation {
                 time_ns: (t * 1e9) as u64,
                 interval_s,
-                procs,
+                procs: procs.into_iter().map(std::sync::Arc::new).collect(),
                 ..Default::default()
             });
         }

@@ -110,6 +110,8 @@ pub struct Engine {
     topo: Option<Topology>,
     topo_read_ns: u64,
     prev: Option<Sample>,
+    /// The last observation's processes, for the next to share ([`Observation::after`]).
+    last_procs: Vec<std::sync::Arc<crate::observation::ProcObs>>,
     sources: Option<SourceStatus>,
     cycles: u64,
     /// The other agents last reported ([`CycleReport::coexistence`]).
@@ -194,6 +196,7 @@ impl Engine {
             topo: None,
             topo_read_ns: 0,
             prev: None,
+            last_procs: Vec::new(),
             sources: None,
             cycles: 0,
             coexistence_said: Default::default(),
@@ -360,7 +363,8 @@ impl Engine {
             return report;
         };
         let cur = self.prev.as_ref().expect("just stored");
-        let obs = Observation::new(&prev, cur);
+        let obs = Observation::after(&prev, cur, &self.last_procs);
+        self.last_procs.clone_from(&obs.procs);
         let topo = self.topo.clone().expect("topology read above");
 
         self.check_leases(&obs, &mut report);
@@ -667,7 +671,7 @@ impl Engine {
     /// affinity someone else changed since we pinned them.
     fn check_leases(&mut self, obs: &Observation, report: &mut CycleReport) {
         let by_key: BTreeMap<ProcKey, &crate::observation::ProcObs> =
-            obs.procs.iter().map(|p| (p.key(), p)).collect();
+            obs.procs.iter().map(|p| (p.key(), &**p)).collect();
         // CPUs this interval observed running (an offline CPU has no line in /proc/stat).
         let observed_cpus: crate::cpuset::CpuSet = obs.cpus.iter().map(|c| c.cpu).collect();
         for slot in self.slots.iter_mut() {

@@ -13,7 +13,7 @@ pub struct Observation {
     pub time_ns: u64,
     pub interval_s: f64,
     pub cpus: Vec<CpuObs>,
-    pub procs: Vec<ProcObs>,
+    pub procs: Vec<std::sync::Arc<ProcObs>>,
     pub irqs: Vec<IrqObs>,
     /// Whole-machine power over the interval, from energy counters or power sensors.
     pub power_w: Option<f64>,
@@ -177,7 +177,7 @@ pub struct IrqObs {
 
 impl Observation {
     pub fn proc(&self, pid: u32) -> Option<&ProcObs> {
-        self.procs.iter().find(|p| p.pid == pid)
+        self.procs.iter().map(|p| &**p).find(|p| p.pid == pid)
     }
 
     /// The observed machine's page size, or `fallback` when the sample did not carry it.

@@ -62,7 +62,7 @@ fn migrating() -> NumaLocalConfig {
 fn obs(procs: Vec<ProcObs>) -> Observation {
     Observation {
         interval_s: 1.0,
-        procs,
+        procs: procs.into_iter().map(std::sync::Arc::new).collect(),
         ..Observation::default()
     }
 }

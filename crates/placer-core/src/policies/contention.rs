@@ -753,13 +753,14 @@ impl Policy for Contention {
         let procs = obs
             .procs
             .iter()
+            .map(|p| &**p)
             .filter(|p| !skip.contains(&p.key()) && self.scope.admits(p, self.self_pid));
         let classes = st
             .classifier
             .update(procs, &self.cfg.classify, machine.as_deref());
         st.last = classes.clone();
         let by_key: BTreeMap<ProcKey, &crate::observation::ProcObs> =
-            obs.procs.iter().map(|p| (p.key(), p)).collect();
+            obs.procs.iter().map(|p| (p.key(), &**p)).collect();
         // Step 6: memory follows the processes moved across nodes, within the interval's
         // migration budget.
         let mut budget =
@@ -1336,7 +1337,7 @@ mod tests {
             })
             .collect();
         Observation {
-            procs,
+            procs: procs.into_iter().map(std::sync::Arc::new).collect(),
             interval_s: 10.0,
             ..Default::default()
         }
@@ -1389,6 +1390,7 @@ mod tests {
         // Applying the plan and planning again moves nothing (stability).
         let mut obs2 = obs.clone();
         for p in &mut obs2.procs {
+            let p = std::sync::Arc::make_mut(p);
             let d = final_dom[&p.pid];
             p.allowed_cpus = doms[d].0.clone();
             p.last_cpu = doms[d].0.first();
@@ -1412,6 +1414,7 @@ mod tests {
         assert!(spent <= budget);
         // Once the pages are measured on their new node, the following stops.
         for p in &mut obs2.procs {
+            let p = std::sync::Arc::make_mut(p);
             let node = topo.node_of(p.last_cpu.unwrap()).unwrap();
             p.numa_pages = [(node, 1000)].into();
         }
@@ -1505,6 +1508,7 @@ mod tests {
         obs.procs.truncate(2);
         let keys: Vec<ProcKey> = obs.procs.iter().map(|p| p.key()).collect();
         for p in obs.procs.iter_mut() {
+            let p = std::sync::Arc::make_mut(p);
             p.cpu_share = 0.0;
             // Pinned to node 1's domain, every page still on node 0.
             p.numa_pages = [(0, 500)].into();
@@ -1550,7 +1554,7 @@ mod tests {
             .any(|n| n.proc == Some(keys[0]) && n.text.contains("follows no more")));
         assert!(!st.private.following.contains_key(&keys[0]));
         // Progress keeps a follower in line.
-        obs.procs[1].numa_pages = [(0, 200), (1, 300)].into();
+        std::sync::Arc::make_mut(&mut obs.procs[1]).numa_pages = [(0, 200), (1, 300)].into();
         let third = pol.plan(&topo, &obs, &mut st);
         assert_eq!(binds(&third), vec![keys[1]]);
     }
@@ -1643,6 +1647,7 @@ mod tests {
                 }
                 p
             })
+            .map(std::sync::Arc::new)
             .collect();
         Observation {
             procs,

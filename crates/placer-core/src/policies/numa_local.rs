@@ -587,7 +587,7 @@ mod tests {
     fn obs(procs: Vec<ProcObs>) -> Observation {
         Observation {
             interval_s: 1.0,
-            procs,
+            procs: procs.into_iter().map(std::sync::Arc::new).collect(),
             ..Observation::default()
         }
     }

@@ -207,7 +207,7 @@ impl Policy for SmtEnergy {
             .wants_less_since_s
             .retain(|k, _| held.contains_key(k));
 
-        let mut procs: Vec<&ProcObs> = obs.procs.iter().collect();
+        let mut procs: Vec<&ProcObs> = obs.procs.iter().map(|p| &**p).collect();
         procs.sort_by_key(|p| (p.start_time_ticks, p.pid));
 
         // Held processes that no longer match: restore.
@@ -383,7 +383,7 @@ mod tests {
     fn obs(procs: Vec<ProcObs>) -> Observation {
         Observation {
             interval_s: 1.0,
-            procs,
+            procs: procs.into_iter().map(std::sync::Arc::new).collect(),
             ..Default::default()
         }
     }

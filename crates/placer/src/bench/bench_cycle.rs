@@ -150,6 +150,7 @@ fn cycles(
     sampler.set_refresh_every(a.refresh_every);
     sampler.set_stage_times(true);
     let mut prev = sampler.sample(req).context("sampling")?;
+    let mut last = placer_core::Observation::default();
     let mut cpu_ms = Vec::new();
     let mut wall_ms = Vec::new();
     let mut observe_ms = Vec::new();
@@ -162,13 +163,14 @@ fn cycles(
         let (c0, w0) = (thread_cpu_ns(), monotonic_ns());
         let cur = sampler.sample(req).context("sampling")?;
         let cm = thread_cpu_ns();
-        let obs = Observation::new(&prev, &cur);
+        let obs = Observation::after(&prev, &cur, &last.procs);
         let (c1, w1) = (thread_cpu_ns(), monotonic_ns());
         if i > 0 {
             observe_ms.push((c1 - cm) as f64 / 1e6);
             stage_ns.push(sampler.last_stages);
         }
         std::hint::black_box(&obs);
+        last = obs;
         let (c, w) = ((c1 - c0) as f64 / 1e6, (w1 - w0) as f64 / 1e6);
         if i == 0 {
             // Not cold any more (prev already scanned), but the second cycle is the first

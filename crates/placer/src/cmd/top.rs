@@ -694,7 +694,7 @@ mod tests {
         let outside = ProcObs::bare(11, 1, "sshd", CpuSet::first_n(2));
         let obs = Observation {
             interval_s: 1.0,
-            procs: vec![inside, outside],
+            procs: vec![std::sync::Arc::new(inside), std::sync::Arc::new(outside)],
             ..Default::default()
         };
         let views = [ContainerView {
@@ -733,7 +733,7 @@ mod tests {
         let without = ProcObs::bare(11, 1, "other", CpuSet::first_n(2));
         let obs = Observation {
             interval_s: 1.0,
-            procs: vec![with, without],
+            procs: vec![std::sync::Arc::new(with), std::sync::Arc::new(without)],
             ..Default::default()
         };
         let t = table(&obs, &SourceStatus::default(), 10, &BTreeMap::new(), &[]);
@@ -742,7 +742,12 @@ mod tests {
         let section = t.split("MEMORY PER NODE").nth(1).unwrap_or_default();
         assert!(!section.contains("other"), "{t}");
         let none = Observation {
-            procs: vec![ProcObs::bare(11, 1, "other", CpuSet::first_n(2))],
+            procs: vec![std::sync::Arc::new(ProcObs::bare(
+                11,
+                1,
+                "other",
+                CpuSet::first_n(2),
+            ))],
             ..obs
         };
         assert!(

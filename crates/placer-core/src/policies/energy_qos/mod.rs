@@ -537,6 +537,7 @@ impl Policy for EnergyQos {
                 procs: obs
                     .procs
                     .iter()
+                    .map(|p| &**p)
                     .filter(|p| app.matches.matches(p) && self.scope.admits(p, self.self_pid))
                     .collect(),
             })
@@ -1075,7 +1076,7 @@ mod tests {
         let mut par = app("parsec", "blackscholes");
         par.target_perf_share = Some(0.5);
         let obs = Observation {
-            procs: vec![proc_obs(11, "blackscholes", 4)],
+            procs: vec![std::sync::Arc::new(proc_obs(11, "blackscholes", 4))],
             ..Default::default()
         };
         let caps = |t: &Topology, take_over: bool| {
@@ -1167,7 +1168,11 @@ mod tests {
             new: false,
         });
         let obs = Observation {
-            procs: vec![w, proc_obs(11, "blackscholes", 4), proc_obs(12, "bash", 1)],
+            procs: vec![
+                std::sync::Arc::new(w),
+                std::sync::Arc::new(proc_obs(11, "blackscholes", 4)),
+                std::sync::Arc::new(proc_obs(12, "bash", 1)),
+            ],
             ..Default::default()
         };
         let pol = EnergyQos::new(cfg);
@@ -1316,7 +1321,7 @@ mod tests {
                     rx_bytes_per_s: bytes,
                     ..Default::default()
                 }],
-                procs: procs.clone(),
+                procs: procs.iter().cloned().map(std::sync::Arc::new).collect(),
                 ..Default::default()
             }
         };
@@ -1381,7 +1386,7 @@ mod tests {
             ..Default::default()
         };
         let obs = Observation {
-            procs: vec![proc_obs(1, "a", 4)],
+            procs: vec![std::sync::Arc::new(proc_obs(1, "a", 4))],
             ..Default::default()
         };
         let pol = EnergyQos::new(cfg.clone());
@@ -1391,7 +1396,7 @@ mod tests {
         let m = Machine::for_topology(&t, StatePowerTable::for_topology(&t));
         let apps = vec![pol.demand_of(&Running {
             app: &pol.cfg.apps[0],
-            procs: obs.procs.iter().collect(),
+            procs: obs.procs.iter().map(|p| &**p).collect(),
         })];
         let sol = solve(&cfg, &m, &apps).unwrap();
         // A neighbouring state one step up in frequency on the app's cluster: it meets the
@@ -1439,7 +1444,10 @@ mod tests {
             ..Default::default()
         });
         let obs = Observation {
-            procs: vec![proc_obs(1, "a", 4), proc_obs(2, "b", 4)],
+            procs: vec![
+                std::sync::Arc::new(proc_obs(1, "a", 4)),
+                std::sync::Arc::new(proc_obs(2, "b", 4)),
+            ],
             ..Default::default()
         };
         let plan = pol.plan(&t, &obs, &mut PolicyState::default());
@@ -1462,7 +1470,10 @@ mod tests {
             ..Default::default()
         };
         let obs = Observation {
-            procs: vec![proc_obs(1, "a", 4), proc_obs(2, "b", 2)],
+            procs: vec![
+                std::sync::Arc::new(proc_obs(1, "a", 4)),
+                std::sync::Arc::new(proc_obs(2, "b", 2)),
+            ],
             ..Default::default()
         };
         let first = EnergyQos::new(cfg.clone()).plan(&t, &obs, &mut PolicyState::default());

@@ -234,7 +234,6 @@ pub struct Sampler {
     stale: PidSet,
 }
 
-/// Numeric entries of a directory (pids or tids), sorted.
 /// See [`Sampler::may_hold`].
 #[derive(Debug, Default)]
 struct MayHold {
@@ -265,6 +264,7 @@ fn clear_unasked(
     }
 }
 
+/// Numeric entries of a directory (pids or tids), sorted.
 fn numeric_entries(dir: &Path) -> io::Result<Vec<u32>> {
     let mut v: Vec<u32> = fs::read_dir(dir)?
         .flatten()

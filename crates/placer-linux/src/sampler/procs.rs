@@ -494,8 +494,6 @@ impl ProcReader {
     }
 }
 
-/// A process's `cgroup` file (`rel`, under /proc): `None` when it vanished (the process is
-/// gone), "" when it could not be read otherwise (left unknown).
 /// A cached sample as `req` asks for it: shared, or a copy without its threads when they
 /// were not asked for (a sample carries threads only when asked).
 fn shared_as_asked(p: &Arc<ProcSample>, req: SampleRequest) -> Arc<ProcSample> {
@@ -508,6 +506,8 @@ fn shared_as_asked(p: &Arc<ProcSample>, req: SampleRequest) -> Arc<ProcSample> {
     })
 }
 
+/// A process's `cgroup` file (`rel`, under /proc): `None` when it vanished (the process is
+/// gone), "" when it could not be read otherwise (left unknown).
 fn read_cgroup(proc_: &Dir, rel: &str, buf: &mut String) -> Option<Arc<str>> {
     match proc_.read(rel, buf) {
         Ok(()) => Some(parse_cgroup(buf).into()),

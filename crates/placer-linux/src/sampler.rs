@@ -630,6 +630,8 @@ impl Sampler {
         // The processes whose sockets, counters or pages change below: copied then (an idle
         // process's sample is shared with the cache), and taken back into the cache after.
         let mut touched: Vec<usize> = Vec::new();
+        // The stages below take this sample's pids from `last_alive` (stored above), not
+        // from a set of their own built again from every process.
         let sockets = if req.sockets {
             let proc_ = self.proc.as_ref().expect("opened above");
             // With the collector, a process that did not run cannot have opened or closed
@@ -641,6 +643,7 @@ impl Sampler {
                 self.pins.as_mut(),
                 &mut self.buf,
                 &mut procs,
+                &self.last_alive,
                 &mut touched,
                 ran,
                 &mut stats,
@@ -667,7 +670,13 @@ impl Sampler {
             .filter(|c| req.counters && c.status().available)
         {
             Some(c) => {
-                system::read_counters(c.as_mut(), &self.proc_dir, &mut procs, &mut touched);
+                system::read_counters(
+                    c.as_mut(),
+                    &self.proc_dir,
+                    &mut procs,
+                    &self.last_alive,
+                    &mut touched,
+                );
                 self.may_hold.counters = true;
             }
             None if std::mem::take(&mut self.may_hold.counters) => clear_unasked(

@@ -74,6 +74,7 @@ impl SocketReader {
         pins: Option<&mut Pins>,
         buf: &mut String,
         procs: &mut [Arc<ProcSample>],
+        alive: &PidSet,
         touched: &mut Vec<usize>,
         ran: Option<&PidSet>,
         stats: &mut SampleStats,
@@ -107,7 +108,7 @@ impl SocketReader {
                 }
             }
         }
-        self.map_sockets(proc_, proc_dir, procs, touched, &sockets, ran, stats);
+        self.map_sockets(proc_, proc_dir, procs, alive, touched, &sockets, ran, stats);
         sockets
     }
 
@@ -137,12 +138,12 @@ impl SocketReader {
         proc_: &Dir,
         proc_dir: &Path,
         procs: &mut [Arc<ProcSample>],
+        alive: &PidSet,
         touched: &mut Vec<usize>,
         sockets: &[placer_core::sample::SocketSample],
         ran: Option<&PidSet>,
         stats: &mut SampleStats,
     ) {
-        let alive: PidSet = procs.iter().map(|p| p.pid).collect();
         let cached = self.fd_cache.len();
         self.fd_cache.retain(|pid, _| alive.contains(pid));
         // The dump as before, no process gone, no fd list read again (below): every

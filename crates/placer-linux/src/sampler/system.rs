@@ -45,10 +45,10 @@ pub(super) fn read_counters(
     c: &mut dyn CounterSource,
     proc_dir: &Path,
     procs: &mut [Arc<ProcSample>],
+    alive: &PidSet,
     touched: &mut Vec<usize>,
 ) {
-    let alive: PidSet = procs.iter().map(|p| p.pid).collect();
-    c.retain(&alive);
+    c.retain(alive);
     for (i, p) in procs.iter_mut().enumerate() {
         if p.kernel_thread {
             continue;

@@ -101,7 +101,7 @@ impl Observer {
 
 /// The busiest processes first: by CPU share, then network rate.
 pub fn busiest(obs: &Observation, n: usize) -> Vec<&ProcObs> {
-    let mut v: Vec<&ProcObs> = obs.procs.iter().map(|p| &**p).collect();
+    let mut v: Vec<&ProcObs> = obs.iter_procs().collect();
     v.sort_by(|a, b| {
         (b.cpu_share + b.net_bytes_per_s() / 1e9)
             .total_cmp(&(a.cpu_share + a.net_bytes_per_s() / 1e9))

@@ -420,7 +420,7 @@ impl Classifier {
         cfg: &ClassifyConfig,
         machine: Option<&str>,
     ) -> Vec<Classified> {
-        self.update(obs.procs.iter().map(|p| &**p), cfg, machine)
+        self.update(obs.iter_procs(), cfg, machine)
     }
 }
 

@@ -176,8 +176,13 @@ pub struct IrqObs {
 }
 
 impl Observation {
+    /// The processes, by reference (each is an `Arc`, shared between observations).
+    pub fn iter_procs(&self) -> impl Iterator<Item = &ProcObs> {
+        self.procs.iter().map(|p| &**p)
+    }
+
     pub fn proc(&self, pid: u32) -> Option<&ProcObs> {
-        self.procs.iter().map(|p| &**p).find(|p| p.pid == pid)
+        self.iter_procs().find(|p| p.pid == pid)
     }
 
     /// The observed machine's page size, or `fallback` when the sample did not carry it.

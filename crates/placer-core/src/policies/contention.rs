@@ -751,9 +751,7 @@ impl Policy for Contention {
             }
         }
         let procs = obs
-            .procs
-            .iter()
-            .map(|p| &**p)
+            .iter_procs()
             .filter(|p| !skip.contains(&p.key()) && self.scope.admits(p, self.self_pid));
         let classes = st
             .classifier

@@ -561,7 +561,7 @@ impl NetAffinity {
         st.lru.expire(now, timeout_s);
 
         // 3-5. Decisions, biggest communicators first so they get the receive CPU.
-        let mut order: Vec<&ProcObs> = obs.procs.iter().map(|p| &**p).collect();
+        let mut order: Vec<&ProcObs> = obs.iter_procs().collect();
         order.sort_by(|a, b| {
             b.net_bytes_per_s()
                 .total_cmp(&a.net_bytes_per_s())

@@ -207,7 +207,7 @@ impl Policy for SmtEnergy {
             .wants_less_since_s
             .retain(|k, _| held.contains_key(k));
 
-        let mut procs: Vec<&ProcObs> = obs.procs.iter().map(|p| &**p).collect();
+        let mut procs: Vec<&ProcObs> = obs.iter_procs().collect();
         procs.sort_by_key(|p| (p.start_time_ticks, p.pid));
 
         // Held processes that no longer match: restore.

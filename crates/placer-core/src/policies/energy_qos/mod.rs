@@ -535,9 +535,7 @@ impl Policy for EnergyQos {
             .map(|app| Running {
                 app,
                 procs: obs
-                    .procs
-                    .iter()
-                    .map(|p| &**p)
+                    .iter_procs()
                     .filter(|p| app.matches.matches(p) && self.scope.admits(p, self.self_pid))
                     .collect(),
             })
@@ -1396,7 +1394,7 @@ mod tests {
         let m = Machine::for_topology(&t, StatePowerTable::for_topology(&t));
         let apps = vec![pol.demand_of(&Running {
             app: &pol.cfg.apps[0],
-            procs: obs.procs.iter().map(|p| &**p).collect(),
+            procs: obs.iter_procs().collect(),
         })];
         let sol = solve(&cfg, &m, &apps).unwrap();
         // A neighbouring state one step up in frequency on the app's cluster: it meets the

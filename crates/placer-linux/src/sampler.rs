@@ -784,6 +784,22 @@ mod tests {
         fs::write(p, text).unwrap();
     }
 
+    /// A user process `pid` named `comm` with `ut` user ticks, started at tick 500,
+    /// allowed CPUs 0-1, in cgroup /a: its stat, status and cgroup files.
+    fn put_proc(t: &TempDir, pid: u32, comm: &str, ut: u64) {
+        put(
+            t,
+            &format!("{pid}/stat"),
+            &stat_line(pid, comm, 1, 0, ut, 500),
+        );
+        put(
+            t,
+            &format!("{pid}/status"),
+            "Uid:\t0\nCpus_allowed_list:\t0-1\n",
+        );
+        put(t, &format!("{pid}/cgroup"), "0::/a\n");
+    }
+
     fn stat_line(pid: u32, comm: &str, ppid: u32, flags: u64, ut: u64, start: u64) -> String {
         format!(
             "{pid} ({comm}) S {ppid} {pid} {pid} 0 -1 {flags} 0 0 0 0 {ut} 3 0 0 20 0 1 0 {start} \
@@ -965,9 +981,7 @@ mod tests {
     fn numa_maps_are_read_again_only_for_processes_that_ran() {
         let t = tree("numa");
         put(&t, "stat", "cpu0 1 2 3 4\n");
-        put(&t, "100/stat", &stat_line(100, "idle", 1, 0, 42, 500));
-        put(&t, "100/status", "Uid:\t0\nCpus_allowed_list:\t0-1\n");
-        put(&t, "100/cgroup", "0::/a\n");
+        put_proc(&t, 100, "idle", 42);
         let maps = |n0: u32, n1: u32| {
             format!(
                 "7f0000000000 default anon={} N0={n0} N1={n1} kernelpagesize_kB=4\n",
@@ -1003,17 +1017,7 @@ mod tests {
         let t = tree("shared");
         put(&t, "stat", "cpu0 1 2 3 4\n");
         for pid in [100, 101] {
-            put(
-                &t,
-                &format!("{pid}/stat"),
-                &stat_line(pid, "idle", 1, 0, 42, 500),
-            );
-            put(
-                &t,
-                &format!("{pid}/status"),
-                "Uid:\t0\nCpus_allowed_list:\t0-1\n",
-            );
-            put(&t, &format!("{pid}/cgroup"), "0::/a\n");
+            put_proc(&t, pid, "idle", 42);
             put(
                 &t,
                 &format!("{pid}/numa_maps"),
@@ -1057,9 +1061,7 @@ mod tests {
     fn idle_processes_come_from_the_cache_until_they_run_or_refresh() {
         let t = tree("cache");
         put(&t, "stat", "cpu0 1 2 3 4\n");
-        put(&t, "100/stat", &stat_line(100, "idle", 1, 0, 42, 500));
-        put(&t, "100/status", "Uid:\t0\nCpus_allowed_list:\t0-1\n");
-        put(&t, "100/cgroup", "0::/a\n");
+        put_proc(&t, 100, "idle", 42);
         put(
             &t,
             "100/task/100/stat",
@@ -1156,17 +1158,7 @@ mod tests {
         let t = two_thread_tree("bpf-threads");
         // Idle neighbours, so that the rotating refresh window is elsewhere for a while.
         for pid in 200..210 {
-            put(
-                &t,
-                &format!("{pid}/stat"),
-                &stat_line(pid, "idle", 1, 0, 1, 500),
-            );
-            put(
-                &t,
-                &format!("{pid}/status"),
-                "Uid:\t0\nCpus_allowed_list:\t0-1\n",
-            );
-            put(&t, &format!("{pid}/cgroup"), "0::/a\n");
+            put_proc(&t, pid, "idle", 1);
         }
         let mut s = Sampler::new(t.path());
         s.set_refresh_every(1000);
@@ -1277,17 +1269,7 @@ mod tests {
         let t = tree("events-invalidate");
         put(&t, "stat", "cpu0 1 2 3 4\n");
         for pid in [100, 200] {
-            put(
-                &t,
-                &format!("{pid}/stat"),
-                &stat_line(pid, "w", 1, 0, 10, 500),
-            );
-            put(
-                &t,
-                &format!("{pid}/status"),
-                "Uid:\t0\nCpus_allowed_list:\t0-1\n",
-            );
-            put(&t, &format!("{pid}/cgroup"), "0::/a\n");
+            put_proc(&t, pid, "w", 10);
         }
         let mut s = Sampler::new(t.path());
         s.set_refresh_every(1000);
@@ -1394,9 +1376,7 @@ Cpus_allowed_list:	1
     fn a_running_process_keeps_its_cgroup_until_refresh_but_shows_its_affinity() {
         let t = tree("cg");
         put(&t, "stat", "cpu0 1 2 3 4\n");
-        put(&t, "100/stat", &stat_line(100, "w", 1, 0, 10, 500));
-        put(&t, "100/status", "Uid:\t0\nCpus_allowed_list:\t0-1\n");
-        put(&t, "100/cgroup", "0::/a\n");
+        put_proc(&t, 100, "w", 10);
         let mut s = Sampler::new(t.path());
         s.set_refresh_every(1000);
         let req = SampleRequest::default();

@@ -36,6 +36,7 @@ impl Observer {
                 counters: true,
                 numa_pages,
                 nics: true,
+                irqs: true,
             },
             prev: None,
             topo: placer_linux::topology::read(root).ok(),

@@ -99,8 +99,9 @@ pub use crate::verdict::Verdict;
 
 /// The placement loop's state between cycles.
 pub struct Engine {
-    /// Per process, its last intervals (verdicts' before-windows).
-    history: BTreeMap<ProcKey, std::collections::VecDeque<crate::verdict::Point>>,
+    /// Per process, its last intervals (verdicts' before-windows), in key order: each
+    /// cycle merges it with the observation's processes in one pass.
+    history: Vec<(ProcKey, std::collections::VecDeque<crate::verdict::Point>)>,
     pending: Vec<Pending>,
     /// (policy, process) -> (undone moves so far, first cycle it may move it again).
     backoff: BTreeMap<(PolicyKind, ProcKey), (u32, u64)>,
@@ -189,7 +190,7 @@ impl Engine {
                 })
                 .collect(),
             config,
-            history: BTreeMap::new(),
+            history: Vec::new(),
             pending: Vec::new(),
             backoff: BTreeMap::new(),
             self_pid,
@@ -517,27 +518,41 @@ impl Engine {
     ) -> Vec<(PolicyKind, ProcKey)> {
         use crate::verdict::{judge, judge_together, Expectation, Point, VerdictKind};
         let window = self.config.verify.window_intervals.max(2) as usize;
-        let present: BTreeMap<ProcKey, Point> = obs
-            .procs
-            .iter()
+        // The processes in key order (a sample lists them by pid: sorted already).
+        let mut present: Vec<(ProcKey, Point)> = obs
+            .iter_procs()
             .map(|p| {
-                (
-                    p.key(),
-                    Point {
-                        cpu_share: p.cpu_share,
-                        bytes_per_s: p.net_bytes_per_s(),
-                        instructions_per_s: p
-                            .counters
-                            .as_ref()
-                            .and_then(|c| c.per_s.get(crate::classify::INSTRUCTIONS))
-                            .copied(),
-                    },
-                )
+                let instructions_per_s = p
+                    .counters
+                    .as_ref()
+                    .and_then(|c| c.per_s.get(crate::classify::INSTRUCTIONS))
+                    .copied();
+                let pt = Point {
+                    cpu_share: p.cpu_share,
+                    bytes_per_s: p.net_bytes_per_s(),
+                    instructions_per_s,
+                };
+                (p.key(), pt)
             })
             .collect();
-        self.history.retain(|k, _| present.contains_key(k));
+        if !present.is_sorted_by_key(|(k, _)| *k) {
+            present.sort_by_key(|(k, _)| *k);
+        }
+        let point = |k: &ProcKey| -> Option<&Point> {
+            let i = present.binary_search_by_key(k, |(pk, _)| *pk).ok()?;
+            Some(&present[i].1)
+        };
+        // The history merged with them: a process gone leaves, a new one starts.
+        let mut old = std::mem::take(&mut self.history).into_iter().peekable();
+        self.history.reserve(present.len());
         for (k, pt) in &present {
-            crate::stats::push_bounded(self.history.entry(*k).or_default(), *pt, window);
+            while old.next_if(|(ok, _)| ok < k).is_some() {}
+            let mut q = old
+                .next_if(|(ok, _)| ok == k)
+                .map(|(_, q)| q)
+                .unwrap_or_default();
+            crate::stats::push_bounded(&mut q, *pt, window);
+            self.history.push((*k, q));
         }
         let mut undo = Vec::new();
         if dry_run {
@@ -552,7 +567,7 @@ impl Engine {
             let held = self.slots.iter().any(|s| {
                 s.policy.kind() == p.policy && s.policy.shared().held.contains_key(&p.proc)
             });
-            let Some(pt) = present.get(&p.proc) else {
+            let Some(pt) = point(&p.proc) else {
                 continue;
             };
             if !held {
@@ -609,7 +624,7 @@ impl Engine {
             }
         }
         self.pending = still;
-        self.backoff.retain(|(_, k), _| present.contains_key(k));
+        self.backoff.retain(|(_, k), _| point(k).is_some());
         undo
     }
 
@@ -639,8 +654,8 @@ impl Engine {
                 comm: comm.clone(),
                 before: self
                     .history
-                    .get(proc)
-                    .map(|h| h.iter().copied().collect())
+                    .binary_search_by_key(proc, |(k, _)| *k)
+                    .map(|i| self.history[i].1.iter().copied().collect())
                     .unwrap_or_default(),
                 after: Vec::new(),
                 group,

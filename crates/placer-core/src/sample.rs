@@ -415,6 +415,11 @@ pub struct SampleRequest {
     pub numa_pages: bool,
     /// Interface packet/byte counters and CPU frequencies (learned network costs).
     pub nics: bool,
+    /// Each IRQ's count per CPU (`/proc/interrupts`, whose read costs the kernel tens of
+    /// microseconds per CPU): what `placer top` shows and recordings keep; no policy
+    /// needs it.
+    #[serde(default)]
+    pub irqs: bool,
 }
 
 impl SampleRequest {
@@ -425,6 +430,7 @@ impl SampleRequest {
             counters: self.counters || o.counters,
             numa_pages: self.numa_pages || o.numa_pages,
             nics: self.nics || o.nics,
+            irqs: self.irqs || o.irqs,
         }
     }
 }

@@ -57,6 +57,35 @@ impl KernelActivity {
     pub fn any(&self) -> bool {
         self.cpu.is_ok() || self.events.is_ok()
     }
+
+    /// The CPU collector's map size (None without the collector).
+    pub fn cpu_capacity(&self) -> Option<u32> {
+        self.cpu.as_ref().ok().map(|c| c.capacity())
+    }
+
+    /// A collector whose map holds `capacity` threads in place of this one's (tests: a
+    /// small map to fill).
+    pub fn resize_cpu(&mut self, capacity: u32) -> std::io::Result<()> {
+        let c = CpuCollector::open_for(capacity)?;
+        // Attached before the old one goes: no instant without a collector.
+        self.cpu = Ok(c);
+        Ok(())
+    }
+
+    /// Replaces a full collector by one with twice the map, up to the largest.
+    fn grow(&mut self) {
+        let Some(cap) = self.cpu_capacity() else {
+            return;
+        };
+        if cap >= crate::bpf::MAX_THREADS {
+            return;
+        }
+        let want = cap.saturating_mul(2).min(crate::bpf::MAX_THREADS);
+        match self.resize_cpu(want) {
+            Ok(()) => tracing::info!("eBPF collector: its map filled up; now {want} threads"),
+            Err(e) => tracing::warn!("eBPF collector: a map of {want} threads: {e}"),
+        }
+    }
 }
 
 impl ActivitySource for KernelActivity {
@@ -64,7 +93,12 @@ impl ActivitySource for KernelActivity {
         let ran = match &mut self.cpu {
             Ok(c) => match c.drain() {
                 Ok(d) if !d.lost_full => Some(d.procs),
-                Ok(_) => None, // the map filled up: some processes went unaccounted
+                // The map filled up: some processes went unaccounted (this sample reads
+                // them all); from now on a map twice as big, where there is room.
+                Ok(_) => {
+                    self.grow();
+                    None
+                }
                 Err(e) => {
                     tracing::debug!("eBPF drain: {e}");
                     None

@@ -57,10 +57,33 @@ pub const CGROUP_MOVES_PROG_NAME: &str = "placer_cgmove";
 /// Every program placer may load (what a measure of its in-kernel cost sums, and what
 /// must be gone when it stops).
 pub const PROG_NAMES: [&str; 2] = [PROG_NAME, CGROUP_MOVES_PROG_NAME];
-/// Threads the map can hold between two drains (one sample); beyond it, new threads are
-/// not accounted until the next drain (counted in [`Drain::lost_full`] when seen). The map
-/// is preallocated: 65,536 entries of 32 bytes cost the kernel a few MiB.
+/// The most threads the map can hold between two drains (one sample); beyond its size,
+/// new threads are not accounted until the next drain (counted in [`Drain::lost_full`]
+/// when seen). The map is preallocated: 65,536 entries of 32 bytes cost the kernel a few
+/// MiB.
 pub const MAX_THREADS: u32 = 65_536;
+/// The fewest entries the map gets, whatever few threads the machine has.
+pub const MIN_THREADS: u32 = 4_096;
+
+/// The map's size for a machine with `threads` threads now: room for four times as many
+/// (a power of two, as the kernel rounds its buckets), within [`MIN_THREADS`] and
+/// [`MAX_THREADS`]. A drain walks every bucket, full or empty: at 65,536 that alone is
+/// about 80 us per sample on a small VM.
+pub fn map_capacity_for(threads: u64) -> u32 {
+    let want = threads.saturating_mul(4).clamp(1, u64::from(MAX_THREADS));
+    (want.next_power_of_two() as u32).clamp(MIN_THREADS, MAX_THREADS)
+}
+
+/// The threads the machine has now: the last field of `/proc/loadavg` (running/total).
+pub fn threads_now() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    text.split_whitespace()
+        .nth(3)?
+        .split('/')
+        .nth(1)?
+        .parse()
+        .ok()
+}
 const COMM_LEN: usize = 16;
 /// Map value: CPU ns since the last drain (u64), thread-group id (u32), last CPU (u32), the
 /// comm when first seen in the interval.
@@ -425,7 +448,7 @@ pub struct ProcCpu {
 pub struct Drain {
     /// By thread-group id (the process id).
     pub procs: crate::pid::PidMap<ProcCpu>,
-    /// The map was full at the drain (threads beyond [`MAX_THREADS`] went unaccounted).
+    /// The map was full at the drain (threads beyond its capacity went unaccounted).
     pub lost_full: bool,
 }
 
@@ -441,18 +464,27 @@ pub struct CpuCollector {
     batch: bool,
     keys: Vec<u32>,
     values: Vec<u8>,
+    capacity: u32,
 }
 
 impl CpuCollector {
-    /// Loads and attaches the program; the error says why not (no root, no raw
-    /// tracepoints, an old verifier).
+    /// Loads and attaches the program, its map sized for the threads the machine has
+    /// ([`map_capacity_for`]); the error says why not (no root, no raw tracepoints, an
+    /// old verifier).
     pub fn open() -> io::Result<CpuCollector> {
+        Self::open_for(map_capacity_for(
+            threads_now().unwrap_or(u64::from(MAX_THREADS)),
+        ))
+    }
+
+    /// [`CpuCollector::open`] with a map of `capacity` threads.
+    pub fn open_for(capacity: u32) -> io::Result<CpuCollector> {
         let last_switch = map_create(BPF_MAP_TYPE_PERCPU_ARRAY, 4, 8, 1, "placer_last_sw")?;
         let cpu = map_create(
             BPF_MAP_TYPE_HASH,
             4,
             VALUE_LEN as u32,
-            MAX_THREADS,
+            capacity,
             "placer_cpu_ns",
         )?;
         let prog = load_program(&program(&last_switch, &cpu), PROG_NAME)?;
@@ -469,7 +501,13 @@ impl CpuCollector {
             batch: true,
             keys: vec![0; 4096],
             values: vec![0; 4096 * VALUE_LEN],
+            capacity,
         })
+    }
+
+    /// The threads its map holds between two drains.
+    pub fn capacity(&self) -> u32 {
+        self.capacity
     }
 
     /// Takes what the map gathered since the previous drain and empties it.
@@ -576,7 +614,7 @@ impl CpuCollector {
             token = next;
             first = false;
         }
-        out.lost_full = total >= MAX_THREADS;
+        out.lost_full = total >= self.capacity;
         Ok(())
     }
 
@@ -616,7 +654,7 @@ impl CpuCollector {
                 self.take(out, *k, &v);
             }
         }
-        out.lost_full = keys.len() as u32 >= MAX_THREADS;
+        out.lost_full = keys.len() as u32 >= self.capacity;
         Ok(())
     }
 
@@ -901,5 +939,42 @@ pub(crate) mod tests {
     #[cfg_attr(not(placer_root), ignore = "needs root")]
     fn real_collector_per_entry_drain_gives_the_same() {
         check_collector(true);
+    }
+
+    #[test]
+    fn the_map_is_sized_for_the_threads_within_bounds() {
+        assert_eq!(map_capacity_for(0), MIN_THREADS);
+        assert_eq!(map_capacity_for(700), MIN_THREADS);
+        assert_eq!(map_capacity_for(4_100), 32_768);
+        assert_eq!(map_capacity_for(20_000), MAX_THREADS);
+        assert_eq!(map_capacity_for(u64::MAX), MAX_THREADS);
+        assert!(threads_now().is_some_and(|n| n > 0));
+    }
+
+    /// Issue 37: a map that fills up gives no processes (the sample reads them all from
+    /// /proc), and the next map is twice as big.
+    #[test]
+    #[cfg_attr(not(placer_root), ignore = "needs root")]
+    fn real_full_map_falls_back_and_the_collector_grows() {
+        use crate::activity::{ActivitySource, KernelActivity};
+        placer_testkit::require_root();
+        let _one = REAL.lock().unwrap_or_else(|e| e.into_inner());
+        let mut a = KernelActivity::open();
+        if a.cpu_capacity().is_none() {
+            placer_testkit::skip("eBPF collector unavailable");
+            return;
+        }
+        a.resize_cpu(64).unwrap();
+        a.drain();
+        // More threads than the map holds, each running once.
+        let threads: Vec<_> = (0..150)
+            .map(|_| std::thread::spawn(|| std::hint::black_box(crate::sys::gettid())))
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert!(a.drain().ran.is_none(), "a full map gave processes");
+        assert_eq!(a.cpu_capacity(), Some(128));
+        assert!(a.drain().ran.is_some(), "the bigger map gave none");
     }
 }

@@ -14,6 +14,8 @@ pub struct LinuxHost {
     pub actuator: Actuator,
     /// Other agents sharing placer's knobs, looked for at each topology read.
     pub coexist: crate::coexist::Detector,
+    /// The topology, its machine part read again on hotplug.
+    pub topology: crate::topology::Reader,
 }
 
 impl LinuxHost {
@@ -23,14 +25,17 @@ impl LinuxHost {
             sampler: Sampler::new(root),
             actuator: Actuator::new(root, state_dir),
             coexist: Default::default(),
+            topology: crate::topology::Reader::new(root),
         }
     }
 }
 
 impl Host for LinuxHost {
     fn topology(&mut self) -> Result<Topology, HostError> {
-        let mut topo =
-            crate::topology::read(&self.root).map_err(|e| HostError::new("topology", e))?;
+        let mut topo = self
+            .topology
+            .read()
+            .map_err(|e| HostError::new("topology", e))?;
         // Who else manages IRQs and cpufreq, at each refresh: agents start and stop. The
         // processes as the sampler last read them, once it has; /proc before that.
         let governors = crate::coexist::placer_governors(&self.actuator.state_dir);

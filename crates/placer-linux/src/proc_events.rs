@@ -9,7 +9,7 @@
 //! The message parse is a pure function of the bytes, tested on built messages.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 const NETLINK_CONNECTOR: libc::c_int = 11;
 const CN_IDX_PROC: u32 = 1;
@@ -116,46 +116,21 @@ impl ProcEvents {
                 "not in the initial network namespace (the kernel sends process events there only)",
             ));
         }
-        // SAFETY: plain socket(2); the result is checked and owned below.
-        let raw = unsafe {
-            libc::socket(
-                libc::AF_NETLINK,
-                libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                NETLINK_CONNECTOR,
-            )
-        };
-        if raw < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a fresh fd nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         // A second's events of a fork-heavy machine fit in 4 MiB (each message ~ 80 bytes).
-        let size: libc::c_int = 4 << 20;
-        // SAFETY: a valid int option value of the right size.
-        unsafe {
-            libc::setsockopt(
-                raw,
-                libc::SOL_SOCKET,
-                libc::SO_RCVBUFFORCE,
-                (&raw const size).cast(),
-                std::mem::size_of::<libc::c_int>() as u32,
-            );
-        }
-        // SAFETY: sockaddr_nl is plain data; zero is a valid start.
-        let mut sa: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-        sa.nl_family = libc::AF_NETLINK as u16;
-        sa.nl_groups = CN_IDX_PROC;
-        // SAFETY: sa is a valid sockaddr_nl of the given size.
-        let r = unsafe {
-            libc::bind(
-                raw,
-                (&raw const sa).cast(),
-                std::mem::size_of::<libc::sockaddr_nl>() as u32,
-            )
-        };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let fd = crate::sys::netlink_socket(NETLINK_CONNECTOR, CN_IDX_PROC, |raw| {
+            let size: libc::c_int = 4 << 20;
+            // SAFETY: a valid int option value of the right size.
+            unsafe {
+                libc::setsockopt(
+                    raw,
+                    libc::SOL_SOCKET,
+                    libc::SO_RCVBUFFORCE,
+                    (&raw const size).cast(),
+                    std::mem::size_of::<libc::c_int>() as u32,
+                );
+            }
+        })?;
+        let raw = fd.as_raw_fd();
         let mut msg = Vec::with_capacity(NLMSG_HDR + CN_MSG + 4);
         let total = (NLMSG_HDR + CN_MSG + 4) as u32;
         msg.extend_from_slice(&total.to_ne_bytes());
@@ -184,31 +159,10 @@ impl ProcEvents {
     /// Everything received since the previous drain (never blocks).
     pub fn drain(&mut self) -> Events {
         let mut out = Events::default();
-        loop {
-            // SAFETY: buf is a valid writable buffer of its length.
-            let n = unsafe {
-                libc::recv(
-                    self.fd.as_raw_fd(),
-                    self.buf.as_mut_ptr().cast(),
-                    self.buf.len(),
-                    libc::MSG_DONTWAIT,
-                )
-            };
-            if n < 0 {
-                match io::Error::last_os_error().raw_os_error() {
-                    Some(libc::ENOBUFS) => {
-                        out.lost = true;
-                        continue;
-                    }
-                    Some(libc::EINTR) => continue,
-                    _ => break, // EAGAIN: drained
-                }
-            }
-            if n == 0 {
-                break;
-            }
-            out.events.extend(parse(&self.buf[..n as usize]));
-        }
+        let end = crate::sys::recv_waiting(self.fd.as_fd(), &mut self.buf, |m| {
+            out.events.extend(parse(m))
+        });
+        out.lost = end.lost;
         out
     }
 }

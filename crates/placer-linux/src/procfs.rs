@@ -33,6 +33,22 @@ impl PidStat {
     }
 }
 
+/// A `schedstat` line (`run_ns wait_ns slices`) of a process (its main thread) or thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Schedstat {
+    /// Time on CPU, ns: nanosecond resolution where `stat`'s ticks have 10 ms.
+    pub run_ns: u64,
+    /// Timeslices run (all zero, with `run_ns`, on a kernel without schedstats).
+    pub slices: u64,
+}
+
+/// `proc/PID/schedstat` or `proc/PID/task/TID/schedstat`; `None` when malformed.
+pub fn parse_schedstat(text: &str) -> Option<Schedstat> {
+    let mut f = text.split_ascii_whitespace().map(|w| w.parse::<u64>().ok());
+    let (run_ns, _wait_ns, slices) = (f.next()??, f.next()??, f.next()??);
+    Some(Schedstat { run_ns, slices })
+}
+
 /// Parses /proc/PID/stat. The comm sits between the first `(` and the LAST `)`, because a
 /// comm may itself hold spaces and parentheses (`(sd-pam)`, `(a) b)`). Fields after comm
 /// are numbered as in proc(5); fields up to `starttime` (22) are required, `processor` (39)
@@ -169,12 +185,6 @@ pub fn parse_proc_stat(text: &str) -> Vec<CpuTimes> {
         });
     }
     out
-}
-
-/// Time on CPU, ns, from a `proc/PID/task/TID/schedstat` line (`run_ns wait_ns slices`):
-/// nanosecond resolution where `stat`'s ticks have 10 ms (for measuring small shares).
-pub fn parse_schedstat_run_ns(text: &str) -> Option<u64> {
-    text.split_whitespace().next()?.parse().ok()
 }
 
 /// TCP segments received and sent (`InSegs`, `OutSegs`) from `/proc/net/snmp`, whose
@@ -371,13 +381,13 @@ mod tests {
     }
 
     #[test]
-    fn schedstat_gives_the_run_time() {
-        assert_eq!(
-            parse_schedstat_run_ns("123456789 42 7\n"),
-            Some(123_456_789)
-        );
-        assert_eq!(parse_schedstat_run_ns(""), None);
-        assert_eq!(parse_schedstat_run_ns("x 1 2"), None);
+    fn schedstat_gives_the_run_time_and_timeslices() {
+        let s = |run_ns, slices| Some(Schedstat { run_ns, slices });
+        assert_eq!(parse_schedstat("123456789 42 7\n"), s(123_456_789, 7));
+        assert_eq!(parse_schedstat("0 0 0\n"), s(0, 0));
+        assert_eq!(parse_schedstat(""), None);
+        assert_eq!(parse_schedstat("x 1 2"), None);
+        assert_eq!(parse_schedstat("12 3"), None);
     }
 
     #[test]

@@ -53,9 +53,11 @@
 //!    kernel's count of cgroup moves ([`crate::bpf::CgroupMoves`]: attach, transfer,
 //!    rename, hierarchy set-up and removal) stands where it stood before the file was last
 //!    read: nothing changed cgroup since. A process is read in full at once after an exec;
-//! 4. numa_maps and fd counts are read only for processes that ran (numa_maps on the /proc
-//!    path too: for processes whose files were read again; and for those refreshed by
-//!    rule 3, since reclaim or another process can move a sleeping process's pages);
+//! 4. numa_maps and fd counts are read only for processes that ran (on the /proc path:
+//!    for processes whose files were read again, their `stat` having changed; numa_maps
+//!    also for those refreshed by rule 3, since reclaim or another process can move a
+//!    sleeping process's pages). A socket opened by a process whose `stat` did not change
+//!    shows in the dump with no owner, and every fd list is read again (below);
 //! 5. a process that ran and exited between two samples is reported in `Sample::exited`
 //!    with its CPU time (the collector) or at least its pid (the connector);
 //! 6. a process that ran with the threads of its last read (same count, every thread the
@@ -71,7 +73,17 @@
 //!    leader exited before its last thread is reported at the leader's exit: its
 //!    children's new parent then shows when they next run or are read in full.)
 //!
-//! Either source missing falls back to the /proc rule above for its part. The socket dump
+//! Either source missing falls back to the /proc rule above for its part, and then:
+//! 8. without the collector, a single-threaded process (by its last read) has its
+//!    `schedstat` read first, a third of what its `stat` costs the kernel: run time in ns
+//!    and timeslices. While they say what they said just before its last `stat` was read,
+//!    it did not run, and its cached sample stands (as by rule 1); a process that ran, or
+//!    is due, is read in full. A process that took a dead one's pid cannot show the same
+//!    nanoseconds of run time, and all-zero figures (a kernel without schedstats) are
+//!    never trusted. A multi-threaded process's `schedstat` is its main thread's, so it
+//!    always has its `stat` read.
+//!
+//! The socket dump
 //! is skipped when not one TCP segment moved in this network namespace since the last one
 //! (`/proc/net/snmp`), whatever the sources.
 //!
@@ -81,22 +93,27 @@
 //!
 //! Socket-to-process mapping is cached per process (keyed by pid and start time): a
 //! process's `fd/` directory is re-read only when (1) the process is new (or its PID was
-//! reused), (2) its open-fd count changed (`stat(proc/PID/fd).st_size` is the number of
-//! open fds since Linux 6.2; on older kernels it is constant and this rule is inert), or
+//! reused), (2) its open-fd count, looked at when it ran (rule 4), changed
+//! (`stat(proc/PID/fd).st_size` is the number of open fds since Linux 6.2; on older
+//! kernels it is constant and this rule is inert), or
 //! (3) sock_diag reports a socket inode that no cached process owns and that was not
 //! already unowned in the previous sample — then every process not re-read this cycle is
 //! re-read once. Rule 3 catches an fd swapped for another at a constant count; remembering
 //! the unowned set keeps sockets nobody can map (other users' without permission, sockets
 //! of processes in another PID namespace) from forcing a full re-read every cycle.
 //!
-//! When the dump was reused and no process's fd list was read again or is gone, the last
-//! sample's mapping stands as it was (nothing to recompute).
+//! When the dump was reused, the last sample mapped too, and no process's fd list was read
+//! again or is gone, the last sample's mapping stands as it was (nothing to recompute):
+//! only the sockets' owners are looked at. Every other process's sample either comes from
+//! the cache, which holds what the stage last gave it (`ProcReader::keep` takes each
+//! change back, into the cached sample with threads too), or was read afresh, with no
+//! sockets; neither can hold a socket then.
 //!
 //! sock_diag talks to the kernel, not to the root path, so it is only used when the root
 //! is `/` (override with [`Sampler::set_sock_diag`]).
 //!
 //! Files kept open: on this machine's root, the machine-wide files of every sample
-//! (`stat`, `interrupts`, `softirqs`, `net/snmp`, `net/dev`) and the `PID/stat` of up to
+//! (`stat`, `interrupts` when asked, `softirqs`, `net/snmp`, `net/dev`) and the `PID/stat` of up to
 //! 256 (`STAT_PINS_MAX`) processes read before are kept open and read again from
 //! their start: no path walk, open and close each time (a process gone fails its read,
 //! and one that took its pid is opened anew).
@@ -170,6 +187,9 @@ pub struct SampleStats {
     /// Of those, the ones whose `cgroup` was not read either: the kernel counted no
     /// cgroup move since it was last read.
     pub cgroup_spared: usize,
+    /// Without the collector, single-threaded processes whose `schedstat` said they did
+    /// not run: their `stat` was not read (rule 8).
+    pub schedstat_spared: usize,
 }
 
 /// Where the last sample's time went: the sampling thread's CPU time (user + kernel) in
@@ -478,9 +498,12 @@ impl Sampler {
                 Some(Dir::open(&self.proc_dir).map_err(|e| LinuxError::io(&self.proc_dir, e))?);
         }
         let proc_ = self.proc.as_ref().expect("opened above");
-        let irqs = match read_system(self.pins.as_mut(), proc_, "interrupts", &mut self.buf) {
-            Ok(()) => parse_interrupts(&self.buf),
-            Err(_) => Vec::new(),
+        let irqs = match req.irqs {
+            true => match read_system(self.pins.as_mut(), proc_, "interrupts", &mut self.buf) {
+                Ok(()) => parse_interrupts(&self.buf),
+                Err(_) => Vec::new(),
+            },
+            false => Vec::new(),
         };
         let softirqs = match read_system(self.pins.as_mut(), proc_, "softirqs", &mut self.buf) {
             Ok(()) => parse_softirqs(&self.buf),
@@ -634,9 +657,13 @@ impl Sampler {
         // from a set of their own built again from every process.
         let sockets = if req.sockets {
             let proc_ = self.proc.as_ref().expect("opened above");
-            // With the collector, a process that did not run cannot have opened or closed
-            // an fd: only the re-read ones get their fd count checked.
-            let ran = act.ran.as_ref().map(|_| &reread);
+            // A process that did not run cannot have opened or closed an fd: only the ones
+            // that ran get their fd count checked (rule 4; without the collector, those
+            // whose files were read again).
+            let ran = Some(match act.ran {
+                Some(_) => &reread,
+                None => &fresh,
+            });
             self.sockets.read(
                 proc_,
                 &self.proc_dir,
@@ -644,11 +671,13 @@ impl Sampler {
                 &mut self.buf,
                 &mut procs,
                 &self.last_alive,
+                same_set,
                 &mut touched,
                 ran,
                 &mut stats,
             )
         } else {
+            self.sockets.skipped();
             if std::mem::take(&mut self.may_hold.sockets) {
                 clear_unasked(
                     &mut procs,
@@ -743,6 +772,7 @@ impl Sampler {
             (Vec::new(), Vec::new())
         };
         stages.system_ns += lap();
+        tracing::trace!(?stats, ?stages, "sample");
         self.last_stats = stats;
         self.last_stages = stages;
         Ok(Sample {
@@ -959,11 +989,22 @@ mod tests {
             .sample(SampleRequest {
                 sockets: true,
                 threads: true,
+                irqs: true,
                 ..Default::default()
             })
             .unwrap();
         assert_eq!(sample.cpus.len(), 2);
         assert_eq!(sample.irqs.len(), 1);
+        // Not asked for: /proc/interrupts is not read.
+        let unasked = SampleRequest {
+            irqs: false,
+            ..SampleRequest::default()
+        };
+        assert!(Sampler::new(t.path())
+            .sample(unasked)
+            .unwrap()
+            .irqs
+            .is_empty());
         assert_eq!(sample.softirqs[1].net_tx, 7);
         let pids: Vec<u32> = sample.procs.iter().map(|p| p.pid).collect();
         assert_eq!(pids, vec![100, 103]);
@@ -1094,6 +1135,63 @@ mod tests {
         assert_eq!(allowed(&mut s), vec![1]);
         let sample = s.sample(req).unwrap();
         assert_eq!(sample.procs[0].threads.len(), 1, "threads kept");
+    }
+
+    /// Rule 8: without the collector, a single-threaded process whose schedstat says what
+    /// it said before its last stat is not read; one whose schedstat moved, one with two
+    /// threads, and one whose schedstat is all zero always are.
+    #[test]
+    fn rule8_an_unmoved_schedstat_spares_a_single_threaded_process_its_stat() {
+        let t = tree("schedstat");
+        put(&t, "stat", "cpu0 1 2 3 4\n");
+        put_proc(&t, 100, "one", 42);
+        put(&t, "100/schedstat", "5000 10 7\n");
+        put_proc(&t, 101, "two", 42);
+        put(&t, "101/stat", &two(101, 42));
+        put(&t, "101/schedstat", "5000 10 7\n");
+        put_proc(&t, 102, "zeros", 42);
+        put(&t, "102/schedstat", "0 0 0\n");
+        let mut s = Sampler::new(t.path());
+        s.set_refresh_every(1000);
+        let req = SampleRequest::default();
+        let ticks = |s: &mut Sampler| -> Vec<u64> {
+            s.sample(req)
+                .unwrap()
+                .procs
+                .iter()
+                .map(|p| p.utime_ticks)
+                .collect()
+        };
+        assert_eq!(ticks(&mut s), vec![42, 42, 42]);
+        // The stat files move (a test's tree, not a kernel): 100's schedstat will say it
+        // did not run, so its stat goes unread; 101 and 102 are read.
+        for pid in [100, 102] {
+            put(
+                &t,
+                &format!("{pid}/stat"),
+                &stat_line(pid, "x", 1, 0, 43, 500),
+            );
+        }
+        put(&t, "101/stat", &two(101, 43));
+        // The first sample after the first read learns each schedstat with its stat.
+        ticks(&mut s);
+        for pid in [100, 102] {
+            put(
+                &t,
+                &format!("{pid}/stat"),
+                &stat_line(pid, "x", 1, 0, 44, 500),
+            );
+        }
+        put(&t, "101/stat", &two(101, 44));
+        assert_eq!(ticks(&mut s), vec![43, 44, 44]);
+        assert_eq!(s.last_stats.schedstat_spared, 1);
+        // It ran: read in full.
+        put(&t, "100/schedstat", "9000 10 8\n");
+        assert_eq!(ticks(&mut s), vec![44, 44, 44]);
+        assert_eq!(s.last_stats.schedstat_spared, 0);
+        // Its new schedstat learned with that stat: spared again from the next sample.
+        assert_eq!(ticks(&mut s), vec![44, 44, 44]);
+        assert_eq!(s.last_stats.schedstat_spared, 1);
     }
 
     /// A `stat` line of a process or thread of a process with two threads.
@@ -1455,12 +1553,163 @@ Cpus_allowed_list:	1
         assert_eq!(mapped(&x), 2);
         let mut reused = 0;
         for _ in 0..5 {
+            // Some CPU ticks run: this process is read afresh while the mapping stands.
+            let spin = std::time::Instant::now();
+            while spin.elapsed() < std::time::Duration::from_millis(25) {
+                std::hint::black_box(0u64);
+            }
             let x = s.sample(req).unwrap();
             assert_eq!(mapped(&x), 2);
             reused += usize::from(s.last_stats.sockets_reused);
         }
         // Other tests' traffic may move segments in some samples, not in all.
         assert!(reused > 0, "the dump was never reused");
+    }
+
+    /// A sampler of this machine without the collector (every process read each sample,
+    /// an idle one from the cache), `None` (skipped) without sock_diag.
+    fn sock_diag_sampler_without_events() -> Option<Sampler> {
+        let mut s = Sampler::new(Path::new("/"));
+        s.set_kernel_events(false);
+        if !s.sources().has(SourceKind::SockDiag) {
+            placer_testkit::skip(&format!(
+                "{:?}",
+                s.sources().why_missing(SourceKind::SockDiag)
+            ));
+            return None;
+        }
+        Some(s)
+    }
+
+    /// `bash -c script` (its stdin piped), killed and reaped on drop.
+    struct Bash(std::process::Child);
+
+    impl Bash {
+        fn run(script: &str) -> Bash {
+            Bash(
+                std::process::Command::new("bash")
+                    .args(["-c", script])
+                    .stdin(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap(),
+            )
+        }
+        /// The socket inodes its process owns in `x`.
+        fn owned(&self, x: &Sample) -> Vec<u64> {
+            x.procs
+                .iter()
+                .find(|p| p.pid == self.0.id())
+                .map(|p| p.socket_inodes.clone())
+                .unwrap_or_default()
+        }
+    }
+
+    impl Drop for Bash {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    #[test]
+    fn an_idle_process_that_closed_its_socket_owns_none_while_the_mapping_stands() {
+        // While neither the dump nor an fd moves, the socket stage looks only at the
+        // sockets' owners and trusts every other sample, as the cache holds it, to own
+        // none. A process that closed its socket without running a whole tick keeps its
+        // cached sample, and its copy without threads (they were asked for earlier) is
+        // the one the stage empties: the cache must take that too, or the next samples
+        // show the closed socket's inode.
+        use std::io::Write;
+        let Some(mut s) = sock_diag_sampler_without_events() else {
+            return;
+        };
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let child = Bash::run(&format!(
+            "exec 3<>/dev/tcp/127.0.0.1/{port}; read -r _ <&3; exec 3>&-; exec sleep 60"
+        ));
+        let pid = child.0.id();
+        let (mut srv, _) = l.accept().unwrap();
+        let with_threads = SampleRequest {
+            sockets: true,
+            threads: true,
+            ..Default::default()
+        };
+        let without = SampleRequest {
+            threads: false,
+            ..with_threads
+        };
+        use std::time::Duration;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        // Mapped in a sample with threads: the cache holds bash's threads and socket.
+        while child.owned(&s.sample(with_threads).unwrap()).is_empty() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "bash's socket never mapped"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        srv.write_all(b"x\n").unwrap();
+        let fd3 = format!("/proc/{pid}/fd/3");
+        while Path::new(&fd3).exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "bash never closed its socket"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let mut reused = 0;
+        for _ in 0..10 {
+            let x = s.sample(without).unwrap();
+            assert_eq!(
+                child.owned(&x),
+                Vec::<u64>::new(),
+                "a closed socket still owned"
+            );
+            reused += usize::from(s.last_stats.sockets_reused && !s.last_stats.full_rescan);
+        }
+        // Other tests' traffic may move segments in some samples, not in all.
+        assert!(reused > 0, "the dump was never reused");
+    }
+
+    #[test]
+    fn without_the_collector_a_socket_a_sleeping_process_opens_is_mapped() {
+        // On the /proc path only processes whose stat changed get their fd count looked
+        // at: a sleeping process that wakes to open a socket is mapped either way, by its
+        // fd count when its stat changed, else through the dump, whose new socket no
+        // cached process owns (every fd list is read again).
+        use std::io::Write;
+        let Some(mut s) = sock_diag_sampler_without_events() else {
+            return;
+        };
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let mut child = Bash::run(&format!(
+            "read -r _; exec 3<>/dev/tcp/127.0.0.1/{port}; exec sleep 60"
+        ));
+        let req = SampleRequest {
+            sockets: true,
+            ..Default::default()
+        };
+        for _ in 0..3 {
+            assert!(child.owned(&s.sample(req).unwrap()).is_empty());
+        }
+        child.0.stdin.take().unwrap().write_all(b"go\n").unwrap();
+        let (_srv, _) = l.accept().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let x = loop {
+            let x = s.sample(req).unwrap();
+            if !child.owned(&x).is_empty() || std::time::Instant::now() > deadline {
+                break x;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let owned = child.owned(&x);
+        let cl = x
+            .sockets
+            .iter()
+            .find(|k| k.remote.port() == port && owned.contains(&k.inode));
+        assert!(cl.is_some(), "bash's socket not mapped: {owned:?}");
     }
 
     #[test]
@@ -1577,7 +1826,8 @@ Cpus_allowed_list:	1
         std::thread::sleep(std::time::Duration::from_millis(200));
         let truth_ns: u64 = std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
             .ok()
-            .and_then(|t| crate::procfs::parse_schedstat_run_ns(&t))
+            .and_then(|t| crate::procfs::parse_schedstat(&t))
+            .map(|s| s.run_ns)
             .expect("the spinner's schedstat");
         drop(spin);
         let sample = s.sample(req).unwrap();
@@ -1985,7 +2235,8 @@ Cpus_allowed_list:	1
         let run_ns = |pid: u32, tid: u32| {
             fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat"))
                 .ok()
-                .and_then(|t| crate::procfs::parse_schedstat_run_ns(&t))
+                .and_then(|t| crate::procfs::parse_schedstat(&t))
+                .map(|s| s.run_ns)
         };
         if run_ns(std::process::id(), crate::sys::gettid()).is_none() {
             placer_testkit::skip("no task schedstat (CONFIG_SCHED_INFO)");

@@ -795,8 +795,123 @@ impl Drop for Dir {
     }
 }
 
+/// A non-blocking netlink socket of `protocol`; `groups`: the multicast groups it joins
+/// (bound only when some are given). `before_bind` sets what must precede the bind (a
+/// receive buffer).
+pub fn netlink_socket(
+    protocol: libc::c_int,
+    groups: u32,
+    before_bind: impl FnOnce(libc::c_int),
+) -> io::Result<std::os::fd::OwnedFd> {
+    // SAFETY: plain socket(2); the result is checked and owned below.
+    let fd = owned(unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            protocol,
+        )
+    })?;
+    before_bind(fd.as_raw_fd());
+    if groups != 0 {
+        // SAFETY: sockaddr_nl is plain data; zero is a valid start.
+        let mut sa: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+        sa.nl_family = libc::AF_NETLINK as u16;
+        sa.nl_groups = groups;
+        // SAFETY: sa is a valid sockaddr_nl of the given size.
+        check(unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                (&raw const sa).cast(),
+                std::mem::size_of::<libc::sockaddr_nl>() as u32,
+            )
+        })?;
+    }
+    Ok(fd)
+}
+
+/// How [`recv_waiting`] ended, beside the messages it handed on.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RecvEnd {
+    /// The socket's buffer overflowed: messages were lost.
+    pub lost: bool,
+    /// It failed otherwise (not "nothing waiting").
+    pub failed: bool,
+}
+
+/// Every datagram waiting on `fd`, each handed to `f`, without blocking.
+pub fn recv_waiting(
+    fd: std::os::fd::BorrowedFd<'_>,
+    buf: &mut [u8],
+    mut f: impl FnMut(&[u8]),
+) -> RecvEnd {
+    let mut end = RecvEnd::default();
+    loop {
+        // SAFETY: buf is a valid writable buffer of its length.
+        let n = unsafe {
+            libc::recv(
+                fd.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        match n {
+            0 => return end,
+            n if n > 0 => f(&buf[..n as usize]),
+            _ => match io::Error::last_os_error().raw_os_error() {
+                Some(libc::EINTR) => {}
+                Some(libc::ENOBUFS) => end.lost = true,
+                Some(libc::EAGAIN) => return end,
+                _ => {
+                    end.failed = true;
+                    return end;
+                }
+            },
+        }
+    }
+}
+
+/// The socket inodes (sock_diag's, sorted) among this process's open descriptors: each fd
+/// listed in `/proc/self/fd` is `fstat`ed, with no path walked. A descriptor closed or
+/// reused meanwhile gives what a readlink of it would have: its old or new file, or none.
+pub fn own_socket_inodes() -> Vec<u64> {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in dir.flatten() {
+        let Some(fd) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        // SAFETY: stat is plain data; fstat only writes it, and fails on a closed fd.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid pointer to a stat struct.
+        if unsafe { libc::fstat(fd, &mut st) } == 0 && st.st_mode & libc::S_IFMT == libc::S_IFSOCK {
+            out.push(st.st_ino);
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn own_socket_inodes_are_the_sockets_readlink_names() {
+        use std::os::fd::AsRawFd;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let f = std::fs::File::open("/proc/self/stat").unwrap();
+        let inode = |fd: i32| {
+            let link = std::fs::read_link(format!("/proc/self/fd/{fd}")).unwrap();
+            crate::procfs::socket_inode(link.as_os_str().as_encoded_bytes())
+        };
+        let mine = super::own_socket_inodes();
+        let sock = inode(l.as_raw_fd()).expect("a socket link");
+        assert!(mine.contains(&sock), "{sock} not in {mine:?}");
+        assert_eq!(inode(f.as_raw_fd()), None);
+        assert!(mine.windows(2).all(|w| w[0] < w[1]));
+    }
     use super::*;
 
     #[test]

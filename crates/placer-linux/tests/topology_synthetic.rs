@@ -408,3 +408,115 @@ fn no_node_directory_means_one_node_with_everything() {
     assert_eq!(n.memory_bytes, Some(2048 * 1024));
     assert!(t.cpus.iter().all(|c| c.node == Some(0)));
 }
+
+/// Issue 37: the daemon's reader reads the machine part (CPUs, caches, nodes) again only
+/// on hotplug or every FULL_READ_EVERY reads, and what moves without hotplug at each
+/// read; every read equals a fresh one where the key covers the change.
+#[test]
+fn a_reader_reads_the_machine_again_on_hotplug_and_the_rest_each_time() {
+    use placer_linux::topology::{Reader, FULL_READ_EVERY};
+    let r = machine();
+    let mut reader = Reader::new(r.path());
+    let fresh = |r: &Root| read(r.path()).unwrap();
+    assert_eq!(reader.read().unwrap(), fresh(&r));
+    assert_eq!(reader.read().unwrap(), fresh(&r));
+    assert_eq!(reader.machine_reads(), 1, "the machine part was read again");
+    // An IRQ's affinity, RPS, the cpuset's CPUs and mems, a governor: seen at once.
+    r.write("proc/irq/38/smp_affinity_list", "0\n")
+        .write(
+            &format!("{C}/cpufreq/policy0/scaling_governor"),
+            "performance\n",
+        )
+        .write(
+            "proc/self/status",
+            "Name:\tx\nCpus_allowed_list:\t0-2\nMems_allowed_list:\t1\n",
+        )
+        .write(
+            "sys/devices/pci0000:00/0000:00:03.0/virtio2/net/eth0/queues/rx-0/rps_cpus",
+            "30\n",
+        );
+    let t = reader.read().unwrap();
+    assert_eq!(t, fresh(&r));
+    assert_eq!(t.allowed(), CpuSet::parse_list("0-2").unwrap());
+    assert!(!t.node(0).unwrap().allowed);
+    let eth0 = t.nics.iter().find(|n| n.name == "eth0").unwrap();
+    assert!(eth0
+        .queues
+        .iter()
+        .any(|q| q.irq == Some(38) && q.irq_cpus == CpuSet::parse_list("0").unwrap()));
+    assert!(eth0
+        .queues
+        .iter()
+        .any(|q| q.rps_cpus == CpuSet::parse_list("4-5").unwrap()));
+    assert_eq!(reader.machine_reads(), 1);
+    // Hotplug: CPU 6 goes offline.
+    r.write(&format!("{C}/online"), "0-5\n");
+    let t = reader.read().unwrap();
+    assert_eq!(t, fresh(&r));
+    assert!(!t.cpu(6).unwrap().online);
+    assert_eq!(reader.machine_reads(), 2);
+    // A cache's size, which no key covers, shows at the next full read and not before.
+    for cpu in 0..7 {
+        r.write(&format!("{C}/cpu{cpu}/cache/index0/size"), "48K\n");
+    }
+    let l1_bytes = |t: &placer_core::Topology| {
+        t.caches
+            .iter()
+            .find(|c| c.level == 1)
+            .and_then(|c| c.size_bytes)
+    };
+    let reads_since_full = 1; // the hotplug read was a full one
+    for _ in reads_since_full..FULL_READ_EVERY {
+        assert_eq!(l1_bytes(&reader.read().unwrap()), Some(32 * 1024));
+    }
+    let t = reader.read().unwrap();
+    assert_eq!(l1_bytes(&t), Some(48 * 1024));
+    assert_eq!(t, fresh(&r));
+    assert_eq!(reader.machine_reads(), 3);
+}
+
+/// Issue 37: the NICs are read in full only when the link watch (here: the test) says
+/// they changed, or at a full read; each queue's IRQ and RPS CPUs at every read.
+#[test]
+fn a_reader_reads_the_nics_again_only_on_a_link_change() {
+    use placer_linux::topology::{Reader, FULL_READ_EVERY};
+    let r = machine();
+    let mut reader = Reader::told_of_link_changes(r.path());
+    let fresh = |r: &Root| read(r.path()).unwrap();
+    assert_eq!(reader.read().unwrap(), fresh(&r));
+    // IRQ affinity and RPS move: seen without reading the NICs in full.
+    r.write("proc/irq/38/smp_affinity_list", "0\n").write(
+        "sys/devices/pci0000:00/0000:00:03.0/virtio2/net/eth0/queues/rx-1/rps_cpus",
+        "30\n",
+    );
+    let t = reader.read().unwrap();
+    assert_eq!(t, fresh(&r));
+    let eth0 = t.nics.iter().find(|n| n.name == "eth0").unwrap();
+    assert_eq!(eth0.rx_cpus, CpuSet::parse_list("0,4-5").unwrap());
+    assert_eq!(reader.nic_reads(), 1);
+    // A new interface: not there until the watch says so.
+    let has_veth1 = |t: &placer_core::Topology| t.nics.iter().any(|n| n.name == "veth1");
+    r.write("sys/devices/virtual/net/veth1/queues/rx-0/rps_cpus", "00\n");
+    r.symlink("sys/class/net/veth1", "../../devices/virtual/net/veth1");
+    assert!(!has_veth1(&reader.read().unwrap()));
+    reader.links_changed();
+    let t = reader.read().unwrap();
+    assert!(has_veth1(&t));
+    assert_eq!(t, fresh(&r));
+    assert_eq!(reader.nic_reads(), 2);
+    // A full read reads them too, untold.
+    r.write("sys/devices/virtual/net/veth2/queues/rx-0/rps_cpus", "00\n");
+    r.symlink("sys/class/net/veth2", "../../devices/virtual/net/veth2");
+    let mut reads = 0;
+    while !reader
+        .read()
+        .unwrap()
+        .nics
+        .iter()
+        .any(|n| n.name == "veth2")
+    {
+        reads += 1;
+        assert!(reads < FULL_READ_EVERY, "never read in full");
+    }
+    assert_eq!(reader.nic_reads(), 3);
+}

@@ -479,6 +479,7 @@ threads = 2
         numa_pages: true,
         sockets: true,
         nics: true,
+        irqs: true,
     };
     h.run_until(100_000_000, false);
     let a = h.sample(req).unwrap();

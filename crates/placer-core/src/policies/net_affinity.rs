@@ -529,21 +529,26 @@ impl NetAffinity {
         let min_hold_s = cfg.min_hold_ms as f64 / 1e3;
         let mut plan = Plan::default();
 
-        // 1-2. Activity and intensity.
-        let present: std::collections::BTreeSet<ProcKey> =
-            obs.procs.iter().map(|p| p.key()).collect();
-        st.procs.retain(|k, _| present.contains(k));
+        // 1-2. Activity and intensity. A process is tracked only while its track says
+        // something (a streak, a pending target, an original affinity): most processes
+        // never communicate, and cost no entry.
+        let mut present: Vec<ProcKey> = obs.iter_procs().map(|p| p.key()).collect();
+        if !present.is_sorted() {
+            present.sort_unstable();
+        }
+        let has = |k: &ProcKey| present.binary_search(k).is_ok();
+        st.procs.retain(|k, _| has(k));
         let gone: Vec<FlowId> = st
             .lru
             .recs
             .keys()
-            .filter(|(k, _)| !present.contains(k))
+            .filter(|(k, _)| !has(k))
             .copied()
             .collect();
         for id in &gone {
             st.lru.remove(id);
         }
-        for p in &obs.procs {
+        for p in obs.iter_procs() {
             let k = p.key();
             for f in &p.flows {
                 let bytes = f.rx_bytes_per_s + f.tx_bytes_per_s;
@@ -551,17 +556,25 @@ impl NetAffinity {
                     st.lru.touch((k, f.inode), now);
                 }
             }
-            let t = st.procs.entry(k).or_default();
-            t.streak = if self.intensity(p) > cfg.intensive_bytes_per_s as f64 {
-                t.streak.saturating_add(1)
-            } else {
-                0
-            };
+            if self.intensity(p) > cfg.intensive_bytes_per_s as f64 {
+                let t = st.procs.entry(k).or_default();
+                t.streak = t.streak.saturating_add(1);
+            } else if let Some(t) = st.procs.get_mut(&k) {
+                t.streak = 0;
+            }
         }
         st.lru.expire(now, timeout_s);
 
-        // 3-5. Decisions, biggest communicators first so they get the receive CPU.
-        let mut order: Vec<&ProcObs> = obs.iter_procs().collect();
+        // 3-5. Decisions, biggest communicators first so they get the receive CPU. A
+        // process neither held nor moving a byte has none to make.
+        let mut order: Vec<&ProcObs> = obs
+            .iter_procs()
+            .filter(|p| {
+                // The complement of the quiet test below (`rate <= 0.0`), NaN included.
+                let rate = p.net_bytes_per_s();
+                rate > 0.0 || rate.is_nan() || state.held.contains_key(&p.key())
+            })
+            .collect();
         order.sort_by(|a, b| {
             b.net_bytes_per_s()
                 .total_cmp(&a.net_bytes_per_s())
@@ -755,6 +768,8 @@ impl NetAffinity {
                 ),
             }
         }
+        st.procs
+            .retain(|_, t| t.streak > 0 || t.pending.is_some() || t.original.is_some());
         plan
     }
 }

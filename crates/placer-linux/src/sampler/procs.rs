@@ -6,7 +6,7 @@ use super::plan;
 use super::SampleStats;
 use crate::bpf::ThreadCpu;
 use crate::pid::PidMap;
-use crate::procfs::{parse_cgroup, parse_pid_stat, parse_status, PidStat};
+use crate::procfs::{parse_cgroup, parse_pid_stat, parse_schedstat, parse_status, PidStat};
 use crate::sys::{Dir, PinnedFile};
 use placer_core::sample::{ProcSample, SampleRequest, ThreadSample};
 use placer_core::CpuSet;
@@ -32,6 +32,10 @@ pub(super) struct ProcCache {
     /// The kernel's count of cgroup moves before `sample.cgroup` was read from its file
     /// (`None`: unknown); see [`plan::cgroup_due`].
     cgroup_moves: Option<u64>,
+    /// Without the collector, a single-threaded process's `schedstat` (run ns, timeslices)
+    /// read just before its last `stat`: while it says the same, the process did not run
+    /// (rule 8).
+    schedstat: Option<crate::procfs::Schedstat>,
 }
 
 impl ProcCache {
@@ -57,6 +61,8 @@ pub(super) struct ProcReader {
     /// without a path walk, an open and a close. Each costs the kernel a page for its
     /// text: at most [`STAT_PINS_MAX`].
     pub(super) stat_pins: Option<PidMap<PinnedFile>>,
+    /// `PID/schedstat` kept open the same way (rule 8), at most [`STAT_PINS_MAX`] too.
+    schedstat_pins: Option<PidMap<PinnedFile>>,
 }
 
 /// At most this many `PID/stat` files kept open (a page of kernel memory each).
@@ -70,6 +76,7 @@ impl ProcReader {
             real_root,
             cgroup_moves: None,
             stat_pins: real_root.then(PidMap::default),
+            schedstat_pins: real_root.then(PidMap::default),
         }
     }
 
@@ -86,16 +93,28 @@ impl ProcReader {
     /// Takes the final samples of the processes at `touched` (indices into `procs`, whose
     /// sockets, counters or pages the sample's later stages changed) as their cached
     /// samples, so that the next sample shares them while they stay the same.
+    ///
+    /// Afterwards every cached sample holds what the later stages last gave it: the
+    /// socket stage relies on it to check only the sockets' owners while the mapping
+    /// stands.
     pub(super) fn keep(&mut self, procs: &[Arc<ProcSample>], touched: &[usize]) {
         for &i in touched {
             let p = &procs[i];
-            if let Some(c) = self.cache.get_mut(&p.pid) {
-                // Not a copy made without the threads the cache holds.
-                let same_threads =
-                    Arc::ptr_eq(&c.sample.threads, &p.threads) || c.sample.threads.is_empty();
-                if c.sample.start_time_ticks == p.start_time_ticks && same_threads {
-                    c.sample = p.clone();
-                }
+            let Some(c) = self.cache.get_mut(&p.pid) else {
+                continue;
+            };
+            if c.sample.start_time_ticks != p.start_time_ticks {
+                continue;
+            }
+            if Arc::ptr_eq(&c.sample.threads, &p.threads) || c.sample.threads.is_empty() {
+                c.sample = p.clone();
+            } else {
+                // A copy made without the threads the cache holds: the cache keeps its
+                // threads and takes what the later stages changed.
+                let s = Arc::make_mut(&mut c.sample);
+                s.socket_inodes.clone_from(&p.socket_inodes);
+                s.counters.clone_from(&p.counters);
+                s.numa_pages.clone_from(&p.numa_pages);
             }
         }
     }
@@ -110,31 +129,16 @@ impl ProcReader {
     /// Forgets the processes gone (their cache and their open `stat`).
     pub(super) fn retain(&mut self, alive: &crate::pid::PidSet) {
         self.cache.retain(|pid, _| alive.contains(pid));
-        if let Some(pins) = self.stat_pins.as_mut() {
-            pins.retain(|pid, _| alive.contains(pid));
+        for pins in [&mut self.stat_pins, &mut self.schedstat_pins] {
+            if let Some(pins) = pins.as_mut() {
+                pins.retain(|pid, _| alive.contains(pid));
+            }
         }
     }
 
-    /// Reads `PID/stat` (`rel`): through its file kept open when there is one (a process
-    /// gone fails it, and a process that took its pid is opened anew), else opened, and
-    /// kept open while fewer than [`STAT_PINS_MAX`] are.
+    /// Reads `PID/stat` (`rel`) through [`read_pinned`].
     fn read_stat(&mut self, proc_: &Dir, pid: u32, rel: &str, buf: &mut String) -> io::Result<()> {
-        let Some(pins) = self.stat_pins.as_mut() else {
-            return proc_.read(rel, buf);
-        };
-        if let Some(f) = pins.get(&pid) {
-            if f.read(rel, buf).is_ok() {
-                return Ok(());
-            }
-            pins.remove(&pid);
-        }
-        if pins.len() >= STAT_PINS_MAX {
-            return proc_.read(rel, buf);
-        }
-        let f = PinnedFile::open(proc_, rel)?;
-        f.read(rel, buf)?;
-        pins.insert(pid, f);
-        Ok(())
+        read_pinned(self.stat_pins.as_mut(), proc_, pid, rel, buf)
     }
 
     /// The parent of a cached process, by its last read.
@@ -245,6 +249,38 @@ impl ProcReader {
     ) -> Option<Arc<ProcSample>> {
         // Paths relative to the open proc dir: no per-process directory fd to open/close.
         let mut rel = String::with_capacity(32);
+        // Rule 8: without the collector, a single-threaded process whose schedstat (read
+        // before its stat) says what it said at its last read did not run: its cached
+        // sample, its stat unread.
+        let single = ran.is_none()
+            && self
+                .cache
+                .get(&pid)
+                .is_some_and(|c| c.sample.num_threads == 1);
+        let schedstat = match single {
+            true => {
+                let _ = write!(rel, "{pid}/schedstat");
+                read_pinned(self.schedstat_pins.as_mut(), proc_, pid, &rel, buf)
+                    .ok()
+                    .and_then(|()| parse_schedstat(buf))
+                    // All zero: a kernel without schedstats, never trusted.
+                    .filter(|s| s.run_ns != 0 || s.slices != 0)
+            }
+            false => None,
+        };
+        if !due
+            && schedstat.is_some()
+            && self
+                .cache
+                .get(&pid)
+                .is_some_and(|c| c.schedstat == schedstat)
+        {
+            if let Some(p) = self.cached_sample(pid, req) {
+                stats.schedstat_spared += 1;
+                return Some(p);
+            }
+        }
+        rel.clear();
         let _ = write!(rel, "{pid}/stat");
         self.read_stat(proc_, pid, &rel, buf).ok()?;
         let base = rel.len() - "stat".len(); // `PID/`
@@ -259,6 +295,7 @@ impl ProcReader {
         if let Some(c) = self.cache.get_mut(&pid) {
             let idle = plan::unchanged(c.key(), key, req.threads, c.threads_read);
             if idle && !due {
+                c.schedstat = schedstat;
                 let p = &c.sample;
                 let same = *p.comm == *st.comm
                     && p.state == st.state
@@ -374,6 +411,7 @@ impl ProcReader {
                 threads_read: req.threads || kernel_thread,
                 affinity_seen,
                 cgroup_moves,
+                schedstat,
             },
         );
         Some(shared_as_asked(&sample, req))
@@ -504,6 +542,35 @@ fn shared_as_asked(p: &Arc<ProcSample>, req: SampleRequest) -> Arc<ProcSample> {
         threads: Default::default(),
         ..(**p).clone()
     })
+}
+
+/// Reads a process's file `rel` (under the proc dir): through its file kept open in `pins`
+/// when there is one (a process gone fails it, and a process that took its pid is opened
+/// anew), else opened, and kept open while fewer than [`STAT_PINS_MAX`] are. Without
+/// `pins` (a fixture root), opened and read.
+fn read_pinned(
+    pins: Option<&mut PidMap<PinnedFile>>,
+    proc_: &Dir,
+    pid: u32,
+    rel: &str,
+    buf: &mut String,
+) -> io::Result<()> {
+    let Some(pins) = pins else {
+        return proc_.read(rel, buf);
+    };
+    if let Some(f) = pins.get(&pid) {
+        if f.read(rel, buf).is_ok() {
+            return Ok(());
+        }
+        pins.remove(&pid);
+    }
+    if pins.len() >= STAT_PINS_MAX {
+        return proc_.read(rel, buf);
+    }
+    let f = PinnedFile::open(proc_, rel)?;
+    f.read(rel, buf)?;
+    pins.insert(pid, f);
+    Ok(())
 }
 
 /// A process's `cgroup` file (`rel`, under /proc): `None` when it vanished (the process is

@@ -33,6 +33,9 @@ pub(super) struct SocketReader {
     /// TCP segments in and out at the last socket dump, and that dump.
     last_tcp_segments: Option<(u64, u64)>,
     last_sockets: Vec<SocketSample>,
+    /// The last sample mapped sockets to processes (the stage ran): its mapping is what
+    /// the cached samples hold.
+    mapped_last: bool,
 }
 
 impl SocketReader {
@@ -46,6 +49,7 @@ impl SocketReader {
             last_unowned: HashSet::new(),
             last_tcp_segments: None,
             last_sockets: Vec::new(),
+            mapped_last: false,
         }
     }
 
@@ -62,6 +66,11 @@ impl SocketReader {
         self.fd_cache.remove(&pid);
     }
 
+    /// A sample without the socket stage: the next one maps every process again.
+    pub(super) fn skipped(&mut self) {
+        self.mapped_last = false;
+    }
+
     /// This sample's TCP sockets, each process's `socket_inodes` filled in. `ran`: with
     /// the collector, the processes read again this sample (the others cannot have opened
     /// or closed an fd). `pins`: on this machine's root (the TCP MIB is this namespace's,
@@ -75,6 +84,7 @@ impl SocketReader {
         buf: &mut String,
         procs: &mut [Arc<ProcSample>],
         alive: &PidSet,
+        same_set: bool,
         touched: &mut Vec<usize>,
         ran: Option<&PidSet>,
         stats: &mut SampleStats,
@@ -108,12 +118,19 @@ impl SocketReader {
                 }
             }
         }
-        self.map_sockets(proc_, proc_dir, procs, alive, touched, &sockets, ran, stats);
+        self.map_sockets(
+            proc_, proc_dir, procs, alive, same_set, touched, &sockets, ran, stats,
+        );
         sockets
     }
 
     /// The socket inodes among a process's open fds, and the fd count (`None`: exited).
     fn scan_fds(proc_dir: &Path, pid: u32) -> Option<Vec<u64>> {
+        // This process: its own descriptors, without a path walk and a readlink each (it
+        // keeps hundreds of files open, and its count moves as it pins them).
+        if pid == std::process::id() && proc_dir == Path::new("/proc") {
+            return Some(crate::sys::own_socket_inodes());
+        }
         let fd_dir = proc_dir.join(format!("{pid}/fd"));
         let mut inodes = Vec::new();
         for e in fs::read_dir(&fd_dir).ok()?.flatten() {
@@ -139,18 +156,41 @@ impl SocketReader {
         proc_dir: &Path,
         procs: &mut [Arc<ProcSample>],
         alive: &PidSet,
+        same_set: bool,
         touched: &mut Vec<usize>,
         sockets: &[placer_core::sample::SocketSample],
         ran: Option<&PidSet>,
         stats: &mut SampleStats,
     ) {
+        // A process gone leaves the cache (none is when the set is the last sample's).
         let cached = self.fd_cache.len();
-        self.fd_cache.retain(|pid, _| alive.contains(pid));
-        // The dump as before, no process gone, no fd list read again (below): every
-        // process owns what it owned, and the mapping of the last sample stands.
-        let same = stats.sockets_reused && self.fd_cache.len() == cached;
+        if !same_set {
+            self.fd_cache.retain(|pid, _| alive.contains(pid));
+        }
+        // The dump as before, the last sample mapped, no process gone, no fd list read
+        // again (below): every process owns what it owned, and that mapping stands.
+        let was_mapped = std::mem::take(&mut self.mapped_last);
+        let same = stats.sockets_reused && was_mapped && self.fd_cache.len() == cached;
+        // Whose fd count is checked: with the collector, when the last sample mapped this
+        // same set of processes (so each has its entry from it), only those read again;
+        // else every process.
+        let candidates: Vec<usize> = match ran.filter(|_| same_set && was_mapped) {
+            Some(r) => {
+                let mut v: Vec<usize> = r
+                    .iter()
+                    .filter_map(|pid| procs.binary_search_by_key(pid, |p| p.pid).ok())
+                    .collect();
+                v.sort_unstable();
+                v
+            }
+            None => (0..procs.len()).collect(),
+        };
         let mut scanned: PidSet = PidSet::default();
-        for p in procs.iter().filter(|p| !p.kernel_thread) {
+        for p in candidates
+            .iter()
+            .map(|&i| &procs[i])
+            .filter(|p| !p.kernel_thread)
+        {
             let cached = self.fd_cache.get(&p.pid);
             let reread = ran.is_none_or(|r| r.contains(&p.pid));
             if !plan::fd_check(
@@ -183,11 +223,17 @@ impl SocketReader {
                 );
             }
         }
+        self.mapped_last = true;
         if same && scanned.is_empty() {
-            for (i, p) in procs.iter_mut().enumerate() {
-                let live = self.fd_cache.get(&p.pid).map_or(&[][..], |e| &e.live[..]);
-                if p.socket_inodes != live {
-                    super::edit(p, i, touched).socket_inodes = live.to_vec();
+            // A process's sample either comes from the sampler's cache, which holds the
+            // last mapping's sockets (none for all but their owners: the same owners as
+            // now), or was read afresh, with none: only the owners are looked at, not
+            // every process (procs are in pid order).
+            for (pid, e) in self.fd_cache.iter().filter(|(_, e)| !e.live.is_empty()) {
+                if let Ok(i) = procs.binary_search_by_key(pid, |p| p.pid) {
+                    if procs[i].socket_inodes != e.live {
+                        super::edit(&mut procs[i], i, touched).socket_inodes = e.live.clone();
+                    }
                 }
             }
             return;

@@ -34,6 +34,7 @@
 
 mod allowed;
 pub(crate) mod fs;
+pub mod links;
 mod nic;
 pub mod parse;
 
@@ -51,9 +52,203 @@ const NODE: &str = "sys/devices/system/node";
 
 /// Reads the topology under `root`.
 pub fn read(root: &Path) -> Result<Topology> {
-    let files = Files::new(root);
-    let live = root == Path::new("/");
+    Reader::new(root).read()
+}
 
+/// A full read every this many [`Reader::read`]s (counted from the last full one),
+/// whatever the key says: what changes
+/// without a CPU or node coming or going (a capacity updated, a node's memory grown) is
+/// seen within this many refreshes.
+pub const FULL_READ_EVERY: u64 = 6;
+
+/// What says whether the machine part (CPUs, caches, nodes, capacities, frequency
+/// domains) may have changed since the last read: the texts of the present and online
+/// CPU lists and of the online and memory-holding node lists, which hotplug rewrites.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct MachineKey([Option<String>; 4]);
+
+impl MachineKey {
+    fn read(files: &Files) -> Result<MachineKey> {
+        let text = |rel: String| files.parse(&rel, |t| Ok(t.to_string()));
+        Ok(MachineKey([
+            text(format!("{CPU}/present"))?,
+            text(format!("{CPU}/online"))?,
+            text(format!("{NODE}/online"))?,
+            text(format!("{NODE}/has_memory"))?,
+        ]))
+    }
+}
+
+/// The part of a topology read only when its [`MachineKey`] changes: every CPU (each
+/// `allowed`; no frequency or core type), the caches and the nodes (each `allowed`;
+/// `nodes_read`: from sysfs, not the one node made up without NUMA).
+#[derive(Clone)]
+struct Machine {
+    cpus: Vec<Cpu>,
+    online: CpuSet,
+    caches: Vec<Cache>,
+    nodes: Vec<Node>,
+    nodes_read: bool,
+}
+
+/// Reads a root's topology again and again, as the daemon does at each refresh: the
+/// machine part is read again only when hotplug changed its key, the NICs (names, queues,
+/// IRQs, addresses, speed) only when their [`links::LinkWatch`] saw a change (or each
+/// time without one: a fixture root, a kernel that refuses the socket); both in full
+/// every [`FULL_READ_EVERY`]th read. What moves without either (the cpuset's CPUs and
+/// memory nodes, frequency domains, each NIC queue's IRQ affinity and RPS CPUs) is read
+/// each time. Each read gives what [`read`] would.
+pub struct Reader {
+    root: std::path::PathBuf,
+    machine: Option<(MachineKey, Machine)>,
+    nics: Option<(Vec<placer_core::topology::Nic>, nic::RxDirs)>,
+    links: Links,
+    /// Told of a link change ([`Reader::links_changed`]): the NICs are read in full next.
+    nics_stale: bool,
+    nic_reads: u64,
+    /// Reads that took the machine part from the last one that read it.
+    reused: u64,
+    machine_reads: u64,
+}
+
+/// How a [`Reader`] learns that the NICs changed.
+enum Links {
+    /// It does not: they are read in full each time.
+    Unwatched,
+    Watch(links::LinkWatch),
+    /// Only through [`Reader::links_changed`] (a fixture root whose test says so).
+    Told,
+}
+
+impl Reader {
+    /// On this machine's root, with a [`links::LinkWatch`] of the calling thread's network
+    /// namespace (opened before the first read, so no change escapes it).
+    pub fn new(root: &Path) -> Reader {
+        let links = match root == Path::new("/") {
+            true => links::LinkWatch::open()
+                .map(Links::Watch)
+                .map_err(|e| tracing::debug!("rtnetlink link watch: {e}"))
+                .unwrap_or(Links::Unwatched),
+            false => Links::Unwatched,
+        };
+        Self::with_links(root, links)
+    }
+
+    /// A reader that re-reads the NICs in full only when told ([`Reader::links_changed`])
+    /// or at a full read: tests of the refresh on fixture roots.
+    pub fn told_of_link_changes(root: &Path) -> Reader {
+        Self::with_links(root, Links::Told)
+    }
+
+    /// The NICs changed: the next read reads them in full.
+    pub fn links_changed(&mut self) {
+        self.nics_stale = true;
+    }
+
+    /// How many reads read the NICs in full (for tests and the bench).
+    pub fn nic_reads(&self) -> u64 {
+        self.nic_reads
+    }
+
+    fn with_links(root: &Path, links: Links) -> Reader {
+        Reader {
+            root: root.to_path_buf(),
+            nics: None,
+            links,
+            nics_stale: false,
+            nic_reads: 0,
+            machine: None,
+            reused: 0,
+            machine_reads: 0,
+        }
+    }
+
+    /// How many reads read the machine part (for tests and the bench).
+    pub fn machine_reads(&self) -> u64 {
+        self.machine_reads
+    }
+
+    pub fn read(&mut self) -> Result<Topology> {
+        let files = Files::new(&self.root);
+        let key = MachineKey::read(&files)?;
+        // Every FULL_READ_EVERYth read since the machine part was last read is full.
+        let full = self.reused + 1 >= FULL_READ_EVERY;
+        let mut m = match &self.machine {
+            Some((k, m)) if !full && *k == key => {
+                self.reused += 1;
+                m.clone()
+            }
+            _ => {
+                // Dropped first: a failed read leaves no stale part behind.
+                self.machine = None;
+                self.machine_reads += 1;
+                self.reused = 0;
+                let m = read_machine(&files)?;
+                self.machine = Some((key, m.clone()));
+                m
+            }
+        };
+        let allowed = allowed::allowed_cpus(&files)?;
+        for c in &mut m.cpus {
+            c.allowed = allowed.as_ref().is_none_or(|a| a.contains(c.id));
+        }
+        // As hwloc: nodes the process may not allocate on (its cpuset's mems) are marked,
+        // and left out of what commands show and of the policies' targets.
+        if let Some(mems) = allowed::allowed_mems(&files)? {
+            if m.nodes_read && m.nodes.iter().any(|n| mems.contains(n.id)) {
+                for n in &mut m.nodes {
+                    n.allowed = mems.contains(n.id);
+                }
+            }
+        }
+        // Governors and frequency limits move at run time (placer's energy-qos sets
+        // them); the core types may follow from the base frequencies.
+        let freq_domains = read_freq(&files, &m.online, &mut m.cpus)?;
+        assign_core_types(&files, &mut m.cpus)?;
+        // Drained before the NICs are read: a change during the read shows next time.
+        let changed = match &mut self.links {
+            Links::Unwatched => true,
+            Links::Watch(w) => w.changed(),
+            Links::Told => false,
+        };
+        let stale = std::mem::take(&mut self.nics_stale) || changed || full;
+        let nics = match self.nics.take() {
+            Some((mut nics, rx)) if !stale => match nic::refresh(&files, &mut nics, &rx) {
+                Ok(()) => {
+                    self.nics = Some((nics.clone(), rx));
+                    nics
+                }
+                // A NIC gone before its event came: read them all.
+                Err(_) => self.read_nics(&files)?,
+            },
+            _ => self.read_nics(&files)?,
+        };
+        let topo = Topology {
+            cpus: m.cpus,
+            caches: m.caches,
+            nodes: m.nodes,
+            freq_domains,
+            nics,
+            source: format!("root:{}", self.root.display()),
+            coexistence: Default::default(),
+        };
+        topo.validate()
+            .map_err(|e| LinuxError::Other(format!("{}: {e}", self.root.display())))?;
+        Ok(topo)
+    }
+}
+
+impl Reader {
+    fn read_nics(&mut self, files: &Files) -> Result<Vec<placer_core::topology::Nic>> {
+        self.nic_reads += 1;
+        let (nics, rx) = nic::read_nics(files, self.root == Path::new("/"))?;
+        self.nics = Some((nics.clone(), rx));
+        Ok(nics)
+    }
+}
+
+/// The machine part under `files`' root, every CPU and node allowed.
+fn read_machine(files: &Files) -> Result<Machine> {
     let present = match files.parse(&format!("{CPU}/present"), parse::cpuset_list)? {
         Some(p) if !p.is_empty() => p,
         _ => files.numbered(CPU, "cpu")?.into_iter().collect(),
@@ -71,29 +266,16 @@ pub fn read(root: &Path) -> Result<Topology> {
             o
         }
     };
-    let allowed = allowed::allowed_cpus(&files)?;
 
     let mut cpus: Vec<Cpu> = present
         .iter()
-        .map(|id| {
-            let mut c = Cpu::bare(id, online.contains(id));
-            c.allowed = allowed.as_ref().is_none_or(|a| a.contains(id));
-            c
-        })
+        .map(|id| Cpu::bare(id, online.contains(id)))
         .collect();
 
-    let smt_source = read_cpu_ids(&files, &mut cpus, &online)?;
-    let caches = read_caches(&files, &online, &present, &smt_source)?;
-    let mut nodes = read_nodes(&files, &present)?;
-    // As hwloc: nodes the process may not allocate on (its cpuset's mems) are marked, and
-    // left out of what commands show and of the policies' targets.
-    if let Some(mems) = allowed::allowed_mems(&files)? {
-        if nodes.iter().any(|n| mems.contains(n.id)) {
-            for n in &mut nodes {
-                n.allowed = mems.contains(n.id);
-            }
-        }
-    }
+    let smt_source = read_cpu_ids(files, &mut cpus, &online)?;
+    let caches = read_caches(files, &online, &present, &smt_source)?;
+    let mut nodes = read_nodes(files, &present)?;
+    let nodes_read = !nodes.is_empty();
     // A kernel without NUMA support has no node directory: like hwloc, one node holds
     // every CPU and all memory.
     if nodes.is_empty() && !present.is_empty() && !files.exists(NODE) {
@@ -131,22 +313,13 @@ pub fn read(root: &Path) -> Result<Topology> {
             None => break,
         }
     }
-    let freq_domains = read_freq(&files, &online, &mut cpus)?;
-    assign_core_types(&files, &mut cpus)?;
-    let nics = nic::read_nics(&files, live)?;
-
-    let topo = Topology {
+    Ok(Machine {
         cpus,
+        online,
         caches,
         nodes,
-        freq_domains,
-        nics,
-        source: format!("root:{}", root.display()),
-        coexistence: Default::default(),
-    };
-    topo.validate()
-        .map_err(|e| LinuxError::Other(format!("{}: {e}", root.display())))?;
-    Ok(topo)
+        nodes_read,
+    })
 }
 
 fn cpu_mut(cpus: &mut [Cpu], id: u32) -> Option<&mut Cpu> {

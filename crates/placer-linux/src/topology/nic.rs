@@ -28,10 +28,15 @@ use placer_core::CpuSet;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-pub fn read_nics(files: &Files, live: bool) -> Result<Vec<Nic>> {
+/// Per NIC, per queue, the `rx-N` directory it came from (None: an IRQ without one):
+/// where [`refresh`] finds its RPS CPUs again.
+pub type RxDirs = Vec<Vec<Option<u32>>>;
+
+/// Every interface, and each of its queues' `rx-N`.
+pub fn read_nics(files: &Files, live: bool) -> Result<(Vec<Nic>, RxDirs)> {
     let names = files.entries("sys/class/net")?;
     if names.is_empty() {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), Vec::new()));
     }
     let irq_names = files
         .parse("proc/interrupts", parse::interrupts)?
@@ -48,17 +53,51 @@ pub fn read_nics(files: &Files, live: bool) -> Result<Vec<Nic>> {
             addrs.entry(ifname).or_default().push(IpAddr::V4(a));
         }
     }
-    let mut out = Vec::new();
+    let (mut out, mut rx_dirs) = (Vec::new(), Vec::new());
     for name in names {
-        let mut nic = read_nic(files, &name, &irq_names)?;
+        let (mut nic, rx) = read_nic(files, &name, &irq_names)?;
         if let Some(mut a) = addrs.remove(&name) {
             a.sort();
             a.dedup();
             nic.addrs = a;
         }
         out.push(nic);
+        rx_dirs.push(rx);
     }
-    Ok(out)
+    Ok((out, rx_dirs))
+}
+
+/// `nics` (as [`read_nics`] gave them, with `rx_dirs`) with what moves while
+/// the interfaces stay the same read again: each queue's IRQ CPUs and RPS CPUs, and the
+/// NIC's receive CPUs from them.
+pub fn refresh(files: &Files, nics: &mut [Nic], rx_dirs: &RxDirs) -> Result<()> {
+    for (nic, rx) in nics.iter_mut().zip(rx_dirs) {
+        for (q, n) in nic.queues.iter_mut().zip(rx) {
+            if let Some(n) = n {
+                q.rps_cpus = rps_cpus(files, &nic.name, *n)?;
+            }
+            if let Some(irq) = q.irq {
+                q.irq_cpus = irq_cpus(files, irq)?;
+            }
+        }
+        nic.rx_cpus = rx_cpus(&nic.queues);
+    }
+    Ok(())
+}
+
+fn rps_cpus(files: &Files, name: &str, rx: u32) -> Result<CpuSet> {
+    Ok(files
+        .parse(
+            &format!("sys/class/net/{name}/queues/rx-{rx}/rps_cpus"),
+            parse::cpuset_mask,
+        )?
+        .unwrap_or_default())
+}
+
+fn rx_cpus(queues: &[NicQueue]) -> CpuSet {
+    queues.iter().fold(CpuSet::new(), |acc, q| {
+        acc.union(&q.irq_cpus).union(&q.rps_cpus)
+    })
 }
 
 /// Whether an IRQ name is a receive (or combined) vector.
@@ -82,7 +121,11 @@ fn names_interface(irq_name: &str, ifname: &str) -> bool {
     })
 }
 
-fn read_nic(files: &Files, name: &str, irq_names: &BTreeMap<u32, String>) -> Result<Nic> {
+fn read_nic(
+    files: &Files,
+    name: &str,
+    irq_names: &BTreeMap<u32, String>,
+) -> Result<(Nic, Vec<Option<u32>>)> {
     let base = format!("sys/class/net/{name}");
     let dev = format!("{base}/device");
     let node = match files.parse(&format!("{dev}/numa_node"), parse::opt_id)? {
@@ -130,13 +173,10 @@ fn read_nic(files: &Files, name: &str, irq_names: &BTreeMap<u32, String>) -> Res
 
     let rx_queues = files.numbered(&format!("{base}/queues"), "rx-")?;
     let mut queues: Vec<NicQueue> = Vec::new();
+    let mut rx_dirs: Vec<Option<u32>> = Vec::new();
     for q in &rx_queues {
-        let rps = files
-            .parse(
-                &format!("{base}/queues/rx-{q}/rps_cpus"),
-                parse::cpuset_mask,
-            )?
-            .unwrap_or_default();
+        let rps = rps_cpus(files, name, *q)?;
+        rx_dirs.push(Some(*q));
         queues.push(NicQueue {
             name: format!("rx-{q}"),
             irq: None,
@@ -168,25 +208,26 @@ fn read_nic(files: &Files, name: &str, irq_names: &BTreeMap<u32, String>) -> Res
                 queues[i].irq = Some(irq);
                 queues[i].irq_cpus = cpus;
             }
-            None => queues.push(NicQueue {
-                name: label,
-                irq: Some(irq),
-                irq_cpus: cpus,
-                rps_cpus: CpuSet::new(),
-            }),
+            None => {
+                rx_dirs.push(None);
+                queues.push(NicQueue {
+                    name: label,
+                    irq: Some(irq),
+                    irq_cpus: cpus,
+                    rps_cpus: CpuSet::new(),
+                })
+            }
         }
     }
-    let rx_cpus = queues.iter().fold(CpuSet::new(), |acc, q| {
-        acc.union(&q.irq_cpus).union(&q.rps_cpus)
-    });
-    Ok(Nic {
+    let nic = Nic {
         name: name.to_string(),
         node,
-        rx_cpus,
+        rx_cpus: rx_cpus(&queues),
         queues,
         speed_mbps,
         addrs: Vec::new(),
-    })
+    };
+    Ok((nic, rx_dirs))
 }
 
 /// The CPUs that take an IRQ: its effective affinity (x86 delivers each interrupt to one

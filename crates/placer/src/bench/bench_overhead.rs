@@ -163,7 +163,7 @@ fn cpu_s(pid: u32) -> Result<f64> {
         .flatten()
     {
         if let Ok(text) = std::fs::read_to_string(t.path().join("schedstat")) {
-            ns += placer_linux::procfs::parse_schedstat_run_ns(&text).unwrap_or(0);
+            ns += placer_linux::procfs::parse_schedstat(&text).map_or(0, |s| s.run_ns);
         }
     }
     Ok(ns as f64 / 1e9)

@@ -17,6 +17,11 @@ pub struct Args {
     /// Print the result, with the raw run times, as one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Time the daemon's refresh instead: one reader read again and again, whose machine
+    /// part and NICs are read in full only on hotplug, a link change or every
+    /// FULL_READ_EVERY reads (docs/topology.md, "Reading it again").
+    #[arg(long)]
+    pub refresh: bool,
 }
 
 /// CPU time of this thread in ms: the read's own cost, apart from waiting for a CPU on
@@ -34,7 +39,13 @@ pub fn run(args: Args) -> Result<()> {
         root: args.root.clone(),
         machine: None,
     };
-    let read = || machine.topology();
+    let reader = std::cell::RefCell::new(placer_linux::topology::Reader::new(&args.root));
+    let read = || -> Result<placer_core::Topology> {
+        match args.refresh {
+            true => Ok(reader.borrow_mut().read()?),
+            false => machine.topology(),
+        }
+    };
     let topo = read()?;
     let mut ms = Vec::with_capacity(runs);
     let mut cpu_ms = Vec::with_capacity(runs);
@@ -58,14 +69,16 @@ pub fn run(args: Args) -> Result<()> {
             "nics": topo.nics.len(),
             "median_ms": med,
             "median_cpu_ms": cpu_med,
+            "refresh": args.refresh,
             "runs_ms": raw,
         });
         outln!("{v}");
         return Ok(());
     }
     outln!(
-        "topology read of {} ({} CPUs, {} caches, {} nodes, {} NICs): median {:.2} ms \
+        "topology {} of {} ({} CPUs, {} caches, {} nodes, {} NICs): median {:.2} ms \
          (CPU time {cpu_med:.2} ms), min {:.2} ms, max {:.2} ms over {} runs",
+        if args.refresh { "refresh" } else { "read" },
         args.root.display(),
         topo.cpus.len(),
         topo.caches.len(),

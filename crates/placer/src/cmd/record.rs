@@ -78,6 +78,7 @@ pub fn run(args: Args) -> Result<()> {
         counters: true,
         numa_pages: false,
         nics: true,
+        irqs: true,
     };
     let start = Instant::now();
     let (mut n, mut late) = (0u64, 0u64);

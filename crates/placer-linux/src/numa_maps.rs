@@ -108,7 +108,7 @@ pub fn pages_per_node(text: &str, base_page_bytes: u64) -> BTreeMap<u32, u64> {
 /// the process is gone or the file does not exist (a kernel without NUMA).
 pub fn read(root: &Path, pid: u32, base_page_bytes: u64) -> Result<Option<BTreeMap<u32, u64>>> {
     let path = root.join(format!("proc/{pid}/numa_maps"));
-    match crate::attr::read_capped(&path, crate::topology::fs::MAX_FILE_BYTES as u64) {
+    match crate::attr::read_capped(&path, crate::sys::MAX_FILE_BYTES as u64) {
         Ok(text) => Ok(Some(pages_per_node(&text, base_page_bytes))),
         Err(e)
             if matches!(

@@ -80,8 +80,9 @@
 //!    it did not run, and its cached sample stands (as by rule 1); a process that ran, or
 //!    is due, is read in full. A process that took a dead one's pid cannot show the same
 //!    nanoseconds of run time, and all-zero figures (a kernel without schedstats) are
-//!    never trusted. A multi-threaded process's `schedstat` is its main thread's, so it
-//!    always has its `stat` read.
+//!    never trusted; a process with a `stat` and no `schedstat` turns the rule off. A
+//!    multi-threaded process's `schedstat` is its main thread's, so it always has its
+//!    `stat` read.
 //!
 //! The socket dump
 //! is skipped when not one TCP segment moved in this network namespace since the last one
@@ -1192,6 +1193,12 @@ mod tests {
         // Its new schedstat learned with that stat: spared again from the next sample.
         assert_eq!(ticks(&mut s), vec![44, 44, 44]);
         assert_eq!(s.last_stats.schedstat_spared, 1);
+        // A process with its stat and no schedstat: not looked for again, for any.
+        fs::remove_file(t.path().join("proc/102/schedstat")).unwrap();
+        ticks(&mut s);
+        put(&t, "100/stat", &stat_line(100, "x", 1, 0, 45, 500));
+        assert_eq!(ticks(&mut s), vec![45, 44, 44]);
+        assert_eq!(s.last_stats.schedstat_spared, 0);
     }
 
     /// A `stat` line of a process or thread of a process with two threads.

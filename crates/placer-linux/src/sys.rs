@@ -565,6 +565,10 @@ pub fn rename_exchange(
     })
 }
 
+/// The most bytes read from one file: sysfs attributes are at most a page, the largest
+/// procfs files a reader here uses are a few hundred KiB.
+pub const MAX_FILE_BYTES: usize = 4 << 20;
+
 /// Reads all of `fd` into `buf` (`pread` from offset 0 when `from_start`: a file kept open
 /// and read again). A short read is taken as the end of the file: true of regular files
 /// and of /proc's seq_file files, and it saves a read per file. Bounded like topology
@@ -573,13 +577,10 @@ fn read_whole(fd: libc::c_int, what: &str, from_start: bool, buf: &mut String) -
     let mut v = std::mem::take(buf).into_bytes();
     v.clear();
     let r = loop {
-        if v.len() > crate::topology::fs::MAX_FILE_BYTES {
+        if v.len() > MAX_FILE_BYTES {
             break Err(io::Error::new(
                 io::ErrorKind::InvalidData,
-                format!(
-                    "{what}: larger than {} bytes",
-                    crate::topology::fs::MAX_FILE_BYTES
-                ),
+                format!("{what}: larger than {} bytes", MAX_FILE_BYTES),
             ));
         }
         if v.capacity() - v.len() < 1024 {

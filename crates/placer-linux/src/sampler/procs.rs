@@ -63,6 +63,8 @@ pub(super) struct ProcReader {
     pub(super) stat_pins: Option<PidMap<PinnedFile>>,
     /// `PID/schedstat` kept open the same way (rule 8), at most [`STAT_PINS_MAX`] too.
     schedstat_pins: Option<PidMap<PinnedFile>>,
+    /// A process had its `stat` and no `schedstat`: rule 8 is off for this root.
+    no_schedstat: bool,
 }
 
 /// At most this many `PID/stat` files kept open (a page of kernel memory each).
@@ -77,6 +79,7 @@ impl ProcReader {
             cgroup_moves: None,
             stat_pins: real_root.then(PidMap::default),
             schedstat_pins: real_root.then(PidMap::default),
+            no_schedstat: false,
         }
     }
 
@@ -253,18 +256,24 @@ impl ProcReader {
         // before its stat) says what it said at its last read did not run: its cached
         // sample, its stat unread.
         let single = ran.is_none()
+            && !self.no_schedstat
             && self
                 .cache
                 .get(&pid)
                 .is_some_and(|c| c.sample.num_threads == 1);
+        let mut schedstat_missing = false;
         let schedstat = match single {
             true => {
                 let _ = write!(rel, "{pid}/schedstat");
-                read_pinned(self.schedstat_pins.as_mut(), proc_, pid, &rel, buf)
-                    .ok()
-                    .and_then(|()| parse_schedstat(buf))
-                    // All zero: a kernel without schedstats, never trusted.
-                    .filter(|s| s.run_ns != 0 || s.slices != 0)
+                match read_pinned(self.schedstat_pins.as_mut(), proc_, pid, &rel, buf) {
+                    Ok(()) => parse_schedstat(buf)
+                        // All zero: a kernel without schedstats, never trusted.
+                        .filter(|s| s.run_ns != 0 || s.slices != 0),
+                    Err(e) => {
+                        schedstat_missing = e.kind() == io::ErrorKind::NotFound;
+                        None
+                    }
+                }
             }
             false => None,
         };
@@ -283,6 +292,9 @@ impl ProcReader {
         rel.clear();
         let _ = write!(rel, "{pid}/stat");
         self.read_stat(proc_, pid, &rel, buf).ok()?;
+        // Its stat is there and its schedstat is not: a kernel (or a fixture) without
+        // them, not looked for again.
+        self.no_schedstat |= schedstat_missing;
         let base = rel.len() - "stat".len(); // `PID/`
         let st = parse_pid_stat(buf)?;
         let kernel_thread = st.is_kernel_thread();

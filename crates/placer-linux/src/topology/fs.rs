@@ -15,9 +15,7 @@ pub struct Files {
     untrusted: bool,
 }
 
-/// The most bytes read from one file: sysfs attributes are at most a page, the largest
-/// procfs files a reader here uses are a few hundred KiB.
-pub const MAX_FILE_BYTES: usize = 4 << 20;
+use crate::sys::MAX_FILE_BYTES;
 
 /// Errors that mean "this file is not there" rather than "it is broken".
 fn is_missing(e: &std::io::Error) -> bool {

@@ -566,6 +566,7 @@ mod tests {
             .sample(SampleRequest {
                 threads: true,
                 sockets: true,
+                irqs: true,
                 ..Default::default()
             })
             .unwrap();

@@ -67,7 +67,8 @@ pub(super) struct ProcReader {
     no_schedstat: bool,
 }
 
-/// At most this many `PID/stat` files kept open (a page of kernel memory each).
+/// At most this many `PID/stat` files kept open (a page of kernel memory each), and as
+/// many `PID/schedstat` (rule 8).
 pub const STAT_PINS_MAX: usize = 256;
 
 impl ProcReader {
@@ -255,14 +256,17 @@ impl ProcReader {
         // Rule 8: without the collector, a single-threaded process whose schedstat (read
         // before its stat) says what it said at its last read did not run: its cached
         // sample, its stat unread.
-        let single = ran.is_none()
-            && !self.no_schedstat
-            && self
+        // Its cached schedstat, when the rule applies to it (one lookup, not one a step).
+        let cached_schedstat = match ran.is_none() && !self.no_schedstat {
+            true => self
                 .cache
                 .get(&pid)
-                .is_some_and(|c| c.sample.num_threads == 1);
+                .filter(|c| c.sample.num_threads == 1)
+                .map(|c| c.schedstat),
+            false => None,
+        };
         let mut schedstat_missing = false;
-        let schedstat = match single {
+        let schedstat = match cached_schedstat.is_some() {
             true => {
                 let _ = write!(rel, "{pid}/schedstat");
                 match read_pinned(self.schedstat_pins.as_mut(), proc_, pid, &rel, buf) {
@@ -277,13 +281,7 @@ impl ProcReader {
             }
             false => None,
         };
-        if !due
-            && schedstat.is_some()
-            && self
-                .cache
-                .get(&pid)
-                .is_some_and(|c| c.schedstat == schedstat)
-        {
+        if !due && schedstat.is_some() && cached_schedstat == Some(schedstat) {
             if let Some(p) = self.cached_sample(pid, req) {
                 stats.schedstat_spared += 1;
                 return Some(p);

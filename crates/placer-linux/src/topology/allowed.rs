@@ -1,6 +1,7 @@
-//! The CPUs this process may use: its cpuset cgroup (v1, including the old `cpuset`
-//! filesystem at /dev/cpuset, or v2's `cpuset.cpus.effective`) intersected with
-//! `Cpus_allowed_list` of `proc/self/status`. All files are read under the root, so a
+//! The CPUs and memory nodes this process may use: its cpuset cgroup (v1, including the
+//! old `cpuset` filesystem at /dev/cpuset, or v2's `cpuset.cpus.effective` and
+//! `cpuset.mems.effective`) intersected with `Cpus_allowed_list` and `Mems_allowed_list`
+//! of `proc/self/status`. All files are read under the root, so a
 //! fixture describes the process that captured it.
 //!
 //! Finding the cgroup: `proc/self/cgroup` (the v1 line whose controllers include
@@ -15,22 +16,37 @@ use super::parse::{self, Mount};
 use crate::error::Result;
 use placer_core::CpuSet;
 
-pub fn allowed_cpus(files: &Files) -> Result<Option<CpuSet>> {
-    let cg = cgroup_set(files, &CPUS)?;
-    let status = files
-        .parse("proc/self/status", parse::status_cpus_allowed)?
-        .flatten();
-    Ok(combine(cg, status))
+/// What this process may use (`None`: no limit found).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Allowed {
+    pub cpus: Option<CpuSet>,
+    /// The NUMA nodes it may allocate on.
+    pub mems: Option<CpuSet>,
 }
 
-/// The NUMA nodes this process may allocate on: the cpuset cgroup's mems intersected with
-/// `Mems_allowed_list` of `proc/self/status` (the same search as for CPUs).
-pub fn allowed_mems(files: &Files) -> Result<Option<CpuSet>> {
-    let cg = cgroup_set(files, &MEMS)?;
+/// Its cpuset cgroup's CPUs and memory nodes (the cgroup found once for both), each
+/// intersected with `Cpus_allowed_list` / `Mems_allowed_list` of `proc/self/status` (read
+/// once).
+pub fn allowed(files: &Files) -> Result<Allowed> {
+    let cg = Cgroup::find(files)?;
+    let set = |which: &SetFiles| match &cg {
+        Some(cg) => cg.set(files, which),
+        None => Ok(None),
+    };
+    let cpus = set(&CPUS)?;
     let status = files
-        .parse("proc/self/status", parse::status_mems_allowed)?
-        .flatten();
-    Ok(combine(cg, status))
+        .parse("proc/self/status", |t| {
+            Ok((
+                parse::status_cpus_allowed(t)?,
+                parse::status_mems_allowed(t)?,
+            ))
+        })?
+        .unwrap_or((None, None));
+    let mems = set(&MEMS)?;
+    Ok(Allowed {
+        cpus: combine(cpus, status.0),
+        mems: combine(mems, status.1),
+    })
 }
 
 fn combine(a: Option<CpuSet>, b: Option<CpuSet>) -> Option<CpuSet> {
@@ -55,64 +71,83 @@ const MEMS: SetFiles = SetFiles {
     v2: &["cpuset.mems.effective"],
 };
 
-fn cgroup_set(files: &Files, which: &SetFiles) -> Result<Option<CpuSet>> {
-    // (is_v1: Some(true)/Some(false)/None=unknown, path)
-    let (version, path) = match files.parse("proc/self/cgroup", parse::cgroup_cpuset)? {
-        Some(Some((v1, p))) => (Some(v1), p),
-        _ => match files.text("proc/self/cpuset")? {
-            Some(p) if !p.trim().is_empty() => (None, p.trim().to_string()),
-            _ => return Ok(None),
-        },
-    };
-    let mounts = match files.parse("proc/self/mountinfo", parse::mountinfo)? {
-        Some(m) => m,
-        None => match files.parse("proc/mounts", parse::mounts)? {
-            Some(m) => m,
-            None => return Ok(None),
-        },
-    };
-    let is_v1 = |m: &Mount| {
-        m.fs_type == "cpuset"
-            || (m.fs_type == "cgroup" && m.options.split(',').any(|o| o == "cpuset"))
-    };
-    let is_v2 = |m: &Mount| m.fs_type == "cgroup2";
-    let mut tries: Vec<(&Mount, &[&str])> = Vec::new();
-    let (v1_files, v2_files) = (which.v1, which.v2);
-    if version != Some(false) {
-        tries.extend(mounts.iter().filter(|m| is_v1(m)).map(|m| (m, v1_files)));
-    }
-    if version != Some(true) {
-        tries.extend(mounts.iter().filter(|m| is_v2(m)).map(|m| (m, v2_files)));
-    }
-    for (m, names) in tries {
-        // The cgroup path is relative to the root of the mounted hierarchy.
-        let rel = match path.strip_prefix(m.root.trim_end_matches('/')) {
-            Some(r) if m.root != "/" => r.to_string(),
-            _ => path.clone(),
+/// The process's cpuset cgroup: its path and the mounts it may live under.
+struct Cgroup {
+    /// `Some(true)`: v1, `Some(false)`: v2, `None`: unknown (the legacy file).
+    version: Option<bool>,
+    path: String,
+    mounts: Vec<Mount>,
+}
+
+impl Cgroup {
+    fn find(files: &Files) -> Result<Option<Cgroup>> {
+        let (version, path) = match files.parse("proc/self/cgroup", parse::cgroup_cpuset)? {
+            Some(Some((v1, p))) => (Some(v1), p),
+            _ => match files.text("proc/self/cpuset")? {
+                Some(p) if !p.trim().is_empty() => (None, p.trim().to_string()),
+                _ => return Ok(None),
+            },
         };
-        let mut dir = format!(
-            "{}/{}",
-            m.mount_point.trim_end_matches('/'),
-            rel.trim_matches('/')
-        );
-        loop {
-            for name in names {
-                let file = format!("{}/{}", dir.trim_end_matches('/'), name);
-                if let Some(s) = files.parse(&file, parse::cpuset_list)? {
-                    return Ok(Some(s));
+        let mounts = match files.parse("proc/self/mountinfo", parse::mountinfo)? {
+            Some(m) => m,
+            None => match files.parse("proc/mounts", parse::mounts)? {
+                Some(m) => m,
+                None => return Ok(None),
+            },
+        };
+        Ok(Some(Cgroup {
+            version,
+            path,
+            mounts,
+        }))
+    }
+
+    /// One of its sets, from the cgroup's directory or the nearest ancestor that has it.
+    fn set(&self, files: &Files, which: &SetFiles) -> Result<Option<CpuSet>> {
+        let (version, path, mounts) = (self.version, &self.path, &self.mounts);
+        let is_v1 = |m: &Mount| {
+            m.fs_type == "cpuset"
+                || (m.fs_type == "cgroup" && m.options.split(',').any(|o| o == "cpuset"))
+        };
+        let is_v2 = |m: &Mount| m.fs_type == "cgroup2";
+        let mut tries: Vec<(&Mount, &[&str])> = Vec::new();
+        let (v1_files, v2_files) = (which.v1, which.v2);
+        if version != Some(false) {
+            tries.extend(mounts.iter().filter(|m| is_v1(m)).map(|m| (m, v1_files)));
+        }
+        if version != Some(true) {
+            tries.extend(mounts.iter().filter(|m| is_v2(m)).map(|m| (m, v2_files)));
+        }
+        for (m, names) in tries {
+            // The cgroup path is relative to the root of the mounted hierarchy.
+            let rel = match path.strip_prefix(m.root.trim_end_matches('/')) {
+                Some(r) if m.root != "/" => r.to_string(),
+                _ => path.to_string(),
+            };
+            let mut dir = format!(
+                "{}/{}",
+                m.mount_point.trim_end_matches('/'),
+                rel.trim_matches('/')
+            );
+            loop {
+                for name in names {
+                    let file = format!("{}/{}", dir.trim_end_matches('/'), name);
+                    if let Some(s) = files.parse(&file, parse::cpuset_list)? {
+                        return Ok(Some(s));
+                    }
+                }
+                // Walk up to the mount point.
+                let base = m.mount_point.trim_end_matches('/');
+                let trimmed = dir.trim_end_matches('/');
+                if trimmed.len() <= base.len() {
+                    break;
+                }
+                match trimmed.rfind('/') {
+                    Some(i) if i >= base.len() => dir = trimmed[..i].to_string(),
+                    _ => break,
                 }
             }
-            // Walk up to the mount point.
-            let base = m.mount_point.trim_end_matches('/');
-            let trimmed = dir.trim_end_matches('/');
-            if trimmed.len() <= base.len() {
-                break;
-            }
-            match trimmed.rfind('/') {
-                Some(i) if i >= base.len() => dir = trimmed[..i].to_string(),
-                _ => break,
-            }
         }
+        Ok(None)
     }
-    Ok(None)
 }

@@ -56,13 +56,12 @@ pub fn read(root: &Path) -> Result<Topology> {
 }
 
 /// A full read every this many [`Reader::read`]s (counted from the last full one),
-/// whatever the key says: what changes
-/// without a CPU or node coming or going (a capacity updated, a node's memory grown) is
-/// seen within this many refreshes.
+/// whatever the key says: what changes without a CPU or node coming or going (a capacity
+/// updated, a node's memory grown) is seen within this many refreshes.
 pub const FULL_READ_EVERY: u64 = 6;
 
-/// What says whether the machine part (CPUs, caches, nodes, capacities, frequency
-/// domains) may have changed since the last read: the texts of the present and online
+/// What says whether the machine part (CPUs, their ids and capacities, caches, nodes) may
+/// have changed since the last read: the texts of the present and online
 /// CPU lists and of the online and memory-holding node lists, which hotplug rewrites.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct MachineKey([Option<String>; 4]);
@@ -188,13 +187,13 @@ impl Reader {
                 m
             }
         };
-        let allowed = allowed::allowed_cpus(&files)?;
+        let allowed = allowed::allowed(&files)?;
         for c in &mut m.cpus {
-            c.allowed = allowed.as_ref().is_none_or(|a| a.contains(c.id));
+            c.allowed = allowed.cpus.as_ref().is_none_or(|a| a.contains(c.id));
         }
         // As hwloc: nodes the process may not allocate on (its cpuset's mems) are marked,
         // and left out of what commands show and of the policies' targets.
-        if let Some(mems) = allowed::allowed_mems(&files)? {
+        if let Some(mems) = allowed.mems {
             if m.nodes_read && m.nodes.iter().any(|n| mems.contains(n.id)) {
                 for n in &mut m.nodes {
                     n.allowed = mems.contains(n.id);
@@ -236,9 +235,7 @@ impl Reader {
             .map_err(|e| LinuxError::Other(format!("{}: {e}", self.root.display())))?;
         Ok(topo)
     }
-}
 
-impl Reader {
     fn read_nics(&mut self, files: &Files) -> Result<Vec<placer_core::topology::Nic>> {
         self.nic_reads += 1;
         let (nics, rx) = nic::read_nics(files, self.root == Path::new("/"))?;

@@ -39,11 +39,13 @@ pub fn run(args: Args) -> Result<()> {
         root: args.root.clone(),
         machine: None,
     };
-    let reader = std::cell::RefCell::new(placer_linux::topology::Reader::new(&args.root));
-    let read = || -> Result<placer_core::Topology> {
-        match args.refresh {
-            true => Ok(reader.borrow_mut().read()?),
-            false => machine.topology(),
+    let mut reader = args
+        .refresh
+        .then(|| placer_linux::topology::Reader::new(&args.root));
+    let mut read = || -> Result<placer_core::Topology> {
+        match reader.as_mut() {
+            Some(r) => Ok(r.read()?),
+            None => machine.topology(),
         }
     };
     let topo = read()?;

@@ -16,6 +16,7 @@ pub mod host;
 pub mod journal;
 pub mod k8s;
 pub mod machines;
+pub mod mem;
 pub mod net_costs;
 pub mod observation;
 mod observe;

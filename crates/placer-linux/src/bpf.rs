@@ -77,12 +77,7 @@ pub fn map_capacity_for(threads: u64) -> u32 {
 /// The threads the machine has now: the last field of `/proc/loadavg` (running/total).
 pub fn threads_now() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/loadavg").ok()?;
-    text.split_whitespace()
-        .nth(3)?
-        .split('/')
-        .nth(1)?
-        .parse()
-        .ok()
+    crate::procfs::parse_loadavg(&text).map(|l| l.threads)
 }
 const COMM_LEN: usize = 16;
 /// Map value: CPU ns since the last drain (u64), thread-group id (u32), last CPU (u32), the

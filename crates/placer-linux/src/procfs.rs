@@ -42,6 +42,24 @@ pub struct Schedstat {
     pub slices: u64,
 }
 
+/// What `/proc/loadavg` says beside the load averages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Loadavg {
+    /// Tasks (threads) the kernel has now.
+    pub threads: u64,
+    /// The pid the kernel handed out last, in the reader's pid namespace: it moves with
+    /// every task created there, process or thread.
+    pub last_pid: u32,
+}
+
+/// `/proc/loadavg` (`0.00 0.01 0.05 1/123 4567`); `None` when malformed.
+pub fn parse_loadavg(text: &str) -> Option<Loadavg> {
+    let mut f = text.split_ascii_whitespace().skip(3);
+    let threads = f.next()?.split_once('/')?.1.parse().ok()?;
+    let last_pid = f.next()?.parse().ok()?;
+    Some(Loadavg { threads, last_pid })
+}
+
 /// `proc/PID/schedstat` or `proc/PID/task/TID/schedstat`; `None` when malformed.
 pub fn parse_schedstat(text: &str) -> Option<Schedstat> {
     let mut f = text.split_ascii_whitespace().map(|w| w.parse::<u64>().ok());
@@ -388,6 +406,20 @@ mod tests {
         assert_eq!(parse_schedstat(""), None);
         assert_eq!(parse_schedstat("x 1 2"), None);
         assert_eq!(parse_schedstat("12 3"), None);
+    }
+
+    #[test]
+    fn loadavg_gives_the_threads_and_the_last_pid() {
+        let l = |threads, last_pid| Some(Loadavg { threads, last_pid });
+        assert_eq!(parse_loadavg("0.00 0.01 0.05 1/123 4567\n"), l(123, 4567));
+        assert_eq!(
+            parse_loadavg("12.5 9.1 3.0 14/70000 4194303"),
+            l(70_000, 4_194_303)
+        );
+        assert_eq!(parse_loadavg("0.00 0.01 0.05 1/123"), None);
+        assert_eq!(parse_loadavg("0.00 0.01 0.05 123 4567"), None);
+        assert_eq!(parse_loadavg("0.00 0.01 0.05 1/x 4567"), None);
+        assert_eq!(parse_loadavg(""), None);
     }
 
     #[test]

@@ -82,7 +82,14 @@
 //!    nanoseconds of run time, and all-zero figures (a kernel without schedstats) are
 //!    never trusted; a process with a `stat` and no `schedstat` turns the rule off. A
 //!    multi-threaded process's `schedstat` is its main thread's, so it always has its
-//!    `stat` read.
+//!    `stat` read. A process the rule spares lets its kept-open `stat` go (below);
+//! 9. without the connector, /proc is not listed while `/proc/loadavg`'s last pid (the
+//!    pid the kernel handed out last, moved by every process or thread created) stands
+//!    where it stood just before the last listing: no process came since, and one that
+//!    went fails its reads. It is read before the listing, so a process created during
+//!    one is either listed or moves it. This machine's root only, and only where its
+//!    /proc is of placer's own pid namespace (the one loadavg speaks of); the listing
+//!    every [`LIST_EVERY`] samples stays.
 //!
 //! The socket dump
 //! is skipped when not one TCP segment moved in this network namespace since the last one
@@ -114,10 +121,13 @@
 //! is `/` (override with [`Sampler::set_sock_diag`]).
 //!
 //! Files kept open: on this machine's root, the machine-wide files of every sample
-//! (`stat`, `interrupts` when asked, `softirqs`, `net/snmp`, `net/dev`) and the `PID/stat` of up to
-//! 256 (`STAT_PINS_MAX`) processes read before are kept open and read again from
-//! their start: no path walk, open and close each time (a process gone fails its read,
-//! and one that took its pid is opened anew).
+//! (`stat`, `interrupts` when asked, `softirqs`, `net/snmp`, `net/dev`, `loadavg` on the
+//! /proc path) and the `PID/stat` of up to 256 (`STAT_PINS_MAX`) processes read before are
+//! kept open and read again from their start: no path walk, open and close each time (a
+//! process gone fails its read, and one that took its pid is opened anew). Rule 8's
+//! `PID/schedstat` files are kept open in the room the `stat` files leave of 512
+//! (`PINS_MAX`) in all: a process that rule 8 spares lets its `stat` go, since only its
+//! `schedstat` is read while it does not run.
 
 pub mod plan;
 mod procs;
@@ -253,6 +263,11 @@ pub struct Sampler {
     /// Processes to read again in full at the next sample ([`Sampler::invalidate`]): kept
     /// in the cache meanwhile, since on the events path the cache is the process set.
     stale: PidSet,
+    /// Rule 9: whether `/proc/loadavg`'s last pid is this root's (the real `/`, in the pid
+    /// namespace its /proc shows); decided at the probe.
+    last_pid_ours: bool,
+    /// Rule 9: the last pid `/proc/loadavg` gave just before the last listing.
+    last_pid_listed: Option<u32>,
 }
 
 /// See [`Sampler::may_hold`].
@@ -323,6 +338,8 @@ impl Sampler {
             last_alive: PidSet::default(),
             may_hold: MayHold::default(),
             stale: PidSet::default(),
+            last_pid_ours: false,
+            last_pid_listed: None,
         }
     }
 
@@ -471,6 +488,13 @@ impl Sampler {
                 });
             }
         }
+        // /proc/loadavg gives the last pid of the reader's pid namespace: rule 9 holds
+        // only where that is the namespace this /proc lists (its `self` is this process).
+        self.last_pid_ours = self.root == Path::new("/")
+            && std::fs::read_link(self.proc_dir.join("self"))
+                .ok()
+                .and_then(|p| p.to_str()?.parse::<u32>().ok())
+                == Some(std::process::id());
         self.status = Some(SourceStatus { sources });
     }
 
@@ -537,17 +561,31 @@ impl Sampler {
         self.procs.cgroup_moves = act.cgroup_moves;
         self.sample_no += 1;
         let listing_due = plan::listing_due(self.procs.cache.is_empty(), self.sample_no);
+        // Rule 9: without the connector, the kernel's last pid, read before any listing so
+        // that a task created after it is listed or moves it.
+        let last_pid = match act.events.is_none() && self.last_pid_ours {
+            true => read_system(self.pins.as_mut(), proc_, "loadavg", &mut self.buf)
+                .ok()
+                .and_then(|()| crate::procfs::parse_loadavg(&self.buf))
+                .map(|l| l.last_pid),
+            false => None,
+        };
         let set = plan::process_set(
             self.procs.cache.keys().copied(),
             act.events.as_deref(),
             listing_due,
+            last_pid.is_some() && last_pid == self.last_pid_listed,
         );
         let (born, execd, exits) = (set.born, set.execd, set.exits);
         let pids: Vec<u32> = match set.pids {
             Some(pids) => pids,
             None => {
                 stats.listed = true;
-                numeric_entries(&self.proc_dir).map_err(|e| LinuxError::io(&self.proc_dir, e))?
+                self.last_pid_listed = None;
+                let pids = numeric_entries(&self.proc_dir)
+                    .map_err(|e| LinuxError::io(&self.proc_dir, e))?;
+                self.last_pid_listed = last_pid;
+                pids
             }
         };
         // With the collector, idle processes are re-read in a bounded rotating window
@@ -561,7 +599,11 @@ impl Sampler {
         let mut reread: PidSet = PidSet::default();
         // Processes whose files were actually read again this sample (not from the cache).
         let mut fresh: PidSet = PidSet::default();
-        for pid in pids {
+        for (i, &pid) in pids.iter().enumerate() {
+            // An idle process costs its cached sample's count, a cache miss at 32,000.
+            if let Some(ahead) = pids.get(i + placer_core::mem::AHEAD) {
+                self.procs.prefetch(*ahead);
+            }
             // What the collector saw of it: None without the collector, Some(None) when it
             // did not run.
             let seen = act.ran.as_ref().map(|r| r.get(&pid));
@@ -2055,6 +2097,79 @@ Cpus_allowed_list:	1
         let x = s.sample(req).unwrap();
         assert_eq!(ticks(&x), None, "gone");
         assert!(!pinned(&s), "its file let go");
+    }
+
+    /// Rule 8 on this machine: a sleeping single-threaded process is soon spared its
+    /// `stat`, and then holds a kept-open `schedstat` and no kept-open `stat` (the room
+    /// is the `schedstat` files'); within [`PINS_MAX`] in all.
+    #[test]
+    #[cfg_attr(not(placer_root), ignore = "needs root")]
+    fn real_a_process_rule8_spares_lets_its_stat_go() {
+        placer_testkit::require_root();
+        let mut s = Sampler::new(Path::new("/"));
+        s.set_kernel_events(false);
+        let sleeper = placer_testkit::proc::sleeper();
+        let pid = sleeper.0.id();
+        let req = SampleRequest::default();
+        let pinned = |s: &Sampler| {
+            let has =
+                |p: &Option<PidMap<crate::sys::PinnedFile>>| p.as_ref().unwrap().contains_key(&pid);
+            (has(&s.procs.stat_pins), has(&s.procs.schedstat_pins))
+        };
+        s.sample(req).unwrap();
+        assert!(pinned(&s).0, "read in full first");
+        // Its schedstat is learned at its second read; from the third it is spared unless
+        // due (once in `refresh_every` samples): within 12 samples it is.
+        let mut seen = Vec::new();
+        for _ in 0..12 {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            s.sample(req).unwrap();
+            let n = s.procs.stat_pins.as_ref().unwrap().len()
+                + s.procs.schedstat_pins.as_ref().unwrap().len();
+            assert!(n <= procs::PINS_MAX, "{n} files kept open");
+            seen.push(pinned(&s));
+            if pinned(&s) == (false, true) {
+                return;
+            }
+        }
+        panic!("never spared with only its schedstat kept open: {seen:?}");
+    }
+
+    /// Rule 9 on this machine: without the connector, a process started between two
+    /// samples is in the second (its pid moved loadavg's last pid: /proc is listed), one
+    /// that exited is not, and while no task is created the sample does not list /proc.
+    #[test]
+    #[cfg_attr(not(placer_root), ignore = "needs root")]
+    fn real_without_events_a_new_process_is_listed_and_a_quiet_machine_is_not() {
+        placer_testkit::require_root();
+        let mut s = Sampler::new(Path::new("/"));
+        s.set_kernel_events(false);
+        let req = SampleRequest::default();
+        let has = |x: &Sample, pid: u32| x.procs.iter().any(|p| p.pid == pid);
+        s.sample(req).unwrap();
+        assert!(s.last_pid_ours, "this /proc is placer's pid namespace's");
+        let sleeper = placer_testkit::proc::sleeper();
+        let pid = sleeper.0.id();
+        let x = s.sample(req).unwrap();
+        assert!(s.last_stats.listed && has(&x, pid), "{:?}", s.last_stats);
+        drop(sleeper);
+        assert!(!has(&s.sample(req).unwrap(), pid), "gone");
+        // A quiet moment (nothing forked on the machine between two samples) comes within
+        // a few samples; then the set is the cached one.
+        let t = std::time::Instant::now();
+        loop {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            let x = s.sample(req).unwrap();
+            if !s.last_stats.listed {
+                assert_eq!(x.procs.len(), s.last_alive.len());
+                assert!(x.procs.iter().any(|p| p.pid == std::process::id()));
+                break;
+            }
+            assert!(
+                t.elapsed() < std::time::Duration::from_secs(20),
+                "listed at every sample for 20 s"
+            );
+        }
     }
 
     /// Without threads, a full read notes what sched_getaffinity says: the process's

@@ -40,11 +40,14 @@ pub fn listing_due(cache_empty: bool, sample_no: u64) -> bool {
 }
 
 /// Rule 2: the cached pids plus the connector's forks and execs, less its exits; the events
-/// are taken in order, so a pid forked and gone in one interval is not read.
+/// are taken in order, so a pid forked and gone in one interval is not read. Without the
+/// connector, rule 9: when no task was created since the last listing (`none_created`),
+/// the cached pids are the set (the ones gone fail their reads).
 pub fn process_set(
     cached: impl Iterator<Item = u32>,
     events: Option<&[ProcEvent]>,
     listing_due: bool,
+    none_created: bool,
 ) -> ProcessSet {
     let mut set = ProcessSet::default();
     let mut named: PidMap<bool> = PidMap::default();
@@ -65,7 +68,7 @@ pub fn process_set(
             ProcEvent::Other => {}
         }
     }
-    if events.is_some() && !listing_due {
+    if (events.is_some() || none_created) && !listing_due {
         let mut v: Vec<u32> = cached
             .filter(|p| named.get(p) != Some(&false))
             .chain(named.iter().filter(|(_, &there)| there).map(|(&p, _)| p))
@@ -336,7 +339,7 @@ mod tests {
             ProcEvent::Exit { pid: 9 },
             ProcEvent::Exec { pid: 3 },
         ];
-        let s = process_set([1, 2, 3].into_iter(), Some(&ev), false);
+        let s = process_set([1, 2, 3].into_iter(), Some(&ev), false, false);
         assert_eq!(s.pids, Some(vec![1, 3, 7]));
         assert!(s.born.contains(&7) && s.born.contains(&9));
         assert_eq!(s.execd.iter().copied().collect::<Vec<_>>(), [3]);
@@ -344,10 +347,21 @@ mod tests {
         exits.sort_unstable();
         assert_eq!(exits, [2, 9]);
         // Listing due, or events unknown: /proc is listed (births and execs still kept).
-        let s = process_set([1, 2, 3].into_iter(), Some(&ev), true);
+        let s = process_set([1, 2, 3].into_iter(), Some(&ev), true, false);
         assert_eq!(s.pids, None);
         assert!(s.execd.contains(&3));
-        assert_eq!(process_set([1].into_iter(), None, false).pids, None);
+        assert_eq!(process_set([1].into_iter(), None, false, false).pids, None);
+    }
+
+    #[test]
+    fn rule9_without_events_nothing_created_keeps_the_cached_set() {
+        // Nothing created since the last listing: the cached pids, in order.
+        let s = process_set([3, 1, 2].into_iter(), None, false, true);
+        assert_eq!(s.pids, Some(vec![1, 2, 3]));
+        assert!(s.born.is_empty() && s.exits.is_empty() && s.execd.is_empty());
+        // A task created, or the listing due: /proc is listed.
+        assert_eq!(process_set([1].into_iter(), None, false, false).pids, None);
+        assert_eq!(process_set([1].into_iter(), None, true, true).pids, None);
     }
 
     #[test]

@@ -59,17 +59,23 @@ pub(super) struct ProcReader {
     /// `PID/stat` kept open for processes read before (this machine's root only): a
     /// process that runs every second (the kernel's own threads, mostly) is read again
     /// without a path walk, an open and a close. Each costs the kernel a page for its
-    /// text: at most [`STAT_PINS_MAX`].
+    /// text: at most [`STAT_PINS_MAX`]. A process that rule 8 spares lets its file go:
+    /// it is read again only when it runs, and its `schedstat` is what is read meanwhile.
     pub(super) stat_pins: Option<PidMap<PinnedFile>>,
-    /// `PID/schedstat` kept open the same way (rule 8), at most [`STAT_PINS_MAX`] too.
-    schedstat_pins: Option<PidMap<PinnedFile>>,
+    /// `PID/schedstat` kept open the same way (rule 8), in what [`PINS_MAX`] leaves.
+    pub(super) schedstat_pins: Option<PidMap<PinnedFile>>,
     /// A process had its `stat` and no `schedstat`: rule 8 is off for this root.
     no_schedstat: bool,
 }
 
-/// At most this many `PID/stat` files kept open (a page of kernel memory each), and as
-/// many `PID/schedstat` (rule 8).
+/// At most this many `PID/stat` files kept open (a page of kernel memory each).
 pub const STAT_PINS_MAX: usize = 256;
+
+/// At most this many `PID/stat` and `PID/schedstat` files kept open in all: without the
+/// collector, every idle single-threaded process has its `schedstat` read each sample
+/// (rule 8) and only the ones that ran their `stat`, so the room the `stat` files of idle
+/// processes let go is the `schedstat` files'.
+pub const PINS_MAX: usize = 2 * STAT_PINS_MAX;
 
 impl ProcReader {
     pub(super) fn new(clk_tck: u32, real_root: bool) -> ProcReader {
@@ -92,6 +98,13 @@ impl ProcReader {
             return None;
         }
         Some(shared_as_asked(&c.sample, req))
+    }
+
+    /// Asks the CPU for the cached sample of `pid`, which the walk reaches shortly.
+    pub(super) fn prefetch(&self, pid: u32) {
+        if let Some(c) = self.cache.get(&pid) {
+            placer_core::mem::prefetch(&c.sample);
+        }
     }
 
     /// Takes the final samples of the processes at `touched` (indices into `procs`, whose
@@ -142,7 +155,8 @@ impl ProcReader {
 
     /// Reads `PID/stat` (`rel`) through [`read_pinned`].
     fn read_stat(&mut self, proc_: &Dir, pid: u32, rel: &str, buf: &mut String) -> io::Result<()> {
-        read_pinned(self.stat_pins.as_mut(), proc_, pid, rel, buf)
+        let cap = room(STAT_PINS_MAX, &self.schedstat_pins);
+        read_pinned(self.stat_pins.as_mut(), cap, proc_, pid, rel, buf)
     }
 
     /// The parent of a cached process, by its last read.
@@ -269,7 +283,8 @@ impl ProcReader {
         let schedstat = match cached_schedstat.is_some() {
             true => {
                 let _ = write!(rel, "{pid}/schedstat");
-                match read_pinned(self.schedstat_pins.as_mut(), proc_, pid, &rel, buf) {
+                let cap = room(PINS_MAX, &self.stat_pins);
+                match read_pinned(self.schedstat_pins.as_mut(), cap, proc_, pid, &rel, buf) {
                     Ok(()) => parse_schedstat(buf)
                         // All zero: a kernel without schedstats, never trusted.
                         .filter(|s| s.run_ns != 0 || s.slices != 0),
@@ -284,6 +299,9 @@ impl ProcReader {
         if !due && schedstat.is_some() && cached_schedstat == Some(schedstat) {
             if let Some(p) = self.cached_sample(pid, req) {
                 stats.schedstat_spared += 1;
+                if let Some(pins) = self.stat_pins.as_mut() {
+                    pins.remove(&pid);
+                }
                 return Some(p);
             }
         }
@@ -554,12 +572,19 @@ fn shared_as_asked(p: &Arc<ProcSample>, req: SampleRequest) -> Arc<ProcSample> {
     })
 }
 
+/// How many files of one kind may be kept open: `max`, less what the other kind holds of
+/// [`PINS_MAX`].
+fn room(max: usize, other: &Option<PidMap<PinnedFile>>) -> usize {
+    max.min(PINS_MAX - other.as_ref().map_or(0, |o| o.len().min(PINS_MAX)))
+}
+
 /// Reads a process's file `rel` (under the proc dir): through its file kept open in `pins`
 /// when there is one (a process gone fails it, and a process that took its pid is opened
-/// anew), else opened, and kept open while fewer than [`STAT_PINS_MAX`] are. Without
-/// `pins` (a fixture root), opened and read.
+/// anew), else opened, and kept open while fewer than `cap` are. Without `pins` (a fixture
+/// root), opened and read.
 fn read_pinned(
     pins: Option<&mut PidMap<PinnedFile>>,
+    cap: usize,
     proc_: &Dir,
     pid: u32,
     rel: &str,
@@ -574,7 +599,7 @@ fn read_pinned(
         }
         pins.remove(&pid);
     }
-    if pins.len() >= STAT_PINS_MAX {
+    if pins.len() >= cap {
         return proc_.read(rel, buf);
     }
     let f = PinnedFile::open(proc_, rel)?;

@@ -77,7 +77,14 @@ table = [f"Measured by `bash scripts/figures.sh` on {machine}, {when}; release b
 table += [f"| {a} | `{b}` | {c} |" for a, b, c in rows]
 text = "\n".join(table) + "\n"
 print(text)
-open("docs/figures.md", "w").write("# placer's own cost, as measured\n\n" + text)
+# The table replaces the one at the top; the dated sections below it (each change's
+# side-by-side figures) stay.
+try:
+    old = open("docs/figures.md").read()
+except FileNotFoundError:
+    old = ""
+kept = old[old.index("\n## "):] if "\n## " in old else ""
+open("docs/figures.md", "w").write("# placer's own cost, as measured\n\n" + text + kept)
 readme = open("README.md").read()
 begin, end = "<!-- figures:begin -->", "<!-- figures:end -->"
 if begin in readme and end in readme:

@@ -685,8 +685,7 @@ impl Engine {
     /// Forgets holds on processes that exited, and breaks leases on processes whose
     /// affinity someone else changed since we pinned them.
     fn check_leases(&mut self, obs: &Observation, report: &mut CycleReport) {
-        let by_key: BTreeMap<ProcKey, &crate::observation::ProcObs> =
-            obs.procs.iter().map(|p| (p.key(), &**p)).collect();
+        let by_key = obs.index();
         // CPUs this interval observed running (an offline CPU has no line in /proc/stat).
         let observed_cpus: crate::cpuset::CpuSet = obs.cpus.iter().map(|c| c.cpu).collect();
         for slot in self.slots.iter_mut() {
@@ -724,7 +723,7 @@ impl Engine {
             slot.policy
                 .shared_mut()
                 .released
-                .retain(|k| by_key.contains_key(k));
+                .retain(|k| by_key.contains(k));
             for b in &broken {
                 slot.policy.shared_mut().released.insert(b.proc);
             }

@@ -197,4 +197,74 @@ impl Observation {
     pub fn cpu(&self, cpu: u32) -> Option<&CpuObs> {
         self.cpus.iter().find(|c| c.cpu == cpu)
     }
+
+    /// Its processes looked up by key (see [`ProcIndex`]).
+    pub fn index(&self) -> ProcIndex<'_> {
+        ProcIndex::new(&self.procs)
+    }
+}
+
+/// Processes looked up by key: by binary search where they are in key order (a sample
+/// lists them by pid, and the derivation keeps its order), so that the daemon's cycle
+/// builds no map of every process to find the few it holds; else through a map built
+/// once.
+pub struct ProcIndex<'a> {
+    procs: &'a [std::sync::Arc<ProcObs>],
+    /// `None` when `procs` is in key order.
+    map: Option<BTreeMap<ProcKey, usize>>,
+}
+
+impl<'a> ProcIndex<'a> {
+    pub fn new(procs: &'a [std::sync::Arc<ProcObs>]) -> ProcIndex<'a> {
+        let map = (!procs.is_sorted_by_key(|p| p.key())).then(|| {
+            procs
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (p.key(), i))
+                .collect()
+        });
+        ProcIndex { procs, map }
+    }
+
+    pub fn get(&self, key: &ProcKey) -> Option<&'a ProcObs> {
+        let i = match &self.map {
+            Some(m) => *m.get(key)?,
+            None => self.procs.binary_search_by_key(key, |p| p.key()).ok()?,
+        };
+        Some(&self.procs[i])
+    }
+
+    pub fn contains(&self, key: &ProcKey) -> bool {
+        self.get(key).is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// The index finds by key, pid and start time both, in key order (by search) and out
+    /// of it (through its map) alike; a reused pid or an absent one is not found.
+    #[test]
+    fn the_index_finds_by_key_in_and_out_of_order() {
+        let p = |pid, start| Arc::new(ProcObs::bare(pid, start, "x", CpuSet::new()));
+        let key = |pid, start_time_ticks| ProcKey {
+            pid,
+            start_time_ticks,
+        };
+        let sorted = vec![p(1, 5), p(7, 9), p(30, 2)];
+        let mut shuffled = sorted.clone();
+        shuffled.swap(0, 2);
+        for procs in [&sorted, &shuffled] {
+            let ix = ProcIndex::new(procs);
+            assert_eq!(ix.map.is_none(), std::ptr::eq(procs, &sorted));
+            for q in procs.iter() {
+                assert!(std::ptr::eq(ix.get(&q.key()).unwrap(), &**q));
+            }
+            assert!(ix.contains(&key(7, 9)));
+            assert!(!ix.contains(&key(7, 10)), "pid 7 reused");
+            assert!(!ix.contains(&key(8, 9)));
+        }
+    }
 }

@@ -152,6 +152,11 @@ fn quiet_image(o: &ProcObs, p: &ProcSample) -> bool {
         && !*new
 }
 
+/// Sockets by inode.
+fn by_inode(socks: &[SocketSample]) -> HashMap<u64, &SocketSample> {
+    socks.iter().map(|s| (s.inode, s)).collect()
+}
+
 pub(crate) fn derive(prev: &Sample, cur: &Sample, last: &[Arc<ProcObs>]) -> Observation {
     let dt_ns = cur.time_ns.saturating_sub(prev.time_ns);
     let dt = dt_ns as f64 / 1e9;
@@ -166,9 +171,16 @@ pub(crate) fn derive(prev: &Sample, cur: &Sample, last: &[Arc<ProcObs>]) -> Obse
     let irqs = derive_irqs(prev, cur, &per_s);
     let cpus = derive_cpus(prev, cur, &irqs, &per_s);
 
-    let prev_socks: HashMap<u64, &SocketSample> =
-        prev.sockets.iter().map(|s| (s.inode, s)).collect();
-    let cur_socks: HashMap<u64, &SocketSample> = cur.sockets.iter().map(|s| (s.inode, s)).collect();
+    let cur_socks = by_inode(&cur.sockets);
+    // A dump the sampler reused (no segment moved) is one map, not two.
+    let reused = std::sync::Arc::ptr_eq(&prev.sockets, &cur.sockets);
+    let prev_built;
+    let prev_socks = if reused {
+        &cur_socks
+    } else {
+        prev_built = by_inode(&prev.sockets);
+        &prev_built
+    };
     // Samples list processes by pid (the sampler does): a merge walk pairs them without a
     // map of thousands of entries; any other order falls back to the map.
     let by_pid = |s: &Sample| s.procs.is_sorted_by_key(|p| p.pid);
@@ -608,7 +620,7 @@ mod tests {
         });
         let at = |t, procs: Vec<Arc<ProcSample>>| Sample {
             procs,
-            sockets: vec![sock(77, 10 * t, 0, t, t)],
+            sockets: [sock(77, 10 * t, 0, t, t)].into(),
             ..sample(t)
         };
         let (r1, r2) = (runs(100), runs(300));
@@ -783,6 +795,27 @@ mod tests {
         assert!(serde_json::to_string(&o).is_ok());
     }
 
+    /// A dump the sampler reused (the very same sockets in both samples) derives what two
+    /// equal dumps do: flows seen before, with no rates, not new.
+    #[test]
+    fn a_reused_dump_derives_as_two_equal_dumps_do() {
+        let mut a = sample(100);
+        let mut p = proc_(10, 5, 0);
+        p.socket_inodes = vec![7, 8];
+        a.procs.push(std::sync::Arc::new(p));
+        a.sockets = [sock(7, 1_000, 0, 10, 9), sock(8, 5_000, 0, 5, 5)].into();
+        let mut b = a.clone();
+        b.time_ns += 2_000_000_000;
+        assert!(std::sync::Arc::ptr_eq(&a.sockets, &b.sockets));
+        let shared = Observation::new(&a, &b);
+        let mut copied = b.clone();
+        copied.sockets = b.sockets.to_vec().into();
+        assert_eq!(shared, Observation::new(&a, &copied));
+        let flows = &shared.proc(10).unwrap().flows;
+        assert_eq!(flows.len(), 2);
+        assert!(flows.iter().all(|f| !f.new && f.rx_bytes_per_s == 0.0));
+    }
+
     #[test]
     fn flows_rates_segment_sizes_and_new_sockets() {
         let mut a = sample(100);
@@ -792,15 +825,20 @@ mod tests {
         a.procs.push(std::sync::Arc::new(p.clone()));
         b.procs.push(std::sync::Arc::new(p));
         // Socket 7: 2 MB received in 2 s over 1000 data segments (+ 10 pure ACKs).
-        a.sockets.push(sock(7, 1_000_000, 0, 100, 90));
-        b.sockets.push(sock(7, 3_000_000, 0, 1110, 1090));
-        // Socket 8: first seen now.
-        b.sockets.push(sock(8, 5_000, 0, 5, 5));
-        // Socket 9: closed during the interval (only in prev): not listed.
-        a.sockets.push(sock(9, 1, 1, 1, 1));
-        // Socket 11: not this process's.
-        a.sockets.push(sock(11, 0, 0, 0, 0));
-        b.sockets.push(sock(11, 1 << 30, 0, 0, 0));
+        // Socket 8: first seen now. Socket 9: closed during the interval (only in prev):
+        // not listed. Socket 11: not this process's.
+        a.sockets = [
+            sock(7, 1_000_000, 0, 100, 90),
+            sock(9, 1, 1, 1, 1),
+            sock(11, 0, 0, 0, 0),
+        ]
+        .into();
+        b.sockets = [
+            sock(7, 3_000_000, 0, 1110, 1090),
+            sock(8, 5_000, 0, 5, 5),
+            sock(11, 1 << 30, 0, 0, 0),
+        ]
+        .into();
         let o = Observation::new(&a, &b);
         let p = o.proc(10).unwrap();
         assert_eq!(p.flows.len(), 2);

@@ -30,7 +30,8 @@ pub struct Sample {
     pub clk_tck: u32,
     pub cpus: Vec<CpuTimes>,
     pub procs: Vec<std::sync::Arc<ProcSample>>,
-    pub sockets: Vec<SocketSample>,
+    /// Shared: a dump that the sampler reuses (no TCP segment moved) is the last one's.
+    pub sockets: std::sync::Arc<[SocketSample]>,
     pub irqs: Vec<IrqSample>,
     /// NET_RX / NET_TX softirq counts per CPU (/proc/softirqs).
     pub softirqs: Vec<SoftirqCounts>,

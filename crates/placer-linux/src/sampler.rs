@@ -729,7 +729,7 @@ impl Sampler {
                     |p| p.socket_inodes.clear(),
                 );
             }
-            Vec::new()
+            Default::default()
         };
         self.may_hold.sockets |= req.sockets;
 

@@ -757,8 +757,7 @@ impl Policy for Contention {
             .classifier
             .update(procs, &self.cfg.classify, machine.as_deref());
         st.last = classes.clone();
-        let by_key: BTreeMap<ProcKey, &crate::observation::ProcObs> =
-            obs.procs.iter().map(|p| (p.key(), &**p)).collect();
+        let by_key = obs.index();
         // Step 6: memory follows the processes moved across nodes, within the interval's
         // migration budget.
         let mut budget =
@@ -841,7 +840,9 @@ impl Policy for Contention {
         let items: Vec<Item> = classes
             .iter()
             .map(|c| {
-                let p = by_key[&c.key];
+                let p = by_key
+                    .get(&c.key)
+                    .expect("classified from this observation");
                 Item {
                     group: c.class,
                     current: domain_of(&doms, &p.allowed_cpus, p.last_cpu),
@@ -913,7 +914,9 @@ impl Policy for Contention {
             );
         }
         for ((c, it), &t) in classes.iter().zip(&items).zip(&a.target) {
-            let p = by_key[&c.key];
+            let p = by_key
+                .get(&c.key)
+                .expect("classified from this observation");
             let cpus = &doms[t].0;
             if it.current == Some(t) && p.allowed_cpus.is_subset(cpus) {
                 continue;
@@ -985,7 +988,9 @@ impl Policy for Contention {
                                 take >> 20
                             ),
                         );
-                        let p = by_key[&c.key];
+                        let p = by_key
+                            .get(&c.key)
+                            .expect("classified from this observation");
                         let off = off_node_pages(p, to);
                         st_following(
                             state,

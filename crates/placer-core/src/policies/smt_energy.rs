@@ -193,9 +193,13 @@ impl Policy for SmtEnergy {
         let mut plan = Plan::default();
         let cfg = &self.cfg;
         let now = state.now_s;
+        // No rules, nothing to place: the order is not worked out.
+        if cfg.apps.is_empty() {
+            return plan;
+        }
         let opts = AllocOptions { sigma: cfg.sigma };
         let order = alloc::order(topo, cfg.order, &opts);
-        if order.is_empty() || cfg.apps.is_empty() {
+        if order.is_empty() {
             return plan;
         }
         let allowed = topo.allowed();
@@ -207,11 +211,12 @@ impl Policy for SmtEnergy {
             .wants_less_since_s
             .retain(|k, _| held.contains_key(k));
 
-        let mut procs: Vec<&ProcObs> = obs.iter_procs().collect();
+        // The processes the rules match, oldest first.
+        let mut procs: Vec<&ProcObs> = obs.iter_procs().filter(|p| self.matches(p)).collect();
         procs.sort_by_key(|p| (p.start_time_ticks, p.pid));
 
         // Held processes that no longer match: restore.
-        let live: BTreeMap<ProcKey, &ProcObs> = procs.iter().map(|p| (p.key(), *p)).collect();
+        let live = obs.index();
         for (key, h) in &held {
             if let Some(p) = live.get(key) {
                 if !self.matches(p) {
@@ -230,10 +235,7 @@ impl Policy for SmtEnergy {
         // Decide wanted counts; keep CPUs of held processes within hysteresis.
         let mut used = CpuSet::new();
         let mut to_place: Vec<(&ProcObs, usize, String)> = Vec::new();
-        for p in procs
-            .iter()
-            .filter(|p| self.matches(p) && !released.contains(&p.key()))
-        {
+        for p in procs.iter().filter(|p| !released.contains(&p.key())) {
             let key = p.key();
             let held_cpus = held.get(&key).map(|h| h.cpus.intersection(&allowed));
             let k = held_cpus.as_ref().map_or(0, |c| c.len());

@@ -32,7 +32,7 @@ pub(super) struct SocketReader {
     last_unowned: HashSet<u64>,
     /// TCP segments in and out at the last socket dump, and that dump.
     last_tcp_segments: Option<(u64, u64)>,
-    last_sockets: Vec<SocketSample>,
+    last_sockets: Arc<[SocketSample]>,
     /// The last sample mapped sockets to processes (the stage ran): its mapping is what
     /// the cached samples hold.
     mapped_last: bool,
@@ -48,7 +48,7 @@ impl SocketReader {
             fd_cache: PidMap::default(),
             last_unowned: HashSet::new(),
             last_tcp_segments: None,
-            last_sockets: Vec::new(),
+            last_sockets: Arc::default(),
             mapped_last: false,
         }
     }
@@ -88,10 +88,10 @@ impl SocketReader {
         touched: &mut Vec<usize>,
         ran: Option<&PidSet>,
         stats: &mut SampleStats,
-    ) -> Vec<SocketSample> {
+    ) -> Arc<[SocketSample]> {
         // Without sock_diag there are no sockets, hence nothing to map to processes.
         let Some(Ok(sd)) = &mut self.sock_diag else {
-            return Vec::new();
+            return Arc::default();
         };
         // The dump walks every bucket of the kernel's TCP hash, however few sockets there
         // are: when not one TCP segment moved in this namespace since the last dump (the
@@ -101,14 +101,14 @@ impl SocketReader {
                 .ok()
                 .and_then(|()| parse_tcp_segments(buf))
         });
-        let mut sockets = Vec::new();
+        let mut sockets = Arc::default();
         if !plan::socket_dump_due(segs, self.last_tcp_segments) {
             sockets = self.last_sockets.clone();
             stats.sockets_reused = true;
         } else {
             match sd.tcp_sockets() {
                 Ok(s) => {
-                    sockets = s;
+                    sockets = s.into();
                     self.last_sockets = sockets.clone();
                     self.last_tcp_segments = segs;
                 }

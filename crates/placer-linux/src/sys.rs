@@ -898,6 +898,8 @@ pub fn own_socket_inodes() -> Vec<u64> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn own_socket_inodes_are_the_sockets_readlink_names() {
         use std::os::fd::AsRawFd;
@@ -907,13 +909,12 @@ mod tests {
             let link = std::fs::read_link(format!("/proc/self/fd/{fd}")).unwrap();
             crate::procfs::socket_inode(link.as_os_str().as_encoded_bytes())
         };
-        let mine = super::own_socket_inodes();
+        let mine = own_socket_inodes();
         let sock = inode(l.as_raw_fd()).expect("a socket link");
         assert!(mine.contains(&sock), "{sock} not in {mine:?}");
         assert_eq!(inode(f.as_raw_fd()), None);
         assert!(mine.windows(2).all(|w| w[0] < w[1]));
     }
-    use super::*;
 
     #[test]
     fn a_wake_pipe_wakes_its_waiter_at_once_and_otherwise_times_out() {

@@ -532,11 +532,8 @@ impl NetAffinity {
         // 1-2. Activity and intensity. A process is tracked only while its track says
         // something (a streak, a pending target, an original affinity): most processes
         // never communicate, and cost no entry.
-        let mut present: Vec<ProcKey> = obs.iter_procs().map(|p| p.key()).collect();
-        if !present.is_sorted() {
-            present.sort_unstable();
-        }
-        let has = |k: &ProcKey| present.binary_search(k).is_ok();
+        let present = obs.index();
+        let has = |k: &ProcKey| present.contains(k);
         st.procs.retain(|k, _| has(k));
         let gone: Vec<FlowId> = st
             .lru

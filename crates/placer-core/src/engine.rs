@@ -518,6 +518,19 @@ impl Engine {
     ) -> Vec<(PolicyKind, ProcKey)> {
         use crate::verdict::{judge, judge_together, Expectation, Point, VerdictKind};
         let window = self.config.verify.window_intervals.max(2) as usize;
+        // No policy that judges its moves, and none being judged: no move will need a
+        // before-window, so no history is kept (nothing to judge, no work).
+        let judging = !self.pending.is_empty()
+            || self
+                .slots
+                .iter()
+                .any(|s| self.config.verify.for_policy(s.policy.kind()).0);
+        if !judging {
+            self.history = Vec::new();
+            let index = obs.index();
+            self.backoff.retain(|(_, k), _| index.get(k).is_some());
+            return Vec::new();
+        }
         // The processes in key order (a sample lists them by pid: sorted already).
         let mut present: Vec<(ProcKey, Point)> = obs
             .iter_procs()
@@ -542,17 +555,30 @@ impl Engine {
             let i = present.binary_search_by_key(k, |(pk, _)| *pk).ok()?;
             Some(&present[i].1)
         };
-        // The history merged with them: a process gone leaves, a new one starts.
-        let mut old = std::mem::take(&mut self.history).into_iter().peekable();
-        self.history.reserve(present.len());
-        for (k, pt) in &present {
-            while old.next_if(|(ok, _)| ok < k).is_some() {}
-            let mut q = old
-                .next_if(|(ok, _)| ok == k)
-                .map(|(_, q)| q)
-                .unwrap_or_default();
-            crate::stats::push_bounded(&mut q, *pt, window);
-            self.history.push((*k, q));
+        // The history merged with them: a process gone leaves, a new one starts. The same
+        // processes as last cycle (the common case) take their points in place.
+        let same = self.history.len() == present.len()
+            && self
+                .history
+                .iter()
+                .zip(&present)
+                .all(|((hk, _), (k, _))| hk == k);
+        if same {
+            for ((_, q), (_, pt)) in self.history.iter_mut().zip(&present) {
+                crate::stats::push_bounded(q, *pt, window);
+            }
+        } else {
+            let mut old = std::mem::take(&mut self.history).into_iter().peekable();
+            self.history.reserve(present.len());
+            for (k, pt) in &present {
+                while old.next_if(|(ok, _)| ok < k).is_some() {}
+                let mut q = old
+                    .next_if(|(ok, _)| ok == k)
+                    .map(|(_, q)| q)
+                    .unwrap_or_default();
+                crate::stats::push_bounded(&mut q, *pt, window);
+                self.history.push((*k, q));
+            }
         }
         let mut undo = Vec::new();
         if dry_run {
@@ -1510,11 +1536,31 @@ mod tests {
             until_s: f64::INFINITY,
             bind: false,
         });
-        let mut e = Engine::new(vec![p], cfg, 1);
+        let mut e = Engine::new(vec![p], cfg.clone(), 1);
         let mut h = FakeHost::new(vec![proc_sample(10, "x")]);
         for i in 0..12u64 {
             h.procs[0].utime_ticks += if i < 3 { 90 } else { 10 };
             assert!(e.step(&mut h, false).verdicts.is_empty());
         }
+        // Nothing judged, nothing kept: no process's history.
+        assert!(e.history.is_empty());
+        // With verify on, the same cycles keep each process's last window.
+        cfg.verify.enabled = true;
+        let p: Box<dyn AnyPolicy> = boxed(PinLater {
+            kind: PolicyKind::SmtEnergy,
+            cpu: 2,
+            from_s: f64::INFINITY,
+            until_s: f64::INFINITY,
+            bind: false,
+        });
+        let mut e = Engine::new(vec![p], cfg.clone(), 1);
+        let mut h = FakeHost::new(vec![proc_sample(10, "x"), proc_sample(11, "y")]);
+        for _ in 0..12u64 {
+            h.procs[0].utime_ticks += 10;
+            e.step(&mut h, false);
+        }
+        let window = cfg.verify.window_intervals.max(2) as usize;
+        assert_eq!(e.history.len(), 2);
+        assert!(e.history.iter().all(|(_, q)| q.len() == window.min(11)));
     }
 }

@@ -54,9 +54,18 @@ const BPF_PROG_TYPE_RAW_TRACEPOINT: u32 = 17;
 pub const PROG_NAME: &str = "placer_cpu";
 /// The cgroup-move counter's program ([`CgroupMoves`]).
 pub const CGROUP_MOVES_PROG_NAME: &str = "placer_cgmove";
+/// The program that marks TCP sockets a segment reached ([`TcpMoves`]).
+pub const TCP_MOVES_PROG_NAME: &str = "placer_tcpmove";
+/// The TCP state-change counter's program ([`TcpMoves`]).
+pub const TCP_STATES_PROG_NAME: &str = "placer_tcpstate";
 /// Every program placer may load (what a measure of its in-kernel cost sums, and what
 /// must be gone when it stops).
-pub const PROG_NAMES: [&str; 2] = [PROG_NAME, CGROUP_MOVES_PROG_NAME];
+pub const PROG_NAMES: [&str; 4] = [
+    PROG_NAME,
+    CGROUP_MOVES_PROG_NAME,
+    TCP_MOVES_PROG_NAME,
+    TCP_STATES_PROG_NAME,
+];
 /// The most threads the map can hold between two drains (one sample); beyond its size,
 /// new threads are not accounted until the next drain (counted in [`Drain::lost_full`]
 /// when seen). The map is preallocated: 65,536 entries of 32 bytes cost the kernel a few
@@ -156,6 +165,7 @@ const R1: u8 = 1;
 const R2: u8 = 2;
 const R3: u8 = 3;
 const R4: u8 = 4;
+const R6: u8 = 6;
 const R7: u8 = 7;
 const R8: u8 = 8;
 const R9: u8 = 9;
@@ -168,6 +178,7 @@ const KTIME_GET_NS: i32 = 5;
 const GET_CURRENT_PID_TGID: i32 = 14;
 const GET_CURRENT_COMM: i32 = 16;
 const GET_SMP_PROCESSOR_ID: i32 = 8;
+const PROBE_READ_KERNEL: i32 = 113;
 const BPF_NOEXIST: i32 = 1;
 
 /// A tiny assembler: instructions plus forward jumps to named labels, resolved at the end.
@@ -233,6 +244,19 @@ impl Asm {
         self.fixups.push((self.insns.len(), label));
         self.op(0x15, dst, 0, 0, imm)
     }
+    fn jne_imm(&mut self, dst: u8, imm: i32, label: &'static str) -> &mut Self {
+        self.fixups.push((self.insns.len(), label));
+        self.op(0x55, dst, 0, 0, imm)
+    }
+    fn jne(&mut self, dst: u8, src: u8, label: &'static str) -> &mut Self {
+        self.fixups.push((self.insns.len(), label));
+        self.op(0x5d, dst, src, 0, 0)
+    }
+    /// `dst = imm` for a full 64-bit constant (a 16-byte load).
+    fn ld_imm64(&mut self, dst: u8, imm: u64) -> &mut Self {
+        self.op(0x18, dst, 0, 0, imm as u32 as i32)
+            .op(0, 0, 0, 0, (imm >> 32) as u32 as i32)
+    }
     fn ja(&mut self, label: &'static str) -> &mut Self {
         self.fixups.push((self.insns.len(), label));
         self.op(0x05, 0, 0, 0, 0)
@@ -248,6 +272,17 @@ impl Asm {
             .add_imm(R2, -4)
             .call(MAP_LOOKUP_ELEM)
             .jeq_imm(R0, 0, missing)
+    }
+    /// Inserts the key at `fp + key` with the value at `fp + value` into `map`, unless the
+    /// key is there already.
+    fn insert_new(&mut self, map: &OwnedFd, key: i16, value: i16) -> &mut Self {
+        self.ld_map(R1, map)
+            .mov(R2, FP)
+            .add_imm(R2, key.into())
+            .mov(R3, FP)
+            .add_imm(R3, value.into())
+            .mov_imm(R4, BPF_NOEXIST)
+            .call(MAP_UPDATE_ELEM)
     }
     fn label(&mut self, name: &'static str) -> &mut Self {
         self.labels.insert(name, self.insns.len());
@@ -298,13 +333,7 @@ fn program(last_switch: &OwnedFd, cpu: &OwnedFd) -> Vec<Insn> {
         .add_imm(R1, -24)
         .mov_imm(R2, COMM_LEN as i32)
         .call(GET_CURRENT_COMM)
-        .ld_map(R1, cpu)
-        .mov(R2, FP)
-        .add_imm(R2, -4)
-        .mov(R3, FP)
-        .add_imm(R3, -40)
-        .mov_imm(R4, BPF_NOEXIST)
-        .call(MAP_UPDATE_ELEM)
+        .insert_new(cpu, -4, -40)
         .label("out")
         .mov_imm(R0, 0)
         .exit();
@@ -350,13 +379,18 @@ fn attach(prog: &OwnedFd, tp: &std::ffi::CStr) -> io::Result<OwnedFd> {
 /// The cgroup-move counter's program: adds one to the only entry of `count`.
 fn count_program(count: &OwnedFd) -> Vec<Insn> {
     let mut a = Asm::default();
+    count_one(&mut a, count);
+    a.finish()
+}
+
+/// Adds one to the only entry of `count`, then exits with 0 (the "out" label).
+fn count_one(a: &mut Asm, count: &OwnedFd) {
     a.lookup_first(count, "out")
         .mov_imm(R1, 1)
         .atomic_add_dw(R0, 0, R1)
         .label("out")
         .mov_imm(R0, 0)
         .exit();
-    a.finish()
 }
 
 /// The kernel's tracepoints at every change of what `/proc/PID/cgroup` says of a process
@@ -386,17 +420,7 @@ impl CgroupMoves {
     pub fn open() -> io::Result<CgroupMoves> {
         let count = map_create(BPF_MAP_TYPE_ARRAY, 4, 8, 1, "placer_cgmoves")?;
         let prog = load_program(&count_program(&count), CGROUP_MOVES_PROG_NAME)?;
-        let links = CGROUP_MOVE_TRACEPOINTS
-            .iter()
-            .map(|tp| {
-                attach(&prog, tp).map_err(|e| {
-                    io::Error::new(
-                        e.kind(),
-                        format!("tracepoint {}: {e}", tp.to_string_lossy()),
-                    )
-                })
-            })
-            .collect::<io::Result<_>>()?;
+        let links = attach_all(&prog, &CGROUP_MOVE_TRACEPOINTS)?;
         Ok(CgroupMoves {
             count,
             _prog: prog,
@@ -406,14 +430,258 @@ impl CgroupMoves {
 
     /// Moves counted so far.
     pub fn count(&self) -> io::Result<u64> {
-        let key = 0u32;
-        let mut value = [0u8; 8];
-        Attr::new()
-            .u32(0, self.count.as_raw_fd() as u32)
-            .u64(8, ptr(&key))
-            .u64(16, ptr(value.as_mut_ptr()))
-            .call(BPF_MAP_LOOKUP_ELEM)?;
-        Ok(u64::from_ne_bytes(value))
+        read_count(&self.count)
+    }
+}
+
+/// Where the socket programs find what they read, from the kernel's BTF.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SockOffsets {
+    /// `struct sock_common.skc_net`: a `possible_net_t`, whose only member is the
+    /// `struct net *`.
+    pub skc_net: u32,
+    /// `struct net.net_cookie`: what `SO_NETNS_COOKIE` gives for a socket of that
+    /// namespace.
+    pub net_cookie: u32,
+    /// `struct sock_common.skc_cookie`: the socket's cookie, as sock_diag gives it.
+    pub skc_cookie: u32,
+}
+
+impl SockOffsets {
+    /// The running kernel's.
+    pub fn of_running_kernel() -> Result<SockOffsets, crate::btf::BtfError> {
+        use crate::btf::vmlinux_member_offset as at;
+        Ok(SockOffsets {
+            skc_net: at("sock_common", "skc_net")?,
+            net_cookie: at("net", "net_cookie")?,
+            skc_cookie: at("sock_common", "skc_cookie")?,
+        })
+    }
+}
+
+/// Reads the u64 at `R3 + off` (a kernel address) into [fp-8] and R1; on to "out" when the
+/// read fails.
+fn read_kernel_u64(a: &mut Asm, off: u32) -> &mut Asm {
+    a.add_imm(R3, off as i32)
+        .mov(R1, FP)
+        .add_imm(R1, -8)
+        .mov_imm(R2, 8)
+        .call(PROBE_READ_KERNEL)
+        .jne_imm(R0, 0, "out")
+        .ldx_dw(R1, FP, -8)
+}
+
+/// Loads the tracepoint's socket (args[0]) into R6 and goes on to "out" unless it belongs
+/// to the network namespace whose cookie is `netns`: the tracepoints fire for every
+/// namespace, and the sampler sees its own.
+fn only_in_netns(a: &mut Asm, offs: SockOffsets, netns: u64) -> &mut Asm {
+    a.ldx_dw(R6, R1, 0).mov(R3, R6);
+    read_kernel_u64(a, offs.skc_net).mov(R3, R1);
+    read_kernel_u64(a, offs.net_cookie)
+        .ld_imm64(R2, netns)
+        .jne(R1, R2, "out")
+}
+
+/// The socket-move program (on `tcp_probe`, which the kernel fires at each segment an
+/// established TCP socket receives, data or ACK, before it processes it): marks the
+/// socket's cookie in `moved`. Stack: [fp-8] what was read last, then the cookie; [fp-16]
+/// the value (1).
+fn tcp_move_program(moved: &OwnedFd, offs: SockOffsets, netns: u64) -> Vec<Insn> {
+    let mut a = Asm::default();
+    only_in_netns(&mut a, offs, netns).mov(R3, R6);
+    read_kernel_u64(&mut a, offs.skc_cookie)
+        // No cookie yet: no dump has seen the socket (a dump gives each its cookie), so
+        // it is not one a sample holds.
+        .jeq_imm(R1, 0, "out")
+        .ld_map(R1, moved)
+        .mov(R2, FP)
+        .add_imm(R2, -8)
+        .call(MAP_LOOKUP_ELEM)
+        .jne_imm(R0, 0, "out") // marked already: a lookup, no write
+        .st_w_imm(FP, -16, 1)
+        .insert_new(moved, -8, -16)
+        .label("out")
+        .mov_imm(R0, 0)
+        .exit();
+    a.finish()
+}
+
+/// The state-change counter (on `inet_sock_set_state`): adds one to `count`'s only entry
+/// for a socket of namespace `netns`.
+fn tcp_state_program(count: &OwnedFd, offs: SockOffsets, netns: u64) -> Vec<Insn> {
+    let mut a = Asm::default();
+    only_in_netns(&mut a, offs, netns);
+    count_one(&mut a, count);
+    a.finish()
+}
+
+/// The most sockets [`TcpMoves`] marks between two drains; beyond that a drain says it
+/// is not complete and the sampler dumps.
+pub const TCP_MOVES_CAPACITY: u32 = 8192;
+
+/// Which TCP sockets moved (received a segment) since the last drain, by socket cookie,
+/// and a count of TCP state changes (`inet_sock_set_state`: a connection opened, closed
+/// or changed state), so that a sample can read again only the sockets that moved and
+/// dump all of them only when the set of sockets may have changed.
+///
+/// Why `tcp_probe` suffices for the counters a sample keeps: `bytes_received`, `segs_in`
+/// and `data_segs_in` change only on a segment received, and `bytes_acked` only on an ACK
+/// received, each in `tcp_rcv_established` after this tracepoint, under the socket's
+/// lock; sock_diag reads `tcp_info` under the same lock. So a socket read after the drain
+/// that took its mark shows at least what the marked segment brought. `segs_out` and
+/// `data_segs_out` also move on sending, between ACKs: a sender's figures lag by at most
+/// the segments its peer has not acknowledged yet, until its next ACK (or the sampler's
+/// periodic dump). Segments received in other states (`tcp_rcv_state_process`) are not
+/// marked; the state change that leads there is counted, and makes the next sample dump.
+///
+/// Both programs count only the sockets of one network namespace (the sampler's), by its
+/// cookie: a machine whose containers open and close connections all the time does not
+/// make the host's sampler dump at each sample.
+pub struct TcpMoves {
+    moved: OwnedFd,
+    states: OwnedFd,
+    _progs: [OwnedFd; 2],
+    _links: Vec<OwnedFd>,
+    buf: BatchBuf,
+}
+
+impl TcpMoves {
+    /// Loads and attaches both programs for the sockets of the network namespace whose
+    /// cookie is `netns`; where they read comes from the kernel's BTF. The error says why
+    /// not (no root, no BTF, no such tracepoint).
+    pub fn open(netns: u64) -> io::Result<TcpMoves> {
+        let offs = SockOffsets::of_running_kernel()
+            .map_err(|e| io::Error::other(format!("kernel socket layout: {e}")))?;
+        let moved = map_create(
+            BPF_MAP_TYPE_HASH,
+            8,
+            4,
+            TCP_MOVES_CAPACITY,
+            "placer_tcpmoved",
+        )?;
+        let states = map_create(BPF_MAP_TYPE_ARRAY, 4, 8, 1, "placer_tcpstates")?;
+        let mv = load_program(&tcp_move_program(&moved, offs, netns), TCP_MOVES_PROG_NAME)?;
+        let st = load_program(
+            &tcp_state_program(&states, offs, netns),
+            TCP_STATES_PROG_NAME,
+        )?;
+        // The counter first: a socket marked is never one whose birth went uncounted.
+        let mut links = attach_all(&st, &[c"inet_sock_set_state"])?;
+        links.extend(attach_all(&mv, &[c"tcp_probe"])?);
+        Ok(TcpMoves {
+            moved,
+            states,
+            _progs: [mv, st],
+            _links: links,
+            buf: BatchBuf::new(8, 4, 1024),
+        })
+    }
+
+    /// State changes counted so far (any TCP socket of any namespace).
+    pub fn state_changes(&self) -> io::Result<u64> {
+        read_count(&self.states)
+    }
+
+    /// Takes the cookies marked since the last drain into `out` (cleared first); `false`
+    /// when the map was full, so that some moves may have gone unmarked.
+    pub fn drain(&mut self, out: &mut Vec<u64>) -> io::Result<bool> {
+        out.clear();
+        let n = self.buf.drain(&self.moved, |k, _| {
+            out.push(u64::from_ne_bytes(k.try_into().expect("8-byte key")))
+        })?;
+        Ok(n < TCP_MOVES_CAPACITY)
+    }
+}
+
+/// The only entry of a one-entry array of u64 (a [`count_program`]'s count).
+fn read_count(map: &OwnedFd) -> io::Result<u64> {
+    let key = 0u32;
+    let mut value = [0u8; 8];
+    Attr::new()
+        .u32(0, map.as_raw_fd() as u32)
+        .u64(8, ptr(&key))
+        .u64(16, ptr(value.as_mut_ptr()))
+        .call(BPF_MAP_LOOKUP_ELEM)?;
+    Ok(u64::from_ne_bytes(value))
+}
+
+/// Attaches `prog` to each of `tps`, the error naming the tracepoint that failed.
+fn attach_all(prog: &OwnedFd, tps: &[&std::ffi::CStr]) -> io::Result<Vec<OwnedFd>> {
+    tps.iter()
+        .map(|tp| {
+            attach(prog, tp).map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("tracepoint {}: {e}", tp.to_string_lossy()),
+                )
+            })
+        })
+        .collect()
+}
+
+/// Buffers for [`BatchBuf::drain`]: keys and values of one batch, grown when one bucket
+/// holds more.
+struct BatchBuf {
+    key_len: usize,
+    value_len: usize,
+    keys: Vec<u8>,
+    values: Vec<u8>,
+}
+
+impl BatchBuf {
+    fn new(key_len: usize, value_len: usize, entries: usize) -> BatchBuf {
+        BatchBuf {
+            key_len,
+            value_len,
+            keys: vec![0; entries * key_len],
+            values: vec![0; entries * value_len],
+        }
+    }
+
+    /// Looks up and deletes every entry of hash map `map` in batches (Linux 5.6), calling
+    /// `f` with each key and value; the entries taken.
+    fn drain(&mut self, map: &OwnedFd, mut f: impl FnMut(&[u8], &[u8])) -> io::Result<u32> {
+        let (kl, vl) = (self.key_len, self.value_len);
+        // The batch token is an opaque key-sized cursor.
+        let mut token = [0u8; 8];
+        let mut first = true;
+        let mut total = 0u32;
+        loop {
+            let mut next = [0u8; 8];
+            let cap = (self.keys.len() / kl) as u32;
+            let mut attr = Attr::new()
+                .u64(0, if first { 0 } else { ptr(token.as_ptr()) })
+                .u64(8, ptr(next.as_mut_ptr()))
+                .u64(16, ptr(self.keys.as_mut_ptr()))
+                .u64(24, ptr(self.values.as_mut_ptr()))
+                .u32(32, cap)
+                .u32(36, map.as_raw_fd() as u32);
+            let r = attr.call(BPF_MAP_LOOKUP_AND_DELETE_BATCH);
+            let count = u32::from_ne_bytes(attr.0[32..36].try_into().expect("4 bytes"));
+            for i in 0..count as usize {
+                f(
+                    &self.keys[i * kl..(i + 1) * kl],
+                    &self.values[i * vl..(i + 1) * vl],
+                );
+            }
+            total += count;
+            match r {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => break,
+                // One bucket holds more than the buffer: grow it and go on from the same
+                // token.
+                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
+                    let n = self.keys.len() / kl * 2;
+                    self.keys.resize(n * kl, 0);
+                    self.values.resize(n * vl, 0);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+            token = next;
+            first = false;
+        }
+        Ok(total)
     }
 }
 
@@ -457,8 +725,7 @@ pub struct CpuCollector {
     /// shows at its next switch).
     tick_link: Option<OwnedFd>,
     batch: bool,
-    keys: Vec<u32>,
-    values: Vec<u8>,
+    buf: BatchBuf,
     capacity: u32,
 }
 
@@ -494,8 +761,7 @@ impl CpuCollector {
             _link: link,
             tick_link,
             batch: true,
-            keys: vec![0; 4096],
-            values: vec![0; 4096 * VALUE_LEN],
+            buf: BatchBuf::new(4, VALUE_LEN, 4096),
             capacity,
         })
     }
@@ -526,7 +792,7 @@ impl CpuCollector {
         Ok(out)
     }
 
-    fn take(&self, out: &mut Drain, tid: u32, v: &[u8]) {
+    fn take(out: &mut Drain, tid: u32, v: &[u8]) {
         let word = |at: usize| u32::from_ne_bytes(v[at..at + 4].try_into().expect("4 bytes"));
         let ns = u64::from_ne_bytes(v[..8].try_into().expect("8 bytes"));
         let (tgid, last_cpu) = (word(8), word(12));
@@ -573,42 +839,13 @@ impl CpuCollector {
     }
 
     fn drain_batch(&mut self, out: &mut Drain) -> io::Result<()> {
-        let mut token = 0u32;
-        let mut first = true;
-        let mut total = 0u32;
-        loop {
-            let mut next = 0u32;
-            let cap = self.keys.len() as u32;
-            let mut attr = Attr::new()
-                .u64(0, if first { 0 } else { ptr(&token) })
-                .u64(8, ptr(&raw mut next))
-                .u64(16, ptr(self.keys.as_mut_ptr()))
-                .u64(24, ptr(self.values.as_mut_ptr()))
-                .u32(32, cap)
-                .u32(36, self.cpu.as_raw_fd() as u32);
-            let r = attr.call(BPF_MAP_LOOKUP_AND_DELETE_BATCH);
-            let count = u32::from_ne_bytes(attr.0[32..36].try_into().expect("4 bytes"));
-            for i in 0..count as usize {
-                let v = &self.values[i * VALUE_LEN..(i + 1) * VALUE_LEN];
-                self.take(out, self.keys[i], v);
-            }
-            total += count;
-            match r {
-                Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => break,
-                // One bucket holds more than the buffer: grow it and go on from the same
-                // token.
-                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
-                    let n = self.keys.len() * 2;
-                    self.keys.resize(n, 0);
-                    self.values.resize(n * VALUE_LEN, 0);
-                    continue;
-                }
-                Err(e) => return Err(e),
-            }
-            token = next;
-            first = false;
-        }
+        let total = self.buf.drain(&self.cpu, |k, v| {
+            Self::take(
+                out,
+                u32::from_ne_bytes(k.try_into().expect("4-byte key")),
+                v,
+            )
+        })?;
         out.lost_full = total >= self.capacity;
         Ok(())
     }
@@ -646,7 +883,7 @@ impl CpuCollector {
                     .u32(0, fd)
                     .u64(8, ptr(k))
                     .call(BPF_MAP_DELETE_ELEM);
-                self.take(out, *k, &v);
+                Self::take(out, *k, &v);
             }
         }
         out.lost_full = keys.len() as u32 >= self.capacity;
@@ -794,15 +1031,26 @@ pub(crate) mod tests {
         assert_eq!(insns[3].code, 0x95);
     }
 
+    const OFFS: SockOffsets = SockOffsets {
+        skc_net: 48,
+        net_cookie: 200,
+        skc_cookie: 96,
+    };
+
     #[test]
     fn the_programs_end_in_exit_and_every_jump_stays_inside() {
         // Any fds do for the encoding.
         let f1 = OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
         let f2 = OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
-        for p in [program(&f1, &f2), count_program(&f1)] {
+        for p in [
+            program(&f1, &f2),
+            count_program(&f1),
+            tcp_move_program(&f1, OFFS, 7),
+            tcp_state_program(&f1, OFFS, 7),
+        ] {
             assert_eq!(p.last().unwrap().code, 0x95);
             for (i, insn) in p.iter().enumerate() {
-                if insn.code == 0x15 || insn.code == 0x05 {
+                if matches!(insn.code, 0x15 | 0x55 | 0x5d | 0x05) {
                     let to = i as isize + 1 + insn.off as isize;
                     assert!(
                         to > i as isize && (to as usize) < p.len(),

@@ -6,6 +6,7 @@ pub mod activity;
 pub mod actuator;
 pub mod attr;
 pub mod bpf;
+pub mod btf;
 pub mod coexist;
 pub mod cpufreq;
 pub mod error;

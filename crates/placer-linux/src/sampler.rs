@@ -91,9 +91,13 @@
 //!    /proc is of placer's own pid namespace (the one loadavg speaks of); the listing
 //!    every [`LIST_EVERY`] samples stays.
 //!
-//! The socket dump
-//! is skipped when not one TCP segment moved in this network namespace since the last one
-//! (`/proc/net/snmp`), whatever the sources.
+//! The sockets ([`tcp`], the rule [`plan::socket_read`]): with the kernel's socket marks
+//! ([`crate::bpf::TcpMoves`], root `/` with `kernel_events`), only the sockets a segment
+//! reached since the last sample are read again, and their mapping to processes stands;
+//! all are dumped at the first sample, after a TCP state change in the namespace, when a
+//! mark may be missing, every [`plan::SOCKET_DUMP_EVERY`] samples, and when more than half
+//! moved. Without the marks, the dump is skipped when not one TCP segment moved in this
+//! network namespace since the last one (`/proc/net/snmp`).
 //!
 //! Robustness: a process that exits mid-read (any of its files vanishes) is dropped
 //! silently; a malformed file drops only that process (or that line); only an unreadable
@@ -110,7 +114,8 @@
 //! the unowned set keeps sockets nobody can map (other users' without permission, sockets
 //! of processes in another PID namespace) from forcing a full re-read every cycle.
 //!
-//! When the dump was reused, the last sample mapped too, and no process's fd list was read
+//! When the sockets are the last sample's (reused, or the moved ones read again), the
+//! last sample mapped too, and no process's fd list was read
 //! again or is gone, the last sample's mapping stands as it was (nothing to recompute):
 //! only the sockets' owners are looked at. Every other process's sample either comes from
 //! the cache, which holds what the stage last gave it (`ProcReader::keep` takes each
@@ -133,6 +138,7 @@ pub mod plan;
 mod procs;
 mod sockets;
 mod system;
+mod tcp;
 
 pub use crate::activity::{Activity, ActivitySource};
 use crate::energy::EnergySource;
@@ -184,8 +190,11 @@ pub struct SampleStats {
     pub listed: bool,
     /// Processes that ran since the previous sample and were gone at this one.
     pub exited: usize,
-    /// No TCP segment moved since the last socket dump: its sockets were used again.
+    /// No TCP socket moved since the last sample (by the kernel's marks, else by the
+    /// namespace's segment counters): its sockets were used again.
     pub sockets_reused: bool,
+    /// Sockets read again because the kernel marked them as moved (no dump was made).
+    pub sockets_looked_up: usize,
     /// Threads of processes that ran taken from the collector's times, without reading
     /// their files.
     pub threads_from_collector: usize,
@@ -214,6 +223,9 @@ pub struct StageTimes {
     pub procs_ns: u64,
     /// The socket dump and the fd mapping.
     pub sockets_ns: u64,
+    /// Of `sockets_ns`, the sockets themselves (a dump, the moved ones read again, or the
+    /// last sample's kept), without their mapping to processes.
+    pub socket_read_ns: u64,
     /// Hardware counters.
     pub counters_ns: u64,
     /// Pages per NUMA node.
@@ -349,6 +361,7 @@ impl Sampler {
     pub fn set_kernel_events(&mut self, on: bool) {
         self.kernel_events = on;
         self.activity = None;
+        self.sockets.reprobe();
         self.status = None;
     }
 
@@ -425,11 +438,21 @@ impl Sampler {
                 },
             });
         }
-        sources.push(match self.sockets.probe() {
-            Some(Ok(_)) => Source {
+        let marks = self.kernel_events && self.root == Path::new("/");
+        sources.push(match self.sockets.probe(marks) {
+            Some(Ok(tcp)) => Source {
                 name: SourceKind::SockDiag,
                 available: true,
-                detail: "TCP sockets of this network namespace (IPv4, IPv6)".into(),
+                detail: match tcp.marks_missing() {
+                    None => format!(
+                        "TCP sockets of this network namespace (IPv4, IPv6); between dumps only those a segment reached are read again ({}, {})",
+                        crate::bpf::TCP_MOVES_PROG_NAME,
+                        crate::bpf::TCP_STATES_PROG_NAME
+                    ),
+                    Some(why) => format!(
+                        "TCP sockets of this network namespace (IPv4, IPv6), all dumped when a segment moved (socket marks: {why})"
+                    ),
+                },
             },
             Some(Err(e)) => Source {
                 name: SourceKind::SockDiag,
@@ -707,7 +730,7 @@ impl Sampler {
                 Some(_) => &reread,
                 None => &fresh,
             });
-            self.sockets.read(
+            let (sockets, read_ns) = self.sockets.read(
                 proc_,
                 &self.proc_dir,
                 self.pins.as_mut(),
@@ -718,7 +741,10 @@ impl Sampler {
                 &mut touched,
                 ran,
                 &mut stats,
-            )
+                timed,
+            );
+            stages.socket_read_ns = read_ns;
+            sockets
         } else {
             self.sockets.skipped();
             if std::mem::take(&mut self.may_hold.sockets) {

@@ -8,6 +8,11 @@
 //! process runs in — run placer inside a namespace (`ip netns exec`) to see that
 //! namespace's flows.
 //!
+//! Beside the dump, [`SockDiag::lookup`] reads given sockets only: one exact request
+//! (`inet_diag_sockid` with the socket's cookie, as the dump gave it) per socket, many in
+//! one datagram, their answers taken with few system calls. The kernel then finds each
+//! socket by its 4-tuple's hash instead of walking every bucket of its TCP table.
+//!
 //! Raw libc sockets rather than a netlink crate: the exchange is one request and a dump,
 //! the layouts are fixed kernel ABI (include/uapi/linux/inet_diag.h, tcp.h), and the parse
 //! is a pure function of the received bytes, tested on built messages. `struct tcp_info`
@@ -38,17 +43,53 @@ const TCPI_DATA_SEGS_OUT: usize = 156;
 /// TCP states asked for: all but LISTEN (10), TIME_WAIT (6) and NEW_SYN_RECV (12).
 const STATES: u32 = 0xfff & !(1 << 10) & !(1 << 6) & !(1 << 12);
 
+/// Whether a dump gives sockets in `state` ([`STATES`]): an exact request finds a socket
+/// whatever its state (a `TIME_WAIT` one, without `tcp_info`), which a dump would not list.
+fn listed_state(state: u8) -> bool {
+    state < 32 && STATES & (1 << state) != 0
+}
+
 fn align4(n: usize) -> usize {
     (n + 3) & !3
 }
 
-/// The request message (nlmsghdr + inet_diag_req_v2) dumping TCP sockets of `family`.
-pub fn build_request(family: u8, seq: u32) -> Vec<u8> {
+/// `inet_diag_sockid`'s length: ports, addresses, interface, cookie.
+const SOCKID_LEN: usize = 48;
+/// Exact requests sent in one datagram: their answers must fit the socket's receive
+/// buffer (about 1.5 KiB each of the default 208 KiB) before they are read.
+const LOOKUP_BATCH: usize = 64;
+/// Room for one answer (a `tcp_info` and a few small attributes: under 512 bytes today).
+const ANSWER_LEN: usize = 2048;
+
+/// A socket as sock_diag names it: its family and `inet_diag_sockid` (ports, addresses,
+/// interface, cookie), what an exact request needs to find it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SocketId {
+    pub family: u8,
+    id: [u8; SOCKID_LEN],
+}
+
+impl SocketId {
+    /// The kernel's cookie of the socket (`sock_gen_cookie`, unique while the machine
+    /// runs).
+    pub fn cookie(&self) -> u64 {
+        let lo = u32::from_ne_bytes(self.id[40..44].try_into().expect("4 bytes"));
+        let hi = u32::from_ne_bytes(self.id[44..48].try_into().expect("4 bytes"));
+        u64::from(lo) | (u64::from(hi) << 32)
+    }
+}
+
+/// Appends a request (nlmsghdr + inet_diag_req_v2) for TCP sockets of `family`: a dump of
+/// all but [`STATES`]' exclusions when `id` is `None`, else the one socket `id` names.
+fn push_request(m: &mut Vec<u8>, family: u8, id: Option<&[u8; SOCKID_LEN]>, seq: u32) {
     let len = NLMSG_HDR_LEN + REQ_LEN;
-    let mut m = Vec::with_capacity(len);
+    let start = m.len();
     m.extend_from_slice(&(len as u32).to_ne_bytes());
     m.extend_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
-    let flags = (libc::NLM_F_REQUEST | libc::NLM_F_DUMP) as u16;
+    let flags = match id {
+        None => libc::NLM_F_REQUEST | libc::NLM_F_DUMP,
+        Some(_) => libc::NLM_F_REQUEST,
+    } as u16;
     m.extend_from_slice(&flags.to_ne_bytes());
     m.extend_from_slice(&seq.to_ne_bytes());
     m.extend_from_slice(&0u32.to_ne_bytes());
@@ -57,7 +98,16 @@ pub fn build_request(family: u8, seq: u32) -> Vec<u8> {
     m.push(1 << (INET_DIAG_INFO - 1)); // idiag_ext: ask for tcp_info
     m.push(0);
     m.extend_from_slice(&STATES.to_ne_bytes());
-    m.resize(len, 0); // inet_diag_sockid: all zero = every socket
+    match id {
+        Some(id) => m.extend_from_slice(id),
+        None => m.resize(start + len, 0), // inet_diag_sockid: all zero = every socket
+    }
+}
+
+/// The request message dumping TCP sockets of `family`.
+pub fn build_request(family: u8, seq: u32) -> Vec<u8> {
+    let mut m = Vec::with_capacity(NLMSG_HDR_LEN + REQ_LEN);
+    push_request(&mut m, family, None, seq);
     m
 }
 
@@ -93,12 +143,16 @@ fn addr(family: u8, raw: &[u8], port_be: &[u8]) -> Option<SocketAddr> {
     Some(SocketAddr::new(ip, port))
 }
 
-/// Parses one `inet_diag_msg` (with its attributes) into a socket sample.
-fn parse_diag_msg(m: &[u8]) -> Option<SocketSample> {
+/// Parses one `inet_diag_msg` (with its attributes) into a socket sample and its id.
+fn parse_diag_msg(m: &[u8]) -> Option<(SocketSample, SocketId)> {
     if m.len() < DIAG_MSG_LEN {
         return None;
     }
     let family = m[0];
+    let id = SocketId {
+        family,
+        id: m[4..4 + SOCKID_LEN].try_into().ok()?,
+    };
     let state = m[1];
     let local = addr(family, &m[8..24], &m[4..6])?;
     let remote = addr(family, &m[24..40], &m[6..8])?;
@@ -133,12 +187,19 @@ fn parse_diag_msg(m: &[u8]) -> Option<SocketSample> {
         }
         at += align4(len);
     }
-    Some(s)
+    Some((s, id))
+}
+
+/// Sockets and their ids, in the same order.
+#[derive(Debug, Default, Clone)]
+pub struct Found {
+    pub sockets: Vec<SocketSample>,
+    pub ids: Vec<SocketId>,
 }
 
 /// Parses one received datagram of a dump (several netlink messages), appending sockets.
 /// Truncated or unknown messages are skipped; the rest of the datagram still counts.
-pub fn parse_chunk(buf: &[u8], out: &mut Vec<SocketSample>) -> Chunk {
+pub fn parse_chunk(buf: &[u8], out: &mut Found) -> Chunk {
     let mut at = 0;
     while at + NLMSG_HDR_LEN <= buf.len() {
         let (Some(len), Some(ty)) = (u32_ne(buf, at), u16_ne(buf, at + 4)) else {
@@ -158,8 +219,9 @@ pub fn parse_chunk(buf: &[u8], out: &mut Vec<SocketSample>) -> Chunk {
                 }
             }
             SOCK_DIAG_BY_FAMILY => {
-                if let Some(s) = parse_diag_msg(body) {
-                    out.push(s);
+                if let Some((s, id)) = parse_diag_msg(body) {
+                    out.sockets.push(s);
+                    out.ids.push(id);
                 }
             }
             _ => {}
@@ -174,6 +236,8 @@ pub struct SockDiag {
     fd: libc::c_int,
     seq: u32,
     buf: Vec<u8>,
+    /// [`LOOKUP_BATCH`] answers of [`ANSWER_LEN`] bytes.
+    answers: Vec<u8>,
 }
 
 impl SockDiag {
@@ -208,21 +272,42 @@ impl SockDiag {
             fd,
             seq: 0,
             buf: vec![0; 64 * 1024],
+            answers: vec![0; LOOKUP_BATCH * ANSWER_LEN],
         })
     }
 
     /// Every TCP socket (IPv4 and IPv6) of the current network namespace.
-    pub fn tcp_sockets(&mut self) -> io::Result<Vec<SocketSample>> {
-        let mut out = Vec::new();
+    pub fn tcp_sockets(&mut self) -> io::Result<Found> {
+        let mut out = Found::default();
         for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
             self.dump(family, &mut out)?;
         }
         Ok(out)
     }
 
-    fn dump(&mut self, family: u8, out: &mut Vec<SocketSample>) -> io::Result<()> {
-        self.seq = self.seq.wrapping_add(1);
-        let req = build_request(family, self.seq);
+    /// The cookie of the network namespace this socket (and so each dump) sees
+    /// (`SO_NETNS_COOKIE`, Linux 5.14).
+    pub fn netns_cookie(&self) -> io::Result<u64> {
+        const SO_NETNS_COOKIE: libc::c_int = 71;
+        let mut v = 0u64;
+        let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
+        // SAFETY: v and len are valid for writes of the given size.
+        let r = unsafe {
+            libc::getsockopt(
+                self.fd,
+                libc::SOL_SOCKET,
+                SO_NETNS_COOKIE,
+                &mut v as *mut u64 as *mut libc::c_void,
+                &mut len,
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(v)
+    }
+
+    fn send(&self, req: &[u8]) -> io::Result<()> {
         // SAFETY: sockaddr_nl zeroed is a valid "to the kernel" address.
         let mut sa: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
         sa.nl_family = libc::AF_NETLINK as u16;
@@ -240,6 +325,112 @@ impl SockDiag {
         if n < 0 {
             return Err(io::Error::last_os_error());
         }
+        Ok(())
+    }
+
+    /// The sockets `ids` name as they are now, in their order: `None` for one that is
+    /// gone. Exact requests, [`LOOKUP_BATCH`] to a datagram, their answers read with
+    /// `recvmmsg`.
+    pub fn lookup(&mut self, ids: &[SocketId]) -> io::Result<Vec<Option<SocketSample>>> {
+        let mut out = vec![None; ids.len()];
+        let mut req = Vec::with_capacity(LOOKUP_BATCH * (NLMSG_HDR_LEN + REQ_LEN));
+        for (batch, chunk) in ids.chunks(LOOKUP_BATCH).enumerate() {
+            req.clear();
+            let first = self.seq.wrapping_add(1);
+            for id in chunk {
+                self.seq = self.seq.wrapping_add(1);
+                push_request(&mut req, id.family, Some(&id.id), self.seq);
+            }
+            self.send(&req)?;
+            let base = batch * LOOKUP_BATCH;
+            let mut answered = 0;
+            // Bounded: each round takes at least one answer, or fails (the receive
+            // timeout); stale answers of an earlier, failed exchange are skipped by seq.
+            for _ in 0..4 * LOOKUP_BATCH {
+                if answered == chunk.len() {
+                    break;
+                }
+                for m in self.receive_many(chunk.len() - answered)? {
+                    let a = &self.answers[m.0 * ANSWER_LEN..m.0 * ANSWER_LEN + m.1];
+                    let Some(seq) = u32_ne(a, 8) else { continue };
+                    let at = seq.wrapping_sub(first) as usize;
+                    if at >= chunk.len() {
+                        continue;
+                    }
+                    answered += 1;
+                    let mut found = Found::default();
+                    match parse_chunk(a, &mut found) {
+                        // No such socket, or its 4-tuple now names another (cookie).
+                        Chunk::Error(e) if e == libc::ENOENT || e == libc::ESTALE => {}
+                        Chunk::Error(e) => return Err(io::Error::from_raw_os_error(e)),
+                        // A socket in a state a dump leaves out is gone for a sample.
+                        _ => out[base + at] = found.sockets.pop().filter(|s| listed_state(s.state)),
+                    }
+                }
+            }
+            if answered < chunk.len() {
+                return Err(io::Error::other("sock_diag: answers missing"));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Receives up to `want` datagrams into `answers`, waiting for the first only: each
+    /// (slot, length).
+    fn receive_many(&mut self, want: usize) -> io::Result<Vec<(usize, usize)>> {
+        let want = want.min(LOOKUP_BATCH);
+        let mut iovs: Vec<libc::iovec> = self
+            .answers
+            .chunks_mut(ANSWER_LEN)
+            .take(want)
+            .map(|b| libc::iovec {
+                iov_base: b.as_mut_ptr() as *mut libc::c_void,
+                iov_len: b.len(),
+            })
+            .collect();
+        // SAFETY: an all-zero mmsghdr is valid (no name, no control data).
+        let mut msgs: Vec<libc::mmsghdr> =
+            (0..want).map(|_| unsafe { std::mem::zeroed() }).collect();
+        for (m, iov) in msgs.iter_mut().zip(iovs.iter_mut()) {
+            m.msg_hdr.msg_iov = iov;
+            m.msg_hdr.msg_iovlen = 1;
+        }
+        let n = loop {
+            // SAFETY: msgs and the buffers their iovecs point to live across the call.
+            let n = unsafe {
+                libc::recvmmsg(
+                    self.fd,
+                    msgs.as_mut_ptr(),
+                    want as libc::c_uint,
+                    libc::MSG_WAITFORONE,
+                    std::ptr::null_mut(),
+                )
+            };
+            if n >= 0 {
+                break n as usize;
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        };
+        msgs[..n]
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                if m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
+                    Err(io::Error::other("sock_diag: an answer was truncated"))
+                } else {
+                    Ok((i, m.msg_len as usize))
+                }
+            })
+            .collect()
+    }
+
+    fn dump(&mut self, family: u8, out: &mut Found) -> io::Result<()> {
+        self.seq = self.seq.wrapping_add(1);
+        let req = build_request(family, self.seq);
+        self.send(&req)?;
         // Bounded: a dump of even a million sockets ends well within this many datagrams.
         for _ in 0..1_000_000 {
             // SAFETY: buf is valid for its length.
@@ -356,8 +547,11 @@ mod tests {
         let mut buf = diag_msg(a, b, 4242, 232);
         buf.extend(diag_msg(c, d, 7, 104)); // old kernel: tcp_info ends before bytes_acked
         buf.extend(nl(SOCK_DIAG_BY_FAMILY, &[1, 2, 3])); // truncated diag msg: skipped
-        let mut out = Vec::new();
-        assert_eq!(parse_chunk(&buf, &mut out), Chunk::More);
+        let mut found = Found::default();
+        assert_eq!(parse_chunk(&buf, &mut found), Chunk::More);
+        assert_eq!(found.ids.len(), 2);
+        assert_eq!(found.ids[0].family, libc::AF_INET as u8);
+        let out = &found.sockets;
         assert_eq!(out.len(), 2);
         assert_eq!((out[0].local, out[0].remote, out[0].inode), (a, b, 4242));
         assert_eq!((out[0].bytes_acked, out[0].bytes_received), (1000, 2000));
@@ -365,6 +559,7 @@ mod tests {
         assert_eq!((out[0].data_segs_in, out[0].data_segs_out), (15, 5));
         assert_eq!((out[1].local, out[1].remote), (c, d));
         assert_eq!((out[1].bytes_acked, out[1].segs_in), (0, 0));
+        let mut out = Found::default();
         let done = nl(NLMSG_DONE, &[0; 4]);
         assert_eq!(parse_chunk(&done, &mut out), Chunk::Done);
         let err = nl(NLMSG_ERROR, &(-libc::EPERM).to_ne_bytes());
@@ -372,6 +567,7 @@ mod tests {
         // Garbage never panics.
         assert_eq!(parse_chunk(&[0xff; 7], &mut out), Chunk::More);
         assert_eq!(parse_chunk(&[0xff; 40], &mut out), Chunk::More);
+        assert!(out.sockets.is_empty() && out.ids.is_empty());
     }
 
     #[test]
@@ -389,7 +585,8 @@ mod tests {
         use std::io::Write;
         (&c).write_all(&[7u8; 5000]).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(50));
-        let socks = sd.tcp_sockets().unwrap();
+        let found = sd.tcp_sockets().unwrap();
+        let socks = &found.sockets;
         let me = c.local_addr().unwrap();
         let s = socks.iter().find(|s| s.local == me).expect("client socket");
         assert_eq!(s.remote, l.local_addr().unwrap());
@@ -399,5 +596,64 @@ mod tests {
         assert!((5000..=5001).contains(&s.bytes_acked), "{s:?}");
         let peer = socks.iter().find(|s| s.remote == me).expect("server side");
         assert_eq!(peer.bytes_received, 5000);
+        // An exact lookup of both sockets gives what the dump gave, and after more bytes,
+        // what a new dump gives; a closed socket is gone.
+        let at = |f: &dyn Fn(&SocketSample) -> bool| found.ids[socks.iter().position(f).unwrap()];
+        let ids = [at(&|s| s.local == me), at(&|s| s.remote == me)];
+        let got = sd.lookup(&ids).unwrap();
+        assert_eq!(got[0].as_ref(), Some(s));
+        assert_eq!(got[1].as_ref(), Some(peer));
+        (&c).write_all(&[7u8; 3000]).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let got = sd.lookup(&ids).unwrap();
+        let again = sd.tcp_sockets().unwrap();
+        for g in got.iter().flatten() {
+            let d = again.sockets.iter().find(|x| x.inode == g.inode).unwrap();
+            assert_eq!(g, d);
+        }
+        assert_eq!(got[1].as_ref().unwrap().bytes_received, 8000);
+        drop(c);
+        drop(_s);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        // Closed: the client goes on in FIN_WAIT/TIME_WAIT; the server side is gone or
+        // closing. A socket with a cookie that no longer matches is gone.
+        let mut stale = ids[0];
+        stale.id[40] ^= 0xff;
+        assert_eq!(sd.lookup(&[stale]).unwrap(), vec![None]);
+    }
+
+    #[test]
+    fn a_lookup_keeps_only_the_states_a_dump_lists() {
+        assert!(listed_state(1), "ESTABLISHED");
+        assert!(listed_state(8), "CLOSE_WAIT");
+        for gone in [6, 10, 12, 13, 200] {
+            assert!(!listed_state(gone), "{gone}");
+        }
+    }
+
+    #[test]
+    fn an_exact_request_carries_the_id_and_no_dump_flag() {
+        let mut id = SocketId {
+            family: libc::AF_INET6 as u8,
+            id: [0; SOCKID_LEN],
+        };
+        for (i, b) in id.id.iter_mut().enumerate() {
+            *b = i as u8;
+        }
+        assert_eq!(
+            id.cookie(),
+            u64::from_ne_bytes([40, 41, 42, 43, 44, 45, 46, 47])
+        );
+        let mut m = Vec::new();
+        push_request(&mut m, id.family, Some(&id.id), 9);
+        assert_eq!(m.len(), NLMSG_HDR_LEN + REQ_LEN);
+        assert_eq!(u16_ne(&m, 6), Some(libc::NLM_F_REQUEST as u16));
+        assert_eq!(u32_ne(&m, 8), Some(9));
+        assert_eq!(m[16], libc::AF_INET6 as u8);
+        assert_eq!(&m[24..], &id.id[..]);
+        // Two requests in one buffer, each whole.
+        push_request(&mut m, id.family, None, 10);
+        assert_eq!(m.len(), 2 * (NLMSG_HDR_LEN + REQ_LEN));
+        assert_eq!(&m[72..], &build_request(id.family, 10)[..]);
     }
 }

@@ -148,6 +148,13 @@ fn quick_runs(dir: &Path) -> Vec<(&'static str, Vec<String>, bool)> {
             false,
         ),
         (
+            "bench sockets",
+            s(&[
+                "bench", "sockets", "--conns", "4", "--moving", "2", "--runs", "2", "--json",
+            ]),
+            true,
+        ),
+        (
             "bench sim",
             s(&["bench", "sim", "--runs", "1", "--duration", "1s", "--json"]),
             false,

@@ -207,6 +207,68 @@ pub fn socket_dump_due(segments: Option<(u64, u64)>, at_last_dump: Option<(u64, 
     segments.is_none() || segments != at_last_dump
 }
 
+/// How a sample gets its TCP sockets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SocketRead {
+    /// The last sample's, as they were.
+    Reuse,
+    /// All of them, dumped.
+    Dump,
+    /// The last sample's, with those that moved read again.
+    Lookup,
+}
+
+/// Samples between two dumps at most, with the kernel's socket marks: what the marks do
+/// not see (a sender's segments out between two ACKs, segments in states other than
+/// ESTABLISHED) shows at the latest then.
+pub const SOCKET_DUMP_EVERY: u64 = 64;
+
+/// What the kernel's socket marks ([`crate::bpf::TcpMoves`]) say at a sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SocketMarks {
+    /// TCP state changes counted now, and when taken just before the last dump.
+    pub states_now: u64,
+    pub states_at_dump: Option<u64>,
+    /// The drain took every mark (the map was not full).
+    pub complete: bool,
+    /// Sockets of the last sample that were marked, and how many it holds.
+    pub moved: usize,
+    pub known: usize,
+    /// Samples since the last dump.
+    pub since_dump: u64,
+}
+
+/// The socket rule. With the marks: a dump when a socket may have come or gone (a state
+/// changed since the last dump, or none was made), when a mark may be missing (a full
+/// map), every [`SOCKET_DUMP_EVERY`] samples, and when more than half the sockets moved
+/// (then the dump costs less than reading them one by one: see docs/figures.md); else the
+/// sockets that moved are read, and with none, the last sample's stand. Without them, the
+/// segment counters' rule ([`socket_dump_due`]).
+pub fn socket_read(
+    marks: Option<SocketMarks>,
+    segments: Option<(u64, u64)>,
+    segments_at_dump: Option<(u64, u64)>,
+) -> SocketRead {
+    let Some(m) = marks else {
+        return if socket_dump_due(segments, segments_at_dump) {
+            SocketRead::Dump
+        } else {
+            SocketRead::Reuse
+        };
+    };
+    if m.states_at_dump != Some(m.states_now)
+        || !m.complete
+        || m.since_dump >= SOCKET_DUMP_EVERY
+        || m.moved * 2 > m.known
+    {
+        SocketRead::Dump
+    } else if m.moved == 0 {
+        SocketRead::Reuse
+    } else {
+        SocketRead::Lookup
+    }
+}
+
 /// Socket mapping, rules 1-2 of its doc: a process's fd directory is re-read when it is
 /// new (or its pid reused) or its fd count changed; with the collector, a process not
 /// read again this sample keeps its cached sockets without even its count being taken.
@@ -475,8 +537,52 @@ mod tests {
     }
 
     #[test]
-    fn socket_dump_is_reused_only_while_no_segment_moved() {
+    fn sockets_are_reused_dumped_or_read_again_by_the_rule() {
         assert!(!socket_dump_due(Some((1, 2)), Some((1, 2))));
+        // With the marks, the segment counters do not matter.
+        let m = SocketMarks {
+            states_now: 5,
+            states_at_dump: Some(5),
+            complete: true,
+            moved: 0,
+            known: 10,
+            since_dump: 3,
+        };
+        use SocketRead::*;
+        assert_eq!(socket_read(Some(m), Some((1, 3)), Some((1, 2))), Reuse);
+        assert_eq!(
+            socket_read(Some(SocketMarks { moved: 2, ..m }), None, None),
+            Lookup
+        );
+        assert_eq!(
+            socket_read(Some(SocketMarks { moved: 5, ..m }), None, None),
+            Lookup
+        );
+        assert_eq!(
+            socket_read(Some(SocketMarks { moved: 6, ..m }), None, None),
+            Dump
+        );
+        for changed in [
+            SocketMarks { states_now: 6, ..m },
+            SocketMarks {
+                states_at_dump: None,
+                ..m
+            },
+            SocketMarks {
+                complete: false,
+                ..m
+            },
+            SocketMarks {
+                since_dump: SOCKET_DUMP_EVERY,
+                ..m
+            },
+        ] {
+            assert_eq!(socket_read(Some(changed), Some((1, 2)), Some((1, 2))), Dump);
+        }
+        // Without them, the counters' rule.
+        assert_eq!(socket_read(None, Some((1, 2)), Some((1, 2))), Reuse);
+        assert_eq!(socket_read(None, Some((1, 3)), Some((1, 2))), Dump);
+        assert_eq!(socket_read(None, None, None), Dump);
         assert!(socket_dump_due(Some((1, 3)), Some((1, 2))));
         assert!(socket_dump_due(None, None));
         assert!(socket_dump_due(Some((1, 2)), None));

@@ -1,12 +1,12 @@
-//! TCP sockets and the processes that own them: the sock_diag dump (skipped while no TCP
-//! segment moved) and the mapping of socket inodes to processes through their fd
-//! directories, cached per process (the rules in the [sampler's doc](super)).
+//! TCP sockets and the processes that own them: the sockets ([`super::tcp`]: dumped, read
+//! again where they moved, or kept) and the mapping of socket inodes to processes through
+//! their fd directories, cached per process (the rules in the [sampler's doc](super)).
 
 use super::plan;
+use super::tcp::TcpReader;
 use super::SampleStats;
 use crate::pid::{PidMap, PidSet};
 use crate::procfs::{parse_tcp_segments, socket_inode};
-use crate::sockdiag::SockDiag;
 use crate::sys::{Dir, Pins};
 use placer_core::sample::{ProcSample, SocketSample};
 use std::collections::HashSet;
@@ -27,12 +27,9 @@ struct FdEntry {
 /// The socket side of a sample, with what it keeps between samples.
 pub(super) struct SocketReader {
     use_sock_diag: bool,
-    sock_diag: Option<std::result::Result<SockDiag, String>>,
+    tcp: Option<std::result::Result<TcpReader, String>>,
     fd_cache: PidMap<FdEntry>,
     last_unowned: HashSet<u64>,
-    /// TCP segments in and out at the last socket dump, and that dump.
-    last_tcp_segments: Option<(u64, u64)>,
-    last_sockets: Arc<[SocketSample]>,
     /// The last sample mapped sockets to processes (the stage ran): its mapping is what
     /// the cached samples hold.
     mapped_last: bool,
@@ -44,21 +41,25 @@ impl SocketReader {
     pub(super) fn new(use_sock_diag: bool) -> SocketReader {
         SocketReader {
             use_sock_diag,
-            sock_diag: None,
+            tcp: None,
             fd_cache: PidMap::default(),
             last_unowned: HashSet::new(),
-            last_tcp_segments: None,
-            last_sockets: Arc::default(),
             mapped_last: false,
         }
     }
 
-    /// Opens sock_diag when it is to be used: `None` when it is not, else whether it opened.
-    pub(super) fn probe(&mut self) -> Option<&std::result::Result<SockDiag, String>> {
-        if self.use_sock_diag && self.sock_diag.is_none() {
-            self.sock_diag = Some(SockDiag::open().map_err(|e| e.to_string()));
+    /// Opens sock_diag when it is to be used, with the kernel's socket marks when `marks`:
+    /// `None` when it is not, else whether it opened.
+    pub(super) fn probe(&mut self, marks: bool) -> Option<&std::result::Result<TcpReader, String>> {
+        if self.use_sock_diag && self.tcp.is_none() {
+            self.tcp = Some(TcpReader::open(marks));
         }
-        self.sock_diag.as_ref()
+        self.tcp.as_ref()
+    }
+
+    /// Opens sock_diag again at the next probe (the socket marks asked for changed).
+    pub(super) fn reprobe(&mut self) {
+        self.tcp = None;
     }
 
     /// Forget the cached sockets of `pid` (its fds are read again).
@@ -66,15 +67,20 @@ impl SocketReader {
         self.fd_cache.remove(&pid);
     }
 
-    /// A sample without the socket stage: the next one maps every process again.
+    /// A sample without the socket stage: the next one maps every process again, and the
+    /// kernel's socket marks are let go until then.
     pub(super) fn skipped(&mut self) {
         self.mapped_last = false;
+        if let Some(Ok(tcp)) = &mut self.tcp {
+            tcp.skipped();
+        }
     }
 
-    /// This sample's TCP sockets, each process's `socket_inodes` filled in. `ran`: with
-    /// the collector, the processes read again this sample (the others cannot have opened
-    /// or closed an fd). `pins`: on this machine's root (the TCP MIB is this namespace's,
-    /// so an unmoved segment count can spare the dump), its files kept open.
+    /// This sample's TCP sockets, each process's `socket_inodes` filled in, and with
+    /// `timed`, the thread's CPU ns spent reading the sockets (not mapping them). `ran`:
+    /// with the collector, the processes read again this sample (the others cannot have
+    /// opened or closed an fd). `pins`: on this machine's root (the TCP MIB is this
+    /// namespace's, so an unmoved segment count can spare the dump), its files kept open.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn read(
         &mut self,
@@ -88,40 +94,50 @@ impl SocketReader {
         touched: &mut Vec<usize>,
         ran: Option<&PidSet>,
         stats: &mut SampleStats,
-    ) -> Arc<[SocketSample]> {
+        timed: bool,
+    ) -> (Arc<[SocketSample]>, u64) {
         // Without sock_diag there are no sockets, hence nothing to map to processes.
-        let Some(Ok(sd)) = &mut self.sock_diag else {
-            return Arc::default();
+        let Some(Ok(tcp)) = &mut self.tcp else {
+            return (Arc::default(), 0);
         };
-        // The dump walks every bucket of the kernel's TCP hash, however few sockets there
-        // are: when not one TCP segment moved in this namespace since the last dump (the
-        // TCP MIB, /proc/net/snmp), no socket changed, and the last dump is still true.
-        let segs = pins.and_then(|p| {
-            p.read(proc_, "self/net/snmp", buf)
-                .ok()
-                .and_then(|()| parse_tcp_segments(buf))
-        });
-        let mut sockets = Arc::default();
-        if !plan::socket_dump_due(segs, self.last_tcp_segments) {
-            sockets = self.last_sockets.clone();
-            stats.sockets_reused = true;
+        let t0 = if timed {
+            crate::sys::thread_cpu_ns()
         } else {
-            match sd.tcp_sockets() {
-                Ok(s) => {
-                    sockets = s.into();
-                    self.last_sockets = sockets.clone();
-                    self.last_tcp_segments = segs;
-                }
-                Err(e) => {
-                    tracing::debug!("sock_diag: {e}");
-                    self.last_tcp_segments = None;
-                }
-            }
-        }
+            0
+        };
+        // Without the marks: the dump walks every bucket of the kernel's TCP hash, however
+        // few sockets there are; when not one TCP segment moved in this namespace since
+        // the last dump (the TCP MIB, /proc/net/snmp), no socket changed, and the last dump
+        // is still true.
+        let (sockets, read) = tcp.read(|| {
+            pins.and_then(|p| {
+                p.read(proc_, "self/net/snmp", buf)
+                    .ok()
+                    .and_then(|()| parse_tcp_segments(buf))
+            })
+        });
+        let read_ns = if timed {
+            crate::sys::thread_cpu_ns().saturating_sub(t0)
+        } else {
+            0
+        };
+        stats.sockets_reused = read.how == plan::SocketRead::Reuse;
+        stats.sockets_looked_up = read.looked_up;
+        // Read again or kept, the sockets are the last sample's: so is their mapping.
+        let same_sockets = read.how != plan::SocketRead::Dump;
         self.map_sockets(
-            proc_, proc_dir, procs, alive, same_set, touched, &sockets, ran, stats,
+            proc_,
+            proc_dir,
+            procs,
+            alive,
+            same_set,
+            same_sockets,
+            touched,
+            &sockets,
+            ran,
+            stats,
         );
-        sockets
+        (sockets, read_ns)
     }
 
     /// The socket inodes among a process's open fds, and the fd count (`None`: exited).
@@ -157,6 +173,7 @@ impl SocketReader {
         procs: &mut [Arc<ProcSample>],
         alive: &PidSet,
         same_set: bool,
+        same_sockets: bool,
         touched: &mut Vec<usize>,
         sockets: &[placer_core::sample::SocketSample],
         ran: Option<&PidSet>,
@@ -170,7 +187,7 @@ impl SocketReader {
         // The dump as before, the last sample mapped, no process gone, no fd list read
         // again (below): every process owns what it owned, and that mapping stands.
         let was_mapped = std::mem::take(&mut self.mapped_last);
-        let same = stats.sockets_reused && was_mapped && self.fd_cache.len() == cached;
+        let same = same_sockets && was_mapped && self.fd_cache.len() == cached;
         // Whose fd count is checked: with the collector, when the last sample mapped this
         // same set of processes (so each has its entry from it), only those read again;
         // else every process.

@@ -9,6 +9,7 @@ pub mod bench_net;
 pub mod bench_overhead;
 pub mod bench_qos;
 pub mod bench_sim;
+pub mod bench_sockets;
 pub mod bench_topo;
 pub mod bench_verdicts;
 pub mod contention_pairs;

@@ -14,6 +14,8 @@ pub struct Args {
 pub enum BenchCmd {
     /// Time to read the topology of a root (default /), median of runs.
     Topo(placer::bench::bench_topo::Args),
+    /// The socket stage with the kernel's socket marks against a dump each sample.
+    Sockets(placer::bench::bench_sockets::Args),
     /// Cost of one sample+observe cycle.
     Cycle(placer::bench::bench_cycle::Args),
     /// Daemon cycle overhead and reaction time of net-affinity.
@@ -37,6 +39,7 @@ pub enum BenchCmd {
 pub fn run(args: Args) -> Result<()> {
     match args.what {
         BenchCmd::Topo(a) => placer::bench::bench_topo::run(a),
+        BenchCmd::Sockets(a) => placer::bench::bench_sockets::run(a),
         BenchCmd::Cycle(a) => placer::bench::bench_cycle::run(a),
         BenchCmd::Daemon(a) => placer::bench::bench_daemon::run(a),
         BenchCmd::Overhead(a) => placer::bench::bench_overhead::run(a),

@@ -26,6 +26,13 @@
 //! Known loss: an increment that lands between the drain's lookup and its delete of the
 //! same entry (microseconds, once a second) is lost; the batch drain takes each bucket's
 //! lock, which narrows that window to the program's own lockless add.
+//!
+//! Beside it, two smaller sources of the same kind: [`CgroupMoves`] (a count of the
+//! kernel's cgroup moves) and [`TcpMoves`] (which TCP sockets of placer's network namespace
+//! received a segment, and a count of their state changes). The socket programs do read
+//! kernel structures (a socket's namespace and cookie), with `bpf_probe_read_kernel` at
+//! offsets taken from the running kernel's BTF ([`crate::btf`]) when they are loaded: still
+//! no compiler, no relocation and no file beside the binary.
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;

@@ -107,7 +107,8 @@
 //! process's `fd/` directory is re-read only when (1) the process is new (or its PID was
 //! reused), (2) its open-fd count, looked at when it ran (rule 4), changed
 //! (`stat(proc/PID/fd).st_size` is the number of open fds since Linux 6.2; on older
-//! kernels it is constant and this rule is inert), or
+//! kernels it is constant and this rule is inert; for placer's own process, the count
+//! less the files its samplers keep open, which move as processes come and go), or
 //! (3) sock_diag reports a socket inode that no cached process owns and that was not
 //! already unowned in the previous sample — then every process not re-read this cycle is
 //! re-read once. Rule 3 catches an fd swapped for another at a constant count; remembering
@@ -195,6 +196,9 @@ pub struct SampleStats {
     pub sockets_reused: bool,
     /// Sockets read again because the kernel marked them as moved (no dump was made).
     pub sockets_looked_up: usize,
+    /// This process's own fd list was read again (its count, less its pinned files,
+    /// moved).
+    pub own_fds_scanned: bool,
     /// Threads of processes that ran taken from the collector's times, without reading
     /// their files.
     pub threads_from_collector: usize,
@@ -1639,6 +1643,62 @@ Cpus_allowed_list:	1
         }
         // Other tests' traffic may move segments in some samples, not in all.
         assert!(reused > 0, "the dump was never reused");
+    }
+
+    #[test]
+    fn this_process_keeping_files_open_does_not_read_its_own_fd_list_again() {
+        // Its samplers keep other processes' files open and let them go as processes come
+        // and go: the process's fd count moves by hundreds with no socket among them, and
+        // its own fd list (hundreds of fstat calls, then the whole mapping again) need not
+        // be read. Other tests of this binary open sockets meanwhile: some attempts may
+        // read it for them, not all.
+        let mut s = Sampler::new(Path::new("/"));
+        if !s.sources().has(SourceKind::SockDiag) {
+            placer_testkit::skip(&format!(
+                "{:?}",
+                s.sources().why_missing(SourceKind::SockDiag)
+            ));
+            return;
+        }
+        let req = SampleRequest {
+            sockets: true,
+            ..Default::default()
+        };
+        s.sample(req).unwrap();
+        s.sample(req).unwrap();
+        let fds = || std::fs::read_dir("/proc/self/fd").unwrap().count();
+        let (mut spared, mut moved_most) = (0, 0);
+        for _ in 0..5 {
+            let before = fds();
+            // Another sampler's first sample on the /proc path keeps files open.
+            let mut other = Sampler::new(Path::new("/"));
+            other.set_kernel_events(false);
+            other.set_sock_diag(false);
+            other.sample(SampleRequest::default()).unwrap();
+            let moved = fds().abs_diff(before);
+            moved_most = moved_most.max(moved);
+            // Some CPU ticks run before each sample: the collector sees this process run,
+            // and its fd count is looked at (rule 4).
+            let ran = |s: &mut Sampler| {
+                let spin = std::time::Instant::now();
+                while spin.elapsed() < std::time::Duration::from_millis(25) {
+                    std::hint::black_box(0u64);
+                }
+                s.sample(req).unwrap();
+            };
+            ran(&mut s);
+            spared += usize::from(moved > 20 && !s.last_stats.own_fds_scanned);
+            drop(other);
+            ran(&mut s);
+        }
+        assert!(
+            moved_most > 20,
+            "the other sampler kept {moved_most} files open"
+        );
+        assert!(
+            spared > 0,
+            "this process's fd list was read again at every attempt"
+        );
     }
 
     /// A sampler of this machine without the collector (every process read each sample,

@@ -622,9 +622,21 @@ fn read_whole(fd: libc::c_int, what: &str, from_start: bool, buf: &mut String) -
 /// by another would go unseen through the old one.
 pub(crate) struct PinnedFile(std::os::fd::OwnedFd);
 
+/// Files this process has open now as [`PinnedFile`]s and [`Dir`]s, all its samplers
+/// together.
+static KEPT_OPEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many files this process has open as [`PinnedFile`]s and [`Dir`]s: its open-fd
+/// count less these moves only when it opens or closes something else (a socket among
+/// them), not each time a sampler keeps another process's `stat` open or lets one go.
+pub(crate) fn kept_open_files() -> u64 {
+    KEPT_OPEN.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 impl PinnedFile {
     pub(crate) fn open(dir: &Dir, rel: &str) -> io::Result<PinnedFile> {
         let fd = dir.open_file(rel)?;
+        KEPT_OPEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // SAFETY: a new fd nothing else owns.
         Ok(PinnedFile(unsafe {
             <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd)
@@ -634,6 +646,12 @@ impl PinnedFile {
     /// The whole file as it is now (`what` names it in errors).
     pub(crate) fn read(&self, what: &str, buf: &mut String) -> io::Result<()> {
         read_whole(std::os::fd::AsRawFd::as_raw_fd(&self.0), what, true, buf)
+    }
+}
+
+impl Drop for PinnedFile {
+    fn drop(&mut self) {
+        KEPT_OPEN.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -697,6 +715,7 @@ impl Dir {
         if fd < 0 {
             Err(io::Error::last_os_error())
         } else {
+            KEPT_OPEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             Ok(Dir(fd))
         }
     }
@@ -791,6 +810,7 @@ impl Dir {
 
 impl Drop for Dir {
     fn drop(&mut self) {
+        KEPT_OPEN.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         // SAFETY: the fd is owned and closed once.
         unsafe { libc::close(self.0) };
     }

@@ -24,6 +24,11 @@ struct FdEntry {
     live: Vec<u64>,
 }
 
+/// Whether `pid` under `proc_dir` is this process, on this machine's /proc.
+fn is_own(proc_dir: &Path, pid: u32) -> bool {
+    pid == std::process::id() && proc_dir == Path::new("/proc")
+}
+
 /// The socket side of a sample, with what it keeps between samples.
 pub(super) struct SocketReader {
     use_sock_diag: bool,
@@ -143,8 +148,8 @@ impl SocketReader {
     /// The socket inodes among a process's open fds, and the fd count (`None`: exited).
     fn scan_fds(proc_dir: &Path, pid: u32) -> Option<Vec<u64>> {
         // This process: its own descriptors, without a path walk and a readlink each (it
-        // keeps hundreds of files open, and its count moves as it pins them).
-        if pid == std::process::id() && proc_dir == Path::new("/proc") {
+        // keeps hundreds of files open).
+        if is_own(proc_dir, pid) {
             return Some(crate::sys::own_socket_inodes());
         }
         let fd_dir = proc_dir.join(format!("{pid}/fd"));
@@ -161,8 +166,16 @@ impl SocketReader {
         Some(inodes)
     }
 
-    fn fd_count(proc_: &Dir, pid: u32) -> u64 {
-        proc_.size_of(&format!("{pid}/fd")).ok().unwrap_or(0)
+    /// A process's open fds; for this process, those it does not keep open as pinned
+    /// files or directories (its samplers keep files open and let them go as processes
+    /// come and go: that is no reason to read its fd list again).
+    fn fd_count(proc_: &Dir, proc_dir: &Path, pid: u32) -> u64 {
+        let n = proc_.size_of(&format!("{pid}/fd")).ok().unwrap_or(0);
+        if is_own(proc_dir, pid) {
+            n.saturating_sub(crate::sys::kept_open_files())
+        } else {
+            n
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -217,7 +230,7 @@ impl SocketReader {
             ) {
                 continue;
             }
-            let count = Self::fd_count(proc_, p.pid);
+            let count = Self::fd_count(proc_, proc_dir, p.pid);
             let fresh = plan::fds_fresh(
                 self.fd_cache
                     .get(&p.pid)
@@ -228,6 +241,7 @@ impl SocketReader {
             if !fresh {
                 let inodes = Self::scan_fds(proc_dir, p.pid).unwrap_or_default();
                 stats.fd_dirs_scanned += 1;
+                stats.own_fds_scanned |= is_own(proc_dir, p.pid);
                 scanned.insert(p.pid);
                 self.fd_cache.insert(
                     p.pid,
@@ -275,6 +289,7 @@ impl SocketReader {
                 }
                 let inodes = Self::scan_fds(proc_dir, p.pid).unwrap_or_default();
                 stats.fd_dirs_scanned += 1;
+                stats.own_fds_scanned |= is_own(proc_dir, p.pid);
                 if let Some(e) = self.fd_cache.get_mut(&p.pid) {
                     e.inodes = inodes;
                 }

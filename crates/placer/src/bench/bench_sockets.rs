@@ -50,9 +50,7 @@ struct Report {
     dump_runs_us: Vec<f64>,
     /// Median of the rounds' ratios, dump / marks.
     ratio_median: f64,
-    /// The whole socket stage (reading and mapping), median µs, each way. The mapping
-    /// includes reading again this process's fd list when its count moved: its two
-    /// samplers keep files open, and each sees the other's change the count.
+    /// The whole socket stage (reading and mapping), median µs, each way.
     marks_stage_median_us: f64,
     dump_stage_median_us: f64,
     /// Sockets the marked sampler read again, median per round (2 per moving connection
@@ -61,8 +59,8 @@ struct Report {
     /// Rounds where the marked sampler dumped (a state changed somewhere in this
     /// namespace, or its periodic dump).
     marks_dumped_rounds: usize,
-    /// Fd directories each sampler read each round (a process whose fd count moved,
-    /// this one among them: its samplers keep files open).
+    /// Fd directories each sampler read each round (a process whose fd count moved; for
+    /// this one, its count less the files its samplers keep open).
     marks_fd_scans: Vec<usize>,
     dump_fd_scans: Vec<usize>,
     /// The marking program in the kernel over the measured rounds: runs and ns per run

@@ -1579,14 +1579,9 @@ Cpus_allowed_list:	1
 
     #[test]
     fn this_machine_maps_a_socket_to_this_process_and_caches() {
-        let mut s = Sampler::new(Path::new("/"));
-        if !s.sources().has(SourceKind::SockDiag) {
-            placer_testkit::skip(&format!(
-                "{:?}",
-                s.sources().why_missing(SourceKind::SockDiag)
-            ));
+        let Some(mut s) = sock_diag_sampler(true) else {
             return;
-        }
+        };
         let req = SampleRequest {
             sockets: true,
             ..Default::default()
@@ -1652,14 +1647,9 @@ Cpus_allowed_list:	1
         // its own fd list (hundreds of fstat calls, then the whole mapping again) need not
         // be read. Other tests of this binary open sockets meanwhile: some attempts may
         // read it for them, not all.
-        let mut s = Sampler::new(Path::new("/"));
-        if !s.sources().has(SourceKind::SockDiag) {
-            placer_testkit::skip(&format!(
-                "{:?}",
-                s.sources().why_missing(SourceKind::SockDiag)
-            ));
+        let Some(mut s) = sock_diag_sampler(true) else {
             return;
-        }
+        };
         let req = SampleRequest {
             sockets: true,
             ..Default::default()
@@ -1701,11 +1691,12 @@ Cpus_allowed_list:	1
         );
     }
 
-    /// A sampler of this machine without the collector (every process read each sample,
-    /// an idle one from the cache), `None` (skipped) without sock_diag.
-    fn sock_diag_sampler_without_events() -> Option<Sampler> {
+    /// A sampler of this machine, with the kernel's event sources or without them (then
+    /// every process is read each sample, an idle one from the cache), `None` (skipped)
+    /// without sock_diag.
+    fn sock_diag_sampler(events: bool) -> Option<Sampler> {
         let mut s = Sampler::new(Path::new("/"));
-        s.set_kernel_events(false);
+        s.set_kernel_events(events);
         if !s.sources().has(SourceKind::SockDiag) {
             placer_testkit::skip(&format!(
                 "{:?}",
@@ -1714,6 +1705,10 @@ Cpus_allowed_list:	1
             return None;
         }
         Some(s)
+    }
+
+    fn sock_diag_sampler_without_events() -> Option<Sampler> {
+        sock_diag_sampler(false)
     }
 
     /// `bash -c script` (its stdin piped), killed and reaped on drop.

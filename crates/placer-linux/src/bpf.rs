@@ -455,9 +455,10 @@ pub struct SockOffsets {
 }
 
 impl SockOffsets {
-    /// The running kernel's.
+    /// The running kernel's (its BTF read once).
     pub fn of_running_kernel() -> Result<SockOffsets, crate::btf::BtfError> {
-        use crate::btf::vmlinux_member_offset as at;
+        let btf = crate::btf::vmlinux()?;
+        let at = |strukt, member| crate::btf::member_offset(&btf, strukt, member);
         Ok(SockOffsets {
             skc_net: at("sock_common", "skc_net")?,
             net_cookie: at("net", "net_cookie")?,
@@ -584,7 +585,7 @@ impl TcpMoves {
         })
     }
 
-    /// State changes counted so far (any TCP socket of any namespace).
+    /// State changes counted so far (TCP sockets of the namespace given at open).
     pub fn state_changes(&self) -> io::Result<u64> {
         read_count(&self.states)
     }

@@ -3,7 +3,7 @@
 //! needs, since the layout moves between kernel versions and configurations.
 //!
 //! The parse is a pure function of the bytes ([`member_offset`]), tested on built blobs;
-//! only [`vmlinux_member_offset`] reads the file. It walks the type section once and
+//! only [`vmlinux`] reads the file. It walks the type section once and
 //! understands every kind the format defines up to `ENUM64` (kind 19): a kind it does not
 //! know stops the walk with an error, since the size of what follows would be a guess.
 //! Only a direct member is found (not one inside an anonymous union or structure), and
@@ -123,12 +123,10 @@ pub fn member_offset(btf: &[u8], strukt: &str, member: &str) -> Result<u32, BtfE
     Err(BtfError::NoStruct(strukt.into()))
 }
 
-/// [`member_offset`] in the running kernel's BTF.
-pub fn vmlinux_member_offset(strukt: &str, member: &str) -> Result<u32, BtfError> {
+/// The running kernel's BTF (about 5 MiB: read it once for all the members wanted).
+pub fn vmlinux() -> Result<Vec<u8>, BtfError> {
     let path = Path::new("/sys/kernel/btf/vmlinux");
-    let btf =
-        std::fs::read(path).map_err(|e| BtfError::Read(format!("{}: {e}", path.display())))?;
-    member_offset(&btf, strukt, member)
+    std::fs::read(path).map_err(|e| BtfError::Read(format!("{}: {e}", path.display())))
 }
 
 #[cfg(test)]
@@ -254,7 +252,7 @@ mod tests {
 
     #[test]
     fn real_the_running_kernel_has_the_socket_cookie() {
-        match vmlinux_member_offset("sock_common", "skc_cookie") {
+        match vmlinux().and_then(|b| member_offset(&b, "sock_common", "skc_cookie")) {
             // The cookie is 8-byte aligned, after the addresses and the hash.
             Ok(off) => assert!(off >= 16 && off % 8 == 0 && off < 256, "{off}"),
             Err(BtfError::Read(e)) => placer_testkit::skip(&format!("no kernel BTF: {e}")),

@@ -107,9 +107,6 @@ impl TcpReader {
         &mut self,
         segments: impl FnOnce() -> Option<(u64, u64)>,
     ) -> (Arc<[SocketSample]>, Read) {
-        // The count before the drain, the drain before any socket is read: a socket born
-        // after the count moves it for the next sample; a segment after the drain leaves
-        // its mark for the next sample.
         if let Marks::Idle = self.moves {
             self.moves = Marks::load(self.diag.netns_cookie());
             if let Marks::Off(why) = &self.moves {
@@ -118,6 +115,9 @@ impl TcpReader {
                 );
             }
         }
+        // The count before the drain, the drain before any socket is read: a socket born
+        // after the count moves it for the next sample; a segment after the drain leaves
+        // its mark for the next sample.
         let taken = match &mut self.moves {
             Marks::On(m) => match (m.state_changes(), m.drain(&mut self.marks)) {
                 (Ok(states), Ok(complete)) => Some((states, complete)),

@@ -505,6 +505,7 @@ mod tests {
             rho: 0.0,
             significant: false,
             beyond_noise: false,
+            paired: None,
         };
         let judged = CycleReport {
             verdicts: vec![placer_core::verdict::Verdict {
@@ -521,6 +522,7 @@ mod tests {
                     why: String::new(),
                 },
                 backoff_intervals: None,
+                trial: None,
             }],
             managed: 2,
             ..Default::default()

@@ -44,11 +44,24 @@ pub struct Config {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Verify {
-    /// Judge each pin after the horizon and undo the ones that made things worse.
+    /// Judge each pin by probing it (briefly undoing and re-applying it in a random on/off
+    /// pattern, one interval each) and undo the ones that made things worse.
     pub enabled: bool,
-    /// Intervals after a move before it is judged (the after-window).
+    /// Intervals after a pin before probing starts.
+    pub settle_intervals: u32,
+    /// On/off pairs at the first look (a clear effect is decided there).
+    pub first_look_pairs: u32,
+    /// On/off pairs at the last look: the longest a move is probed (a move is decided
+    /// after at most settle_intervals + 2 x probe_pairs intervals).
+    pub probe_pairs: u32,
+    /// The most often the whole rule (metric and guard, every look) may act on a move that
+    /// changes nothing.
+    pub alpha: f64,
+    /// Ignored: moves were once judged on a window after them; accepted so that older
+    /// configs still load.
     pub horizon_intervals: u32,
-    /// Intervals before a move compared with the after-window (at most).
+    /// Ignored: moves were once judged against a window before them; accepted so that
+    /// older configs still load.
     pub window_intervals: u32,
     /// The smallest relative change that counts (0.05 = 5%), beyond the noise test.
     pub min_effect: f64,
@@ -63,6 +76,10 @@ impl Default for Verify {
     fn default() -> Self {
         Verify {
             enabled: true,
+            settle_intervals: 2,
+            first_look_pairs: 12,
+            probe_pairs: 24,
+            alpha: 0.05,
             horizon_intervals: 5,
             window_intervals: 5,
             min_effect: crate::catalogue::DEFAULT_MIN_EFFECT,
@@ -77,7 +94,9 @@ impl Default for Verify {
 #[serde(deny_unknown_fields)]
 pub struct VerifyPolicy {
     pub verify: Option<bool>,
+    /// Ignored (see `[verify] horizon_intervals`).
     pub horizon_intervals: Option<u32>,
+    pub probe_pairs: Option<u32>,
     pub min_effect: Option<f64>,
 }
 
@@ -93,8 +112,49 @@ impl Verify {
         )
     }
 
+    /// How `policy`'s moves are probed ([`crate::verifier`]).
+    pub fn probe(&self, policy: policies::PolicyKind) -> crate::verifier::ProbeSettings {
+        let o = self.policy.get(&policy);
+        let probe_pairs = o.and_then(|o| o.probe_pairs).unwrap_or(self.probe_pairs);
+        crate::verifier::ProbeSettings {
+            settle_intervals: self.settle_intervals,
+            first_look_pairs: self.first_look_pairs.min(probe_pairs),
+            probe_pairs,
+            alpha: self.alpha,
+            min_effect: self.for_policy(policy).2,
+        }
+    }
+
     fn validate(&self) -> Result<(), (String, String)> {
         let bad = |f: &str, m: String| Err((f.to_string(), m));
+        let pairs = std::iter::once(("probe_pairs".to_string(), Some(self.probe_pairs))).chain(
+            self.policy
+                .iter()
+                .map(|(n, o)| (format!("policy.{n}.probe_pairs"), o.probe_pairs)),
+        );
+        let min = crate::verifier::MIN_PAIRS as u32;
+        for (f, p) in pairs {
+            if let Some(p) = p {
+                if !(min..=500).contains(&p) {
+                    return bad(&f, format!("{p} is outside {min}..=500"));
+                }
+            }
+        }
+        if !(min..=500).contains(&self.first_look_pairs) {
+            return bad(
+                "first_look_pairs",
+                format!("{} is outside {min}..=500", self.first_look_pairs),
+            );
+        }
+        if self.settle_intervals > 100 {
+            return bad(
+                "settle_intervals",
+                format!("{} is above 100", self.settle_intervals),
+            );
+        }
+        if !(self.alpha > 0.0 && self.alpha <= 0.2) {
+            return bad("alpha", format!("{} is not in (0, 0.2]", self.alpha));
+        }
         let horizons = std::iter::once((
             "horizon_intervals".to_string(),
             Some(self.horizon_intervals),

@@ -34,6 +34,7 @@ pub mod stats;
 pub mod topology;
 pub mod units;
 pub mod verdict;
+pub mod verifier;
 
 pub use cpuset::CpuSet;
 pub use observation::Observation;

@@ -89,8 +89,75 @@ pub fn log_ratio_interval(ratios: &[f64]) -> Option<LogRatioInterval> {
     })
 }
 
+/// P(X <= k) for X ~ Binomial(n, p), summed in logs so that large n do not underflow.
+fn binomial_cdf(k: usize, n: usize, p: f64) -> f64 {
+    if p <= 0.0 {
+        return 1.0;
+    }
+    if p >= 1.0 {
+        return if k >= n { 1.0 } else { 0.0 };
+    }
+    let (lp, lq) = (p.ln(), (1.0 - p).ln());
+    // ln C(n, i) built up term by term.
+    let mut ln_c = 0.0;
+    let mut terms = Vec::with_capacity(k.min(n) + 1);
+    for i in 0..=k.min(n) {
+        if i > 0 {
+            ln_c += ((n - i + 1) as f64).ln() - (i as f64).ln();
+        }
+        terms.push(ln_c + i as f64 * lp + (n - i) as f64 * lq);
+    }
+    let max = terms.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (max + terms.iter().map(|t| (t - max).exp()).sum::<f64>().ln())
+        .exp()
+        .min(1.0)
+}
+
+/// The exact (Clopper-Pearson) 95% interval of a binomial proportion: `k` successes in `n`
+/// trials; (0, 1) with no trials.
+pub fn clopper_pearson_95(k: usize, n: usize) -> (f64, f64) {
+    if n == 0 {
+        return (0.0, 1.0);
+    }
+    let k = k.min(n);
+    // Bisection for the p at which a CDF (falling in p) equals `target`.
+    let solve = |at: usize, target: f64| -> f64 {
+        let (mut lo, mut hi) = (0.0f64, 1.0f64);
+        for _ in 0..60 {
+            let mid = 0.5 * (lo + hi);
+            if binomial_cdf(at, n, mid) > target {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        0.5 * (lo + hi)
+    };
+    // Lower: P(X >= k) = 0.025, i.e. P(X <= k - 1) = 0.975; upper: P(X <= k) = 0.025.
+    let lower = if k == 0 { 0.0 } else { solve(k - 1, 0.975) };
+    let upper = if k == n { 1.0 } else { solve(k, 0.025) };
+    (lower, upper)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn clopper_pearson_matches_known_intervals() {
+        // R: binom.test(7, 114)$conf.int = 0.0250..0.1224; binom.test(0, 20) = 0..0.1684.
+        let (lo, hi) = super::clopper_pearson_95(7, 114);
+        assert!(
+            (lo - 0.0250).abs() < 5e-4 && (hi - 0.1224).abs() < 5e-4,
+            "{lo} {hi}"
+        );
+        let (lo, hi) = super::clopper_pearson_95(0, 20);
+        assert!(lo == 0.0 && (hi - 0.1684).abs() < 5e-4, "{hi}");
+        let (lo, hi) = super::clopper_pearson_95(3, 34);
+        assert!(
+            (lo - 0.0186).abs() < 5e-4 && (hi - 0.2368).abs() < 5e-4,
+            "{lo} {hi}"
+        );
+    }
+
     use super::*;
 
     #[test]

@@ -203,6 +203,39 @@ pub struct Comparison {
     /// Beyond noise alone: a real change, perhaps smaller than `min_effect`.
     #[serde(default)]
     pub beyond_noise: bool,
+    /// The paired probe's test ([`crate::verifier`]): None for a before/after comparison.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paired: Option<Paired>,
+}
+
+impl Comparison {
+    /// A counted change against the metric's direction.
+    pub fn worse(&self) -> bool {
+        self.significant
+            && if self.metric.lower_is_better() {
+                self.change > 0.0
+            } else {
+                self.change < 0.0
+            }
+    }
+
+    /// A counted change in the metric's direction.
+    pub fn better(&self) -> bool {
+        self.significant && !self.worse()
+    }
+}
+
+/// What a paired probe measured for one metric ([`crate::verifier`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Paired {
+    /// Valid on/off pairs.
+    pub pairs: usize,
+    /// Two-sided p-value of the sign-flip randomisation test.
+    pub p_value: f64,
+    /// The share of the rule's alpha this test had.
+    pub alpha: f64,
+    /// 95% interval of the on/off ratio (geometric mean of the pairs, t on the logs).
+    pub ratio_ci95: (f64, f64),
 }
 
 /// A verdict with the numbers behind it.
@@ -333,6 +366,7 @@ fn compare_with(
         rho,
         significant: significant && change.abs() >= min_effect,
         beyond_noise: significant,
+        paired: None,
     })
 }
 
@@ -431,20 +465,11 @@ pub fn judge_together(
 
 /// The verdict from the comparisons, and its line (`prefix` before the first).
 fn conclude(main: Option<Comparison>, guard: Option<Comparison>, prefix: String) -> Judgement {
-    let worse = |c: &Comparison| {
-        c.significant
-            && if c.metric.lower_is_better() {
-                c.change > 0.0
-            } else {
-                c.change < 0.0
-            }
-    };
-    let better = |c: &Comparison| c.significant && !worse(c);
     let kind = match (&main, &guard) {
         (None, _) => VerdictKind::Inconclusive,
-        (_, Some(g)) if worse(g) => VerdictKind::Undone,
-        (Some(m), _) if worse(m) => VerdictKind::Undone,
-        (Some(m), _) if better(m) => VerdictKind::Kept,
+        (_, Some(g)) if g.worse() => VerdictKind::Undone,
+        (Some(m), _) if m.worse() => VerdictKind::Undone,
+        (Some(m), _) if m.better() => VerdictKind::Kept,
         _ => VerdictKind::Inconclusive,
     };
     let mut parts: Vec<String> = main.iter().chain(guard.iter()).map(describe).collect();
@@ -480,6 +505,10 @@ pub struct Verdict {
     pub judgement: Judgement,
     /// Intervals the policy now waits before moving it again (undone only).
     pub backoff_intervals: Option<u64>,
+    /// The trial that judged it: the members of a plan judged together share one, so a
+    /// summary counts the plan once ([`crate::verifier`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trial: Option<u64>,
 }
 
 /// The verdicts of one report gathered for people: those sharing their policy, judgement
@@ -519,9 +548,9 @@ pub fn who(group: &[&Verdict]) -> String {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EffectSummary {
     pub metric: Metric,
-    /// Judged moves that measured it.
+    /// Probed moves that measured it (a plan judged together counts once).
     pub n: usize,
-    /// Median of after / before means.
+    /// Median of the moves' on/off ratios.
     pub median_ratio: f64,
     /// 95% interval of the geometric mean ratio (t on the logs; None below 2 moves).
     pub ci95: Option<(f64, f64)>,
@@ -531,42 +560,72 @@ pub struct EffectSummary {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PolicySummary {
     pub policy: PolicyKind,
-    /// Moves judged (one per process; a plan judged together counts each of its processes).
+    /// Moves judged: one per trial (a plan judged together is one move, however many
+    /// processes it pinned).
     pub moves: usize,
+    /// Processes those moves pinned.
+    #[serde(default)]
+    pub processes: usize,
     pub kept: usize,
     pub undone: usize,
     pub inconclusive: usize,
+    /// Moves judged by the before/after rule of earlier versions: counted, but their
+    /// effects are left out (that comparison credits a move with the change that
+    /// triggered it).
+    #[serde(default)]
+    pub before_after: usize,
+    /// From the probed moves only: the on/off ratio of each metric, one value per move.
     pub effects: Vec<EffectSummary>,
 }
 
 /// Per policy (in `PolicyKind` order, only those with verdicts), the counts and measured
-/// effects of `verdicts`.
+/// effects of `verdicts`: a trial's members (a plan judged together) count as one move, and
+/// effects come only from the paired probe's comparisons.
 pub fn summarize<'a>(verdicts: impl IntoIterator<Item = &'a Verdict>) -> Vec<PolicySummary> {
     let mut by: std::collections::BTreeMap<PolicyKind, (PolicySummary, Vec<(Metric, f64)>)> =
         Default::default();
+    let mut seen_trials: std::collections::BTreeSet<(PolicyKind, u64)> = Default::default();
     for v in verdicts {
         let (s, ratios) = by.entry(v.policy).or_insert_with(|| {
             (
                 PolicySummary {
                     policy: v.policy,
                     moves: 0,
+                    processes: 0,
                     kept: 0,
                     undone: 0,
                     inconclusive: 0,
+                    before_after: 0,
                     effects: Vec::new(),
                 },
                 Vec::new(),
             )
         });
+        s.processes += 1;
+        // A trial's later members repeat its judgement: one move.
+        if let Some(t) = v.trial {
+            if !seen_trials.insert((v.policy, t)) {
+                continue;
+            }
+        }
         s.moves += 1;
         match v.judgement.kind {
             VerdictKind::Kept => s.kept += 1,
             VerdictKind::Undone => s.undone += 1,
             VerdictKind::Inconclusive => s.inconclusive += 1,
         }
-        for c in v.judgement.main.iter().chain(v.judgement.guard.iter()) {
-            let r = c.after_mean / c.before_mean;
-            if c.before_mean > 0.0 && r.is_finite() && r > 0.0 {
+        let comparisons = v.judgement.main.iter().chain(v.judgement.guard.iter());
+        if v.judgement
+            .main
+            .as_ref()
+            .is_some_and(|c| c.paired.is_none())
+        {
+            s.before_after += 1;
+            continue;
+        }
+        for c in comparisons.filter(|c| c.paired.is_some()) {
+            let r = 1.0 + c.change;
+            if r.is_finite() && r > 0.0 {
                 ratios.push((c.metric, r));
             }
         }
@@ -627,7 +686,7 @@ impl CalibrationRow {
 }
 
 /// A standard normal draw (Box-Muller).
-fn normal(rng: &mut crate::rng::Rng) -> f64 {
+pub(crate) fn normal(rng: &mut crate::rng::Rng) -> f64 {
     let u = 1.0 - rng.unit(); // (0, 1]: ln is finite
     let v = rng.unit();
     (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
@@ -744,6 +803,7 @@ mod tests {
                 why: why.into(),
             },
             backoff_intervals: None,
+            trial: None,
         }
     }
 
@@ -981,16 +1041,22 @@ mod tests {
     }
 
     #[test]
-    fn a_summary_counts_each_policys_verdicts_and_effects() {
-        let cmp = |metric, after_mean| Comparison {
+    fn a_summary_counts_each_move_once_and_effects_only_from_probes() {
+        let cmp = |metric, r: f64, paired: bool| Comparison {
             metric,
             before_mean: 1.0,
-            after_mean,
-            change: after_mean - 1.0,
+            after_mean: r,
+            change: r - 1.0,
             t: 0.0,
             rho: 0.0,
             significant: false,
             beyond_noise: false,
+            paired: paired.then_some(Paired {
+                pairs: 24,
+                p_value: 0.5,
+                alpha: 0.01,
+                ratio_ci95: (r * 0.9, r * 1.1),
+            }),
         };
         let mut vs = Vec::new();
         for (i, (kind, r)) in [
@@ -1003,40 +1069,47 @@ mod tests {
         {
             let mut v = verdict(i as u32, PolicyKind::NetAffinity, "w");
             v.judgement.kind = kind;
-            v.judgement.main = Some(cmp(Metric::CpuPerByte, r));
-            v.judgement.guard = Some(cmp(Metric::Throughput, 1.0));
+            v.judgement.main = Some(cmp(Metric::CpuPerByte, r, true));
+            v.judgement.guard = Some(cmp(Metric::Throughput, 1.0, true));
+            v.trial = Some(i as u64);
             vs.push(v);
         }
-        let mut inc = verdict(9, PolicyKind::SmtEnergy, "w");
-        inc.judgement.kind = VerdictKind::Inconclusive;
-        vs.push(inc);
+        // An old before/after verdict: counted, its effect left out.
+        let mut old = verdict(7, PolicyKind::NetAffinity, "w");
+        old.judgement.main = Some(cmp(Metric::CpuPerByte, 4.0, false));
+        vs.push(old);
+        // A plan of three judged together: one move, one effect value.
+        for pid in 20..23 {
+            let mut v = verdict(pid, PolicyKind::EnergyQos, "w");
+            v.judgement.main = Some(cmp(Metric::CpuShare, 1.1, true));
+            v.trial = Some(99);
+            vs.push(v);
+        }
         let s = summarize(&vs);
         assert_eq!(s.len(), 2);
+        let n = &s[0];
         assert_eq!(
             (
-                s[0].policy,
-                s[0].moves,
-                s[0].kept,
-                s[0].undone,
-                s[0].inconclusive
+                n.policy,
+                n.moves,
+                n.processes,
+                n.kept,
+                n.undone,
+                n.before_after
             ),
-            (PolicyKind::NetAffinity, 3, 2, 1, 0)
+            (PolicyKind::NetAffinity, 4, 4, 3, 1, 1)
         );
-        let cpb = &s[0].effects[0];
+        let cpb = &n.effects[0];
         assert_eq!(
             (cpb.metric, cpb.n, cpb.median_ratio),
             (Metric::CpuPerByte, 3, 0.8)
         );
         assert!(cpb.ci95.unwrap().0 < 0.8 && cpb.ci95.unwrap().1 > 0.8);
-        assert_eq!(s[0].effects[1].metric, Metric::Throughput);
+        assert_eq!(n.effects[1].metric, Metric::Throughput);
+        let e = &s[1];
         assert_eq!(
-            (
-                s[1].policy,
-                s[1].moves,
-                s[1].inconclusive,
-                s[1].effects.len()
-            ),
-            (PolicyKind::SmtEnergy, 1, 1, 0)
+            (e.policy, e.moves, e.processes, e.kept, e.effects[0].n),
+            (PolicyKind::EnergyQos, 1, 3, 1, 1)
         );
     }
 

@@ -92,6 +92,7 @@ mod tests {
                     why: "w".into(),
                 },
                 backoff_intervals: None,
+                trial: None,
             },
         }
     }

@@ -1,7 +1,9 @@
-//! energy-qos's pins are judged (issue 32): in scenarios/energy-qos-replan.toml a re-plan
-//! moves a QoS app onto the LITTLE cluster, where background jobs the policy's model does
-//! not see take CPU time from it: undone. The same move away from background jobs (on the
-//! big CPUs) is kept, and without them it changes nothing the verdict can see.
+//! energy-qos's pins are judged (issue 32; by paired probing since issue 44): in
+//! scenarios/energy-qos-replan.toml a re-plan moves a QoS app onto the LITTLE cluster, where
+//! background jobs the policy's model does not see take CPU time from it: the probe (the
+//! app's own affinity against the pin) sees it, and the pin is undone. With the background
+//! jobs on the big CPUs instead, the pin is no worse than the kernel's own placement (which
+//! also keeps the app off the busy CPUs): never undone; without them it changes nothing.
 
 use placer_sim::scenario::{self, Metrics, Scenario};
 
@@ -38,9 +40,10 @@ fn an_energy_qos_pin_beside_unseen_background_work_is_undone() {
 }
 
 #[test]
-fn the_same_pin_away_from_background_work_is_kept() {
+fn the_same_pin_away_from_background_work_is_not_undone() {
     let m = run(Some("4-7"));
-    assert_eq!((m.kept, m.undone), (1, 0), "{m:?}");
+    assert!(m.actions > 0, "{m:?}");
+    assert_eq!(m.undone, 0, "{m:?}");
 }
 
 #[test]

@@ -410,7 +410,7 @@ impl Policy for CrowdLater {
 fn the_simulator_counts_moves_undone_on_their_verdict() {
     let text = r#"name = "t"
 machine = "xeon-x5570x2"
-duration_s = 12.0
+duration_s = 40.0
 policies = ["linux-default", "smt-energy"]
 policy_interval_ms = 500
 [[workloads]]
@@ -426,7 +426,9 @@ work_s = 100.0
     let rows = scenario::run(&sc, &factory);
     let (base, pol) = (&rows[0].mean, &rows[1].mean);
     assert_eq!(base.undone, 0);
-    // Two busy processes on one CPU halve their CPU share: both pins undone.
+    // Two busy processes on one CPU halve their CPU share: both pins undone (the two
+    // trials interfere: a process's on arm is only worse while the other's is on too, so
+    // it takes the second look, at 24 pairs, 29 s after the pins at 4 s).
     assert_eq!(pol.undone, 2, "{pol:?}");
 }
 
@@ -441,6 +443,9 @@ policy_interval_ms = 500
 [[variants]]
 name = "v"
 irq = { eth0 = "0", eth1 = "1" }
+# The pins alone (no judge's probe switches among the actions counted).
+[config.verify]
+enabled = false
 [[workloads]]
 kind = "rx"
 name = "recv{i}"

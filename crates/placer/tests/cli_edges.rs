@@ -568,11 +568,18 @@ fn report_json_counts_equal_the_verdict_log() {
                     rho: 0.0,
                     significant: false,
                     beyond_noise: false,
+                    paired: Some(placer_core::verdict::Paired {
+                        pairs: 24,
+                        p_value: 0.5,
+                        alpha: 0.01,
+                        ratio_ci95: (ratio, ratio),
+                    }),
                 }),
                 guard: None,
                 why: String::new(),
             },
             backoff_intervals: None,
+            trial: Some(u64::from(pid)),
         },
     };
     let records = [

@@ -1,5 +1,11 @@
-//! `placer bench verdicts`: how often the verdicts act on nothing, and how often they find a
-//! real effect. For each noise model (the log of a metric per interval as an AR(1) process:
+//! `placer bench verdicts`: how often the judge acts on nothing, and how often it finds a
+//! real effect. By default it stages simulated moves through the daemon's judge
+//! (`placer_core::verifier::calibrate`: paired probing) for each staged move of
+//! `verifier::staged_grid` (placebo moves timed on a trigger and not, harmful ones of -10,
+//! -20 and -40%, a +20% one; alone, with net-affinity's guard, and judged together) at the
+//! noise measured on this VM, beside the before/after rule it replaced on the same series;
+//! `--real` stages real moves on this machine (`bench_verdicts_real`). `--rule before-after`
+//! prints the old rule's grid: for each noise model (the log of a metric per interval as an AR(1) process:
 //! sd `sigma`, lag-1 autocorrelation `rho`) and each true effect (0, +-3, +-5, +-10%), it
 //! judges `--trials` moves with `placer_core::verdict::calibrate` (the engine's own test, its
 //! default window, horizon and `min_effect` unless given) and prints the rates of kept,
@@ -14,7 +20,7 @@ use placer_core::verdict::{calibrate, CalibrationRow, NoiseModel, CALIBRATION_EF
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Moves judged per noise model and effect.
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, default_value_t = 1000)]
     pub trials: usize,
     /// Noise models as SIGMA:RHO (repeatable; default: the grid and this VM's measurement).
     #[arg(long, value_name = "SIGMA:RHO")]
@@ -31,9 +37,100 @@ pub struct Args {
     /// Seed of the series.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Which rule: `probe` (the judge) or `before-after` (the rule before it).
+    #[arg(long, value_enum, default_value_t = Rule::Probe)]
+    pub rule: Rule,
+    /// Stage real moves on this machine instead (bench_verdicts_real: a worker pinned next
+    /// to a hog, or not), judged by the daemon's judge from the daemon's sampler.
+    #[arg(long)]
+    pub real: bool,
+    /// With --real: moves per class.
+    #[arg(long, default_value_t = 100)]
+    pub moves: usize,
+    /// With --real: the interval between samples.
+    #[arg(long, default_value = "500ms", value_parser = crate::common::duration_arg)]
+    pub interval: std::time::Duration,
+    /// With --real: stop after this long, reporting what was measured.
+    #[arg(long, default_value = "2h", value_parser = crate::common::duration_arg)]
+    pub max_duration: std::time::Duration,
+    /// With --real: also keep the result in this state dir for `placer report`.
+    #[arg(long, value_name = "STATE_DIR", num_args = 0..=1, default_missing_value = "/run/placer")]
+    pub save: Option<std::path::PathBuf>,
+    /// With --real: write the JSON to this file too.
+    #[arg(long)]
+    pub out: Option<std::path::PathBuf>,
+    /// Internal: spin at this duty cycle (the staged moves' worker and hog).
+    #[arg(long, hide = true)]
+    pub spin: Option<f64>,
+    /// Internal: the spinner's time bound.
+    #[arg(long, hide = true, default_value_t = 600)]
+    pub spin_seconds: u64,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `--real`: the staged moves, printed and kept where asked.
+fn run_real(args: &Args) -> Result<()> {
+    use super::bench_verdicts_real as real;
+    if args.moves == 0 {
+        bail!("--moves must be at least 1");
+    }
+    let mut settings =
+        placer_core::config::Verify::default().probe(placer_core::policies::PolicyKind::SmtEnergy);
+    if let Some(m) = args.min_effect {
+        settings.min_effect = m;
+    }
+    let saved = real::run_real(args.moves, args.interval, args.max_duration, settings)?;
+    let json = serde_json::to_string_pretty(&saved)?;
+    if let Some(path) = &args.out {
+        std::fs::write(path, format!("{json}\n"))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(dir) = &args.save {
+        let path = dir.join(real::SAVED);
+        std::fs::write(&path, format!("{json}\n"))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if args.json {
+        outln!("{json}");
+        return Ok(());
+    }
+    outln!(
+        "staged real moves, {} ms intervals, judged by the daemon's judge (settle {}, looks at {} and {} pairs, alpha {}){}",
+        saved.interval_ms,
+        settings.settle_intervals,
+        settings.first_look_pairs,
+        settings.probe_pairs,
+        settings.alpha,
+        if saved.cut_short { "; cut short by --max-duration" } else { "" }
+    );
+    for c in &saved.classes {
+        outln!(
+            "  {:<8} intended on/off {:.3}, measured {:.3}: {} moves, kept {} ({:.0}..{:.0}%), undone {} ({:.0}..{:.0}%), inconclusive {}, acted {:.0}..{:.0}%, median {:.1} s to the verdict",
+            format!("{:?}", c.class),
+            c.intended_ratio,
+            c.median_measured_ratio,
+            c.moves,
+            c.kept,
+            100.0 * c.kept_ci95.0,
+            100.0 * c.kept_ci95.1,
+            c.undone,
+            100.0 * c.undone_ci95.0,
+            100.0 * c.undone_ci95.1,
+            c.inconclusive,
+            100.0 * c.acted_ci95.0,
+            100.0 * c.acted_ci95.1,
+            c.median_s_to_verdict
+        );
+    }
+    Ok(())
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rule {
+    Probe,
+    BeforeAfter,
 }
 
 /// The grid around it: no correlation, moderate, strong.
@@ -64,7 +161,103 @@ fn parse_noise(s: &str) -> Result<NoiseModel> {
     Ok(NoiseModel { sigma_log, rho })
 }
 
+/// The staged grid through the judge, at each noise model.
+fn run_probe(args: &Args, models: Vec<(String, NoiseModel)>) -> Result<()> {
+    use placer_core::verifier::{calibrate as probe, staged_grid};
+    let d = placer_core::config::Verify::default();
+    let mut settings = d.probe(placer_core::policies::PolicyKind::SmtEnergy);
+    if let Some(m) = args.min_effect {
+        settings.min_effect = m;
+    }
+    let mut out = Vec::new();
+    for (i, (name, noise)) in models.iter().enumerate() {
+        let rows: Vec<_> = staged_grid()
+            .into_iter()
+            .enumerate()
+            .map(|(j, staged)| {
+                let seed = args.seed ^ ((i as u64) << 32) ^ j as u64;
+                probe(*noise, staged, args.trials, &settings, seed)
+            })
+            .collect();
+        out.push((name.clone(), *noise, rows));
+    }
+    if args.json {
+        let models: Vec<_> = out
+            .iter()
+            .map(|(name, noise, rows)| {
+                serde_json::json!({
+                    "name": name,
+                    "noise": noise,
+                    "rows": rows.iter().map(|r| serde_json::json!({
+                        "calibration": r,
+                        "acted_ci95": placer_core::stats::clopper_pearson_95(r.acted(), r.trials),
+                        "undone_ci95": placer_core::stats::clopper_pearson_95(r.undone, r.trials),
+                        "kept_ci95": placer_core::stats::clopper_pearson_95(r.kept, r.trials),
+                    })).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "rule": "probe",
+                "trials": args.trials,
+                "settings": settings,
+                "seed": args.seed,
+                "models": models,
+            }))?
+        );
+        return Ok(());
+    }
+    outln!(
+        "{} simulated moves per row through the judge (paired probe: settle {}, looks at {} and {} pairs, alpha {}, min_effect {}); \
+         kept / undone / inconclusive in %, acted with its 95% Clopper-Pearson interval, median intervals to the verdict; \
+         after the bar, the before/after rule on the same series (kept / undone %)",
+        args.trials,
+        settings.settle_intervals,
+        settings.first_look_pairs,
+        settings.probe_pairs,
+        settings.alpha,
+        settings.min_effect
+    );
+    let pct = |n: usize| 100.0 * n as f64 / args.trials as f64;
+    for (name, noise, rows) in &out {
+        outln!(
+            "{name} (sigma {:.3}, rho {:.2})",
+            noise.sigma_log,
+            noise.rho
+        );
+        for r in rows {
+            let (lo, hi) = placer_core::stats::clopper_pearson_95(r.acted(), r.trials);
+            outln!(
+                "  {:<12} x{} effect {:+4.0}%{:<8}: kept {:5.1} undone {:5.1} inconclusive {:5.1} acted {:5.1} ({:.1}..{:.1}) in {:>4.0} intervals | before/after kept {:5.1} undone {:5.1}",
+                r.staged.policy.to_string(),
+                r.staged.members,
+                r.staged.effect * 100.0,
+                if r.staged.trigger { " trigger" } else { "" },
+                pct(r.kept),
+                pct(r.undone),
+                pct(r.inconclusive),
+                pct(r.acted()),
+                100.0 * lo,
+                100.0 * hi,
+                r.median_intervals_to_verdict,
+                pct(r.before_after_kept),
+                pct(r.before_after_undone),
+            );
+        }
+    }
+    Ok(())
+}
+
 pub fn run(args: Args) -> Result<()> {
+    if let Some(duty) = args.spin {
+        super::bench_verdicts_real::spin(duty, std::time::Duration::from_secs(args.spin_seconds));
+        return Ok(());
+    }
+    if args.real {
+        return run_real(&args);
+    }
     if args.trials == 0 {
         bail!("--trials must be at least 1");
     }
@@ -95,6 +288,18 @@ pub fn run(args: Args) -> Result<()> {
             .map(|s| Ok((s.clone(), parse_noise(s)?)))
             .collect::<Result<_>>()?
     };
+    if args.rule == Rule::Probe {
+        let models = if args.noise.is_empty() {
+            // The judge's rows at this VM's measured noise (the grid is the old rule's).
+            models
+                .into_iter()
+                .filter(|(n, _)| n.starts_with("vm "))
+                .collect()
+        } else {
+            models
+        };
+        return run_probe(&args, models);
+    }
     let out: Vec<Model> = models
         .into_iter()
         .enumerate()

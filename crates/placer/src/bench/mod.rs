@@ -12,4 +12,5 @@ pub mod bench_sim;
 pub mod bench_sockets;
 pub mod bench_topo;
 pub mod bench_verdicts;
+pub mod bench_verdicts_real;
 pub mod contention_pairs;

@@ -1,0 +1,425 @@
+//! `placer bench verdicts --real`: the judge's power and placebo rate measured with real
+//! processes on this machine. Each staged move pins a CPU-bound worker from CPU A to CPU B
+//! through the daemon's actuator (journaled, restored), timed the way real triggers are (the
+//! worker was stopped and starts at the move), and the daemon's judge
+//! (`placer_core::verifier::Verifier`, smt-energy's expectation: CPU share) probes it from
+//! the daemon's sampler, its switches applied by the same actuator. The classes (A and B
+//! the first two CPUs this process may use):
+//! - placebo (mask): the worker may run on A and B and is "pinned" to A and B: the arms are
+//!   identical, so anything acted on is a false action;
+//! - placebo (CPU): from A to B with nothing else of the bench running: equivalent only on a
+//!   quiet symmetric machine (on a busy one, the CPUs differ and this is a real move);
+//! - harm -10 / -20 / -40%: from A and B to B alone, where a hog busy 20 / 40 / 80% of every
+//!   10 ms runs, so the worker keeps about 1 - duty/2 of its CPU there;
+//! - gain +25%: from A, where the hog (40%) runs, to A and B.
+//!
+//! Needs two CPUs (it uses the first two this process may run on). Stops each move at its
+//! verdict and the whole run at `--max-duration`, reporting what it has.
+
+use anyhow::{bail, Context, Result};
+use placer_core::host::Host;
+use placer_core::observation::Observation;
+use placer_core::plan::{Action, Outcome, Plan};
+use placer_core::policies::PolicyKind;
+use placer_core::sample::{ProcKey, SampleRequest};
+use placer_core::verdict::{Point, VerdictKind};
+use placer_core::verifier::{Arm, Seen, Verifier};
+use placer_core::CpuSet;
+use serde::{Deserialize, Serialize};
+use std::time::{Duration, Instant};
+
+/// The file `--save` writes in the state dir and `placer report` reads.
+pub const SAVED: &str = "judge-calibration.json";
+
+/// One class of staged moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Class {
+    PlaceboMask,
+    Placebo,
+    Harm10,
+    Harm20,
+    Harm40,
+    Gain25,
+}
+
+impl Class {
+    pub const ALL: [Class; 6] = [
+        Class::PlaceboMask,
+        Class::Placebo,
+        Class::Harm10,
+        Class::Harm20,
+        Class::Harm40,
+        Class::Gain25,
+    ];
+
+    /// (hog duty, the hog on the target CPU B, else on CPU A).
+    fn hog(self) -> Option<(f64, bool)> {
+        match self {
+            Class::PlaceboMask | Class::Placebo => None,
+            Class::Harm10 => Some((0.2, true)),
+            Class::Harm20 => Some((0.4, true)),
+            Class::Harm40 => Some((0.8, true)),
+            Class::Gain25 => Some((0.4, false)),
+        }
+    }
+
+    /// The intended on/off ratio of the worker's CPU share.
+    pub fn intended_ratio(self) -> f64 {
+        match self.hog() {
+            None => 1.0,
+            Some((d, true)) => 1.0 - d / 2.0,
+            Some((d, false)) => 1.0 / (1.0 - d / 2.0),
+        }
+    }
+}
+
+/// One class's results.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClassResult {
+    pub class: Class,
+    pub intended_ratio: f64,
+    pub moves: usize,
+    pub kept: usize,
+    pub undone: usize,
+    pub inconclusive: usize,
+    pub acted_ci95: (f64, f64),
+    pub undone_ci95: (f64, f64),
+    pub kept_ci95: (f64, f64),
+    /// Median seconds from the pin to the verdict.
+    pub median_s_to_verdict: f64,
+    /// Median measured on/off ratio of the main metric.
+    pub median_measured_ratio: f64,
+}
+
+/// What `--save` keeps and `placer report` shows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Saved {
+    /// Unix seconds of the run's end.
+    pub at_unix_s: u64,
+    pub interval_ms: u64,
+    pub settings: placer_core::verifier::ProbeSettings,
+    pub classes: Vec<ClassResult>,
+    /// The run stopped at --max-duration before every move was made.
+    pub cut_short: bool,
+}
+
+impl Saved {
+    pub fn read(state_dir: &std::path::Path) -> Option<Saved> {
+        let text = std::fs::read_to_string(state_dir.join(SAVED)).ok()?;
+        serde_json::from_str(&text).ok()
+    }
+
+    /// "judge measured here on DATE: placebo acted 2/40 (..), a -20% move undone 38/40 ..."
+    pub fn summary_line(&self) -> String {
+        let parts: Vec<String> = self
+            .classes
+            .iter()
+            .map(|c| {
+                let (what, k, ci) = match c.class {
+                    Class::PlaceboMask | Class::Placebo => {
+                        ("placebo acted", c.kept + c.undone, c.acted_ci95)
+                    }
+                    Class::Gain25 => ("gain undone", c.undone, c.undone_ci95),
+                    _ => ("undone", c.undone, c.undone_ci95),
+                };
+                format!(
+                    "{:?} {what} {k}/{} ({:.0}..{:.0}%)",
+                    c.class,
+                    c.moves,
+                    100.0 * ci.0,
+                    100.0 * ci.1
+                )
+            })
+            .collect();
+        format!(
+            "the judge measured on this machine (placer bench verdicts --real, unix time {}, {} ms intervals{}): {}",
+            self.at_unix_s,
+            self.interval_ms,
+            if self.cut_short { ", cut short" } else { "" },
+            parts.join("; ")
+        )
+    }
+}
+
+/// The hidden role of a spawned copy of this binary: spin at `duty` of every 10 ms until
+/// its parent is gone or `max` passed.
+pub fn spin(duty: f64, max: Duration) {
+    let start = Instant::now();
+    let parent = std::os::unix::process::parent_id();
+    let period = Duration::from_millis(10);
+    while start.elapsed() < max && std::os::unix::process::parent_id() == parent {
+        let t0 = Instant::now();
+        let busy = period.mul_f64(duty.clamp(0.0, 1.0));
+        while t0.elapsed() < busy {
+            std::hint::spin_loop();
+        }
+        if duty < 1.0 {
+            std::thread::sleep(period.saturating_sub(t0.elapsed()));
+        }
+    }
+}
+
+/// A spawned spinner, killed on drop.
+struct Spinner(std::process::Child);
+
+impl Spinner {
+    fn start(duty: f64, cpus: &CpuSet, max: Duration) -> Result<Spinner> {
+        let mut cmd = std::process::Command::new(std::env::current_exe()?);
+        cmd.args([
+            "bench",
+            "verdicts",
+            "--spin",
+            &duty.to_string(),
+            "--spin-seconds",
+            &max.as_secs().to_string(),
+        ]);
+        placer_linux::sys::set_affinity_on_spawn(&mut cmd, cpus)?;
+        placer_linux::sys::stop_with_parent(&mut cmd)?;
+        Ok(Spinner(cmd.spawn().context("starting a spinner")?))
+    }
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Spinner {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn key_of(obs: &Observation, pid: u32) -> Option<ProcKey> {
+    obs.iter_procs().find(|p| p.pid == pid).map(|p| p.key())
+}
+
+/// Runs the staged moves; `moves` per class, each sample `interval` apart.
+pub fn run_real(
+    moves: usize,
+    interval: Duration,
+    max_duration: Duration,
+    settings: placer_core::verifier::ProbeSettings,
+) -> Result<Saved> {
+    let allowed = placer_linux::sys::get_affinity(placer_linux::sys::gettid())?;
+    let cpus: Vec<u32> = allowed.iter().take(2).collect();
+    if cpus.len() < 2 {
+        bail!("--real needs two CPUs; this process may run on {allowed}");
+    }
+    let (a, b) = (CpuSet::single(cpus[0]), CpuSet::single(cpus[1]));
+    let both = a.union(&b);
+    let state = private_state_dir()?;
+    let mut host = placer_linux::host::LinuxHost::new(std::path::Path::new("/"), &state.0);
+    let req = SampleRequest::default();
+    let deadline = Instant::now() + max_duration;
+    let policy = PolicyKind::SmtEnergy;
+    let mut classes = Vec::new();
+    let mut cut_short = false;
+    'classes: for class in Class::ALL {
+        let hog = class
+            .hog()
+            .map(|(d, on_b)| Spinner::start(d, if on_b { &b } else { &a }, max_duration))
+            .transpose()?;
+        // (the worker's own CPUs, the pin's).
+        let (own, pinned) = match class {
+            Class::PlaceboMask => (&both, &both),
+            Class::Placebo => (&a, &b),
+            Class::Harm10 | Class::Harm20 | Class::Harm40 => (&both, &b),
+            Class::Gain25 => (&a, &both),
+        };
+        let worker = Spinner::start(1.0, own, max_duration)?;
+        let (mut kept, mut undone, mut inconclusive) = (0, 0, 0);
+        let (mut times, mut ratios) = (Vec::new(), Vec::new());
+        let mut verifier = Verifier::new();
+        for _ in 0..moves {
+            if Instant::now() >= deadline {
+                cut_short = true;
+                break;
+            }
+            // Trigger: the worker was stopped and starts at the move.
+            placer_linux::sys::kill(worker.pid(), libc::SIGSTOP)?;
+            std::thread::sleep(interval * 2);
+            let mut prev = host.sample(req)?;
+            placer_linux::sys::kill(worker.pid(), libc::SIGCONT)?;
+            std::thread::sleep(interval);
+            let cur = host.sample(req)?;
+            let obs = Observation::new(&prev, &cur);
+            prev = cur;
+            let Some(k) = key_of(&obs, worker.pid()) else {
+                bail!("the worker {} is not in the sample", worker.pid());
+            };
+            let comm = "placer".to_string();
+            let pin = Plan {
+                actions: vec![placer_core::plan::PlannedAction {
+                    action: Action::PinProcess {
+                        proc: k,
+                        comm: comm.clone(),
+                        cpus: pinned.clone(),
+                    },
+                    policy,
+                    reason: "staged move".into(),
+                }],
+                notes: Vec::new(),
+            };
+            let r = host.apply(&pin, false);
+            // The placebo's pin to the mask it has is "already on": its arms are too.
+            let placebo = class == Class::PlaceboMask;
+            if !matches!(
+                r.first().map(|r| &r.outcome),
+                Some(Outcome::Done) | Some(Outcome::Skipped(_)) if placebo
+            ) && !matches!(r.first().map(|r| &r.outcome), Some(Outcome::Done))
+            {
+                bail!("the staged pin failed: {r:?}");
+            }
+            let pinned_at = Instant::now();
+            verifier.start(
+                vec![(policy, k, comm.clone(), pinned.clone(), own.clone())],
+                &|_| settings,
+            );
+            let mut cycle = 0u64;
+            let verdict = loop {
+                std::thread::sleep(interval.saturating_sub(Duration::from_millis(1)));
+                let cur = host.sample(req)?;
+                let obs = Observation::new(&prev, &cur);
+                prev = cur;
+                cycle += 1;
+                let index = obs.index();
+                let step = verifier.observe(
+                    |key| {
+                        let p = index.get(&key)?;
+                        Some(Seen {
+                            point: Point {
+                                cpu_share: p.cpu_share,
+                                bytes_per_s: 0.0,
+                                instructions_per_s: None,
+                            },
+                            affinity: &p.allowed_cpus,
+                        })
+                    },
+                    cycle,
+                    &|_| settings,
+                    1,
+                );
+                let actions = step
+                    .switches
+                    .iter()
+                    .map(|s| placer_core::plan::PlannedAction {
+                        action: match s.arm {
+                            Arm::On => Action::PinProcess {
+                                proc: s.proc,
+                                comm: comm.clone(),
+                                cpus: s.cpus.clone(),
+                            },
+                            Arm::Off => Action::RestoreProcess {
+                                proc: s.proc,
+                                comm: comm.clone(),
+                            },
+                        },
+                        policy,
+                        reason: "probe".into(),
+                    })
+                    .collect();
+                let reports = host.apply(
+                    &Plan {
+                        actions,
+                        notes: Vec::new(),
+                    },
+                    false,
+                );
+                verifier.applied(|_, key| {
+                    reports.iter().any(|r| {
+                        r.planned.action.proc() == Some(key)
+                            && matches!(r.outcome, Outcome::Done | Outcome::Skipped(_))
+                    })
+                });
+                if let Some(v) = step.verdicts.into_iter().next() {
+                    break Some(v);
+                }
+                if !step.released.is_empty() || verifier.trials() == 0 {
+                    break None;
+                }
+                if Instant::now() >= deadline {
+                    cut_short = true;
+                    break None;
+                }
+            };
+            // Back to its own CPU for the next move, whatever the verdict.
+            host.apply(
+                &Plan {
+                    actions: vec![placer_core::plan::PlannedAction {
+                        action: Action::RestoreProcess {
+                            proc: k,
+                            comm: comm.clone(),
+                        },
+                        policy,
+                        reason: "staged move ends".into(),
+                    }],
+                    notes: Vec::new(),
+                },
+                false,
+            );
+            let Some(v) = verdict else {
+                if cut_short {
+                    break;
+                }
+                continue;
+            };
+            times.push(pinned_at.elapsed().as_secs_f64());
+            if let Some(c) = &v.judgement.main {
+                ratios.push(1.0 + c.change);
+            }
+            match v.judgement.kind {
+                VerdictKind::Kept => kept += 1,
+                VerdictKind::Undone => undone += 1,
+                VerdictKind::Inconclusive => inconclusive += 1,
+            }
+        }
+        drop(worker);
+        drop(hog);
+        let n = kept + undone + inconclusive;
+        classes.push(ClassResult {
+            class,
+            intended_ratio: class.intended_ratio(),
+            moves: n,
+            kept,
+            undone,
+            inconclusive,
+            acted_ci95: placer_core::stats::clopper_pearson_95(kept + undone, n),
+            undone_ci95: placer_core::stats::clopper_pearson_95(undone, n),
+            kept_ci95: placer_core::stats::clopper_pearson_95(kept, n),
+            median_s_to_verdict: placer_core::stats::median(&times).unwrap_or(f64::NAN),
+            median_measured_ratio: placer_core::stats::median(&ratios).unwrap_or(f64::NAN),
+        });
+        if cut_short {
+            break 'classes;
+        }
+    }
+    let _ = host.restore_all();
+    Ok(Saved {
+        at_unix_s: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        interval_ms: interval.as_millis() as u64,
+        settings,
+        classes,
+        cut_short,
+    })
+}
+
+/// A private state dir for the run's journal, removed on drop.
+struct StateDir(std::path::PathBuf);
+
+impl Drop for StateDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn private_state_dir() -> Result<StateDir> {
+    let dir = std::env::temp_dir().join(format!("placer-verdicts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    // The journal's state dir must be placer's own: private.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+    Ok(StateDir(dir))
+}

@@ -1243,7 +1243,6 @@ mod tests {
         assert!(switches.iter().any(|s| s.arm == Arm::Off));
         let mut v = Verifier::new();
         start(&mut v, NET, &[50]);
-        let s = settings();
         let (pinned, own) = (
             CpuSet::parse_list("1").unwrap(),
             CpuSet::parse_list("0-1").unwrap(),

@@ -363,6 +363,45 @@ impl WakePipe {
     }
 }
 
+/// What [`poll`] waits for on one descriptor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interest {
+    Read,
+    Write,
+}
+
+/// Waits until one of `fds` is ready the way asked, or `timeout` passes; says for each
+/// whether it is ready (a hang-up or an error counts: the next read or write reports it).
+/// A signal handler ending the wait (EINTR) is a wait with none ready.
+pub fn poll(
+    fds: &[(std::os::fd::BorrowedFd<'_>, Interest)],
+    timeout: std::time::Duration,
+) -> io::Result<Vec<bool>> {
+    use std::os::fd::AsRawFd;
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|(fd, want)| libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: match want {
+                Interest::Read => libc::POLLIN,
+                Interest::Write => libc::POLLOUT,
+            },
+            revents: 0,
+        })
+        .collect();
+    let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
+    // SAFETY: pfds is a valid array of pfds.len() pollfds, borrowed fds kept open by the caller.
+    let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EINTR) {
+            return Ok(vec![false; fds.len()]);
+        }
+        return Err(e);
+    }
+    Ok(pfds.iter().map(|p| p.revents != 0).collect())
+}
+
 /// Writes one byte to `fd`: only write(2), errno kept, failures ignored (a full pipe
 /// already wakes its reader), so that a signal handler may call it.
 pub fn poke(fd: libc::c_int) {

@@ -146,6 +146,8 @@ pub enum Clock {
     ThreadCpu,
     /// CLOCK_PROCESS_CPUTIME_ID: this process's CPU time (all threads).
     ProcessCpu,
+    /// CLOCK_BOOTTIME: the clock of /proc's start times.
+    Boottime,
 }
 
 /// A clock in nanoseconds.
@@ -154,6 +156,7 @@ pub fn clock_ns(clock: Clock) -> u64 {
         Clock::Monotonic => libc::CLOCK_MONOTONIC,
         Clock::ThreadCpu => libc::CLOCK_THREAD_CPUTIME_ID,
         Clock::ProcessCpu => libc::CLOCK_PROCESS_CPUTIME_ID,
+        Clock::Boottime => libc::CLOCK_BOOTTIME,
     };
     let mut ts = libc::timespec {
         tv_sec: 0,

@@ -510,6 +510,64 @@ fn owned(fd: libc::c_int) -> io::Result<std::os::fd::OwnedFd> {
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
 }
 
+/// Opens `path` for reading without blocking (a FIFO with no writer, a device that waits)
+/// and only if it is a regular file: a FIFO, a device or a socket is refused at once with
+/// an `InvalidInput` error that says which, and a file over `max_bytes` with `InvalidData`.
+/// Every file placer is told to read (config, CLI inputs, recordings, state) goes through
+/// here or [`read_regular_file`].
+pub fn open_regular_file(path: &std::path::Path, max_bytes: u64) -> io::Result<std::fs::File> {
+    use std::os::unix::fs::FileTypeExt;
+    let fd = openat(None, path, libc::O_RDONLY | libc::O_NONBLOCK, 0)?;
+    let f = std::fs::File::from(fd);
+    let m = f.metadata()?;
+    let t = m.file_type();
+    if !t.is_file() {
+        let what = if t.is_fifo() {
+            "a FIFO"
+        } else if t.is_char_device() || t.is_block_device() {
+            "a device"
+        } else if t.is_socket() {
+            "a socket"
+        } else if t.is_dir() {
+            "a directory"
+        } else {
+            "not a regular file"
+        };
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{} is {what}: placer reads regular files only",
+                path.display()
+            ),
+        ));
+    }
+    if m.len() > max_bytes {
+        return Err(too_big(path, max_bytes));
+    }
+    Ok(f)
+}
+
+/// The bytes of regular file `path` ([`open_regular_file`]), at most `max_bytes` (checked
+/// again while reading: a file may grow after its size was read).
+pub fn read_regular_file(path: &std::path::Path, max_bytes: u64) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut b = Vec::new();
+    open_regular_file(path, max_bytes)?
+        .take(max_bytes + 1)
+        .read_to_end(&mut b)?;
+    if b.len() as u64 > max_bytes {
+        return Err(too_big(path, max_bytes));
+    }
+    Ok(b)
+}
+
+fn too_big(path: &std::path::Path, max_bytes: u64) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("{} is larger than {max_bytes} bytes", path.display()),
+    )
+}
+
 /// openat(2) of `name` relative to `dir` (None: the working directory), close-on-exec.
 pub fn openat(
     dir: Option<std::os::fd::BorrowedFd<'_>>,

@@ -1,7 +1,9 @@
 //! Issue 48: every file placer is told to read is a regular file, opened without blocking:
 //! a FIFO (no writer) or /dev/zero given to any command that takes a file is refused at
 //! once with a message that says what it is, and a FIFO put in place of the daemon's config
-//! neither stalls a SIGHUP reload nor delays the SIGTERM after it.
+//! neither stalls a SIGHUP reload nor delays the SIGTERM after it. And the state files
+//! placer reads back: a verdict log with a byte that is not UTF-8 still reports, a journal
+//! with refused entries makes `restore` fail and say how many.
 
 use placer_testkit::TempDir;
 use std::process::{Command, Stdio};
@@ -162,4 +164,50 @@ fn a_fifo_config_on_sighup_is_refused_and_sigterm_is_not_delayed() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert_eq!(code, Some(0), "exit after SIGTERM");
+}
+
+/// A state dir of this user's, mode 0700, as placer accepts it.
+fn state_dir(tag: &str) -> TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let d = TempDir::new(tag);
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    d
+}
+
+#[test]
+fn a_report_skips_and_counts_a_line_that_is_not_utf8() {
+    let d = state_dir("report-bad-byte");
+    std::fs::write(d.path().join("verdicts.jsonl"), b"{\"unix_ms\": 1, \xff}\n").unwrap();
+    let dir = d.path().to_str().unwrap();
+    let o = Command::new(PLACER)
+        .args(["report", "--no-config", "--state-dir", dir])
+        .output()
+        .expect("report");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.contains("1 unreadable lines skipped"), "{out}");
+}
+
+#[test]
+fn restore_fails_and_counts_the_entries_it_refused() {
+    let d = state_dir("restore-refused");
+    // One crafted entry and one knob journaled twice: three refused, none acted on.
+    let journal = r#"{"version":1,"entries":[
+        {"knob":"rps","dev":"../../tmp","queue":"rx-0","previous":"0","applied":"1"},
+        {"knob":"irq_affinity","irq":5,"previous":"2","applied":"1"},
+        {"knob":"irq_affinity","irq":5,"previous":"0-3","applied":"1"}
+    ]}"#;
+    std::fs::write(d.path().join("journal.json"), journal).unwrap();
+    let dir = d.path().to_str().unwrap();
+    let o = Command::new(PLACER)
+        .args(["restore", "--no-config", "--state-dir", dir])
+        .output()
+        .expect("restore");
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert!(!o.status.success(), "exit 0: {out}{err}");
+    assert!(!out.contains("journal is empty"), "{out}");
+    assert!(err.contains("3 journal entries were refused"), "{err}");
 }

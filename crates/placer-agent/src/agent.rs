@@ -510,7 +510,11 @@ fn journal_name(state_dir: Option<&Path>) -> String {
 /// policy); read every cycle, since its pins change as pods come and go.
 fn kubelet_state(root: &Path) -> Result<placer_core::k8s::CpuManager> {
     let path = root.join("var/lib/kubelet/cpu_manager_state");
-    match std::fs::read_to_string(&path) {
+    // A regular file, bounded: the kubelet's file is small, and a FIFO put in its place
+    // must not stop the cycle.
+    let text = placer_linux::sys::read_regular_file(&path, placer_linux::attr::MAX_ATTR_BYTES * 16)
+        .and_then(|b| String::from_utf8(b).map_err(std::io::Error::other));
+    match text {
         Ok(text) => {
             placer_core::k8s::parse_cpu_manager_state(&text).map_err(|e| AgentError::Parse {
                 path: path.clone(),

@@ -80,11 +80,9 @@ pub fn gather(
     let dir = PathBuf::from(&cfg.state_dir);
     let start =
         placer_linux::actuator::start_time_ticks(root, pid).ok_or(AgentError::NoProcess { pid })?;
-    let comm = std::fs::read_to_string(root.join(format!("proc/{pid}/comm")))
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default();
-    let allowed = std::fs::read_to_string(root.join(format!("proc/{pid}/status")))
-        .ok()
+    // A name is any bytes: shown lossily, never a reason to fail.
+    let comm = placer_linux::attr::read(&root.join(format!("proc/{pid}/comm"))).unwrap_or_default();
+    let allowed = placer_linux::attr::read(&root.join(format!("proc/{pid}/status")))
         .and_then(|t| placer_linux::procfs::parse_status(&t).cpus_allowed)
         .map(|c| c.to_string())
         .unwrap_or_default();

@@ -1,15 +1,16 @@
 //! Prometheus text-format metrics (exposition format 0.0.4) on a tiny HTTP server built on
-//! std::net: one thread, one short request at a time, `GET /metrics` only. Loopback by
-//! default (config `metrics.listen`).
+//! std::net and poll(2): one thread, `GET /metrics` only, each connection with a deadline
+//! and the oldest waiting one closed when too many are open. Loopback by default (config
+//! `metrics.listen`).
 
 use placer_core::engine::CycleReport;
 use placer_core::policies::PolicyKind;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Upper bounds of the effect-ratio histogram (after / before mean of a judged metric).
 const EFFECT_BUCKETS: &[f64] = &[0.5, 0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.25, 2.0];
@@ -323,145 +324,231 @@ fn escape(v: &str) -> String {
 
 /// The most bytes of a request read (request line and headers together): a scrape needs a
 /// few hundred; an endless line must not grow the daemon.
-pub const MAX_REQUEST_BYTES: u64 = 8 * 1024;
-/// Connections answered at once; more are closed at once. A slow client holds one slot.
-pub const MAX_CONNECTIONS: usize = 16;
-/// Connections one peer address may hold at once, so that one client (a local user, a pod)
-/// cannot take every slot from the scraper.
-pub const MAX_CONNECTIONS_PER_PEER: usize = 4;
-/// The time a client has to send its whole request (not per read: a client trickling a
-/// byte at a time is cut off here). A scraper sends its few hundred bytes at once.
+pub const MAX_REQUEST_BYTES: usize = 8 * 1024;
+/// Connections held at once. One more closes the oldest still waiting for its request
+/// rather than refusing the newcomer, so a client holding connections open cannot lock the
+/// scraper out: it loses its oldest each time someone connects.
+pub const MAX_CONNECTIONS: usize = 128;
+/// The time a client has to send its whole request, from its connection (not per read: a
+/// client trickling a byte at a time is cut off here). A scraper sends its few hundred bytes
+/// at once.
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(1);
+/// The time a client has to take the answer.
+pub const WRITE_DEADLINE: Duration = Duration::from_secs(2);
+/// A rendering is served again for this long, so a client asking in a loop costs the
+/// daemon one rendering per period, not one per request.
+const RENDER_REUSE: Duration = Duration::from_millis(100);
+/// Connections accepted in one turn of the loop before the others are served.
+const ACCEPTS_PER_TURN: usize = 256;
 
-/// Connections held, in all and per peer address.
-#[derive(Default)]
-struct Slots {
-    total: usize,
-    per_peer: std::collections::HashMap<std::net::IpAddr, usize>,
-}
-
-impl Slots {
-    /// Takes a slot for `peer`, unless the server or the peer is at its limit.
-    fn take(&mut self, peer: std::net::IpAddr) -> bool {
-        let n = self.per_peer.entry(peer).or_default();
-        if self.total >= MAX_CONNECTIONS || *n >= MAX_CONNECTIONS_PER_PEER {
-            return false;
-        }
-        *n += 1;
-        self.total += 1;
-        true
-    }
-
-    /// The slots under their lock (a panicked holder poisons nothing that matters here).
-    fn of(s: &std::sync::Mutex<Slots>) -> std::sync::MutexGuard<'_, Slots> {
-        s.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn give_back(&mut self, peer: std::net::IpAddr) {
-        if let Some(n) = self.per_peer.get_mut(&peer) {
-            *n -= 1;
-            if *n == 0 {
-                self.per_peer.remove(&peer);
-            }
-        }
-        self.total = self.total.saturating_sub(1);
-    }
-}
-
-/// Binds `listen` and serves `metrics` from a background thread, one short-lived thread
-/// per connection (at most [`MAX_CONNECTIONS`], [`MAX_CONNECTIONS_PER_PEER`] from one
-/// address). Returns the bound address (useful with port 0).
+/// Binds `listen` and serves `metrics` from one background thread (event-driven: an idle
+/// connection costs a descriptor and no CPU until its deadline). Returns the bound address
+/// (useful with port 0).
 pub fn serve(listen: &str, metrics: Metrics) -> std::io::Result<SocketAddr> {
     let l = TcpListener::bind(listen)?;
+    l.set_nonblocking(true)?;
     let addr = l.local_addr()?;
-    let slots = std::sync::Arc::new(std::sync::Mutex::new(Slots::default()));
     std::thread::Builder::new()
         .name("placer-metrics".into())
-        .spawn(move || {
-            for conn in l.incoming().flatten() {
-                let Ok(peer) = conn.peer_addr().map(|a| a.ip()) else {
-                    continue;
-                };
-                if !Slots::of(&slots).take(peer) {
-                    // Busy: close at once rather than queue behind slow clients.
-                    drop(conn);
-                    continue;
-                }
-                let (m, s) = (metrics.clone(), slots.clone());
-                let spawned = std::thread::Builder::new()
-                    .name("placer-metrics-conn".into())
-                    .spawn(move || {
-                        let _ = answer(conn, &m);
-                        Slots::of(&s).give_back(peer);
-                    });
-                if spawned.is_err() {
-                    Slots::of(&slots).give_back(peer);
-                }
-            }
-        })?;
+        .spawn(move || Server::new(metrics).run(&l))?;
     Ok(addr)
 }
 
-/// A TCP stream whose reads all end by one deadline.
-struct DeadlineReader {
-    conn: TcpStream,
-    until: std::time::Instant,
+/// One client connection: reading its request, then writing the answer.
+struct Conn {
+    stream: TcpStream,
+    accepted: Instant,
+    deadline: Instant,
+    request: Vec<u8>,
+    /// The answer and how much of it is written; None while reading the request.
+    answer: Option<(Vec<u8>, usize)>,
 }
 
-impl std::io::Read for DeadlineReader {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let left = self
-            .until
-            .saturating_duration_since(std::time::Instant::now());
-        if left.is_zero() {
-            return Err(std::io::ErrorKind::TimedOut.into());
+struct Server {
+    metrics: Metrics,
+    conns: Vec<Conn>,
+    rendered: Option<(Instant, String)>,
+}
+
+impl Server {
+    fn new(metrics: Metrics) -> Server {
+        Server {
+            metrics,
+            conns: Vec::new(),
+            rendered: None,
         }
-        self.conn.set_read_timeout(Some(left))?;
-        self.conn.read(buf)
+    }
+
+    fn run(mut self, l: &TcpListener) {
+        use placer_linux::sys::{poll, Interest};
+        use std::os::fd::AsFd;
+        loop {
+            let now = Instant::now();
+            let wait = self
+                .conns
+                .iter()
+                .map(|c| c.deadline.saturating_duration_since(now))
+                .min()
+                .unwrap_or(Duration::from_secs(3600));
+            let mut fds = vec![(l.as_fd(), Interest::Read)];
+            fds.extend(self.conns.iter().map(|c| {
+                let want = if c.answer.is_some() {
+                    Interest::Write
+                } else {
+                    Interest::Read
+                };
+                (c.stream.as_fd(), want)
+            }));
+            let Ok(ready) = poll(&fds, wait) else {
+                // Cannot happen with valid descriptors; do not spin if it does.
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            };
+            drop(fds);
+            // Serve the connections first, then accept: the ready flags index `conns` as
+            // it was before any newcomer.
+            let mut i = 0;
+            let mut keep = Vec::with_capacity(self.conns.len());
+            for mut c in std::mem::take(&mut self.conns) {
+                i += 1;
+                if ready[i] && !self.step(&mut c) {
+                    continue;
+                }
+                keep.push(c);
+            }
+            self.conns = keep;
+            if ready[0] {
+                self.accept(l);
+            }
+            let now = Instant::now();
+            self.conns.retain(|c| c.deadline > now);
+        }
+    }
+
+    /// Accepts what waits, serving each newcomer's request at once if it is already there,
+    /// then closes the oldest connections still waiting for their request beyond
+    /// [`MAX_CONNECTIONS`].
+    fn accept(&mut self, l: &TcpListener) {
+        for _ in 0..ACCEPTS_PER_TURN {
+            let stream = match l.accept() {
+                Ok((stream, _)) => stream,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(_) => {
+                    // Out of descriptors, say: the listener stays ready, so pause rather
+                    // than spin on it.
+                    std::thread::sleep(Duration::from_millis(10));
+                    break;
+                }
+            };
+            if stream.set_nonblocking(true).is_err() {
+                continue;
+            }
+            let now = Instant::now();
+            let mut c = Conn {
+                stream,
+                accepted: now,
+                deadline: now + REQUEST_DEADLINE,
+                request: Vec::new(),
+                answer: None,
+            };
+            if self.step(&mut c) {
+                self.conns.push(c);
+            }
+        }
+        while self.conns.len() > MAX_CONNECTIONS {
+            // The oldest waiting for its request, else the oldest of all.
+            let victim = self
+                .conns
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, c)| (c.answer.is_some(), c.accepted))
+                .map(|(i, _)| i);
+            if let Some(i) = victim {
+                self.conns.swap_remove(i);
+            }
+        }
+    }
+
+    /// Reads or writes what `c` is ready for; false when it is done (or broken) and goes.
+    fn step(&mut self, c: &mut Conn) -> bool {
+        use std::io::Read;
+        if c.answer.is_none() {
+            let mut buf = [0u8; 2048];
+            loop {
+                match c.stream.read(&mut buf) {
+                    Ok(0) => {
+                        if c.request.is_empty() {
+                            return false;
+                        }
+                        break;
+                    }
+                    Ok(n) => {
+                        let room = MAX_REQUEST_BYTES - c.request.len();
+                        c.request.extend_from_slice(&buf[..n.min(room)]);
+                        if c.request.len() >= MAX_REQUEST_BYTES || head_complete(&c.request) {
+                            break;
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return true,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => return false,
+                }
+            }
+            let answer = self.answer(&c.request);
+            c.answer = Some((answer.into_bytes(), 0));
+            c.deadline = Instant::now() + WRITE_DEADLINE;
+        }
+        let Some((out, done)) = c.answer.as_mut() else {
+            return false;
+        };
+        while *done < out.len() {
+            match c.stream.write(&out[*done..]) {
+                Ok(0) => return false,
+                Ok(n) => *done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return true,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return false,
+            }
+        }
+        false
+    }
+
+    /// The whole HTTP answer to `request` (its head, as read).
+    fn answer(&mut self, request: &[u8]) -> String {
+        let head = String::from_utf8_lossy(request);
+        let line = head.lines().next().unwrap_or("");
+        let mut parts = line.split_whitespace();
+        let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        let (status, body, ctype) = if !head_complete(request) {
+            (
+                "431 Request Header Fields Too Large",
+                "request too large or incomplete\n".to_string(),
+                "text/plain",
+            )
+        } else if method == "GET" && (path == "/metrics" || path == "/") {
+            let now = Instant::now();
+            let body = match &self.rendered {
+                Some((at, text)) if now.duration_since(*at) < RENDER_REUSE => text.clone(),
+                _ => {
+                    let text = self.metrics.render();
+                    self.rendered = Some((now, text.clone()));
+                    text
+                }
+            };
+            ("200 OK", body, "text/plain; version=0.0.4; charset=utf-8")
+        } else {
+            ("404 Not Found", "only /metrics\n".to_string(), "text/plain")
+        };
+        format!(
+            "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
     }
 }
 
-fn answer(mut conn: TcpStream, metrics: &Metrics) -> std::io::Result<()> {
-    use std::io::Read;
-    conn.set_write_timeout(Some(Duration::from_secs(2)))?;
-    let raw = DeadlineReader {
-        conn: conn.try_clone()?,
-        until: std::time::Instant::now() + REQUEST_DEADLINE,
-    };
-    let mut reader = BufReader::new(raw.take(MAX_REQUEST_BYTES));
-    let mut line = String::new();
-    reader.read_line(&mut line)?;
-    // Drain the headers (bounded by the byte limit) so the client sees a clean close.
-    let mut header = String::new();
-    loop {
-        header.clear();
-        if reader.read_line(&mut header)? == 0 || header == "\r\n" || header == "\n" {
-            break;
-        }
-    }
-    let mut parts = line.split_whitespace();
-    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let (status, body, ctype) = if !line.ends_with('\n') {
-        (
-            "431 Request Header Fields Too Large",
-            "request too large\n".to_string(),
-            "text/plain",
-        )
-    } else if method == "GET" && (path == "/metrics" || path == "/") {
-        (
-            "200 OK",
-            metrics.render(),
-            "text/plain; version=0.0.4; charset=utf-8",
-        )
-    } else {
-        ("404 Not Found", "only /metrics\n".to_string(), "text/plain")
-    };
-    write!(
-        conn,
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )?;
-    conn.flush()
+/// Whether a request head ends here (its blank line).
+fn head_complete(request: &[u8]) -> bool {
+    request.windows(4).any(|w| w == b"\r\n\r\n") || request.windows(2).any(|w| w == b"\n\n")
 }
 
 #[cfg(test)]
@@ -587,5 +674,85 @@ mod tests {
         c.read_to_string(&mut resp).expect("read");
         assert!(resp.starts_with("HTTP/1.1 200 OK"), "{resp}");
         assert!(resp.contains("placer_managed_processes 2"));
+    }
+
+    /// The tids of this process's threads named `placer-metrics`.
+    fn server_threads() -> std::collections::BTreeSet<u32> {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                std::fs::read_to_string(e.path().join("comm"))
+                    .is_ok_and(|c| c.trim() == "placer-metrics")
+            })
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .collect()
+    }
+
+    fn cpu_ns(tid: u32) -> u64 {
+        std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// A scrape within `limit`, from 127.0.0.1 like the idle clients.
+    fn scrape(addr: SocketAddr, limit: Duration) -> Result<String, String> {
+        let t0 = Instant::now();
+        let mut c = TcpStream::connect(addr).map_err(|e| e.to_string())?;
+        c.set_read_timeout(Some(limit)).unwrap();
+        c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .map_err(|e| e.to_string())?;
+        let mut resp = String::new();
+        c.read_to_string(&mut resp).map_err(|e| e.to_string())?;
+        if t0.elapsed() > limit {
+            return Err(format!("took {:?}", t0.elapsed()));
+        }
+        Ok(resp)
+    }
+
+    #[test]
+    fn idle_connections_from_the_scrapers_address_neither_lock_it_out_nor_cost_cpu() {
+        let addr = serve("127.0.0.1:0", Metrics::new(&[], false)).expect("bind");
+        // Every server thread of this test process (another test's may be among them: it
+        // serves nothing meanwhile), once named.
+        let cpu_ns = || server_threads().into_iter().map(cpu_ns).sum::<u64>();
+        let limit = Duration::from_millis(500);
+        for idle in [8, MAX_CONNECTIONS, 4 * MAX_CONNECTIONS] {
+            // Idle clients on the scraper's own address, some having sent half a line.
+            let held: Vec<TcpStream> = (0..idle)
+                .map(|i| {
+                    let mut c = TcpStream::connect(addr).expect("connect");
+                    if i % 2 == 1 {
+                        c.write_all(b"GET /met").expect("send");
+                    }
+                    c
+                })
+                .collect();
+            std::thread::sleep(Duration::from_millis(50));
+            let cpu0 = cpu_ns();
+            for _ in 0..3 {
+                let resp = scrape(addr, limit)
+                    .unwrap_or_else(|e| panic!("scrape beside {idle} idle connections: {e}"));
+                assert!(resp.starts_with("HTTP/1.1 200 OK"), "{resp}");
+            }
+            // Idle connections wake nothing: the server's CPU over this time stays small
+            // (a thread spinning on them would show about 300 ms).
+            std::thread::sleep(Duration::from_millis(300));
+            let used_ms = cpu_ns().saturating_sub(cpu0) / 1_000_000;
+            assert!(
+                used_ms < 30,
+                "{used_ms} ms of CPU beside {idle} idle connections"
+            );
+            drop(held);
+        }
+        // A trickler is cut at the deadline: the server closes it.
+        let mut t = TcpStream::connect(addr).expect("connect");
+        t.write_all(b"GET").expect("send");
+        t.set_read_timeout(Some(REQUEST_DEADLINE * 3)).unwrap();
+        let t0 = Instant::now();
+        let mut sink = Vec::new();
+        let _ = t.read_to_end(&mut sink);
+        assert!(t0.elapsed() < REQUEST_DEADLINE * 2, "{:?}", t0.elapsed());
     }
 }

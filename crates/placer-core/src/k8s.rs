@@ -46,6 +46,19 @@ pub enum K8sError {
     NotABoolean { annotation: String, value: String },
 }
 
+/// The most of an annotation's value an error (and so a log line) quotes.
+pub const MAX_QUOTED_VALUE_CHARS: usize = 64;
+
+/// An annotation's value as an error quotes it: its first [`MAX_QUOTED_VALUE_CHARS`]
+/// characters and its length when longer (a pod's owner can write a MiB of value; the log
+/// needs to see which value, not all of it).
+fn clip(v: &str) -> String {
+    match v.char_indices().nth(MAX_QUOTED_VALUE_CHARS) {
+        None => v.to_string(),
+        Some((end, _)) => format!("{}... ({} bytes in all)", &v[..end], v.len()),
+    }
+}
+
 /// What a container's annotations ask of placer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Selection {
@@ -85,7 +98,7 @@ pub fn selection(
             None => {
                 return Err(K8sError::NotABoolean {
                     annotation: key.into(),
-                    value: v.clone(),
+                    value: clip(v),
                 })
             }
         }
@@ -98,7 +111,7 @@ pub fn selection(
             let Ok(policy) = p.parse::<crate::policy_kind::PolicyKind>() else {
                 return Err(K8sError::UnknownPolicy {
                     annotation: key.into(),
-                    given: p.into(),
+                    given: clip(p),
                     known: crate::config::POLICY_NAMES.join(", "),
                 });
             };
@@ -399,6 +412,17 @@ mod tests {
         assert!(e.to_string().contains("\"maybe\""), "{e}");
         let c = ann(&[("preserve.placer.io/container.x", "perhaps")]);
         assert!(selection(&c, "x").is_err());
+        // Issue 48: a MiB of value is quoted by its start and its length, in one short line
+        // (multi-byte characters cut on a boundary).
+        for long in ["y".repeat(1 << 20), "é".repeat(1 << 19)] {
+            for key in [POD_PRESERVE, POD_POLICY] {
+                let e = selection(&ann(&[(key, &long)]), "x")
+                    .unwrap_err()
+                    .to_string();
+                assert!(e.len() < 400, "{} bytes", e.len());
+                assert!(e.contains(&format!("({} bytes in all)", long.len())), "{e}");
+            }
+        }
         // Every spelling of false is accepted as false.
         for v in ["false", "No", "0", " FALSE "] {
             let f = ann(&[(POD_PRESERVE, v)]);

@@ -103,6 +103,23 @@ impl<W: Write> RecordWriter<W> {
     }
 }
 
+/// The longest line read from a recording: a sample of tens of thousands of processes is
+/// a few tens of MiB; a file of zeros or of one endless line must not fill the memory.
+pub const MAX_RECORD_LINE_BYTES: u64 = 64 << 20;
+
+/// One line of `input` into `buf`, at most [`MAX_RECORD_LINE_BYTES`]; a longer one is an
+/// `InvalidData` error.
+fn read_line_capped<R: BufRead>(input: &mut R, buf: &mut String) -> std::io::Result<usize> {
+    let n = io::Read::take(&mut *input, MAX_RECORD_LINE_BYTES + 1).read_line(buf)?;
+    if n as u64 > MAX_RECORD_LINE_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("a line longer than {} MiB", MAX_RECORD_LINE_BYTES >> 20),
+        ));
+    }
+    Ok(n)
+}
+
 pub struct RecordReader<R: BufRead> {
     input: R,
     pub header: RecordHeader,
@@ -115,7 +132,7 @@ pub struct RecordReader<R: BufRead> {
 impl<R: BufRead> RecordReader<R> {
     pub fn new(mut input: R) -> Result<Self, RecordError> {
         let mut first = String::new();
-        input.read_line(&mut first)?;
+        read_line_capped(&mut input, &mut first)?;
         let header: RecordHeader = serde_json::from_str(first.trim_end())
             .map_err(|e| RecordError::NotARecord(e.to_string()))?;
         if header.format != RECORD_FORMAT {
@@ -137,7 +154,7 @@ impl<R: BufRead> RecordReader<R> {
     pub fn next_sample(&mut self) -> Result<Option<Sample>, RecordError> {
         loop {
             self.buf.clear();
-            if self.input.read_line(&mut self.buf)? == 0 {
+            if read_line_capped(&mut self.input, &mut self.buf)? == 0 {
                 return Ok(None);
             }
             self.line_no += 1;

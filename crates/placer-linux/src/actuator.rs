@@ -818,4 +818,135 @@ mod tests {
             assert_eq!(get_affinity(tid).expect("aff"), want, "thread {tid}");
         }
     }
+
+    /// A python3 child running `code` with piped stdin and stdout, its key, and an actuator
+    /// (state under `root`) that pinned it to CPU `cpu`; None without python3.
+    fn pinned_python(code: &str, root: &FakeRoot, cpu: u32) -> Option<(Kid, ProcKey, Actuator)> {
+        let child = Command::new("python3")
+            .arg("-c")
+            .arg(code)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .ok()?;
+        let kid = Kid(child);
+        let pid = kid.0.id();
+        let k = ProcKey {
+            pid,
+            start_time_ticks: start_time_ticks(Path::new("/"), pid).expect("start"),
+        };
+        let mut a = Actuator::new(Path::new("/"), &root.join("state"));
+        let rep = a.apply(
+            &plan(vec![Action::PinProcess {
+                proc: k,
+                comm: "py".into(),
+                cpus: CpuSet::single(cpu),
+            }]),
+            false,
+        );
+        assert_eq!(rep[0].outcome, Outcome::Done);
+        Some((kid, k, a))
+    }
+
+    /// Issue 48: threads created after the pin that set their own affinity, one to a CPU
+    /// of its own and one back to the whole machine (the mask placer replaced), keep it:
+    /// the per-cycle upkeep does not re-pin them and the restore leaves them as they are.
+    #[test]
+    #[cfg_attr(not(placer_root), ignore = "needs root")]
+    fn a_thread_created_after_the_pin_keeps_the_mask_it_sets_itself() {
+        use std::io::{BufRead, Write};
+        placer_testkit::require_root();
+        let Some(all) = can_pin() else {
+            placer_testkit::skip("needs 2 allowed CPUs");
+            return;
+        };
+        let (first, last) = (all.iter().next().expect("cpu"), all.last().expect("cpu"));
+        // Each line on stdin names a CPU list; a new thread sets it as its own mask and
+        // prints its tid.
+        let code = "import os,sys,threading,time\n\
+def own(cpus):\n    os.sched_setaffinity(0, cpus)\n    print(threading.get_native_id(), flush=True)\n    time.sleep(60)\n\
+for line in sys.stdin:\n    cpus = {int(c) for c in line.split()}\n    threading.Thread(target=own, args=(cpus,), daemon=True).start()\n";
+        let root = FakeRoot::new("act-latethread");
+        let Some((mut kid, k, mut a)) = pinned_python(code, &root, last) else {
+            placer_testkit::skip("python3 not available");
+            return;
+        };
+        let pid = k.pid;
+        // Later than the pin's clock tick, so the threads cannot have raced it.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let mut stdin = kid.0.stdin.take().expect("stdin");
+        let mut out = std::io::BufReader::new(kid.0.stdout.take().expect("stdout"));
+        let mut late = Vec::new();
+        for want in [CpuSet::single(first), all.clone()] {
+            let list: Vec<String> = want.iter().map(|c| c.to_string()).collect();
+            writeln!(stdin, "{}", list.join(" ")).expect("ask for a thread");
+            let mut line = String::new();
+            out.read_line(&mut line).expect("its tid");
+            let tid: u32 = line.trim().parse().expect("a tid");
+            assert_eq!(get_affinity(tid).expect("aff"), want);
+            late.push((tid, want));
+        }
+        a.maintain();
+        for (tid, want) in &late {
+            assert_eq!(
+                &get_affinity(*tid).expect("aff"),
+                want,
+                "thread {tid} re-pinned"
+            );
+        }
+        let res = a.restore_all().expect("restore");
+        assert!(res.iter().all(|(_, r)| r.settled()), "{res:?}");
+        assert_eq!(get_affinity(pid).expect("aff"), all, "main thread restored");
+        for (tid, want) in &late {
+            assert_eq!(
+                &get_affinity(*tid).expect("aff"),
+                want,
+                "thread {tid} after restore"
+            );
+        }
+    }
+
+    /// Issue 48: a pinned process that renames itself to bytes that are not UTF-8 is the
+    /// same process (pid and start time) and is restored, not pruned as exited.
+    #[test]
+    #[cfg_attr(not(placer_root), ignore = "needs root")]
+    fn a_process_renamed_to_bytes_that_are_not_utf8_is_restored() {
+        placer_testkit::require_root();
+        let Some(all) = can_pin() else {
+            placer_testkit::skip("needs 2 allowed CPUs");
+            return;
+        };
+        let last = all.last().expect("cpu");
+        // PR_SET_NAME (15) with invalid UTF-8, once stdin has a line; then it sleeps.
+        let code = "import ctypes,sys,time\nsys.stdin.readline()\n\
+ctypes.CDLL(None).prctl(15, ctypes.c_char_p(b'rx\\xff\\xfe\\x80'), 0, 0, 0)\n\
+print('renamed', flush=True)\ntime.sleep(60)\n";
+        let root = FakeRoot::new("act-rename");
+        let Some((mut kid, k, mut a)) = pinned_python(code, &root, last) else {
+            placer_testkit::skip("python3 not available");
+            return;
+        };
+        let pid = k.pid;
+        {
+            use std::io::{BufRead, Write};
+            let mut stdin = kid.0.stdin.take().expect("stdin");
+            writeln!(stdin).expect("rename now");
+            let mut line = String::new();
+            std::io::BufReader::new(kid.0.stdout.take().expect("stdout"))
+                .read_line(&mut line)
+                .expect("renamed");
+            assert_eq!(line.trim(), "renamed");
+        }
+        let comm = std::fs::read(format!("/proc/{pid}/comm")).expect("comm");
+        assert!(std::str::from_utf8(&comm).is_err(), "{comm:?}");
+        assert_eq!(
+            start_time_ticks(Path::new("/"), pid),
+            Some(k.start_time_ticks)
+        );
+        let res = a.restore_all().expect("restore");
+        assert!(res.iter().all(|(_, r)| *r == Restored::Restored), "{res:?}");
+        for tid in task_ids(Path::new("/"), pid).expect("tasks") {
+            assert_eq!(get_affinity(tid).expect("aff"), all, "thread {tid}");
+        }
+    }
 }

@@ -9,7 +9,7 @@ use std::path::Path;
 /// Most bytes read from one attribute file.
 pub const MAX_ATTR_BYTES: u64 = 64 << 10;
 
-/// The file's text, trimmed; None when it cannot be read (absent, vanished, not text).
+/// The file's text, trimmed; None when it cannot be read (absent, vanished, too big).
 pub fn read(path: &Path) -> Option<String> {
     read_capped(path, MAX_ATTR_BYTES)
         .ok()
@@ -18,21 +18,26 @@ pub fn read(path: &Path) -> Option<String> {
 
 /// The file's text, at most `max_bytes` (more is an `InvalidData` error, not a truncated
 /// text), opened without blocking (a FIFO under a root we do not trust must not hang us).
+/// Bytes that are not UTF-8 become U+FFFD: a process may name itself with any bytes
+/// (`/proc/PID/stat`'s comm), and its other fields must still read.
 pub fn read_capped(path: &Path, max_bytes: u64) -> std::io::Result<String> {
-    let mut s = String::new();
+    let mut b = Vec::new();
     std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
         .open(path)?
         .take(max_bytes + 1)
-        .read_to_string(&mut s)?;
-    if s.len() as u64 > max_bytes {
+        .read_to_end(&mut b)?;
+    if b.len() as u64 > max_bytes {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             format!("{}: larger than {max_bytes} bytes", path.display()),
         ));
     }
-    Ok(s)
+    Ok(match String::from_utf8(b) {
+        Ok(s) => s,
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    })
 }
 
 /// The file's one decimal number.

@@ -1,7 +1,8 @@
 //! Finds the other agents that manage IRQ affinity or cpufreq under a root
 //! ([`placer_core::coexist`] decides what placer does about them):
 //! - processes by their `comm` (`ROOT/proc/PID/stat`, zombies left out): irqbalance,
-//!   tuned, tuned-ppd, power-profiles-daemon, auto-cpufreq;
+//!   tuned, tuned-ppd, power-profiles-daemon, auto-cpufreq, each only when it is what that
+//!   agent is (run by root from a root-owned program of a system directory, [`impostor`]);
 //! - cpufreq policies whose governor is not the kernel's default and not one placer set
 //!   (the journal's governor knobs, passed in). The default is `cpufreq.default_governor=`
 //!   on the kernel command line, else the kernel config's `CONFIG_CPU_FREQ_DEFAULT_GOV_*`
@@ -20,31 +21,6 @@ pub fn detect(root: &Path, placer_governors: &BTreeSet<u32>) -> Coexistence {
     Detector::default().detect(root, placer_governors)
 }
 
-/// The agents among processes already read, as `(pid, comm, state)`, and the foreign
-/// governors under `root`. The daemon's sampler holds every process's last `stat`, so a
-/// topology refresh reads no process file: a comm changes by an exec (the sampler reads
-/// such a process in full at once) or by the process itself (it ran, and was read again).
-pub fn detect_among<'a>(
-    root: &Path,
-    procs: impl Iterator<Item = (u32, &'a str, char)>,
-    placer_governors: &BTreeSet<u32>,
-) -> Coexistence {
-    let mut agents: Vec<Agent> = procs
-        .filter(|(_, _, state)| !matches!(state, 'Z' | 'X'))
-        .filter_map(|(pid, comm, _)| {
-            Some(Agent {
-                kind: AgentKind::from_comm(comm)?,
-                pid,
-            })
-        })
-        .collect();
-    agents.sort_by_key(|a| (a.kind, a.pid));
-    Coexistence {
-        agents,
-        foreign_governors: foreign_governors(root, placer_governors),
-    }
-}
-
 /// [`detect`] for a daemon that asks at every topology refresh: most looks list /proc and
 /// read only new pids and the agents found before (still alive, not a zombie); every
 /// [`FULL_LOOK_EVERY`]th reads every process, for one that became an agent by exec under
@@ -54,12 +30,58 @@ pub struct Detector {
     /// Pids seen at the previous look, and the agent each one is (None: not one).
     seen: crate::pid::PidMap<Option<AgentKind>>,
     looks: u64,
+    /// Impostors already logged (name, reason), so that one restarted or flapping is
+    /// logged once, not at every look.
+    logged: BTreeSet<(AgentKind, String)>,
 }
+
+/// Impostor reasons remembered for logging once; beyond this many, no more are logged.
+const MAX_LOGGED: usize = 256;
 
 /// One look in this many reads every process.
 pub const FULL_LOOK_EVERY: u64 = 6;
 
 impl Detector {
+    /// The agents among processes already read, as `(pid, comm, state)`, and the foreign
+    /// governors under `root`. The daemon's sampler holds every process's last `stat`, so
+    /// a topology refresh reads no file of a process not named like an agent: a comm
+    /// changes by an exec (the sampler reads such a process in full at once) or by the
+    /// process itself (it ran, and was read again).
+    pub fn among<'a>(
+        &mut self,
+        root: &Path,
+        procs: impl Iterator<Item = (u32, &'a str, char)>,
+        placer_governors: &BTreeSet<u32>,
+    ) -> Coexistence {
+        let mut agents: Vec<Agent> = procs
+            .filter(|(_, _, state)| !matches!(state, 'Z' | 'X'))
+            .filter_map(|(pid, comm, _)| {
+                let kind = AgentKind::from_comm(comm)?;
+                self.vetted(root, pid, kind).then_some(Agent { kind, pid })
+            })
+            .collect();
+        agents.sort_by_key(|a| (a.kind, a.pid));
+        Coexistence {
+            agents,
+            foreign_governors: foreign_governors(root, placer_governors),
+        }
+    }
+
+    /// Whether `pid`, named like `kind`, is what that agent is ([`impostor`]); an impostor
+    /// is logged the first time it (or another with its name and reason) is seen.
+    fn vetted(&mut self, root: &Path, pid: u32, kind: AgentKind) -> bool {
+        let Some(why) = impostor(root, pid) else {
+            return true;
+        };
+        if self.logged.len() < MAX_LOGGED && self.logged.insert((kind, why.clone())) {
+            tracing::warn!(
+                "pid {pid} is named {} but {why}: not taken for that agent",
+                kind.name()
+            );
+        }
+        false
+    }
+
     pub fn detect(&mut self, root: &Path, placer_governors: &BTreeSet<u32>) -> Coexistence {
         let pids = crate::pid::process_ids(root).unwrap_or_default();
         let full = self.looks.is_multiple_of(FULL_LOOK_EVERY);
@@ -70,7 +92,7 @@ impl Detector {
             let kind = match self.seen.get(&pid) {
                 Some(None) if !full => None,
                 // New, an agent before (it may have exited since), or a full look.
-                _ => agent_of(root, pid),
+                _ => agent_of(root, pid).filter(|&k| self.vetted(root, pid, k)),
             };
             if let Some(kind) = kind {
                 agents.push(Agent { kind, pid });
@@ -95,6 +117,64 @@ fn agent_of(root: &Path, pid: u32) -> Option<AgentKind> {
         return None;
     }
     AgentKind::from_comm(&st.comm)
+}
+
+/// Directories whose programs are the system's (the package manager's, root's alone).
+const SYSTEM_DIRS: [&str; 4] = ["/usr/sbin", "/usr/bin", "/sbin", "/bin"];
+/// Trees whose programs are the system's (helpers, interpreters, snaps).
+const SYSTEM_TREES: [&str; 4] = ["/usr/lib/", "/usr/libexec/", "/lib/", "/snap/"];
+
+/// Why process `pid` under `root` is not an agent whatever its name (None: it may be):
+/// an agent runs as root (real and effective uid 0), from a root-owned executable in a
+/// system directory that nobody else may write. A name is anyone's to take; these are
+/// not. Where placer may not read the executable's link (`placer top` as a user), the
+/// uid alone decides.
+pub fn impostor(root: &Path, pid: u32) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let proc = root.join(format!("proc/{pid}"));
+    let status = crate::attr::read(&proc.join("status"))?;
+    let uids: Vec<&str> = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .map(|l| l.split_whitespace().collect())
+        .unwrap_or_default();
+    match uids.as_slice() {
+        [real, effective, ..] if *real == "0" && *effective == "0" => {}
+        [real, ..] => return Some(format!("runs as uid {real}, not root")),
+        [] => return Some("has no uid in its status".into()),
+    }
+    let exe = proc.join("exe");
+    let link = match std::fs::read_link(&exe) {
+        Ok(l) => l,
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => return None,
+        Err(e) => return Some(format!("its executable cannot be read ({e})")),
+    };
+    let text = link.to_string_lossy();
+    // A program upgraded under a running daemon reads "(deleted)"; its inode still counts.
+    let path = Path::new(text.strip_suffix(" (deleted)").unwrap_or(&text));
+    let plain = path.is_absolute()
+        && path
+            .components()
+            .all(|c| !matches!(c, std::path::Component::ParentDir));
+    let in_system = plain
+        && (path
+            .parent()
+            .is_some_and(|d| SYSTEM_DIRS.iter().any(|s| d == Path::new(s)))
+            || SYSTEM_TREES.iter().any(|t| path.starts_with(t)));
+    if !in_system {
+        return Some(format!(
+            "runs {}, not a program of a system directory",
+            path.display()
+        ));
+    }
+    match std::fs::metadata(&exe) {
+        Ok(m) if m.is_file() && m.uid() == 0 && m.mode() & 0o022 == 0 => None,
+        Ok(_) => Some(format!(
+            "runs {}, which is not a root-owned file only root may change",
+            path.display()
+        )),
+        Err(e) => Some(format!("its executable cannot be read ({e})")),
+    }
 }
 
 /// [`detect`], with the governors placer set read from the journal in `state_dir`
@@ -217,6 +297,28 @@ mod tests {
         (AgentKind::PowerProfilesDaemon, 812),
     ];
 
+    /// What makes `pid` pass for a system program: uid `uid` and its executable `exe`.
+    fn runs(root: &Path, pid: u32, uid: u32, exe: &str) {
+        put(
+            root,
+            &format!("proc/{pid}/status"),
+            &format!("Name:\tx\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n"),
+        );
+        let link = root.join(format!("proc/{pid}/exe"));
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(exe, link).unwrap();
+    }
+
+    /// A root-owned program of a system directory that every Linux has.
+    const SYSTEM_PROGRAM: &str = "/usr/bin/env";
+
+    /// Every process of [`PROCS`] a system program run by root.
+    fn all_system(root: &Path) {
+        for (pid, ..) in PROCS {
+            runs(root, pid, 0, SYSTEM_PROGRAM);
+        }
+    }
+
     fn kinds(c: &Coexistence) -> Vec<(AgentKind, u32)> {
         c.agents.iter().map(|a| (a.kind, a.pid)).collect()
     }
@@ -233,6 +335,7 @@ mod tests {
         for (pid, comm, state) in PROCS {
             put(r, &format!("proc/{pid}/stat"), &stat(pid, comm, state));
         }
+        all_system(r);
         // Not a process: no number.
         put(r, "proc/self/stat", &stat(7, "irqbalance", 'S'));
         let c = detect(r, &BTreeSet::new());
@@ -244,8 +347,47 @@ mod tests {
     #[test]
     fn agents_among_known_processes_by_comm_without_zombies() {
         let t = TempDir::new("coexist-among");
-        let c = detect_among(t.path(), PROCS.into_iter(), &BTreeSet::new());
+        all_system(t.path());
+        let c = Detector::default().among(t.path(), PROCS.into_iter(), &BTreeSet::new());
         assert_eq!(kinds(&c), AGENTS);
+    }
+
+    /// Issue 48: a process named like an agent is one only when run by root from a
+    /// root-owned program of a system directory that only root may change.
+    #[test]
+    fn a_process_named_like_an_agent_is_ignored_unless_it_is_a_system_program_run_by_root() {
+        let t = TempDir::new("coexist-impostor");
+        let r = t.path();
+        for (pid, comm, state) in PROCS {
+            put(
+                r,
+                &format!("proc/{pid}/stat"),
+                &format!("{pid} ({comm}) {state} 1 {pid} {pid} 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 100\n"),
+            );
+        }
+        all_system(r);
+        // A user's own copy, and a program outside the system's directories.
+        let own = r.join("tuned");
+        std::fs::write(&own, "#!/bin/sh\n").unwrap();
+        let own = own.to_str().unwrap().to_string();
+        runs(r, 412, 65534, SYSTEM_PROGRAM);
+        runs(r, 812, 0, &own);
+        runs(r, 900, 0, "/usr/bin/../../tmp/tuned");
+        let mut d = Detector::default();
+        assert!(d
+            .among(r, PROCS.into_iter(), &BTreeSet::new())
+            .agents
+            .is_empty());
+        assert!(impostor(r, 412).unwrap().contains("uid 65534"));
+        assert!(impostor(r, 812).unwrap().contains("system directory"));
+        assert!(impostor(r, 900).unwrap().contains("system directory"));
+        assert_eq!(d.detect(r, &BTreeSet::new()).agents, vec![]);
+        // Run by root from the system's program, each is one again.
+        all_system(r);
+        assert_eq!(
+            kinds(&Detector::default().detect(r, &BTreeSet::new())),
+            AGENTS
+        );
     }
 
     #[test]
@@ -259,6 +401,9 @@ mod tests {
         };
         put(r, "proc/10/stat", &stat(10, "bash", 'S'));
         put(r, "proc/11/stat", &stat(11, "irqbalance", 'S'));
+        for pid in [10, 11] {
+            runs(r, pid, 0, SYSTEM_PROGRAM);
+        }
         let mut d = Detector::default();
         let pids = |c: &Coexistence| c.agents.iter().map(|a| a.pid).collect::<Vec<_>>();
         assert_eq!(pids(&d.detect(r, &BTreeSet::new())), vec![11]);
@@ -267,6 +412,7 @@ mod tests {
         // ...an agent is: it became a zombie.
         put(r, "proc/11/stat", &stat(11, "irqbalance", 'Z'));
         put(r, "proc/12/stat", &stat(12, "tuned", 'S'));
+        runs(r, 12, 0, SYSTEM_PROGRAM);
         assert_eq!(pids(&d.detect(r, &BTreeSet::new())), vec![12]);
         // Gone from /proc: forgotten.
         std::fs::remove_dir_all(r.join("proc/12")).unwrap();
@@ -280,6 +426,57 @@ mod tests {
         // Three looks so far (the first one full): the next full one is look 6.
         assert_eq!(first as u64, FULL_LOOK_EVERY - 3, "{looks:?}");
         assert!(looks[..first].iter().all(Vec::is_empty), "{looks:?}");
+    }
+
+    /// Issue 48 on the real /proc: a `tuned` run by nobody (a copy of `sleep` under that
+    /// name, in a directory of the test's) is no agent; the same copy run by root is not
+    /// either (not a system program), so only the uid check is tested by the first.
+    #[test]
+    #[cfg_attr(not(placer_root), ignore = "needs root")]
+    fn a_tuned_run_by_nobody_is_no_agent() {
+        use std::os::unix::process::CommandExt;
+        placer_testkit::require_root();
+        let t = TempDir::new("coexist-fake-tuned");
+        let fake = t.path().join("tuned");
+        std::fs::copy("/bin/sleep", &fake).expect("copy sleep");
+        std::fs::set_permissions(
+            t.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        let start = |uid: Option<u32>| {
+            let mut c = std::process::Command::new(&fake);
+            c.arg("30");
+            if let Some(u) = uid {
+                c.uid(u).gid(u);
+            }
+            placer_testkit::proc::KillOnDrop(c.spawn().expect("fake tuned"))
+        };
+        let none = BTreeSet::new();
+        let root = Path::new("/");
+        for uid in [Some(65534), None] {
+            let kid = start(uid);
+            let pid = kid.0.id();
+            // Its comm is set at exec: wait for it (bounded).
+            let t0 = std::time::Instant::now();
+            while crate::attr::read(&root.join(format!("proc/{pid}/comm"))).as_deref()
+                != Some("tuned")
+            {
+                assert!(t0.elapsed() < std::time::Duration::from_secs(5), "no exec");
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            let why = impostor(root, pid).expect("an impostor");
+            assert!(
+                why.contains(if uid.is_some() {
+                    "uid 65534"
+                } else {
+                    "system directory"
+                }),
+                "{why}"
+            );
+            let c = detect(root, &none);
+            assert!(c.agents.iter().all(|a| a.pid != pid), "{c:?}");
+        }
     }
 
     #[test]

@@ -40,7 +40,7 @@ impl Host for LinuxHost {
         // processes as the sampler last read them, once it has; /proc before that.
         let governors = crate::coexist::placer_governors(&self.actuator.state_dir);
         topo.coexistence = match self.sampler.known_processes() {
-            Some(procs) => crate::coexist::detect_among(&self.root, procs, &governors),
+            Some(procs) => self.coexist.among(&self.root, procs, &governors),
             None => self.coexist.detect(&self.root, &governors),
         };
         Ok(topo)

@@ -384,11 +384,37 @@ fn parse_file(path: &Path, text: &str) -> Result<(Vec<Entry>, Vec<Refused>)> {
             ),
         ));
     }
+    let parsed: Vec<(serde_json::Value, std::result::Result<Entry, String>)> = f
+        .entries
+        .into_iter()
+        .map(|raw| {
+            let e = serde_json::from_value::<Entry>(raw.clone())
+                .map_err(|e| e.to_string())
+                .and_then(|e| validate(&e).map(|()| e));
+            (raw, e)
+        })
+        .collect();
+    // placer journals a knob once (a later change updates its entry): two entries for one
+    // knob are not placer's, and which previous value is right is unknown, so neither is
+    // acted on (refusing only the second would let it count once the first is restored).
+    let mut times: std::collections::BTreeMap<&Knob, usize> = Default::default();
+    for e in parsed.iter().filter_map(|(_, e)| e.as_ref().ok()) {
+        *times.entry(&e.knob).or_default() += 1;
+    }
+    let twice: std::collections::BTreeSet<Knob> = times
+        .into_iter()
+        .filter(|(_, n)| *n > 1)
+        .map(|(k, _)| k.clone())
+        .collect();
     let (mut entries, mut refused) = (Vec::new(), Vec::new());
-    for (index, raw) in f.entries.into_iter().enumerate() {
-        let checked = serde_json::from_value::<Entry>(raw.clone())
-            .map_err(|e| e.to_string())
-            .and_then(|e| validate(&e).map(|()| e));
+    for (index, (raw, e)) in parsed.into_iter().enumerate() {
+        let checked = e.and_then(|e| {
+            if twice.contains(&e.knob) {
+                Err(format!("{} is journaled more than once", e.knob))
+            } else {
+                Ok(e)
+            }
+        });
         match checked {
             Ok(e) => entries.push(e),
             Err(why) => {
@@ -570,13 +596,20 @@ mod tests {
             {"knob":"proc_affinity","pid":"1; rm","start_time_ticks":1,"previous":"0","applied":"1"},
             {"knob":"proc_affinity","pid":1,"start_time_ticks":1,"previous":"zero","applied":"1"},
             {"knob":"tc_qdisc","dev":"lo","netns":"../../proc/1/ns/net","previous":"{}","applied":"{}"},
-            {"knob":"no_such_knob"}
+            {"knob":"no_such_knob"},
+            {"knob":"irq_affinity","irq":5,"previous":"2","applied":"1"},
+            {"knob":"irq_affinity","irq":5,"previous":"0-3","applied":"1"}
         ]}"#;
         std::fs::write(d.join(JOURNAL_FILE), text).expect("write");
         let mut j = Journal::open(&d).expect("open");
         assert_eq!(j.entries().len(), 1, "{:?}", j.entries());
         let at: Vec<usize> = j.refused().iter().map(|r| r.index).collect();
-        assert_eq!(at, vec![1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(at, vec![1, 2, 3, 4, 5, 6, 7, 8, 9]);
+        assert!(
+            j.refused()[8].why.contains("more than once"),
+            "{:?}",
+            j.refused()[8]
+        );
         assert!(
             j.refused()[0].why.contains("device name"),
             "{:?}",
@@ -595,7 +628,7 @@ mod tests {
         j.record(Knob::IrqAffinity { irq: 4 }, "0", "1", "")
             .expect("record");
         let again = Journal::load(&d).expect("load");
-        assert_eq!(again.refused().len(), 7);
+        assert_eq!(again.refused().len(), 9);
         let _ = std::fs::remove_dir_all(&d);
     }
 

@@ -9,6 +9,18 @@ pub fn start_time_ticks(root: &Path, pid: u32) -> Option<u64> {
     parse_start_time(&text)
 }
 
+/// A thread's start time in clock ticks since boot (field 22 of its own stat).
+pub fn thread_start_ticks(root: &Path, pid: u32, tid: u32) -> Option<u64> {
+    let text = crate::attr::read(&root.join(format!("proc/{pid}/task/{tid}/stat")))?;
+    parse_start_time(&text)
+}
+
+/// Now, in the clock ticks since boot that start times count.
+pub fn now_ticks() -> u64 {
+    let ns = crate::sys::clock_ns(crate::sys::Clock::Boottime);
+    ns / (1_000_000_000 / u64::from(crate::sys::clock_ticks_per_s()))
+}
+
 /// Field 22 of a stat line (the one stat parser, `procfs::parse_pid_stat`, reads it).
 pub fn parse_start_time(stat: &str) -> Option<u64> {
     crate::procfs::parse_pid_stat(stat).map(|s| s.start_time_ticks)

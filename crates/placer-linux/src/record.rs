@@ -23,11 +23,16 @@ pub fn header(
     h
 }
 
-/// Opens a record file (header checked).
+/// The largest recording opened (a day of a large machine at 1 s is well below it).
+pub const MAX_RECORDING_BYTES: u64 = 16 << 30;
+
+/// Opens a record file (header checked): a regular file only, not a FIFO or a device
+/// ([`crate::sys::open_regular_file`]); its lines are bounded by the reader.
 pub fn open(
     path: &std::path::Path,
 ) -> Result<RecordReader<io::BufReader<std::fs::File>>, RecordError> {
-    RecordReader::new(io::BufReader::new(std::fs::File::open(path)?))
+    let f = crate::sys::open_regular_file(path, MAX_RECORDING_BYTES)?;
+    RecordReader::new(io::BufReader::new(f))
 }
 
 #[cfg(test)]

@@ -240,20 +240,27 @@ impl StateDir {
 
     /// Reads file `name` (at most [`MAX_STATE_FILE_BYTES`]); a regular file only.
     pub fn read(&self, name: &str) -> std::io::Result<String> {
+        String::from_utf8(self.read_bytes(name)?)
+            .map_err(|_| std::io::Error::other(format!("{name} is not UTF-8: not placer's")))
+    }
+
+    /// [`StateDir::read`] without the text check, for a file read line by line whose
+    /// torn or corrupt lines are skipped.
+    pub fn read_bytes(&self, name: &str) -> std::io::Result<Vec<u8>> {
         let f = self.open_at(name, libc::O_RDONLY | libc::O_NONBLOCK)?;
         if !f.metadata()?.is_file() {
             return Err(std::io::Error::other(format!(
                 "{name} is not a regular file"
             )));
         }
-        let mut s = String::new();
-        f.take(MAX_STATE_FILE_BYTES + 1).read_to_string(&mut s)?;
-        if s.len() as u64 > MAX_STATE_FILE_BYTES {
+        let mut b = Vec::new();
+        f.take(MAX_STATE_FILE_BYTES + 1).read_to_end(&mut b)?;
+        if b.len() as u64 > MAX_STATE_FILE_BYTES {
             return Err(std::io::Error::other(format!(
                 "{name} is over {MAX_STATE_FILE_BYTES} bytes: not placer's"
             )));
         }
-        Ok(s)
+        Ok(b)
     }
 
     /// Removes file `name` if it is there.

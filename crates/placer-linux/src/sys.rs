@@ -146,6 +146,8 @@ pub enum Clock {
     ThreadCpu,
     /// CLOCK_PROCESS_CPUTIME_ID: this process's CPU time (all threads).
     ProcessCpu,
+    /// CLOCK_BOOTTIME: the clock of /proc's start times.
+    Boottime,
 }
 
 /// A clock in nanoseconds.
@@ -154,6 +156,7 @@ pub fn clock_ns(clock: Clock) -> u64 {
         Clock::Monotonic => libc::CLOCK_MONOTONIC,
         Clock::ThreadCpu => libc::CLOCK_THREAD_CPUTIME_ID,
         Clock::ProcessCpu => libc::CLOCK_PROCESS_CPUTIME_ID,
+        Clock::Boottime => libc::CLOCK_BOOTTIME,
     };
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -363,6 +366,45 @@ impl WakePipe {
     }
 }
 
+/// What [`poll`] waits for on one descriptor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interest {
+    Read,
+    Write,
+}
+
+/// Waits until one of `fds` is ready the way asked, or `timeout` passes; says for each
+/// whether it is ready (a hang-up or an error counts: the next read or write reports it).
+/// A signal handler ending the wait (EINTR) is a wait with none ready.
+pub fn poll(
+    fds: &[(std::os::fd::BorrowedFd<'_>, Interest)],
+    timeout: std::time::Duration,
+) -> io::Result<Vec<bool>> {
+    use std::os::fd::AsRawFd;
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|(fd, want)| libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: match want {
+                Interest::Read => libc::POLLIN,
+                Interest::Write => libc::POLLOUT,
+            },
+            revents: 0,
+        })
+        .collect();
+    let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
+    // SAFETY: pfds is a valid array of pfds.len() pollfds, borrowed fds kept open by the caller.
+    let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EINTR) {
+            return Ok(vec![false; fds.len()]);
+        }
+        return Err(e);
+    }
+    Ok(pfds.iter().map(|p| p.revents != 0).collect())
+}
+
 /// Writes one byte to `fd`: only write(2), errno kept, failures ignored (a full pipe
 /// already wakes its reader), so that a signal handler may call it.
 pub fn poke(fd: libc::c_int) {
@@ -466,6 +508,64 @@ fn owned(fd: libc::c_int) -> io::Result<std::os::fd::OwnedFd> {
     use std::os::fd::FromRawFd;
     // SAFETY: the kernel just gave us this fd; the OwnedFd owns it.
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// Opens `path` for reading without blocking (a FIFO with no writer, a device that waits)
+/// and only if it is a regular file: a FIFO, a device or a socket is refused at once with
+/// an `InvalidInput` error that says which, and a file over `max_bytes` with `InvalidData`.
+/// Every file placer is told to read (config, CLI inputs, recordings, state) goes through
+/// here or [`read_regular_file`].
+pub fn open_regular_file(path: &std::path::Path, max_bytes: u64) -> io::Result<std::fs::File> {
+    use std::os::unix::fs::FileTypeExt;
+    let fd = openat(None, path, libc::O_RDONLY | libc::O_NONBLOCK, 0)?;
+    let f = std::fs::File::from(fd);
+    let m = f.metadata()?;
+    let t = m.file_type();
+    if !t.is_file() {
+        let what = if t.is_fifo() {
+            "a FIFO"
+        } else if t.is_char_device() || t.is_block_device() {
+            "a device"
+        } else if t.is_socket() {
+            "a socket"
+        } else if t.is_dir() {
+            "a directory"
+        } else {
+            "not a regular file"
+        };
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{} is {what}: placer reads regular files only",
+                path.display()
+            ),
+        ));
+    }
+    if m.len() > max_bytes {
+        return Err(too_big(path, max_bytes));
+    }
+    Ok(f)
+}
+
+/// The bytes of regular file `path` ([`open_regular_file`]), at most `max_bytes` (checked
+/// again while reading: a file may grow after its size was read).
+pub fn read_regular_file(path: &std::path::Path, max_bytes: u64) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut b = Vec::new();
+    open_regular_file(path, max_bytes)?
+        .take(max_bytes + 1)
+        .read_to_end(&mut b)?;
+    if b.len() as u64 > max_bytes {
+        return Err(too_big(path, max_bytes));
+    }
+    Ok(b)
+}
+
+fn too_big(path: &std::path::Path, max_bytes: u64) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("{} is larger than {max_bytes} bytes", path.display()),
+    )
 }
 
 /// openat(2) of `name` relative to `dir` (None: the working directory), close-on-exec.

@@ -43,7 +43,7 @@ pub fn append(state_dir: &Path, rec: &VerdictRecord) -> Result<()> {
 }
 
 /// Every record of the log (the rotated generation first), and the number of lines that
-/// did not parse (a torn last line after a crash).
+/// did not parse (a torn last line after a crash, a line with bytes that are not UTF-8).
 pub fn read(state_dir: &Path) -> Result<(Vec<VerdictRecord>, usize)> {
     let mut out = Vec::new();
     let mut bad = 0;
@@ -54,12 +54,20 @@ pub fn read(state_dir: &Path) -> Result<(Vec<VerdictRecord>, usize)> {
     let dir = crate::state_dir::StateDir::open(state_dir)?;
     for name in [format!("{VERDICT_LOG}.1"), VERDICT_LOG.to_string()] {
         let path = state_dir.join(&name);
-        let text = match dir.read(&name) {
+        let bytes = match dir.read_bytes(&name) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => return Err(LinuxError::io(&path, e)),
         };
-        for l in text.lines().filter(|l| !l.trim().is_empty()) {
+        // Line by line, each decoded on its own: a corrupt byte costs its line only.
+        for l in bytes.split(|&b| b == b'\n') {
+            let Ok(l) = std::str::from_utf8(l) else {
+                bad += 1;
+                continue;
+            };
+            if l.trim().is_empty() {
+                continue;
+            }
             match serde_json::from_str(l) {
                 Ok(r) => out.push(r),
                 Err(_) => bad += 1,
@@ -111,6 +119,12 @@ mod tests {
         let (got, bad) = read(dir.path()).unwrap();
         assert_eq!(got, vec![rec(1, 10), rec(2, 20)]);
         assert_eq!(bad, 1);
+        // Issue 48: a byte that is not UTF-8 costs its own line, not the log.
+        f.write_all(b"\n{\"unix_ms\": \xff}\n").unwrap();
+        append(dir.path(), &rec(4, 40)).unwrap();
+        let (got, bad) = read(dir.path()).unwrap();
+        assert_eq!(got, vec![rec(1, 10), rec(2, 20), rec(4, 40)]);
+        assert_eq!(bad, 2);
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);

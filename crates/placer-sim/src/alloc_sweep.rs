@@ -25,7 +25,11 @@ pub struct SimPoint {
 /// Runs the sweep; returns the points and, per order, prefix stats whose speedup and
 /// power are the simulated ones (speedup relative to one unit of `speedup`).
 pub fn sweep(name: &str, opts: &AllocOptions) -> Result<Sweep, String> {
-    let sc = Scenario::load(name).map_err(|e| e.to_string())?;
+    sweep_scenario(name, Scenario::load(name).map_err(|e| e.to_string())?, opts)
+}
+
+/// [`sweep`] of a scenario already loaded (`name` for messages).
+pub fn sweep_scenario(name: &str, sc: Scenario, opts: &AllocOptions) -> Result<Sweep, String> {
     if sc.workloads.is_empty() {
         return Err(format!("scenario {name} has no workload"));
     }

@@ -381,10 +381,21 @@ impl Scenario {
 
     /// A built-in scenario by name, or a file path.
     pub fn load(name_or_path: &str) -> Result<Scenario, ScenarioError> {
+        Scenario::load_with(name_or_path, |p| {
+            std::fs::read_to_string(p).map_err(|e| e.to_string())
+        })
+    }
+
+    /// A built-in scenario by name, or a file path read by `read` (the CLI's reader refuses
+    /// FIFOs, devices and files too big at once; this crate does no system calls).
+    pub fn load_with(
+        name_or_path: &str,
+        read: impl FnOnce(&std::path::Path) -> Result<String, String>,
+    ) -> Result<Scenario, ScenarioError> {
         if let Some((_, text)) = BUILTIN.iter().find(|(n, _)| *n == name_or_path) {
             return Scenario::from_toml(name_or_path, text);
         }
-        let text = std::fs::read_to_string(name_or_path).map_err(|e| {
+        let text = read(std::path::Path::new(name_or_path)).map_err(|e| {
             ScenarioError::Io(
                 name_or_path.into(),
                 format!(

@@ -54,23 +54,22 @@ pub fn duration_arg(s: &str) -> Result<Duration, String> {
 /// device) is refused rather than read into memory.
 pub const MAX_INPUT_FILE_BYTES: u64 = 64 << 20;
 
-/// Reads a file named on the command line, at most [`MAX_INPUT_FILE_BYTES`].
+/// Reads a file named on the command line, at most [`MAX_INPUT_FILE_BYTES`], as UTF-8
+/// text; a regular file only (a FIFO or a device is refused at once rather than waited on
+/// or read without end: `placer_linux::sys::read_regular_file`).
 pub fn read_input(path: &std::path::Path) -> Result<String> {
-    use std::io::Read;
-    let mut s = String::new();
-    std::fs::File::open(path)
-        .with_context(|| format!("reading {}", path.display()))?
-        .take(MAX_INPUT_FILE_BYTES + 1)
-        .read_to_string(&mut s)
-        .with_context(|| format!("reading {}", path.display()))?;
-    if s.len() as u64 > MAX_INPUT_FILE_BYTES {
-        anyhow::bail!(
-            "{}: larger than {} MiB, the most placer reads from a file argument",
-            path.display(),
-            MAX_INPUT_FILE_BYTES >> 20
-        );
-    }
-    Ok(s)
+    let bytes = placer_linux::sys::read_regular_file(path, MAX_INPUT_FILE_BYTES).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::InvalidData {
+            anyhow::anyhow!(
+                "{}: larger than {} MiB, the most placer reads from a file argument",
+                path.display(),
+                MAX_INPUT_FILE_BYTES >> 20
+            )
+        } else {
+            anyhow::Error::new(e).context(format!("reading {}", path.display()))
+        }
+    })?;
+    String::from_utf8(bytes).with_context(|| format!("{}: not UTF-8 text", path.display()))
 }
 
 /// How log lines are written to stderr.
@@ -231,13 +230,36 @@ impl MachineArgs {
 
 #[cfg(test)]
 mod tests {
-    /// Issue 36: a file argument that is an endless device is refused at the bound.
+    /// Issue 36: a file argument larger than the bound is refused; issue 48: a device or
+    /// a FIFO is refused at once, before any read (a FIFO without a writer would block).
     #[test]
-    fn file_arguments_are_capped() {
-        let e = super::read_input(std::path::Path::new("/dev/zero"))
-            .expect_err("endless")
-            .to_string();
-        assert!(e.contains("larger than 64 MiB"), "{e}");
+    fn file_arguments_are_regular_files_and_capped() {
+        let dir = placer_testkit::TempDir::new("read-input");
+        let big = dir.path().join("big");
+        std::fs::File::create(&big)
+            .unwrap()
+            .set_len(super::MAX_INPUT_FILE_BYTES + 1)
+            .unwrap();
+        let fifo = dir.path().join("fifo");
+        let st = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(st.is_ok_and(|s| s.success()), "mkfifo");
+        for (p, want) in [
+            (std::path::Path::new("/dev/zero"), "is a device"),
+            (&big, "larger than 64 MiB"),
+            (&fifo, "is a FIFO"),
+        ] {
+            // In a thread, so that a read that blocks fails the test instead of hanging it.
+            let (tx, rx) = std::sync::mpsc::channel();
+            let q = p.to_path_buf();
+            std::thread::spawn(move || {
+                let _ = tx.send(super::read_input(&q).map(|s| s.len()));
+            });
+            let r = rx
+                .recv_timeout(std::time::Duration::from_secs(2))
+                .unwrap_or_else(|_| panic!("{}: blocked", p.display()));
+            let e = format!("{:#}", r.expect_err("refused"));
+            assert!(e.contains(want), "{e}");
+        }
     }
 
     use super::duration_arg;

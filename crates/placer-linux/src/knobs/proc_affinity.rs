@@ -4,7 +4,7 @@
 
 use crate::journal::{Entry, Knob};
 use crate::knob::{classify, settle, Ctx, KnobHandler, Restored};
-use crate::pid::{start_time_ticks, task_ids};
+use crate::pid::{start_time_ticks, task_ids, thread_start_ticks};
 use crate::sys::{get_affinity, set_affinity};
 use placer_core::plan::{Action, Outcome};
 use placer_core::policies::PolicyKind;
@@ -100,6 +100,8 @@ fn same_process(root: &Path, k: ProcKey) -> Result<(), String> {
 pub struct ProcAffinityHandler {
     /// Threads already handled per held process (new ones are checked by `maintain`).
     known: BTreeMap<ProcKey, BTreeSet<u32>>,
+    /// When placer last finished pinning each held process (clock ticks since boot).
+    pinned_at: BTreeMap<ProcKey, u64>,
 }
 
 impl ProcAffinityHandler {
@@ -143,6 +145,7 @@ impl ProcAffinityHandler {
             }
         }
         self.known.insert(k, done);
+        self.pinned_at.insert(k, crate::pid::now_ticks());
         Ok(changed)
     }
 
@@ -227,6 +230,7 @@ impl ProcAffinityHandler {
     fn restore_proc(&mut self, root: &Path, k: ProcKey, e: &Entry) -> Restored {
         if let Err(why) = same_process(root, k) {
             self.known.remove(&k);
+            self.pinned_at.remove(&k);
             return Restored::Gone(why);
         }
         let (Ok(prev), Ok(applied)) = (
@@ -240,10 +244,15 @@ impl ProcAffinityHandler {
         };
         let r = restore_threads(root, k, &prev, &applied, &e.thread_previous);
         self.known.remove(&k);
+        self.pinned_at.remove(&k);
         r
     }
 
-    /// Pins threads of journaled processes that appeared since with another affinity.
+    /// Pins threads of journaled processes that appeared since with the mask placer's pin
+    /// replaced: a thread cloned while the pin walked its siblings, by one not pinned yet.
+    /// Any other mask is the thread's own choice (a thread cloned after the pin starts on
+    /// placer's mask and set its own since, or was cloned by a thread that did), and the
+    /// thread is left alone for good, as a process that sets its own affinity is.
     fn fix_new_threads(&mut self, root: &Path, entries: &[Entry]) -> usize {
         let mut fixed = 0;
         for e in entries {
@@ -260,6 +269,7 @@ impl ProcAffinityHandler {
             };
             if same_process(root, k).is_err() {
                 self.known.remove(&k);
+                self.pinned_at.remove(&k);
                 continue;
             }
             let Ok(applied) = CpuSet::parse_list(&e.applied) else {
@@ -268,19 +278,36 @@ impl ProcAffinityHandler {
             // Someone else moved the process since (lease broken): its threads are theirs.
             if get_affinity(pid).map_or(true, |a| a != applied) {
                 self.known.remove(&k);
+                self.pinned_at.remove(&k);
                 continue;
             }
             let Ok(tids) = task_ids(root, pid) else {
                 continue;
             };
+            let pinned_at = self.pinned_at.get(&k).copied();
             let known = self.known.entry(k).or_default();
             for tid in tids {
                 if !known.insert(tid) {
                     continue;
                 }
-                if get_affinity(tid).is_ok_and(|a| a != applied)
-                    && set_affinity(tid, &applied).is_ok()
-                {
+                let Ok(mask) = get_affinity(tid) else {
+                    continue;
+                };
+                if mask == applied {
+                    continue;
+                }
+                // Only a thread started before the pin ended can have missed it, and then
+                // it holds what its creator had before: the process's or a thread's own
+                // previous mask. (Start times count whole ticks: one started in the pin's
+                // own tick counts as before.)
+                let raced = match (pinned_at, thread_start_ticks(root, pid, tid)) {
+                    (Some(at), Some(started)) => started <= at,
+                    _ => true,
+                };
+                let old_mask = mask.to_list_string();
+                let inherited = CpuSet::parse_list(&e.previous).is_ok_and(|p| p == mask)
+                    || e.thread_previous.values().any(|v| *v == old_mask);
+                if raced && inherited && set_affinity(tid, &applied).is_ok() {
                     fixed += 1;
                 }
             }

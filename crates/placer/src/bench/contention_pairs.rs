@@ -287,8 +287,7 @@ pub fn measure(apps: &[(String, String)], rounds: u32, timeout: Duration) -> Res
 
 /// Reads a matrix from FILE: a pairs report (`--json`) or a bare `{names, slowdown}`.
 pub fn read_matrix(path: &Path) -> Result<PairMatrix> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text = crate::common::read_input(path)?;
     if let Ok(r) = serde_json::from_str::<PairsReport>(&text) {
         return Ok(r.matrix);
     }

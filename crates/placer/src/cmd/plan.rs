@@ -199,8 +199,9 @@ pub fn run(args: Args) -> Result<()> {
 }
 
 fn simulate(name: &str, json: bool, opts: &AllocOptions) -> Result<()> {
-    let (points, a, b) =
-        placer_sim::alloc_sweep::sweep(name, opts).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let sc = crate::cmd::sim::load_scenario(name)?;
+    let (points, a, b) = placer_sim::alloc_sweep::sweep_scenario(name, sc, opts)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let per_core = alloc::per_core_comparison(&a, &b);
     let equal = alloc::equal_speed_matches(&a, &b);
     if json {

@@ -53,6 +53,9 @@ pub fn run(args: Args) -> Result<()> {
     }
     let mut host = placer_linux::LinuxHost::new(&args.state.root, &dir);
     let res = host.restore_all()?;
+    // Entries refused on read (not placer's form, a knob twice) stay in the journal and
+    // are never acted on: say so, and fail, since what they name was not put back.
+    let refused = placer_linux::journal::Journal::load(&dir).map_or(0, |j| j.refused().len());
     let mut failed = 0;
     let lines: Vec<Line> = res
         .iter()
@@ -76,7 +79,7 @@ pub fn run(args: Args) -> Result<()> {
         .collect();
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&lines)?);
-    } else if lines.is_empty() {
+    } else if lines.is_empty() && refused == 0 {
         outln!("nothing to restore: the journal is empty");
     } else {
         for l in &lines {
@@ -88,8 +91,18 @@ pub fn run(args: Args) -> Result<()> {
             }
         }
     }
-    if failed > 0 {
-        bail!("{failed} knob(s) could not be restored; they stay in the journal");
+    if failed > 0 || refused > 0 {
+        let mut why = Vec::new();
+        if failed > 0 {
+            why.push(format!("{failed} knob(s) could not be restored"));
+        }
+        if refused > 0 {
+            why.push(format!(
+                "{refused} journal entr{} refused as not placer's (see the log), never acted on",
+                if refused == 1 { "y was" } else { "ies were" }
+            ));
+        }
+        bail!("{}; they stay in the journal", why.join("; "));
     }
     Ok(())
 }

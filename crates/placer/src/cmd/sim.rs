@@ -74,7 +74,7 @@ pub fn run(args: Args) -> Result<()> {
     if let Some(path) = &args.plot {
         placer_sim::plot::PlotFormat::of(path)?;
     }
-    let mut sc = Scenario::load(name).with_context(|| format!("loading scenario {name}"))?;
+    let mut sc = load_scenario(name)?;
     if !args.seeds.is_empty() {
         sc.seeds = args.seeds.clone();
     }
@@ -116,4 +116,13 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A built-in scenario, or a TOML file read as every file argument is
+/// ([`crate::common::read_input`]: a regular file, bounded).
+pub fn load_scenario(name: &str) -> Result<Scenario> {
+    Scenario::load_with(name, |p| {
+        crate::common::read_input(p).map_err(|e| format!("{e:#}"))
+    })
+    .with_context(|| format!("loading scenario {name}"))
 }

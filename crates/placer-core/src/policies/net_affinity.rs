@@ -1,4 +1,4 @@
-//! Policy `net-affinity` (seed 002, ../shared/seeds/002_dc8fe7910a045125.txt, "Dynamic
+//! Policy `net-affinity` (seed 002, docs/seeds.md, "Dynamic
 //! Scheduling of Network Processes for Multi-Core Systems", Jang, Jin, Kim, KIISE 2009):
 //! communication-intensive processes run on the CPU that does their NIC's receive
 //! processing, or on a CPU sharing cache with it when that CPU is busy, and get their

@@ -520,14 +520,23 @@ fn bench_contention_measures_a_pairwise_matrix() {
     assert!(err.contains("--pairs-timeout"), "{err}");
     none_left("a timed-out run");
     // A partner that fails (here: every run after its first, alone) fails the cell instead
-    // of leaving the victim to run alone.
+    // of leaving the victim to run alone. The victim outlives the partner's failing run: it
+    // waits (at most 10 s) while a shell running the partner's command is alive, so the
+    // failure comes before the victim's end whatever the host's load.
     let flag = dir.path().join("ran-once");
+    let mark = format!("flaky-{}", std::process::id());
     let flaky = format!(
-        "flaky=if [ -e {f} ]; then exit 3; fi; touch {f}",
+        "flaky=: {mark}; if [ -e {f} ]; then exit 3; fi; touch {f}",
         f = flag.display()
     );
+    // `[:]` keeps the pattern from matching the victim's own command line; `^sh -c` keeps
+    // it from matching placer's.
+    let ok = format!(
+        "ok=i=0; while pgrep -f '^sh -c .*[:] {mark};' >/dev/null && [ $i -lt 200 ]; do \
+         sleep 0.05; i=$((i+1)); done"
+    );
     let o = placer()
-        .args(["bench", "contention", "--app", "ok=true", "--app", &flaky])
+        .args(["bench", "contention", "--app", &ok, "--app", &flaky])
         .args(["--pairs-rounds", "1"])
         .output()
         .unwrap();

@@ -583,12 +583,21 @@ impl NetAffinity {
             let k = p.key();
             let rate = p.net_bytes_per_s();
             // Formatted only for the processes a line is written about (most are quiet).
+            // The counted rate is the one compared: sent bytes only with count_sent.
             let rates = || {
-                format!(
-                    "rx {} + tx {}",
-                    fmt_rate(p.rx_bytes_per_s),
-                    fmt_rate(p.tx_bytes_per_s)
-                )
+                if cfg.count_sent {
+                    format!(
+                        "rx {} + tx {}",
+                        fmt_rate(p.rx_bytes_per_s),
+                        fmt_rate(p.tx_bytes_per_s)
+                    )
+                } else {
+                    format!(
+                        "rx {} (tx {} not counted: count_sent = false)",
+                        fmt_rate(p.rx_bytes_per_s),
+                        fmt_rate(p.tx_bytes_per_s)
+                    )
+                }
             };
             let track = st.procs.entry(k).or_default();
             if let Some(h) = state.held.get(&k) {

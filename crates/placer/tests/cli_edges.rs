@@ -668,3 +668,46 @@ fn report_json_counts_equal_the_verdict_log() {
     assert!(o.status.success());
     assert!(String::from_utf8_lossy(&o.stdout).starts_with("0 verdicts"));
 }
+
+/// Issue 47: a mistyped `--state-dir` is an error naming it, for report and restore alike
+/// (it read as "0 verdicts" / "nothing to restore").
+#[test]
+fn a_state_dir_that_does_not_exist_is_named() {
+    let dir = placer_testkit::TempDir::new("no-state");
+    let missing = dir.path().join("typo");
+    for cmd in [&["report"][..], &["restore"][..]] {
+        let o = placer()
+            .args(cmd)
+            .args(["--no-config", "--state-dir"])
+            .arg(&missing)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{cmd:?}: {err}");
+        assert!(
+            err.contains("no such state dir") && err.contains(&*missing.to_string_lossy()),
+            "{cmd:?}: {err}"
+        );
+    }
+}
+
+/// Issue 47: `topo --list-machines --json` is JSON, one object per built-in machine.
+#[test]
+fn list_machines_speaks_json_when_asked() {
+    let o = placer()
+        .args(["topo", "--list-machines", "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    let list = v.as_array().unwrap();
+    assert!(!list.is_empty());
+    assert!(list
+        .iter()
+        .all(|m| m["name"].is_string() && m["description"].is_string()));
+    let plain = placer().args(["topo", "--list-machines"]).output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&plain.stdout).lines().count(),
+        list.len()
+    );
+}

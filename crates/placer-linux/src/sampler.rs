@@ -2352,11 +2352,11 @@ Cpus_allowed_list:	1
         let tids = threads.stop();
         // Within 5%, plus the /proc path's resolution: one tick over the interval. The
         // floors only say the spinners ran (three of them share the CPUs with the rest of
-        // the test suite).
+        // the test suite, and on a busy host with its CPU hogs: 4% of a CPU was seen).
         let tick = 1.0 / (f64::from(s2.clk_tck) * (s2.time_ns - s1.time_ns) as f64 / 1e9);
         let (a, b) = (share(&oe, spin_pid).unwrap(), share(&os, spin_pid).unwrap());
         assert!(
-            a > 0.05 && (a - b).abs() <= 0.05 * b + tick,
+            a > 0.01 && (a - b).abs() <= 0.05 * b + tick,
             "spinner {a} vs {b}"
         );
         let thread_share = |o: &placer_core::Observation, tid: u32| {
@@ -2367,7 +2367,7 @@ Cpus_allowed_list:	1
         for tid in tids {
             let (a, b) = (thread_share(&oe, tid), thread_share(&os, tid));
             assert!(
-                a > 0.05 && (a - b).abs() <= 0.05 * b + tick,
+                a > 0.01 && (a - b).abs() <= 0.05 * b + tick,
                 "thread {tid}: {a} vs {b}"
             );
         }

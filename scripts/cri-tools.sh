@@ -12,6 +12,8 @@
 # point release stays in the archive. crictl is built from the Go module proxy; its module
 # and build caches live under a stable directory so that a rerun is quick.
 set -euo pipefail
+# shellcheck source=scripts/apt-wait.sh
+. "$(dirname "$0")/apt-wait.sh"
 
 need() { command -v "$1" >/dev/null 2>&1; }
 containerd_minor() {
@@ -30,7 +32,7 @@ if [ "$(id -u)" != 0 ] || ! need apt-get; then
 fi
 
 if ! need busybox || ! need runc; then
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq busybox-static runc >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt_get install -y -qq busybox-static runc >/dev/null
 fi
 
 if ! containerd_ok; then
@@ -41,10 +43,10 @@ if ! containerd_ok; then
   echo "deb http://deb.debian.org/debian trixie main" >"$tmp/sources.list"
   private=(-o "Dir::Etc::SourceList=$tmp/sources.list" -o "Dir::Etc::SourceParts=$tmp/parts"
     -o "Dir::State::Lists=$tmp/lists" -o "Dir::Cache=$tmp/cache" -o "APT::Get::List-Cleanup=0")
-  apt-get "${private[@]}" update -qq
-  (cd "$tmp" && apt-get "${private[@]}" download containerd -qq)
+  apt_get "${private[@]}" update -qq
+  (cd "$tmp" && apt_get "${private[@]}" download containerd -qq)
   # Installed with the system's own configuration: its dependencies (runc) come from bookworm.
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$tmp"/containerd_*.deb >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt_get install -y -qq "$tmp"/containerd_*.deb >/dev/null
   # The package starts nothing here (no systemd); stop a daemon its scripts might have started.
   containerd_ok || { echo "containerd >= 1.7 did not install" >&2; exit 1; }
 fi

@@ -30,7 +30,9 @@ if [ -z "$bin" ]; then
   cargo build -q -p placer
   bin=${CARGO_TARGET_DIR:-target}/debug/placer
 fi
-work=$(mktemp -d /tmp/placer-test-faults-XXXXXX)
+# Its pid in the name: scripts/reap-tests.sh ends the victim (its pid in victim.pid) of a
+# faults.sh that is gone, and only that one.
+work=$(mktemp -d "/tmp/placer-test-faults-$$-XXXXXX")
 chmod 700 "$work"
 victim=""
 daemon=""

@@ -13,6 +13,8 @@
 # at boot; where that happened (no policy-rc.d forbade it), that server is stopped and
 # disabled: the preset starts its own, on loopback only.
 set -euo pipefail
+# shellcheck source=scripts/apt-wait.sh
+. "$(dirname "$0")/apt-wait.sh"
 
 need() { command -v "$1" >/dev/null 2>&1; }
 need netperf && need netserver && exit 0
@@ -29,10 +31,10 @@ mkdir -p "$tmp/lists/partial" "$tmp/cache/archives/partial" "$tmp/parts"
 echo "deb http://deb.debian.org/debian bookworm non-free" >"$tmp/sources.list"
 private=(-o "Dir::Etc::SourceList=$tmp/sources.list" -o "Dir::Etc::SourceParts=$tmp/parts"
   -o "Dir::State::Lists=$tmp/lists" -o "Dir::Cache=$tmp/cache" -o "APT::Get::List-Cleanup=0")
-apt-get "${private[@]}" update -qq
-(cd "$tmp" && apt-get "${private[@]}" download netperf -qq)
+apt_get "${private[@]}" update -qq
+(cd "$tmp" && apt_get "${private[@]}" download netperf -qq)
 already=$(pgrep -x netserver || true)
-DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$tmp"/netperf_*.deb >/dev/null
+DEBIAN_FRONTEND=noninteractive apt_get install -y -qq "$tmp"/netperf_*.deb >/dev/null
 if [ -z "$already" ] && pgrep -x netserver >/dev/null; then
   start-stop-daemon --stop --quiet --oknodo --exec /usr/bin/netserver
 fi

@@ -18,17 +18,25 @@ if [ "$(id -u)" = 0 ] && command -v ip >/dev/null 2>&1; then
     ip netns del "$ns" 2>/dev/null && reaped=$((reaped + 1))
   done
 fi
+# The fault-injection script's work dirs (placer-test-faults-PID-*, PID its own) whose
+# script is gone: its victim (comm plfault), whose pid it recorded there, is ended first.
+# Only that pid: another process named plfault is none of this suite's business.
+for d in /tmp/placer-test-faults-[0-9]*-*; do
+  [ -d "$d" ] || continue
+  [[ $(basename "$d") =~ ^placer-test-faults-([0-9]+)- ]] || continue
+  [ -d "/proc/${BASH_REMATCH[1]}" ] && continue
+  victim=$(cat "$d/victim.pid" 2>/dev/null || true)
+  if [[ $victim =~ ^[0-9]+$ ]] && [ "$(cat "/proc/$victim/comm" 2>/dev/null)" = plfault ]; then
+    kill -9 "$victim" 2>/dev/null && reaped=$((reaped + 1))
+  fi
+  rm -rf "$d" && reaped=$((reaped + 1))
+done
 for d in "${TMPDIR:-/tmp}"/placer-*-[0-9]*; do
   [ -e "$d" ] || continue
   [[ $(basename "$d") =~ -([0-9]+)(-[0-9]+)?(\.[a-z]+)?$ ]] || continue
   pid=${BASH_REMATCH[1]}
   [ -d "/proc/$pid" ] && continue
   rm -rf "$d" && reaped=$((reaped + 1))
-done
-# The fault-injection script's victim (comm plfault) when its script was killed.
-pkill -9 -x plfault 2>/dev/null && reaped=$((reaped + 1))
-for d in "${TMPDIR:-/tmp}"/placer-test-faults-*; do
-  [ -d "$d" ] && ! pgrep -f "faults.sh" >/dev/null && rm -rf "$d" && reaped=$((reaped + 1))
 done
 [ "$reaped" -gt 0 ] && echo "reap-tests: removed $reaped leftover(s) of an earlier run"
 exit 0

@@ -2,8 +2,26 @@
 # The whole test suite, as CI runs it: installs what it needs, checks formatting and lints,
 # then runs every test. Root tests are ignored (counted as skipped) without root; with
 # PLACER_REQUIRE_ROOT=1 (set by .ci/run) a skip is a failure. Works with CARGO_TARGET_DIR.
+# Each phase (install, fmt, clippy, build, test) prints its elapsed time; package installs
+# first wait (at most 10 min, saying for whom) for another apt-get or dpkg to finish.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/apt-wait.sh
+. scripts/apt-wait.sh
+
+t_start=$SECONDS
+t_phase=$SECONDS
+phase_name=""
+# Ends the running phase (its time, and the total so far) and starts the next one.
+phase() {
+  local now=$SECONDS
+  [ -z "$phase_name" ] ||
+    echo "== $phase_name: $((now - t_phase))s (total $(((now - t_start) / 60))m$(((now - t_start) % 60))s)"
+  phase_name=$1
+  t_phase=$now
+  [ -z "$phase_name" ] || echo "== $phase_name"
+}
+phase "install (packages, cargo-deb)"
 
 need() { command -v "$1" >/dev/null 2>&1; }
 missing=()
@@ -35,9 +53,9 @@ need xz || lab+=(xz-utils)
 ls /boot/vmlinuz-* >/dev/null 2>&1 || lab+=(linux-image-amd64)
 if [ ${#missing[@]} -gt 0 ] || [ ${#lab[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && need apt-get; then
-    apt-get update -qq
-    [ ${#lab[@]} -eq 0 ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${lab[@]}" >/dev/null
-    [ ${#missing[@]} -eq 0 ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    apt_get update -qq
+    [ ${#lab[@]} -eq 0 ] || DEBIAN_FRONTEND=noninteractive apt_get install -y -qq --no-install-recommends "${lab[@]}" >/dev/null
+    [ ${#missing[@]} -eq 0 ] || DEBIAN_FRONTEND=noninteractive apt_get install -y -qq "${missing[@]}" >/dev/null
   else
     echo "note: ${missing[*]} ${lab[*]} missing and cannot be installed; the tests that need them skip" >&2
   fi
@@ -48,6 +66,8 @@ bash scripts/cri-tools.sh
 # netperf for placer ab's netperf preset: Debian 12 has it in non-free only (quick when present).
 bash scripts/netperf.sh
 
+# A fresh build (CI) gains nothing from incremental compilation's bookkeeping.
+[ -z "${CI:-}" ] || export CARGO_INCREMENTAL=0
 if ! need cargo; then
   echo "cargo not found: install Rust 1.95 (rustup) first" >&2
   exit 1
@@ -64,15 +84,29 @@ bash scripts/reap-tests.sh
 log_dir=$(mktemp -d)
 trap 'bash scripts/reap-tests.sh; rm -rf "$log_dir"' EXIT
 
-echo "== cargo fmt --check"
+phase "cargo fmt --check"
 cargo fmt --all -- --check
-echo "== cargo clippy"
+phase "cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
-echo "== cargo test"
-# Real-system tests share the network stack and CPUs: they take a file lock and run one at a
-# time; everything else runs in parallel.
+# The tests built once, timed apart from their run.
+phase "build the tests"
 status=0
-cargo test --workspace --all-targets --no-fail-fast 2>&1 | tee "$log_dir/test.log" || status=$?
+: >"$log_dir/test.log"
+if cargo test --workspace --all-targets --no-run; then
+  phase "cargo test"
+  # Real-system tests share the network stack and CPUs: they take a file lock and run one
+  # at a time; everything else runs in parallel.
+  cargo test --workspace --all-targets --no-fail-fast 2>&1 | tee "$log_dir/test.log" || status=$?
+else
+  status=$?
+fi
+phase ""
+# Each test binary's time (cargo runs them one after another), the slowest first.
+echo "== test groups, slowest first"
+awk '/^ *Running /{bin = $NF; sub(/.*\//, "", bin); sub(/-[0-9a-f]+\)$/, "", bin); name = bin ": " $2}
+  /^test result:/ && match($0, /finished in [0-9.]+s/) {
+  printf "%8.1fs  %s\n", substr($0, RSTART + 12, RLENGTH - 13), name}' "$log_dir/test.log" |
+  sort -rn | head -15
 sum() { grep -Eo "$1" "$log_dir/test.log" | awk '{s+=$1} END {print s+0}'; }
 passed=$(sum '[0-9]+ passed')
 failed=$(sum '[0-9]+ failed')

@@ -161,6 +161,9 @@ struct Sinks {
     /// The log says a persistent error once, not every cycle.
     last_error: Option<String>,
     kubelet_error: Option<String>,
+    /// The processes whose reason for staying where they are the log has said, per policy
+    /// (once per process: a first run tells why a busy process was not moved).
+    said_why: std::collections::HashSet<(placer_core::sample::ProcKey, PolicyKind)>,
 }
 
 pub struct Agent<H: Host> {
@@ -217,7 +220,8 @@ impl<H: Host> Agent<H> {
             }
         }
         info!(
-            "placer daemon pid {} started with {}: interval {} ms, policies [{}], state dir {}{}",
+            "placer daemon pid {} started with {}: interval {} ms, policies [{}], state dir {}{}; \
+             it manages {}",
             std::process::id(),
             if opts.config_source.is_empty() {
                 "its config"
@@ -235,7 +239,8 @@ impl<H: Host> Agent<H> {
                 ", dry run (changes nothing)"
             } else {
                 ""
-            }
+            },
+            cfg.scope.describe()
         );
         let decisions = match &opts.state_dir {
             Some(dir) if !dry_run => Some((
@@ -273,6 +278,7 @@ impl<H: Host> Agent<H> {
                 recorder,
                 last_error: None,
                 kubelet_error: None,
+                said_why: Default::default(),
             },
             nri,
             _lock: lock,
@@ -407,6 +413,7 @@ impl<H: Host> Agent<H> {
         };
         let cycle_s = t0.elapsed().as_secs_f64();
         log_cycle(&r, &mut self.sinks.last_error);
+        log_why_not_moved(&r, &mut self.sinks.said_why);
         for (p, _) in &r.disabled {
             self.sinks.metrics.set_policy(*p, false);
         }
@@ -606,6 +613,36 @@ fn log_restores(what: &str, res: &[(Entry, Restored)]) {
                 e.knob, e.label
             ),
         }
+    }
+}
+
+/// Says once per process and policy why a process the policy looked at stays where it is
+/// ("lo has no known receive CPU", "outside the configured scope"); the notes that change
+/// every cycle (under the threshold, not pinned yet) stay at debug level in [`log_cycle`].
+fn log_why_not_moved(
+    r: &CycleReport,
+    said: &mut std::collections::HashSet<(placer_core::sample::ProcKey, PolicyKind)>,
+) {
+    if let Some(o) = &r.observation {
+        let alive: std::collections::HashSet<_> = o.procs.iter().map(|p| p.key()).collect();
+        said.retain(|(k, _)| alive.contains(k));
+    }
+    for n in &r.plan.notes {
+        let Some(k) = n.proc else { continue };
+        let passing =
+            n.text.starts_with("not communication-intensive") || n.text.contains("not pinned yet");
+        if passing || !said.insert((k, n.policy)) {
+            continue;
+        }
+        let comm = r
+            .observation
+            .as_ref()
+            .and_then(|o| o.procs.iter().find(|p| p.key() == k))
+            .map_or(String::new(), |p| format!(" ({})", p.comm));
+        info!(
+            "[{}] pid {}{comm} not moved: {} (said once per process)",
+            n.policy, k.pid, n.text
+        );
     }
 }
 

@@ -1,6 +1,6 @@
 //! placer-bufpool: fixed-size network buffers on a chosen NUMA node, reused LIFO.
 //!
-//! Seed 004 (../shared/seeds/004_fc61272b29db81b9.txt, Konkuk Univ. 2015) measured a ttcp
+//! Seed 004 (docs/seeds.md, Konkuk Univ. 2015) measured a ttcp
 //! receiver on a 4-package Magny-Cours: reusing one buffer gave 8.1 Gbit/s, allocating a
 //! fresh one per message 5.8 Gbit/s (LLC hit ratio above 80 % with reuse, whatever the
 //! buffer's node); with fresh buffers, a remote node cost ~15 % against the adjacent one.

@@ -1,5 +1,5 @@
 //! Classifying running applications into the three contention groups of seed 003
-//! (../shared/seeds/003_8cca66dc96130eb1.txt, section III.3 and III.3.5), from hardware
+//! (docs/seeds.md, section III.3 and III.3.5), from hardware
 //! counter rates.
 //!
 //! - **Group 1, aggressive** (lbm, libquantum, lu.B in the paper): hurt others and are hurt.

@@ -30,6 +30,35 @@ pub fn comm_matches(pattern: &str, name: &str) -> bool {
 }
 
 impl Scope {
+    /// What the scope lets placer manage, in words for the daemon's first log line.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        let list = |v: &[String]| v.join(", ");
+        if !self.include_comm.is_empty() {
+            parts.push(format!("named {}", list(&self.include_comm)));
+        }
+        if !self.cgroups.is_empty() {
+            parts.push(format!("in cgroups {}", list(&self.cgroups)));
+        }
+        if !self.users.is_empty() {
+            let users: Vec<String> = self.users.iter().map(u32::to_string).collect();
+            parts.push(format!("of uids {}", list(&users)));
+        }
+        let mut out = if parts.is_empty() {
+            "every process of the host ([scope] is empty)".to_string()
+        } else {
+            format!("the processes {}", parts.join(" and "))
+        };
+        if !self.exclude_comm.is_empty() {
+            out.push_str(&format!(", not those named {}", list(&self.exclude_comm)));
+        }
+        if !self.exclude_pids.is_empty() {
+            let pids: Vec<String> = self.exclude_pids.iter().map(u32::to_string).collect();
+            out.push_str(&format!(", not pids {}", list(&pids)));
+        }
+        out + "; never kernel threads or placer itself"
+    }
+
     /// Whether a process may be managed. `self_pid` is placer's own pid.
     pub fn admits(&self, p: &crate::observation::ProcObs, self_pid: u32) -> bool {
         if p.kernel_thread || p.pid == self_pid || self.exclude_pids.contains(&p.pid) {
@@ -194,6 +223,21 @@ impl AppMatch {
 mod tests {
     use super::*;
     use std::collections::BTreeMap;
+
+    #[test]
+    fn a_scope_says_what_it_lets_placer_manage() {
+        let all = Scope::default().describe();
+        assert!(all.starts_with("every process of the host"), "{all}");
+        let s = Scope {
+            include_comm: vec!["iperf3".into(), "redis*".into()],
+            exclude_pids: vec![7],
+            ..Default::default()
+        };
+        assert_eq!(
+            s.describe(),
+            "the processes named iperf3, redis*, not pids 7; never kernel threads or placer itself"
+        );
+    }
 
     #[test]
     fn kubernetes_scope_selects_by_namespace_labels_and_qos() {

@@ -458,7 +458,8 @@ mod tests {
         let c = Command::new("python3").arg("-c").arg(code).spawn().ok()?;
         let kid = Kid(c);
         let pid = kid.0.id();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        // Bounded, but long enough for python3 to start on a host busy with other work.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         while task_ids(Path::new("/"), pid).map_or(0, |t| t.len()) < n as usize + 1 {
             if std::time::Instant::now() > deadline {
                 return None;
@@ -498,7 +499,8 @@ mod tests {
         };
         let kid = Kid(c);
         let pid = kid.0.id();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        // As in spawn_threads: room for python3's start on a busy host.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         let own_tid = loop {
             let tids = task_ids(Path::new("/"), pid).unwrap_or_default();
             let own = tids

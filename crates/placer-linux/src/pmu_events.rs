@@ -1,6 +1,6 @@
 //! Which hardware events give seed 003's signals on this CPU, resolved to perf configs.
 //!
-//! The paper (../shared/seeds/003_8cca66dc96130eb1.txt, Table 1, on a Xeon X5570, Nehalem)
+//! The paper (docs/seeds.md, Table 1, on a Xeon X5570, Nehalem)
 //! reads four things: the offcore request buffer full count (super queue full) per core,
 //! LLC references (`UNC_LLC_HITS.ANY + UNC_LLC_MISS.ANY`), memory bandwidth
 //! (`64 * (UNC_IMC_NORMAL_READS.ANY + UNC_IMC_WRITES.FULL.ANY)` per second) and L2 prefetch
@@ -481,17 +481,9 @@ mod tests {
     }
 
     #[test]
-    fn fixture_machines_from_shared_topologies() {
-        // Real cpuinfo files from util-linux's test dumps (../shared/topologies/lscpu).
-        // `shared/topologies/lscpu` in an ancestor of the crate (worktrees sit deeper).
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .ancestors()
-            .map(|a| a.join("shared/topologies/lscpu"))
-            .find(|d| d.is_dir());
-        let Some(dir) = dir else {
-            placer_testkit::skip("no shared/topologies/lscpu above the crate");
-            return;
-        };
+    fn fixture_machines_from_lscpu_dumps() {
+        // Real cpuinfo files from util-linux's test dumps, in the crate's test fixtures.
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lscpu");
         if std::process::Command::new("tar")
             .arg("--version")
             .output()

@@ -1579,65 +1579,64 @@ Cpus_allowed_list:	1
 
     #[test]
     fn this_machine_maps_a_socket_to_this_process_and_caches() {
-        let Some(mut s) = sock_diag_sampler(true) else {
-            return;
-        };
-        let req = SampleRequest {
-            sockets: true,
-            ..Default::default()
-        };
-        s.sample(req).unwrap();
-        let first_scans = s.last_stats.fd_dirs_scanned;
-        assert!(first_scans > 0);
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let (_srv, _) = l.accept().unwrap();
-        let me = std::process::id();
-        let sample = s.sample(req).unwrap();
-        let p = sample.procs.iter().find(|p| p.pid == me).unwrap();
-        let cl = c.local_addr().unwrap();
-        let mine: Vec<_> = sample
-            .sockets
-            .iter()
-            .filter(|s| p.socket_inodes.contains(&s.inode))
-            .filter(|s| s.local == cl || s.remote == cl)
-            .collect();
-        assert!(
-            mine.iter().any(|s| s.local == c.local_addr().unwrap()),
-            "{mine:?}"
-        );
-        assert_eq!(mine.len(), 2, "client and accepted socket");
-        // Nothing changed: the next sample re-reads (almost) no fd directory, and keeps the
-        // mapping (the last one's as it stands when neither the dump nor an fd moved).
-        let mapped = |x: &Sample| {
-            let p = x.procs.iter().find(|p| p.pid == me).unwrap();
-            x.sockets
+        on_a_quiet_network(true, |mut s| {
+            let req = SampleRequest {
+                sockets: true,
+                ..Default::default()
+            };
+            s.sample(req).unwrap();
+            let first_scans = s.last_stats.fd_dirs_scanned;
+            assert!(first_scans > 0);
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+            let (_srv, _) = l.accept().unwrap();
+            let me = std::process::id();
+            let sample = s.sample(req).unwrap();
+            let p = sample.procs.iter().find(|p| p.pid == me).unwrap();
+            let cl = c.local_addr().unwrap();
+            let mine: Vec<_> = sample
+                .sockets
                 .iter()
                 .filter(|s| p.socket_inodes.contains(&s.inode))
                 .filter(|s| s.local == cl || s.remote == cl)
-                .count()
-        };
-        let x = s.sample(req).unwrap();
-        assert!(
-            s.last_stats.fd_dirs_scanned < first_scans / 2 + 3,
-            "{} vs {first_scans}",
-            s.last_stats.fd_dirs_scanned
-        );
-        assert!(!s.last_stats.full_rescan);
-        assert_eq!(mapped(&x), 2);
-        let mut reused = 0;
-        for _ in 0..5 {
-            // Some CPU ticks run: this process is read afresh while the mapping stands.
-            let spin = std::time::Instant::now();
-            while spin.elapsed() < std::time::Duration::from_millis(25) {
-                std::hint::black_box(0u64);
-            }
+                .collect();
+            assert!(
+                mine.iter().any(|s| s.local == c.local_addr().unwrap()),
+                "{mine:?}"
+            );
+            assert_eq!(mine.len(), 2, "client and accepted socket");
+            // Nothing changed: the next sample re-reads (almost) no fd directory, and keeps the
+            // mapping (the last one's as it stands when neither the dump nor an fd moved).
+            let mapped = |x: &Sample| {
+                let p = x.procs.iter().find(|p| p.pid == me).unwrap();
+                x.sockets
+                    .iter()
+                    .filter(|s| p.socket_inodes.contains(&s.inode))
+                    .filter(|s| s.local == cl || s.remote == cl)
+                    .count()
+            };
             let x = s.sample(req).unwrap();
+            assert!(
+                s.last_stats.fd_dirs_scanned < first_scans / 2 + 3,
+                "{} vs {first_scans}",
+                s.last_stats.fd_dirs_scanned
+            );
+            assert!(!s.last_stats.full_rescan);
             assert_eq!(mapped(&x), 2);
-            reused += usize::from(s.last_stats.sockets_reused);
-        }
-        // Other tests' traffic may move segments in some samples, not in all.
-        assert!(reused > 0, "the dump was never reused");
+            let mut reused = 0;
+            for _ in 0..5 {
+                // Some CPU ticks run: this process is read afresh while the mapping stands.
+                let spin = std::time::Instant::now();
+                while spin.elapsed() < std::time::Duration::from_millis(25) {
+                    std::hint::black_box(0u64);
+                }
+                let x = s.sample(req).unwrap();
+                assert_eq!(mapped(&x), 2);
+                reused += usize::from(s.last_stats.sockets_reused);
+            }
+            // Other tests' traffic may move segments in some samples, not in all.
+            assert!(reused > 0, "the dump was never reused");
+        });
     }
 
     #[test]
@@ -1707,6 +1706,39 @@ Cpus_allowed_list:	1
         Some(s)
     }
 
+    /// Runs `f` with a sampler of this machine as [`sock_diag_sampler`] gives it, on a thread
+    /// of its own in a network namespace of its own (root): these tests count the samples
+    /// in which no segment moved, and the host's other TCP traffic moves segments in every
+    /// one. The kernel's event sources are opened first, here, in the host's namespace (the
+    /// process-events connector speaks only there). Without root, in the host's namespace.
+    fn on_a_quiet_network(events: bool, f: impl FnOnce(Sampler) + Send) {
+        let activity = events.then(crate::activity::KernelActivity::open);
+        std::thread::scope(|scope| {
+            let t = scope.spawn(move || {
+                if crate::sys::is_root() {
+                    crate::sys::unshare_net_with_loopback()
+                        .expect("a network namespace of the test's own");
+                }
+                let mut s = Sampler::new(Path::new("/"));
+                s.set_kernel_events(events);
+                if let Some(a) = activity.filter(|a| a.any()) {
+                    s.set_activity_source(Box::new(a));
+                }
+                if !s.sources().has(SourceKind::SockDiag) {
+                    placer_testkit::skip(&format!(
+                        "{:?}",
+                        s.sources().why_missing(SourceKind::SockDiag)
+                    ));
+                    return;
+                }
+                f(s)
+            });
+            if let Err(panic) = t.join() {
+                std::panic::resume_unwind(panic);
+            }
+        });
+    }
+
     fn sock_diag_sampler_without_events() -> Option<Sampler> {
         sock_diag_sampler(false)
     }
@@ -1750,56 +1782,55 @@ Cpus_allowed_list:	1
         // the one the stage empties: the cache must take that too, or the next samples
         // show the closed socket's inode.
         use std::io::Write;
-        let Some(mut s) = sock_diag_sampler_without_events() else {
-            return;
-        };
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = l.local_addr().unwrap().port();
-        let child = Bash::run(&format!(
-            "exec 3<>/dev/tcp/127.0.0.1/{port}; read -r _ <&3; exec 3>&-; exec sleep 60"
-        ));
-        let pid = child.0.id();
-        let (mut srv, _) = l.accept().unwrap();
-        let with_threads = SampleRequest {
-            sockets: true,
-            threads: true,
-            ..Default::default()
-        };
-        let without = SampleRequest {
-            threads: false,
-            ..with_threads
-        };
-        use std::time::Duration;
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        // Mapped in a sample with threads: the cache holds bash's threads and socket.
-        while child.owned(&s.sample(with_threads).unwrap()).is_empty() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "bash's socket never mapped"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        srv.write_all(b"x\n").unwrap();
-        let fd3 = format!("/proc/{pid}/fd/3");
-        while Path::new(&fd3).exists() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "bash never closed its socket"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        let mut reused = 0;
-        for _ in 0..10 {
-            let x = s.sample(without).unwrap();
-            assert_eq!(
-                child.owned(&x),
-                Vec::<u64>::new(),
-                "a closed socket still owned"
-            );
-            reused += usize::from(s.last_stats.sockets_reused && !s.last_stats.full_rescan);
-        }
-        // Other tests' traffic may move segments in some samples, not in all.
-        assert!(reused > 0, "the dump was never reused");
+        on_a_quiet_network(false, |mut s| {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let port = l.local_addr().unwrap().port();
+            let child = Bash::run(&format!(
+                "exec 3<>/dev/tcp/127.0.0.1/{port}; read -r _ <&3; exec 3>&-; exec sleep 60"
+            ));
+            let pid = child.0.id();
+            let (mut srv, _) = l.accept().unwrap();
+            let with_threads = SampleRequest {
+                sockets: true,
+                threads: true,
+                ..Default::default()
+            };
+            let without = SampleRequest {
+                threads: false,
+                ..with_threads
+            };
+            use std::time::Duration;
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            // Mapped in a sample with threads: the cache holds bash's threads and socket.
+            while child.owned(&s.sample(with_threads).unwrap()).is_empty() {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "bash's socket never mapped"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            srv.write_all(b"x\n").unwrap();
+            let fd3 = format!("/proc/{pid}/fd/3");
+            while Path::new(&fd3).exists() {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "bash never closed its socket"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let mut reused = 0;
+            for _ in 0..10 {
+                let x = s.sample(without).unwrap();
+                assert_eq!(
+                    child.owned(&x),
+                    Vec::<u64>::new(),
+                    "a closed socket still owned"
+                );
+                reused += usize::from(s.last_stats.sockets_reused && !s.last_stats.full_rescan);
+            }
+            // Other tests' traffic may move segments in some samples, not in all.
+            assert!(reused > 0, "the dump was never reused");
+        });
     }
 
     #[test]
@@ -2321,11 +2352,11 @@ Cpus_allowed_list:	1
         let tids = threads.stop();
         // Within 5%, plus the /proc path's resolution: one tick over the interval. The
         // floors only say the spinners ran (three of them share the CPUs with the rest of
-        // the test suite).
+        // the test suite, and on a busy host with its CPU hogs: 4% of a CPU was seen).
         let tick = 1.0 / (f64::from(s2.clk_tck) * (s2.time_ns - s1.time_ns) as f64 / 1e9);
         let (a, b) = (share(&oe, spin_pid).unwrap(), share(&os, spin_pid).unwrap());
         assert!(
-            a > 0.05 && (a - b).abs() <= 0.05 * b + tick,
+            a > 0.01 && (a - b).abs() <= 0.05 * b + tick,
             "spinner {a} vs {b}"
         );
         let thread_share = |o: &placer_core::Observation, tid: u32| {
@@ -2336,7 +2367,7 @@ Cpus_allowed_list:	1
         for tid in tids {
             let (a, b) = (thread_share(&oe, tid), thread_share(&os, tid));
             assert!(
-                a > 0.05 && (a - b).abs() <= 0.05 * b + tick,
+                a > 0.01 && (a - b).abs() <= 0.05 * b + tick,
                 "thread {tid}: {a} vs {b}"
             );
         }

@@ -219,6 +219,33 @@ pub fn setns_net(ns: &std::fs::File) -> io::Result<()> {
     check(unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) })
 }
 
+/// Moves the calling thread into a new network namespace of its own, with its loopback up
+/// (root). Nothing names it: it goes with the last thread or socket in it, so a killed
+/// test leaves nothing behind.
+pub fn unshare_net_with_loopback() -> io::Result<()> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    // SAFETY: unshare takes no pointer; it affects only the calling thread.
+    check(unsafe { libc::unshare(libc::CLONE_NEWNET) })?;
+    // SAFETY: a plain socket call; the fd is owned at once.
+    let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `raw` is a fresh fd nothing else owns.
+    let sock = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: ifreq is plain data; all zeros is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in req.ifr_name.iter_mut().zip(b"lo") {
+        *d = *s as libc::c_char;
+    }
+    // SAFETY: both ioctls read and write the ifreq we own, on a socket we hold.
+    unsafe {
+        check(libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req))?;
+        req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+        check(libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req))
+    }
+}
+
 /// SCHED_FIFO at `priority` for the calling thread.
 pub fn set_fifo(priority: i32) -> io::Result<()> {
     let p = libc::sched_param {

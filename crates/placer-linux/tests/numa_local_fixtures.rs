@@ -1,5 +1,5 @@
-//! The `numa-local` policy on real multi-node topologies read from snapshots in the
-//! project's shared data: a 4-package Magny-Cours with sparse node ids (hwloc
+//! The `numa-local` policy on real multi-node topologies read from snapshots in
+//! tests/fixtures: a 4-package Magny-Cours with sparse node ids (hwloc
 //! 48amd64-4pa2n6c-sparse), a dual Xeon with sub-NUMA clustering (hwloc
 //! memorysidecaches) and a dual EPYC 7451 (util-linux lscpu dump, no distances). The
 //! snapshots have no NICs, so each test adds one on a chosen node.
@@ -12,7 +12,7 @@ use placer_core::plan::Action;
 use placer_core::policies::numa_local::{related_node, NumaLocal, NumaLocalConfig, Relation};
 use placer_core::{CpuSet, Policy, PolicyState, Topology};
 use std::collections::BTreeMap;
-use topology_util::{shared_dir, unpack};
+use topology_util::{fixtures_dir, lscpu_dir, unpack};
 
 /// The snapshots' topologies, read once for all tests (unpacking is slow).
 fn snapshots() -> Vec<(String, Topology)> {
@@ -22,15 +22,11 @@ fn snapshots() -> Vec<(String, Topology)> {
 
 fn read_snapshots() -> Vec<(String, Topology)> {
     let mut out = Vec::new();
-    for (sub, file) in [
-        ("hwloc-linux", "48amd64-4pa2n6c-sparse.tar.bz2"),
-        ("hwloc-linux", "memorysidecaches.tar.bz2"),
-        ("lscpu", "x86_64-epyc_7451.tar.gz"),
+    for (dir, file) in [
+        (fixtures_dir(), "48amd64-4pa2n6c-sparse.tar.bz2"),
+        (fixtures_dir(), "memorysidecaches.tar.bz2"),
+        (lscpu_dir(), "x86_64-epyc_7451.tar.gz"),
     ] {
-        let Some(dir) = shared_dir(sub) else {
-            placer_testkit::skip(&format!("{file}: shared/topologies/{sub} not found"));
-            continue;
-        };
         let u = unpack(&dir.join(file));
         let t = placer_linux::topology::read(&u.root).expect("topology of the snapshot");
         out.push((file.to_string(), t));

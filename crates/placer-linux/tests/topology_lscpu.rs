@@ -1,6 +1,5 @@
-//! placer's topology reader against util-linux `lscpu` on util-linux's sysfs dumps, read
-//! from the project's shared data (`shared/topologies/lscpu`, GPL-2.0-or-later test data,
-//! not copied into this repository); skipped with a message when that is absent.
+//! placer's topology reader against util-linux `lscpu` on util-linux's sysfs dumps
+//! (tests/fixtures/lscpu, GPL-2.0-or-later test data; see its README).
 //!
 //! Compared for each dump: the number of present CPUs, the online and offline lists, the
 //! NUMA node CPU lists and the cache instance counts of the summary; and from the
@@ -156,10 +155,7 @@ fn refines(fine: &Partition, coarse: &Partition) -> bool {
 
 #[test]
 fn lscpu_dumps_match_expected() {
-    let Some(dir) = shared_dir("lscpu") else {
-        placer_testkit::skip("shared/topologies/lscpu not found above the crate");
-        return;
-    };
+    let dir = lscpu_dir();
     let mut dumps: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
         .filter_map(|e| {

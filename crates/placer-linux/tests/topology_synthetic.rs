@@ -520,3 +520,21 @@ fn a_reader_reads_the_nics_again_only_on_a_link_change() {
     }
     assert_eq!(reader.nic_reads(), 3);
 }
+
+#[test]
+fn an_x86_cluster_id_of_65535_is_unknown() {
+    // x86 kernels that know no cluster write 65535 (their BAD_APICID) in cluster_id; the
+    // JSON contract (docs/topology.md) says unknown is null.
+    let r = Root::new();
+    for cpu in 0..2 {
+        r.write(&format!("{C}/cpu{cpu}/topology/thread_siblings"), "3\n")
+            .write(&format!("{C}/cpu{cpu}/topology/physical_package_id"), "0\n")
+            .write(&format!("{C}/cpu{cpu}/topology/cluster_id"), "65535\n");
+    }
+    let t = read(r.path()).unwrap();
+    assert!(t.cpus.iter().all(|c| c.cluster.is_none()), "{:?}", t.cpus);
+    let r = Root::new();
+    r.write(&format!("{C}/cpu0/topology/physical_package_id"), "0\n")
+        .write(&format!("{C}/cpu0/topology/cluster_id"), "8\n");
+    assert_eq!(read(r.path()).unwrap().cpus[0].cluster, Some(8));
+}

@@ -2,10 +2,11 @@
 //! `[params]` table (a partial TOML tree merged over the machine's defaults; unknown keys
 //! are rejected).
 //!
-//! Sources are `CAL X` (a section of ../shared/calibration/CALIBRATION.md), `seed NNN`
-//! (a paper in ../shared/seeds) or `[E]` (an estimate, with the derivation in
-//! [`SOURCES`]). [`SOURCES`] maps every leaf key to its source; a test checks that no
-//! parameter lacks one, and `placer sim --params MACHINE` prints both.
+//! Sources are `CAL X` (a section of the project's calibration notes, CALIBRATION.md, kept
+//! outside this repository), `seed NNN` (a paper docs/seeds.md summarises) or `[E]` (an
+//! estimate, with the derivation in [`SOURCES`]). [`SOURCES`] maps every leaf key to its
+//! source; a test checks that no parameter lacks one, and `placer sim --params MACHINE`
+//! prints both.
 
 use placer_core::catalogue;
 use serde::{Deserialize, Serialize};

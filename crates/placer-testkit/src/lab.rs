@@ -3,11 +3,13 @@
 //!
 //! A guest boots Debian's own kernel (the uncompressed payload of `/boot/vmlinuz-*`, which
 //! qemu starts directly through its PVH note, skipping decompression) with a small
-//! initramfs: busybox-static and the virtio, virtio-net and 9p modules in dependency order
+//! initramfs: busybox-static and the virtio, virtio-net, 9p and overlay modules in dependency order
 //! (`modules.dep`). Its `/init` mounts the host's root read-only over 9p, mounts the guest's
-//! own proc, sys, dev and tmpfs /tmp and /run over it, and runs the command in a chroot there,
-//! so the guest runs the host's own binaries by their host paths (a test binary, the
-//! `placer` it was built with, `lscpu`) without copying them. The command's output goes to a
+//! own proc, sys, dev and tmpfs /run over it, and a tmpfs layer over the host's /tmp (an
+//! overlay: the host's files stay visible, writes stay in the guest), and runs the command
+//! in a chroot there, so the guest runs the host's own binaries by their host paths (a test
+//! binary, the `placer` it was built with, `lscpu`) without copying them, wherever the
+//! checkout and its target dir are. The command's output goes to a
 //! second serial port, the kernel's to the first; both come back in [`Output`]. A third port
 //! carries the init's heartbeat, every [`HEARTBEAT`], by which the host tells a hung guest
 //! kernel from a quiet command ([`Guest::wait`]).
@@ -359,21 +361,27 @@ fn module_closure(modules_dir: &Path, wanted: &[&str]) -> Result<Vec<String>, La
     Ok(order)
 }
 
-/// The guest's /init. `lab.cmd=PATH` names the script (a host path, read over 9p before
-/// /tmp is covered).
+/// The guest's /init. `lab.cmd=PATH` names the script (a host path, `%` and spaces
+/// written `%25` and `%20`, read over 9p). The guest's /tmp is the host's (read-only, over
+/// 9p) under a tmpfs layer: a checkout or `CARGO_TARGET_DIR` under the host's /tmp, where
+/// the test binary and its inputs are, stays visible, and the guest can still write there.
 const INIT: &str = r#"#!/bin/busybox sh
 /bin/busybox --install -s /bin
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
 for m in $(cat /modules/order); do insmod /modules/$m || echo "lab: insmod $m failed"; done
-cmd=$(sed -n 's/.*lab\.cmd=\([^ ]*\).*/\1/p' /proc/cmdline)
+cmd=$(sed -n 's/.*lab\.cmd=\([^ ]*\).*/\1/p' /proc/cmdline | sed 's/%20/ /g; s/%25/%/g')
 mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=512000,cache=loose host /host || echo "lab: 9p mount failed"
 cp "/host$cmd" /lab-cmd.sh
 mount -t proc proc /host/proc
 mount -t sysfs sys /host/sys
 mount -t devtmpfs dev /host/dev
-mount -t tmpfs tmp /host/tmp
+mount -t tmpfs ovl /ovl && mkdir /ovl/upper /ovl/work
+mount -t overlay -o lowerdir=/host/tmp,upperdir=/ovl/upper,workdir=/ovl/work tmp /host/tmp || {
+  echo "lab: no overlay on /tmp: the host's /tmp is hidden in the guest"
+  mount -t tmpfs tmp /host/tmp
+}
 mount -t tmpfs run /host/run
 cp /lab-cmd.sh /host/tmp/lab-cmd.sh
 ip link set lo up
@@ -504,6 +512,8 @@ pub fn images() -> Result<Images, LabError> {
         "tcp_diag",
         "udp_diag",
         "unix_diag",
+        // The guest's /tmp: the host's under a tmpfs layer.
+        "overlay",
     ];
     let modules = module_closure(&modules_dir, &wanted)?;
     let init = init_script();
@@ -526,7 +536,7 @@ pub fn images() -> Result<Images, LabError> {
         remove_stale(&dir, "initrd-");
         let bb = std::fs::read(&busybox).map_err(|e| failed("reading busybox", e))?;
         let mut entries: Vec<(String, u32, Vec<u8>)> =
-            ["bin", "proc", "sys", "dev", "host", "modules"]
+            ["bin", "proc", "sys", "dev", "host", "modules", "ovl"]
                 .iter()
                 .map(|d| (d.to_string(), 0o040755, Vec::new()))
                 .collect();
@@ -654,7 +664,10 @@ impl Guest {
             "-append",
             &format!(
                 "console=ttyS0 quiet panic=-1 lab.cmd={}",
+                // One word on the kernel's command line, whatever the temporary dir.
                 cmd.to_string_lossy()
+                    .replace('%', "%25")
+                    .replace(' ', "%20")
             ),
         ]);
         q.args([

@@ -228,6 +228,75 @@ impl MachineArgs {
     }
 }
 
+/// A progress line on stderr, only where stderr is a terminal, for a command that may run
+/// longer than a few seconds with nothing printed until done (`sim`, `plan --simulate`):
+/// "placer: WHAT: PHASE (N s)", redrawn each second from the second second, erased when
+/// dropped. A pipe or a file gets nothing, so scripts and tests see the same output.
+pub struct Progress {
+    state: Option<(Arc<ProgressShared>, std::thread::JoinHandle<()>)>,
+}
+
+/// The phase shown and whether to stop, with the drawing thread's wake-up.
+type ProgressShared = (std::sync::Mutex<(String, bool)>, std::sync::Condvar);
+use std::sync::Arc;
+
+impl Progress {
+    pub fn start(what: &str, phase: &str) -> Progress {
+        use std::io::IsTerminal;
+        if !std::io::stderr().is_terminal() {
+            return Progress { state: None };
+        }
+        let shared = Arc::new((
+            std::sync::Mutex::new((phase.to_string(), false)),
+            std::sync::Condvar::new(),
+        ));
+        let (s, what) = (shared.clone(), what.to_string());
+        let thread = std::thread::spawn(move || {
+            let t0 = std::time::Instant::now();
+            let (lock, cv) = &*s;
+            let mut g = lock.lock().unwrap_or_else(|e| e.into_inner());
+            let mut drawn = false;
+            loop {
+                let (next, _) = cv
+                    .wait_timeout(g, std::time::Duration::from_secs(1))
+                    .unwrap_or_else(|e| e.into_inner());
+                g = next;
+                if g.1 {
+                    break;
+                }
+                let secs = t0.elapsed().as_secs();
+                if secs >= 2 {
+                    eprint!("\r\x1b[Kplacer: {what}: {} ({secs} s)", g.0);
+                    drawn = true;
+                }
+            }
+            if drawn {
+                eprint!("\r\x1b[K");
+            }
+        });
+        Progress {
+            state: Some((shared, thread)),
+        }
+    }
+
+    /// What the command does now.
+    pub fn phase(&self, phase: &str) {
+        if let Some((s, _)) = &self.state {
+            s.0.lock().unwrap_or_else(|e| e.into_inner()).0 = phase.to_string();
+        }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        if let Some((s, thread)) = self.state.take() {
+            s.0.lock().unwrap_or_else(|e| e.into_inner()).1 = true;
+            s.1.notify_all();
+            let _ = thread.join();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     /// Issue 36: a file argument larger than the bound is refused; issue 48: a device or

@@ -520,14 +520,23 @@ fn bench_contention_measures_a_pairwise_matrix() {
     assert!(err.contains("--pairs-timeout"), "{err}");
     none_left("a timed-out run");
     // A partner that fails (here: every run after its first, alone) fails the cell instead
-    // of leaving the victim to run alone.
+    // of leaving the victim to run alone. The victim outlives the partner's failing run: it
+    // waits (at most 10 s) while a shell running the partner's command is alive, so the
+    // failure comes before the victim's end whatever the host's load.
     let flag = dir.path().join("ran-once");
+    let mark = format!("flaky-{}", std::process::id());
     let flaky = format!(
-        "flaky=if [ -e {f} ]; then exit 3; fi; touch {f}",
+        "flaky=: {mark}; if [ -e {f} ]; then exit 3; fi; touch {f}",
         f = flag.display()
     );
+    // `[:]` keeps the pattern from matching the victim's own command line; `^sh -c` keeps
+    // it from matching placer's.
+    let ok = format!(
+        "ok=i=0; while pgrep -f '^sh -c .*[:] {mark};' >/dev/null && [ $i -lt 200 ]; do \
+         sleep 0.05; i=$((i+1)); done"
+    );
     let o = placer()
-        .args(["bench", "contention", "--app", "ok=true", "--app", &flaky])
+        .args(["bench", "contention", "--app", &ok, "--app", &flaky])
         .args(["--pairs-rounds", "1"])
         .output()
         .unwrap();
@@ -665,4 +674,47 @@ fn report_json_counts_equal_the_verdict_log() {
         .unwrap();
     assert!(o.status.success());
     assert!(String::from_utf8_lossy(&o.stdout).starts_with("0 verdicts"));
+}
+
+/// Issue 47: a mistyped `--state-dir` is an error naming it, for report and restore alike
+/// (it read as "0 verdicts" / "nothing to restore").
+#[test]
+fn a_state_dir_that_does_not_exist_is_named() {
+    let dir = placer_testkit::TempDir::new("no-state");
+    let missing = dir.path().join("typo");
+    for cmd in [&["report"][..], &["restore"][..]] {
+        let o = placer()
+            .args(cmd)
+            .args(["--no-config", "--state-dir"])
+            .arg(&missing)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{cmd:?}: {err}");
+        assert!(
+            err.contains("no such state dir") && err.contains(&*missing.to_string_lossy()),
+            "{cmd:?}: {err}"
+        );
+    }
+}
+
+/// Issue 47: `topo --list-machines --json` is JSON, one object per built-in machine.
+#[test]
+fn list_machines_speaks_json_when_asked() {
+    let o = placer()
+        .args(["topo", "--list-machines", "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    let list = v.as_array().unwrap();
+    assert!(!list.is_empty());
+    assert!(list
+        .iter()
+        .all(|m| m["name"].is_string() && m["description"].is_string()));
+    let plain = placer().args(["topo", "--list-machines"]).output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&plain.stdout).lines().count(),
+        list.len()
+    );
 }

@@ -887,19 +887,17 @@ fn loopback_costs_script_measures_each_placement_it_can() {
     assert_eq!(rps_lo(), before, "RPS left changed");
 }
 
-/// The processes named `comm` now.
-fn procs_named(comm: &str) -> usize {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter(|e| {
-            e.file_name()
-                .to_str()
-                .is_some_and(|n| n.parse::<u32>().is_ok())
+/// The processes in cgroup `dir` now, with their names.
+fn cgroup_procs(dir: &std::path::Path) -> Vec<(u32, String)> {
+    std::fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse::<u32>().ok())
+        .map(|p| {
+            let comm = std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
+            (p, comm.trim().to_string())
         })
-        .filter_map(|e| std::fs::read_to_string(e.path().join("comm")).ok())
-        .filter(|c| c.trim() == comm)
-        .count()
+        .collect()
 }
 
 /// Issue 32: each real-program preset (iperf3, netperf's TCP_STREAM and TCP_RR, redis,
@@ -925,9 +923,19 @@ fn ab_presets_run_and_leave_nothing_behind() {
         }
         let _turn = LO_RPS.lock().unwrap_or_else(|e| e.into_inner());
         let before = rps_lo();
-        let running: Vec<usize> = programs.iter().map(|p| procs_named(p)).collect();
-        let mut cmd = Command::new(PLACER);
-        cmd.args(["ab", "--workload", preset, "--rounds", "5"])
+        // placer ab runs in a cgroup of the test's own, entered before it execs, so what it
+        // leaves is counted there: by name across the machine, other programs of the same
+        // names (another user's iperf3) would count too.
+        let cg = placer_testkit::cgroup::TestCgroup::create(&format!(
+            "placer-ab-test-{}",
+            std::process::id()
+        ))
+        .expect("a cgroup for placer ab");
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", r#"echo $$ >"$0" && exec "$@""#])
+            .arg(cg.dir.join("cgroup.procs"))
+            .arg(PLACER)
+            .args(["ab", "--workload", preset, "--rounds", "5"])
             .args(["--phase", "1s", "--warmup", "1s", "--json"])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -961,8 +969,12 @@ fn ab_presets_run_and_leave_nothing_behind() {
             );
         }
         assert_eq!(rps_lo(), before, "{preset}: RPS left changed");
-        let after: Vec<usize> = programs.iter().map(|p| procs_named(p)).collect();
-        assert_eq!(after, running, "{preset}: {programs:?} outlived placer ab");
+        let left = cgroup_procs(&cg.dir);
+        for &(pid, _) in &left {
+            // Ours (they ran in the test's cgroup): ended before the test fails.
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        }
+        assert!(left.is_empty(), "{preset}: {left:?} outlived placer ab");
         // Its work directory and a server's own (nginx's config, page and logs) are gone.
         let left: Vec<String> = std::fs::read_dir(std::env::temp_dir())
             .unwrap()

@@ -125,6 +125,15 @@ fn in_lab(shape: Shape, test: &str) {
             lines[lines.len().saturating_sub(30)..].join("\n")
         };
         let reported = finished_checks(&out.output);
+        // A guest that could not start the test binary (a path it does not see) ran no
+        // check: a failure, never a pass or a reason to boot again.
+        assert!(
+            !(reported.is_empty() && matches!(out.status, Some(126 | 127))),
+            "the guest could not run {} (exit {:?}); its output:\n{}",
+            me.display(),
+            out.status,
+            out.output
+        );
         let failed: Vec<&str> = reported
             .iter()
             .filter(|(_, ok)| !ok)

@@ -1,4 +1,4 @@
-//! Policy `contention` (seed 003, ../shared/seeds/003_8cca66dc96130eb1.txt, "Application
+//! Policy `contention` (seed 003, docs/seeds.md, "Application
 //! Characteristic-based Divided Scheduling", KSCI 2017): keep aggressive applications away
 //! from sensitive ones across last-level-cache domains, from hardware counters.
 //!

@@ -1,4 +1,4 @@
-//! Policy `net-affinity` (seed 002, ../shared/seeds/002_dc8fe7910a045125.txt, "Dynamic
+//! Policy `net-affinity` (seed 002, docs/seeds.md, "Dynamic
 //! Scheduling of Network Processes for Multi-Core Systems", Jang, Jin, Kim, KIISE 2009):
 //! communication-intensive processes run on the CPU that does their NIC's receive
 //! processing, or on a CPU sharing cache with it when that CPU is busy, and get their
@@ -583,12 +583,21 @@ impl NetAffinity {
             let k = p.key();
             let rate = p.net_bytes_per_s();
             // Formatted only for the processes a line is written about (most are quiet).
+            // The counted rate is the one compared: sent bytes only with count_sent.
             let rates = || {
-                format!(
-                    "rx {} + tx {}",
-                    fmt_rate(p.rx_bytes_per_s),
-                    fmt_rate(p.tx_bytes_per_s)
-                )
+                if cfg.count_sent {
+                    format!(
+                        "rx {} + tx {}",
+                        fmt_rate(p.rx_bytes_per_s),
+                        fmt_rate(p.tx_bytes_per_s)
+                    )
+                } else {
+                    format!(
+                        "rx {} (tx {} not counted: count_sent = false)",
+                        fmt_rate(p.rx_bytes_per_s),
+                        fmt_rate(p.tx_bytes_per_s)
+                    )
+                }
             };
             let track = st.procs.entry(k).or_default();
             if let Some(h) = state.held.get(&k) {

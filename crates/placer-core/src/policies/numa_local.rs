@@ -1,4 +1,4 @@
-//! Policy `numa-local` (seed 004, ../shared/seeds/004_fc61272b29db81b9.txt): a network
+//! Policy `numa-local` (seed 004, docs/seeds.md): a network
 //! app's CPUs and memory on one NUMA node, the one next to its network traffic.
 //!
 //! The seed measured a ttcp receiver on a 4-package Magny-Cours (8 nodes): with fresh

@@ -113,10 +113,12 @@ impl SocketReader {
         // Without the marks: the dump walks every bucket of the kernel's TCP hash, however
         // few sockets there are; when not one TCP segment moved in this namespace since
         // the last dump (the TCP MIB, /proc/net/snmp), no socket changed, and the last dump
-        // is still true.
+        // is still true. The counters of the namespace sock_diag dumps: the sampling
+        // thread's (`self/` would give the main thread's, another one where a thread
+        // entered a namespace of its own).
         let (sockets, read) = tcp.read(|| {
             pins.and_then(|p| {
-                p.read(proc_, "self/net/snmp", buf)
+                p.read(proc_, "thread-self/net/snmp", buf)
                     .ok()
                     .and_then(|()| parse_tcp_segments(buf))
             })

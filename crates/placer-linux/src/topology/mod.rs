@@ -410,7 +410,8 @@ fn read_cpu_ids(files: &Files, cpus: &mut [Cpu], online: &CpuSet) -> Result<Hash
         if has_cluster != Some(false) {
             let v = read_id("cluster_id")?;
             has_cluster = Some(v.is_some());
-            cpus[i].cluster = v.flatten();
+            // An x86 kernel that knows no cluster writes 65535 (its BAD_APICID): unknown.
+            cpus[i].cluster = v.flatten().filter(|&c| c != u32::from(u16::MAX));
         }
         let sibs = first_cpuset(files, &t, SIBLING_FILES, &mut sib_hint)?;
         let pkg = first_cpuset(files, &t, PACKAGE_FILES, &mut pkg_hint)?;

@@ -33,13 +33,10 @@ pub fn fixtures_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hwloc")
 }
 
-/// `shared/topologies/<sub>` in an ancestor of the crate (the project's shared data),
-/// or `None` when it is not on this machine.
-pub fn shared_dir(sub: &str) -> Option<PathBuf> {
-    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
-    here.ancestors()
-        .map(|a| a.join("shared/topologies").join(sub))
-        .find(|p| p.is_dir())
+/// util-linux's lscpu dumps and their expected outputs (GPL-2.0-or-later test data, see
+/// its README).
+pub fn lscpu_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lscpu")
 }
 
 pub type Partition = BTreeSet<CpuSet>;

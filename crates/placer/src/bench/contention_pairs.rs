@@ -137,7 +137,12 @@ impl Partner {
                     None => std::thread::sleep(Duration::from_millis(2)),
                 }
             }
-            Ok(())
+            // A run that failed between the last poll and the stop failed while the victim
+            // ran too (on a loaded host the poll can come after the victim's end).
+            match g.0.try_wait()? {
+                Some(st) if !st.success() => bail!("partner {cmd:?} failed: {st}"),
+                _ => Ok(()),
+            }
         });
         let p = Partner {
             stop,

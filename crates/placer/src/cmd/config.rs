@@ -55,6 +55,19 @@ impl StateArgs {
         cfg.validate().context("with the command-line overrides")?;
         Ok(cfg)
     }
+
+    /// The config, for a command that reads a daemon's state dir (report, restore): a
+    /// `--state-dir` that does not exist is an error naming it (a mistyped one would read
+    /// as "nothing there"); the config's own, before any daemon ran, is not.
+    pub fn config_of_existing_state(&self) -> Result<Config> {
+        let cfg = self.config()?;
+        if let Some(d) = &self.state_dir {
+            if !d.is_dir() {
+                anyhow::bail!("no such state dir: {} (--state-dir)", d.display());
+            }
+        }
+        Ok(cfg)
+    }
 }
 
 /// Reads the config file (or the built-in default), rejecting unknown keys and bad values

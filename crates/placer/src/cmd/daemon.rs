@@ -97,13 +97,21 @@ fn print_cycle(r: &CycleReport, dry_run: bool, json: bool) {
         outln!("cycle {}: error: {e}", r.cycle);
         return;
     }
-    if r.reports.is_empty() {
-        outln!("cycle {}: no actions", r.cycle);
-    }
+    // One line names the cycle; its actions and notes follow, indented.
+    let count = |n: usize, what: &str| match n {
+        0 => format!("no {what}s"),
+        1 => format!("1 {what}"),
+        n => format!("{n} {what}s"),
+    };
+    outln!(
+        "cycle {}: {}, {}",
+        r.cycle,
+        count(r.reports.len(), "action"),
+        count(r.plan.notes.len(), "note")
+    );
     for a in &r.reports {
         outln!(
-            "cycle {}: [{}] {} {}: {} => {}",
-            r.cycle,
+            "  [{}] {} {}: {} => {}",
             a.planned.policy,
             a.planned.action.kind(),
             describe_target(&a.planned.action),
@@ -113,7 +121,7 @@ fn print_cycle(r: &CycleReport, dry_run: bool, json: bool) {
     }
     for n in &r.plan.notes {
         let who = n.proc.map_or(String::new(), |k| format!("pid {} ", k.pid));
-        outln!("cycle {}: [{}] note {who}{}", r.cycle, n.policy, n.text);
+        outln!("  [{}] note {who}{}", n.policy, n.text);
     }
 }
 

@@ -200,8 +200,13 @@ pub fn run(args: Args) -> Result<()> {
 
 fn simulate(name: &str, json: bool, opts: &AllocOptions) -> Result<()> {
     let sc = crate::cmd::sim::load_scenario(name)?;
+    let progress = crate::common::Progress::start(
+        &format!("plan --simulate {name}"),
+        "simulating every prefix of both orders",
+    );
     let (points, a, b) = placer_sim::alloc_sweep::sweep_scenario(name, sc, opts)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
+    drop(progress);
     let per_core = alloc::per_core_comparison(&a, &b);
     let equal = alloc::equal_speed_matches(&a, &b);
     if json {

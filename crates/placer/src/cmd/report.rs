@@ -72,7 +72,7 @@ fn why_nothing(dir: &std::path::Path) -> Vec<String> {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let cfg = args.state.config()?;
+    let cfg = args.state.config_of_existing_state()?;
     let dir = std::path::PathBuf::from(&cfg.state_dir);
     let (records, bad) = verdict_log::read(&dir)
         .with_context(|| format!("reading the verdict log in {}", dir.display()))?;

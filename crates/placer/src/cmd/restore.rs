@@ -33,7 +33,7 @@ struct Line {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let cfg = args.state.config()?;
+    let cfg = args.state.config_of_existing_state()?;
     let dir = PathBuf::from(&cfg.state_dir);
     if let Some(pid) = state::lock_holder(&dir) {
         if !args.force {

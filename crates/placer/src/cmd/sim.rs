@@ -88,6 +88,7 @@ pub fn run(args: Args) -> Result<()> {
         sc.policies = args.policy.clone();
     }
     sc.validate()?;
+    let progress = crate::common::Progress::start(&format!("sim {name}"), "simulating each policy");
     let rows = scenario::run(&sc, &placer_sim::scenario::default_factory);
     let mut oracles = Vec::new();
     if args.oracle || sc.oracle.is_some() {
@@ -96,12 +97,15 @@ pub fn run(args: Args) -> Result<()> {
             warmup_s: 0.1,
             max_placements: 20_000,
         });
+        progress.phase("searching the oracle's placements");
         for v in sc.variant_list() {
             oracles.push(oracle::search(&sc, v, &spec));
         }
     }
+    progress.phase("sensitivity runs");
     let sens = scenario::sensitivity(&sc, &placer_sim::scenario::default_factory)
         .map_err(|e| anyhow::anyhow!("sensitivity: {e}"))?;
+    drop(progress);
     let report = Report::new(&sc, rows, oracles).with_sensitivity(sens);
     if let Some(path) = &args.plot {
         placer_sim::plot::draw(&report, path)
@@ -113,6 +117,19 @@ pub fn run(args: Args) -> Result<()> {
         out!("{}", report.to_text());
         if let Some(path) = &args.plot {
             outln!("\nplot written to {}", path.display());
+        }
+        if sc.policies.len() < 2 {
+            // One bar per panel: say so, and where a comparison is.
+            outln!(
+                "\none policy ran ({}): nothing is compared here{}",
+                sc.policies.join(", "),
+                if sc.name == "seed-001" {
+                    "; the seed's effect (its two allocation orders, 1-16 units): \
+                     `placer plan --simulate seed-001`"
+                } else {
+                    "; `--policy A,B` compares policies"
+                }
+            );
         }
     }
     Ok(())

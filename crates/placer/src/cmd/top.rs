@@ -236,10 +236,12 @@ pub fn human_rate(bytes_per_s: f64) -> String {
     }
 }
 
-/// Column names of the CPU and process tables, the same in the live view and `--once`.
+/// Column names of the CPU and process tables, the same in the live view and `--once`:
+/// a process's SHARE is CPU time over the interval (1.00 = one whole CPU), LASTCPU the id
+/// of the CPU it last ran on.
 const CPU_COLUMNS: [&str; 7] = ["CPU", "util", "user", "sys", "softirq", "irq/s", "net_rx/s"];
 const PROC_COLUMNS: [&str; 8] = [
-    "PID", "COMM", "CPU", "ALLOWED", "LAST", "RX/s", "TX/s", "FLOWS",
+    "PID", "COMM", "SHARE", "ALLOWED", "LASTCPU", "RX/s", "TX/s", "FLOWS",
 ];
 
 fn table(
@@ -274,12 +276,12 @@ fn table(
     let [p0, p1, p2, p3, p4, p5, p6, p7] = PROC_COLUMNS;
     let _ = writeln!(
         o,
-        "{p0:>7} {p1:<16} {p2:>5} {p3:>9} {p4:>4} {p5:>8} {p6:>8} {p7:>5}"
+        "{p0:>7} {p1:<16} {p2:>5} {p3:>9} {p4:>7} {p5:>8} {p6:>8} {p7:>5}"
     );
     for p in busiest(obs, n) {
         let _ = writeln!(
             o,
-            "{:>7} {:<16} {:>5.2} {:>9} {:>4} {:>8} {:>8} {:>5}",
+            "{:>7} {:<16} {:>5.2} {:>9} {:>7} {:>8} {:>8} {:>5}",
             p.pid,
             p.comm.chars().take(16).collect::<String>(),
             p.cpu_share,
@@ -551,9 +553,13 @@ mod live {
                 format!("{:.0}", c.net_rx_softirqs_per_s),
             ])
         });
-        let t = Table::new(rows, [Constraint::Length(7); 7])
-            .header(Row::new(CPU_COLUMNS.to_vec()).style(bold))
-            .block(Block::bordered().title("CPUs"));
+        // Each column as wide as its header (net_rx/s is the widest): none is cut.
+        let t = Table::new(
+            rows,
+            CPU_COLUMNS.map(|h| Constraint::Length(h.len().max(5) as u16)),
+        )
+        .header(Row::new(CPU_COLUMNS.to_vec()).style(bold))
+        .block(Block::bordered().title("CPUs"));
         f.render_widget(t, cpus);
         let rows = busiest(o, n).into_iter().map(|p| {
             let flow = p
@@ -581,7 +587,7 @@ mod live {
             Constraint::Length(16),
             Constraint::Length(6),
             Constraint::Length(10),
-            Constraint::Length(5),
+            Constraint::Length(7),
             Constraint::Length(8),
             Constraint::Length(8),
             Constraint::Min(10),

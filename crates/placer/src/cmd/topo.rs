@@ -28,6 +28,14 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<()> {
     if args.list_machines {
+        if args.json {
+            let list: Vec<serde_json::Value> = placer_core::machines::Machine::ALL
+                .iter()
+                .map(|m| serde_json::json!({"name": m.name(), "description": m.description()}))
+                .collect();
+            outln!("{}", serde_json::to_string_pretty(&list)?);
+            return Ok(());
+        }
         for m in placer_core::machines::Machine::ALL {
             outln!("{:24} {}", m.name(), m.description());
         }

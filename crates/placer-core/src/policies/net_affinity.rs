@@ -43,7 +43,8 @@
 //!    intensive intervals before (`ClassCosts`). A class whose record says it costs more
 //!    than leaving the process alone (95% t interval above 1) is not used; of classes
 //!    that pay, the cheaper; else a class still to be measured (the record is made by
-//!    trying it). Without a record, "on" is assumed only where seed 002's machine shape
+//!    trying it; `cpu_load_threshold = 1.0` keeps "always the receive CPU"). Without a
+//!    record, "on" is assumed only where seed 002's machine shape
 //!    holds (`NetAffinity::prior`): the receive CPU spends under half its time in softirq
 //!    + IRQ, and shares a cache smaller than its package (an L2 pair, SMT siblings, a die's
 //!    L3) with a CPU the process may use; with one LLC over the package (this VM, the
@@ -131,7 +132,8 @@ pub struct NetAffinityConfig {
     pub idle_timeout_ms: u64,
     /// The receive CPU takes the process only if its load, counted without the process
     /// itself, is below this busy fraction (0 < x <= 1). Default 0.8. 1.0 turns the check
-    /// off: always the receive CPU (its softirq work for a fast stream can saturate it).
+    /// off: always the receive CPU (its softirq work for a fast stream can saturate it),
+    /// with no measured choice between on and beside it.
     pub cpu_load_threshold: f64,
     /// When the receive CPU is too busy: `cache_neighbour` (least-loaded CPU sharing cache
     /// with it, the paper) or `leave` (do not pin). Default `cache_neighbour`.
@@ -595,8 +597,9 @@ impl NetAffinity {
             pct(rl),
             pct(thr)
         );
-        // Seed 002's literal rule: the receive CPU whenever it is under the threshold.
-        if on_ok && self.cfg.rule == Rule::Paper {
+        // Seed 002's literal rule, or the load check off (`cpu_load_threshold = 1.0`:
+        // "always the receive CPU"): the receive CPU whenever it is under the threshold.
+        if on_ok && (self.cfg.rule == Rule::Paper || thr.is_infinite()) {
             return Ok(Target {
                 cpu: rc,
                 class: Placement::On,
@@ -657,8 +660,8 @@ impl NetAffinity {
             };
         }
         // Checked: on, beside or leave alone, by what each class has measured here (N7-N9).
-        let beside_ok = self.cfg.when_busy == WhenBusy::CacheNeighbour
-            && pick.is_some_and(|(_, nl)| nl < thr);
+        let beside_ok =
+            self.cfg.when_busy == WhenBusy::CacheNeighbour && pick.is_some_and(|(_, nl)| nl < thr);
         let (prior, prior_why) = self.prior(topo, obs, rc, allowed);
         match choose_class(costs, on_ok, beside_ok, prior) {
             Ok((Placement::On, why)) => Ok(Target {
@@ -830,7 +833,9 @@ impl NetAffinity {
                 let cost = p.cpu_share / intensity;
                 if cost.is_finite() && cost > 0.0 {
                     match (state.held.contains_key(&k), t.measuring) {
-                        (false, _) => crate::stats::push_bounded(&mut t.before, cost, BEFORE_WINDOW),
+                        (false, _) => {
+                            crate::stats::push_bounded(&mut t.before, cost, BEFORE_WINDOW)
+                        }
                         (true, Some(class)) => {
                             t.after.push(cost);
                             if t.after.len() >= MEASURE_INTERVALS {
@@ -2034,15 +2039,29 @@ mod tests {
         let t = xeon();
         let p = policy(Default::default());
         let pr = || proc_obs(10, "rx", t.online(), vec![flow(1, 1, 50.0 * MB)]);
-        let plan = run(&p, &t, &obs(&t, &[], vec![pr()], 1.0), &mut PolicyState::default());
+        let plan = run(
+            &p,
+            &t,
+            &obs(&t, &[], vec![pr()], 1.0),
+            &mut PolicyState::default(),
+        );
         assert_eq!(pinned_to(&plan, 10), Some(CpuSet::single(1)));
         // The same CPU busy with softirq (under the load threshold): beside it, its L2 pair.
         let mut o = obs(&t, &[(1, 0.6)], vec![pr()], 1.0);
-        o.cpus.iter_mut().filter(|c| c.cpu == 1).for_each(|c| c.softirq = 0.55);
+        o.cpus
+            .iter_mut()
+            .filter(|c| c.cpu == 1)
+            .for_each(|c| c.softirq = 0.55);
         let plan = run(&p, &t, &o, &mut PolicyState::default());
-        let cpu = pinned_to(&plan, 10).and_then(|c| c.first()).expect("pinned");
+        let cpu = pinned_to(&plan, 10)
+            .and_then(|c| c.first())
+            .expect("pinned");
         assert!(cpu != 1 && t.cache_neighbours(1).contains(cpu), "CPU {cpu}");
-        assert!(plan.actions[0].reason.contains("softirq"), "{}", plan.actions[0].reason);
+        assert!(
+            plan.actions[0].reason.contains("softirq"),
+            "{}",
+            plan.actions[0].reason
+        );
         // One LLC over the package, private L1/L2 (this VM's shape, the 16-core device's):
         // beside the receive CPU, not on it.
         let mut t = machine("pkg:1 node:1 core:4 pu:1 l3:package").expect("model");
@@ -2051,8 +2070,15 @@ mod tests {
         nic.addrs = vec![ip(1, 1)];
         t.nics = vec![nic];
         let pr = proc_obs(10, "rx", t.online(), vec![flow(1, 1, 50.0 * MB)]);
-        let plan = run(&p, &t, &obs(&t, &[], vec![pr], 1.0), &mut PolicyState::default());
-        let cpu = pinned_to(&plan, 10).and_then(|c| c.first()).expect("pinned");
+        let plan = run(
+            &p,
+            &t,
+            &obs(&t, &[], vec![pr], 1.0),
+            &mut PolicyState::default(),
+        );
+        let cpu = pinned_to(&plan, 10)
+            .and_then(|c| c.first())
+            .expect("pinned");
         assert_ne!(cpu, 1);
         assert!(
             plan.actions[0].reason.contains("whole package"),
@@ -2064,20 +2090,38 @@ mod tests {
     #[test]
     fn n9_of_classes_that_pay_the_cheaper_is_chosen() {
         let c = costs(&[-0.10, -0.12, -0.09], &[-0.30, -0.28, -0.33]);
-        assert_eq!(choose_class(&c, true, true, Placement::On).unwrap().0, Placement::Beside);
+        assert_eq!(
+            choose_class(&c, true, true, Placement::On).unwrap().0,
+            Placement::Beside
+        );
         let c = costs(&[-0.30, -0.28, -0.33], &[-0.10, -0.12, -0.09]);
-        assert_eq!(choose_class(&c, true, true, Placement::Beside).unwrap().0, Placement::On);
+        assert_eq!(
+            choose_class(&c, true, true, Placement::Beside).unwrap().0,
+            Placement::On
+        );
         // One class pays, the other unmeasured: the one that pays.
         let c = costs(&[-0.30, -0.28, -0.33], &[]);
-        assert_eq!(choose_class(&c, true, true, Placement::Beside).unwrap().0, Placement::On);
+        assert_eq!(
+            choose_class(&c, true, true, Placement::Beside).unwrap().0,
+            Placement::On
+        );
         // Nothing measured: the prior; the prior unusable: the other, to measure it.
         let c = ClassCosts::default();
-        assert_eq!(choose_class(&c, true, true, Placement::Beside).unwrap().0, Placement::Beside);
-        assert_eq!(choose_class(&c, true, false, Placement::Beside).unwrap().0, Placement::On);
+        assert_eq!(
+            choose_class(&c, true, true, Placement::Beside).unwrap().0,
+            Placement::Beside
+        );
+        assert_eq!(
+            choose_class(&c, true, false, Placement::Beside).unwrap().0,
+            Placement::On
+        );
         // Unclear (holds 1): still tried, so the record grows.
         let c = costs(&[0.1, -0.1, 0.05], &[]);
         assert!(matches!(c.evidence(Placement::On), Evidence::Unclear(_)));
-        assert_eq!(choose_class(&c, true, false, Placement::Beside).unwrap().0, Placement::On);
+        assert_eq!(
+            choose_class(&c, true, false, Placement::Beside).unwrap().0,
+            Placement::On
+        );
     }
 
     #[test]
@@ -2094,8 +2138,16 @@ mod tests {
         let plan = run(&p, &t, &obs(&t, &[], vec![pr(0.4)], 1.0), &mut st);
         assert_eq!(pinned_to(&plan, 10), Some(CpuSet::single(1)));
         for i in 0..MEASURE_INTERVALS {
-            assert!(st.private.costs.on.is_empty(), "recorded after {i} intervals");
-            run(&p, &t, &obs(&t, &[], vec![pr(0.2)], 2.0 + i as f64), &mut st);
+            assert!(
+                st.private.costs.on.is_empty(),
+                "recorded after {i} intervals"
+            );
+            run(
+                &p,
+                &t,
+                &obs(&t, &[], vec![pr(0.2)], 2.0 + i as f64),
+                &mut st,
+            );
         }
         assert_eq!(st.private.costs.on.len(), 1);
         assert!((st.private.costs.on[0] - 0.5f64.ln()).abs() < 1e-9);

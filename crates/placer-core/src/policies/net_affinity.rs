@@ -44,9 +44,9 @@
 //!    than leaving the process alone (95% t interval above 1) is not used; of classes
 //!    that pay, the cheaper; else a class still to be measured (the record is made by
 //!    trying it; `cpu_load_threshold = 1.0` keeps "always the receive CPU"). Without a
-//!    record, "on" is assumed only where seed 002's machine shape
-//!    holds (`NetAffinity::prior`): the receive CPU spends under half its time in softirq
-//!    + IRQ, and shares a cache smaller than its package (an L2 pair, SMT siblings, a die's
+//!    record, "on" is assumed only where seed 002's machine shape holds
+//!    (`NetAffinity::prior`): the receive CPU spends under half its time in softirq and
+//!    IRQ, and shares a cache smaller than its package (an L2 pair, SMT siblings, a die's
 //!    L3) with a CPU the process may use; with one LLC over the package (this VM, the
 //!    16-core device) the first pins go beside it. Where RFS steers a flow's receive
 //!    processing to the CPU its reader last ran on, the receive CPU follows the reader:
@@ -522,6 +522,9 @@ impl NetAffinity {
         without.max(floor) + extra.get(&cpu).copied().unwrap_or(0.0)
     }
 
+    // The plan's context (current pin, this plan's placements, the class record) is
+    // passed as it is kept, not bundled for this one caller.
+    #[allow(clippy::too_many_arguments)]
     fn target(
         &self,
         topo: &Topology,

@@ -334,11 +334,16 @@ pub fn verdict(ci: (f64, f64), higher_is_better: bool) -> Verdict {
 }
 
 impl DaemonRecord {
-    /// The record of the daemon whose state dir is `state` (its log beside it, `.log`),
-    /// read once it has stopped: what is missing (a daemon that died at once) is left out.
+    /// The record of the daemon whose state dir is `state` (its log and its last decisions
+    /// beside it), read once it has stopped: what is missing (a daemon that died at once)
+    /// is left out.
     fn read(state: &std::path::Path) -> DaemonRecord {
         let mut r = DaemonRecord::default();
-        let decisions = placer_agent::state::Decisions::read(state).unwrap_or_default();
+        let decisions: placer_agent::state::Decisions =
+            std::fs::read_to_string(decisions_copy(state))
+                .ok()
+                .and_then(|t| serde_json::from_str(&t).ok())
+                .unwrap_or_default();
         for d in decisions.procs.values() {
             let pinned = d.last_action.as_ref().filter(|a| a.outcome == "done");
             match pinned.map(|a| a.kind.as_str()) {
@@ -859,12 +864,37 @@ fn child_command(program: &str, args: &[&str], output: fn() -> Stdio) -> Result<
 }
 
 /// The daemon for an on-phase (stopped, and restoring, when dropped).
-fn daemon_if(daemon: bool, args: &Args, state: &std::path::Path) -> Result<Option<Kid>> {
+fn daemon_if(daemon: bool, args: &Args, state: &std::path::Path) -> Result<Option<Daemon>> {
     Ok(if daemon {
-        Some(start_daemon(&args.config, state)?)
+        Some(Daemon {
+            kid: Some(start_daemon(&args.config, state)?),
+            state: state.to_path_buf(),
+        })
     } else {
         None
     })
+}
+
+/// An on-phase's daemon. Dropped at the phase's end: its last `decisions.json` is copied
+/// beside its state dir first ([`decisions_copy`]), since the daemon removes it when it
+/// stops; then it is stopped (and restores).
+struct Daemon {
+    kid: Option<Kid>,
+    state: PathBuf,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        // Replaced atomically by the daemon: a copy is a whole file.
+        let from = self.state.join(placer_agent::state::DECISIONS_FILE);
+        let _ = std::fs::copy(from, decisions_copy(&self.state));
+        drop(self.kid.take());
+    }
+}
+
+/// Where an on-phase keeps its daemon's last decisions.
+fn decisions_copy(state: &std::path::Path) -> PathBuf {
+    state.with_extension("decisions.json")
 }
 
 /// Busy CPU seconds of the whole machine so far (every CPU, /proc/stat).
@@ -2283,10 +2313,7 @@ fn keep_daemon_files(state: &std::path::Path, to: &std::path::Path) -> Result<()
     std::fs::create_dir_all(to).with_context(|| format!("creating {}", to.display()))?;
     let files = [
         (state.with_extension("log"), "daemon.log"),
-        (
-            state.join(placer_agent::state::DECISIONS_FILE),
-            "decisions.json",
-        ),
+        (decisions_copy(state), "decisions.json"),
         (
             state.join(placer_linux::verdict_log::VERDICT_LOG),
             "verdicts.jsonl",
@@ -2983,7 +3010,7 @@ MEAN_LATENCY=24.45
         };
         d.procs.insert(41, pinned);
         d.procs.insert(42, left);
-        d.write(&state).unwrap();
+        std::fs::write(decisions_copy(&state), serde_json::to_string(&d).unwrap()).unwrap();
         std::fs::write(state.with_extension("log"), "line 1\nline 2\n").unwrap();
         let r = DaemonRecord::read(&state);
         assert_eq!(r.moved.len(), 1, "{r:?}");

@@ -667,11 +667,22 @@ impl NetAffinity {
             self.cfg.when_busy == WhenBusy::CacheNeighbour && pick.is_some_and(|(_, nl)| nl < thr);
         let (prior, prior_why) = self.prior(topo, obs, rc, allowed);
         match choose_class(costs, on_ok, beside_ok, prior) {
-            Ok((Placement::On, why)) => Ok(Target {
-                cpu: rc,
-                class: Placement::On,
-                why: format!("{on_why}; {why}; without a record: {prior_why}"),
-            }),
+            Ok((Placement::On, why)) => {
+                // Say why not beside when beside was the class to prefer.
+                let not_beside = match pick {
+                    Some((n, nl)) if prior == Placement::Beside && nl >= thr => format!(
+                        "; beside unusable: cache neighbour CPU {n} at {} >= {}",
+                        pct(nl),
+                        pct(thr)
+                    ),
+                    _ => String::new(),
+                };
+                Ok(Target {
+                    cpu: rc,
+                    class: Placement::On,
+                    why: format!("{on_why}; {why}; without a record: {prior_why}{not_beside}"),
+                })
+            }
             Ok((Placement::Beside, why)) => {
                 let (n, nl) = pick.expect("beside_ok needs a neighbour");
                 Ok(beside(

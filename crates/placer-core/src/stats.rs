@@ -1,5 +1,8 @@
 //! Small statistics over measurement series: the one median of placer, the one bounded
-//! window of the last N samples, Student's t quantile and the small-n interval of a ratio.
+//! window of the last N samples, Student's t distribution (its 5% critical values, its CDF
+//! and quantiles for whole degrees of freedom), the small-n interval of a ratio, the
+//! minimum detectable effect of a paired t test, Holm's family-wise correction, Pearson's
+//! correlation and the Clopper-Pearson interval of a binomial proportion.
 
 use std::collections::VecDeque;
 
@@ -89,51 +92,160 @@ pub fn log_ratio_interval(ratios: &[f64]) -> Option<LogRatioInterval> {
     })
 }
 
-/// P(X <= k) for X ~ Binomial(n, p), summed in logs so that large n do not underflow.
-fn binomial_cdf(k: usize, n: usize, p: f64) -> f64 {
+/// P(|T| < t) for Student's t with `df` (whole, >= 1) degrees of freedom: the closed
+/// finite series in θ = atan(t / √df) (Abramowitz & Stegun 26.7.3-4), exact for whole df,
+/// which is all a paired test over rounds needs. NaN for df 0.
+pub fn t_central_prob(t: f64, df: u32) -> f64 {
+    if df == 0 || t.is_nan() {
+        return f64::NAN;
+    }
+    let theta = (t.abs() / f64::from(df).sqrt()).atan();
+    let (s, c) = theta.sin_cos();
+    let c2 = c * c;
+    // The series' terms: each is the last times cos²θ · (k - 1) / k, k stepping by 2.
+    let sum = |first_k: u32| {
+        let (mut term, mut acc, mut k) = (1.0, 1.0, first_k);
+        while k < df {
+            term *= c2 * f64::from(k - 1) / f64::from(k);
+            acc += term;
+            k += 2;
+        }
+        acc
+    };
+    let a = if df % 2 == 1 {
+        let series = if df == 1 { 0.0 } else { s * c * sum(3) };
+        2.0 / std::f64::consts::PI * (theta + series)
+    } else {
+        s * sum(2)
+    };
+    a.clamp(0.0, 1.0)
+}
+
+/// Two-sided p-value of a t statistic with `df` (whole) degrees of freedom.
+pub fn t_two_sided_p(t: f64, df: u32) -> f64 {
+    1.0 - t_central_prob(t, df)
+}
+
+/// The `p` quantile (0.5 < p < 1) of Student's t with `df` (whole, >= 1) degrees of freedom,
+/// by bisection on [`t_central_prob`] (to 1e-9): e.g. 0.975 for a two-sided 5% test, 0.8
+/// for 80% power. NaN outside that range.
+pub fn t_quantile(p: f64, df: u32) -> f64 {
+    if df == 0 || p.is_nan() || p <= 0.5 || p >= 1.0 {
+        return f64::NAN;
+    }
+    let want = 2.0 * p - 1.0;
+    let (mut lo, mut hi) = (0.0f64, 1.0f64);
+    // df 1 at p = 0.9999 is about 3183: the bracket doubles until it holds the quantile.
+    while t_central_prob(hi, df) < want && hi < 1e12 {
+        hi *= 2.0;
+    }
+    for _ in 0..200 {
+        let mid = (lo + hi) / 2.0;
+        if t_central_prob(mid, df) < want {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+        if hi - lo < 1e-9 {
+            break;
+        }
+    }
+    (lo + hi) / 2.0
+}
+
+/// The smallest true mean of `n` paired differences whose standard deviation is `sd` that a
+/// two-sided one-sample t test at level `alpha` detects with probability `power` (the usual
+/// approximation (t_{1-α/2} + t_{power}) · sd / √n, df = n - 1); None below 2 pairs. On
+/// log ratios, its exp is the smallest ratio (or its inverse) a run of `n` rounds can see.
+pub fn min_detectable_effect(sd: f64, n: usize, alpha: f64, power: f64) -> Option<f64> {
+    if n < 2 || !sd.is_finite() || sd < 0.0 {
+        return None;
+    }
+    let df = (n - 1) as u32;
+    let z = t_quantile(1.0 - alpha / 2.0, df) + t_quantile(power, df);
+    Some(z * sd / (n as f64).sqrt())
+}
+
+/// Holm's step-down correction: which of the hypotheses with these p-values are rejected
+/// with the family-wise error rate held at `alpha` (the smallest p against α/m, the next
+/// against α/(m-1), ... until one fails). NaN p-values are never rejected.
+pub fn holm(p_values: &[f64], alpha: f64) -> Vec<bool> {
+    let mut order: Vec<usize> = (0..p_values.len()).collect();
+    order.sort_by(|a, b| p_values[*a].total_cmp(&p_values[*b]));
+    let m = p_values.len();
+    let mut rejected = vec![false; m];
+    for (rank, &i) in order.iter().enumerate() {
+        let p = p_values[i];
+        if p.is_nan() || p > alpha / (m - rank) as f64 {
+            break;
+        }
+        rejected[i] = true;
+    }
+    rejected
+}
+
+/// Pearson's correlation of two series of equal length (>= 3); None when either is constant.
+pub fn correlation(x: &[f64], y: &[f64]) -> Option<f64> {
+    let n = x.len();
+    if n != y.len() || n < 3 {
+        return None;
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / n as f64;
+    let (mx, my) = (mean(x), mean(y));
+    let (mut sxy, mut sxx, mut syy) = (0.0, 0.0, 0.0);
+    for (a, b) in x.iter().zip(y) {
+        sxy += (a - mx) * (b - my);
+        sxx += (a - mx).powi(2);
+        syy += (b - my).powi(2);
+    }
+    (sxx > 0.0 && syy > 0.0).then(|| sxy / (sxx * syy).sqrt())
+}
+
+/// P(X <= k) for X ~ Binomial(n, p), summed in logs (n up to a few thousand).
+pub fn binomial_cdf(k: u64, n: u64, p: f64) -> f64 {
+    if k >= n {
+        return 1.0;
+    }
     if p <= 0.0 {
         return 1.0;
     }
     if p >= 1.0 {
-        return if k >= n { 1.0 } else { 0.0 };
+        return 0.0;
     }
     let (lp, lq) = (p.ln(), (1.0 - p).ln());
     // ln C(n, i) built up term by term.
-    let mut ln_c = 0.0;
-    let mut terms = Vec::with_capacity(k.min(n) + 1);
-    for i in 0..=k.min(n) {
+    let mut ln_choose = 0.0;
+    let mut total = 0.0;
+    for i in 0..=k {
         if i > 0 {
-            ln_c += ((n - i + 1) as f64).ln() - (i as f64).ln();
+            ln_choose += ((n - i + 1) as f64).ln() - (i as f64).ln();
         }
-        terms.push(ln_c + i as f64 * lp + (n - i) as f64 * lq);
+        total += (ln_choose + i as f64 * lp + (n - i) as f64 * lq).exp();
     }
-    let max = terms.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    (max + terms.iter().map(|t| (t - max).exp()).sum::<f64>().ln())
-        .exp()
-        .min(1.0)
+    total.min(1.0)
 }
 
-/// The exact (Clopper-Pearson) 95% interval of a binomial proportion: `k` successes in `n`
-/// trials; (0, 1) with no trials.
-pub fn clopper_pearson_95(k: usize, n: usize) -> (f64, f64) {
+/// The exact (Clopper-Pearson) two-sided 95% interval of a proportion of `k` in `n`: the
+/// p whose binomial tails at k are 2.5% each, by bisection. (0, 1) when n is 0.
+pub fn clopper_pearson_95(k: u64, n: u64) -> (f64, f64) {
     if n == 0 {
         return (0.0, 1.0);
     }
     let k = k.min(n);
-    // Bisection for the p at which a CDF (falling in p) equals `target`.
-    let solve = |at: usize, target: f64| -> f64 {
+    // The p where P(X <= j; p), which falls as p grows, crosses `target`, by bisection.
+    let solve = |j: u64, target: f64| {
         let (mut lo, mut hi) = (0.0f64, 1.0f64);
-        for _ in 0..60 {
-            let mid = 0.5 * (lo + hi);
-            if binomial_cdf(at, n, mid) > target {
+        for _ in 0..100 {
+            let mid = (lo + hi) / 2.0;
+            if binomial_cdf(j, n, mid) > target {
                 lo = mid;
             } else {
                 hi = mid;
             }
         }
-        0.5 * (lo + hi)
+        (lo + hi) / 2.0
     };
-    // Lower: P(X >= k) = 0.025, i.e. P(X <= k - 1) = 0.975; upper: P(X <= k) = 0.025.
+    // Lower: P(X >= k) = 2.5%, i.e. P(X <= k - 1) = 97.5%; upper: P(X <= k) = 2.5%.
     let lower = if k == 0 { 0.0 } else { solve(k - 1, 0.975) };
     let upper = if k == n { 1.0 } else { solve(k, 0.025) };
     (lower, upper)
@@ -141,23 +253,6 @@ pub fn clopper_pearson_95(k: usize, n: usize) -> (f64, f64) {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn clopper_pearson_matches_known_intervals() {
-        // R: binom.test(7, 114)$conf.int = 0.0250..0.1224; binom.test(0, 20) = 0..0.1684.
-        let (lo, hi) = super::clopper_pearson_95(7, 114);
-        assert!(
-            (lo - 0.0250).abs() < 5e-4 && (hi - 0.1224).abs() < 5e-4,
-            "{lo} {hi}"
-        );
-        let (lo, hi) = super::clopper_pearson_95(0, 20);
-        assert!(lo == 0.0 && (hi - 0.1684).abs() < 5e-4, "{hi}");
-        let (lo, hi) = super::clopper_pearson_95(3, 34);
-        assert!(
-            (lo - 0.0186).abs() < 5e-4 && (hi - 0.2368).abs() < 5e-4,
-            "{lo} {hi}"
-        );
-    }
-
     use super::*;
 
     #[test]
@@ -213,5 +308,77 @@ mod tests {
         assert!((i.ci95.0.ln() + half).abs() < 1e-9, "{i:?}");
         assert!(log_ratio_interval(&[1.2]).is_none());
         assert!(log_ratio_interval(&[1.2, -1.0, 0.0]).is_none());
+    }
+    #[test]
+    fn t_quantiles_agree_with_the_table() {
+        for df in 1..=30u32 {
+            let q = t_quantile(0.975, df);
+            assert!(
+                (q - t_critical_95(f64::from(df))).abs() < 6e-4,
+                "df {df}: {q}"
+            );
+        }
+        // One-sided 80% (power) quantiles from the standard table.
+        for (df, want) in [(1, 1.376), (4, 0.941), (9, 0.883), (29, 0.854)] {
+            assert!((t_quantile(0.8, df) - want).abs() < 6e-4, "df {df}");
+        }
+        assert!((t_two_sided_p(2.776, 4) - 0.05).abs() < 1e-4);
+        assert!((t_two_sided_p(0.0, 7) - 1.0).abs() < 1e-12);
+        assert!(t_quantile(0.3, 4).is_nan() && t_quantile(0.9, 0).is_nan());
+    }
+
+    #[test]
+    fn the_min_detectable_effect_shrinks_with_rounds_as_t_says() {
+        // sd 0.2 of log ratios: 5 rounds see (2.776 + 0.941) * 0.2 / sqrt(5).
+        let m5 = min_detectable_effect(0.2, 5, 0.05, 0.8).unwrap();
+        assert!((m5 - 3.717 * 0.2 / 5f64.sqrt()).abs() < 1e-3, "{m5}");
+        let m20 = min_detectable_effect(0.2, 20, 0.05, 0.8).unwrap();
+        assert!(m20 < m5 / 2.0, "{m20} vs {m5}");
+        assert_eq!(min_detectable_effect(0.2, 1, 0.05, 0.8), None);
+        assert_eq!(min_detectable_effect(0.0, 5, 0.05, 0.8), Some(0.0));
+    }
+
+    #[test]
+    fn holm_steps_down_and_stops_at_the_first_failure() {
+        // m = 3: 0.01 <= 0.05/3, 0.02 <= 0.05/2, 0.04 <= 0.05/1: all three.
+        assert_eq!(holm(&[0.04, 0.01, 0.02], 0.05), vec![true, true, true]);
+        // 0.03 > 0.05/2 stops it: only the smallest.
+        assert_eq!(holm(&[0.03, 0.01, 0.04], 0.05), vec![false, true, false]);
+        // Each would pass alone at 5%, none as a family of three.
+        assert_eq!(holm(&[0.02, 0.03, 0.04], 0.05), vec![false; 3]);
+        assert_eq!(holm(&[f64::NAN, 0.001], 0.05), vec![false, true]);
+        assert!(holm(&[], 0.05).is_empty());
+    }
+
+    #[test]
+    fn correlation_is_pearsons() {
+        let x = [1.0, 2.0, 3.0, 4.0];
+        assert!((correlation(&x, &[2.0, 4.0, 6.0, 8.0]).unwrap() - 1.0).abs() < 1e-12);
+        assert!((correlation(&x, &[-1.0, -2.0, -3.0, -4.0]).unwrap() + 1.0).abs() < 1e-12);
+        assert!(correlation(&x, &[1.0, 1.0, 1.0, 1.0]).is_none());
+        assert!(correlation(&[1.0, 2.0], &[1.0, 2.0]).is_none());
+        let r = correlation(&x, &[1.0, 3.0, 2.0, 4.0]).unwrap();
+        assert!((r - 0.8).abs() < 1e-12, "{r}");
+    }
+
+    #[test]
+    fn clopper_pearson_matches_published_intervals() {
+        // The figures: 3 of 34 runs, 1.9..23.7%; 7 of 114, 2.5..12.2%.
+        let (lo, hi) = clopper_pearson_95(3, 34);
+        assert!(
+            (lo - 0.0186).abs() < 2e-4 && (hi - 0.2368).abs() < 2e-4,
+            "{lo} {hi}"
+        );
+        let (lo, hi) = clopper_pearson_95(7, 114);
+        assert!(
+            (lo - 0.0250).abs() < 2e-4 && (hi - 0.1224).abs() < 2e-4,
+            "{lo} {hi}"
+        );
+        // 0 of 30: upper 1 - 0.025^(1/30) = 0.1157.
+        let (lo, hi) = clopper_pearson_95(0, 30);
+        assert!(lo == 0.0 && (hi - 0.1157).abs() < 5e-4, "{hi}");
+        assert_eq!(clopper_pearson_95(5, 5).1, 1.0);
+        assert_eq!(clopper_pearson_95(0, 0), (0.0, 1.0));
+        assert!((binomial_cdf(1, 2, 0.5) - 0.75).abs() < 1e-12);
     }
 }

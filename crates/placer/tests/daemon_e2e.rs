@@ -887,13 +887,16 @@ fn default_config_in_the_host_namespace_pins_judges_and_restores() {
     // and judged (horizon 5 intervals after the pin) while it still receives.
     let tx = sender_in(Command::new("env"), "127.0.0.1", &port, 2.0, 20.0);
     tx.expect_line("start", Duration::from_secs(10));
-    // Pinned to one CPU: the receive CPU 1, or, where placer finds CPU 1 busy (a loaded
-    // machine: the built-in 80% threshold), its cache neighbour, as its log then says.
+    // Pinned to one CPU: the receive CPU 1, or its cache neighbour where placer finds CPU 1
+    // busy (a loaded machine: the built-in 80% threshold) or does not assume "on" pays
+    // (this VM's one L3 over the package, issue 45), as its log then says.
     let one_cpu = |a: &str| a != original && a.parse::<u32>().is_ok();
     let pinned = wait_for(interval * 8, || one_cpu(&affinity(rx.pid())));
     let at = affinity(rx.pid());
+    let beside =
+        |l: &str| l.contains("lo receives on CPU 1, busy") || l.contains("not assumed to pay");
     assert!(
-        pinned.is_some() && (at == "1" || logs().contains("lo receives on CPU 1, busy")),
+        pinned.is_some() && (at == "1" || beside(&logs())),
         "not pinned to CPU 1, nor to a neighbour of a busy CPU 1 (now {at}); log:\n{}",
         logs()
     );

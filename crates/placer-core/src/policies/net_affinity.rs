@@ -34,6 +34,25 @@
 //!    look idle). A pinned process stays on its cache neighbour unless another is lighter
 //!    by more than `move_margin`. `rule = "paper"` applies the literal rule instead (no
 //!    softirq floor, no second check on the neighbour, no margin).
+//!
+//!    With `rule = "checked"` (the default) **on, beside or leave alone is chosen by
+//!    measurement** (issue 45; `choose_class`): the policy records, per placement class
+//!    (on the receive CPU, beside it), each pin's outcome on this machine: log(after /
+//!    before) of the pinned process's own CPU seconds per received byte, the median over
+//!    the `MEASURE_INTERVALS` intervals after its pin against the median over its last
+//!    intensive intervals before (`ClassCosts`). A class whose record says it costs more
+//!    than leaving the process alone (95% t interval above 1) is not used; of classes
+//!    that pay, the cheaper; else a class still to be measured (the record is made by
+//!    trying it; `cpu_load_threshold = 1.0` keeps "always the receive CPU"). Without a
+//!    record, "on" is assumed only where seed 002's machine shape holds
+//!    (`NetAffinity::prior`): the receive CPU spends under half its time in softirq and
+//!    IRQ, and shares a cache smaller than its package (an L2 pair, SMT siblings, a die's
+//!    L3) with a CPU the process may use; with one LLC over the package (this VM, the
+//!    16-core device) the first pins go beside it. Where RFS steers a flow's receive
+//!    processing to the CPU its reader last ran on, the receive CPU follows the reader:
+//!    pinning it "beside" moves the softirq there too, so on and beside become one class
+//!    and the record measures only the pin against no pin; the topology does not read
+//!    RFS yet, so the policy does not tell.
 //! 4. Restore: a held process none of whose connections remains in the LRU (all idle longer
 //!    than the timeout), and held at least `min_hold_ms`, gets its original affinity back.
 //! 5. Re-pin: a held process whose target differs from where it is pinned for
@@ -48,7 +67,13 @@
 //!   it (its cpuset or a user's choice), nor one already confined to exactly that CPU;
 //! - N4: a pinned CPU is a receive CPU of the process's NIC, or shares a cache with one;
 //! - N5: a pin is restored only after every connection has been idle for the timeout;
-//! - N6: at most one action per process per interval.
+//! - N6: at most one action per process per interval;
+//! - N7: never pins in a class whose measured record here says it costs more CPU per byte
+//!   than leaving the process alone;
+//! - N8: without a record, pins on the receive CPU only where it is not busy with softirq
+//!   (below `ON_SOFTIRQ_MAX`) and shares a cache smaller than its package with a CPU the
+//!   process may use; otherwise beside it;
+//! - N9: of classes whose records say they pay, the cheaper.
 
 use crate::cpuset::CpuSet;
 use crate::observation::{Observation, ProcObs};
@@ -58,7 +83,7 @@ use crate::sample::{ProcKey, SampleRequest, SourceKind};
 use crate::scope::Scope;
 use crate::topology::Topology;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 pub const NAME: &str = KIND.name();
 /// This policy's identity in plans, notes, verdicts and back-off keys.
@@ -107,7 +132,8 @@ pub struct NetAffinityConfig {
     pub idle_timeout_ms: u64,
     /// The receive CPU takes the process only if its load, counted without the process
     /// itself, is below this busy fraction (0 < x <= 1). Default 0.8. 1.0 turns the check
-    /// off: always the receive CPU (its softirq work for a fast stream can saturate it).
+    /// off: always the receive CPU (its softirq work for a fast stream can saturate it),
+    /// with no measured choice between on and beside it.
     pub cpu_load_threshold: f64,
     /// When the receive CPU is too busy: `cache_neighbour` (least-loaded CPU sharing cache
     /// with it, the paper) or `leave` (do not pin). Default `cache_neighbour`.
@@ -278,12 +304,163 @@ struct Track {
     pending: Option<(u32, u32)>,
     /// Affinity before placer first pinned it: targets stay inside it.
     original: Option<CpuSet>,
+    /// Its own CPU seconds per byte in its last intensive intervals while not pinned.
+    before: VecDeque<f64>,
+    /// The same since its current pin, until the pin's outcome is recorded.
+    after: Vec<f64>,
+    /// The class of its current pin, while its outcome is still to be recorded.
+    measuring: Option<Placement>,
 }
 
 #[derive(Debug, Default)]
 pub struct NetState {
     lru: Lru,
     procs: BTreeMap<ProcKey, Track>,
+    /// What each placement class has cost on this machine.
+    pub costs: ClassCosts,
+}
+
+/// Where a pinned receiver runs relative to its NIC's receive CPU: on it (seed 002's
+/// first choice), or beside it (a CPU sharing a cache with it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Placement {
+    On,
+    Beside,
+}
+
+impl Placement {
+    pub fn name(self) -> &'static str {
+        match self {
+            Placement::On => "on the receive CPU",
+            Placement::Beside => "beside the receive CPU",
+        }
+    }
+}
+
+/// Moves of a class recorded per class (the newest kept).
+pub const CLASS_WINDOW: usize = 16;
+/// Recorded moves of a class before its record speaks for it.
+pub const MIN_CLASS_SAMPLES: usize = 3;
+/// Intervals after a pin over which its cost is measured.
+pub const MEASURE_INTERVALS: usize = 5;
+/// Intensive unpinned intervals kept as a process's cost before a pin.
+pub const BEFORE_WINDOW: usize = 8;
+/// Without a record, "on" is assumed to pay only below this softirq + IRQ share of the
+/// receive CPU: above it the reader would compete with receive processing for that CPU
+/// (not a fitted value: half of a CPU, where the two would split it).
+pub const ON_SOFTIRQ_MAX: f64 = 0.5;
+
+/// The measured record of each placement class on this machine: for each recorded move,
+/// log(after / before) of the moved process's own CPU seconds per received byte (median
+/// over [`MEASURE_INTERVALS`] intervals after its pin, against its median over its last
+/// intensive intervals before), the newest [`CLASS_WINDOW`] per class. Negative: the class
+/// made receiving cheaper than where the kernel had put it.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct ClassCosts {
+    pub on: VecDeque<f64>,
+    pub beside: VecDeque<f64>,
+}
+
+/// What a class's record says.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Evidence {
+    /// Fewer than [`MIN_CLASS_SAMPLES`] recorded moves.
+    Unmeasured,
+    /// Its 95% interval (t on the log ratios) lies below 1: cheaper. The geometric mean.
+    Pays(f64),
+    /// Its interval lies above 1: dearer than leaving the process alone.
+    Hurts(f64),
+    /// Its interval holds 1.
+    Unclear(f64),
+}
+
+impl ClassCosts {
+    pub fn of(&self, c: Placement) -> &VecDeque<f64> {
+        match c {
+            Placement::On => &self.on,
+            Placement::Beside => &self.beside,
+        }
+    }
+
+    pub fn record(&mut self, c: Placement, log_ratio: f64) {
+        if !log_ratio.is_finite() {
+            return;
+        }
+        let q = match c {
+            Placement::On => &mut self.on,
+            Placement::Beside => &mut self.beside,
+        };
+        crate::stats::push_bounded(q, log_ratio, CLASS_WINDOW);
+    }
+
+    pub fn evidence(&self, c: Placement) -> Evidence {
+        let q = self.of(c);
+        if q.len() < MIN_CLASS_SAMPLES {
+            return Evidence::Unmeasured;
+        }
+        let ratios: Vec<f64> = q.iter().map(|x| x.exp()).collect();
+        match crate::stats::log_ratio_interval(&ratios) {
+            Some(i) if i.ci95.1 < 1.0 => Evidence::Pays(i.geo_mean),
+            Some(i) if i.ci95.0 > 1.0 => Evidence::Hurts(i.geo_mean),
+            Some(i) => Evidence::Unclear(i.geo_mean),
+            None => Evidence::Unmeasured,
+        }
+    }
+}
+
+/// The class to pin a receiver in, from what each class has measured here; `on_ok` and
+/// `beside_ok`: whether each has a CPU under the load threshold; `prior`: the class
+/// assumed without a record ([`NetAffinity::prior`]). A class whose record hurts is never
+/// chosen (N7); of classes that pay, the cheaper (N9); else a class still to be measured,
+/// the prior first (exploration: the record is made by trying); else the process is left
+/// alone, with why.
+pub fn choose_class(
+    costs: &ClassCosts,
+    on_ok: bool,
+    beside_ok: bool,
+    prior: Placement,
+) -> Result<(Placement, String), String> {
+    let other = match prior {
+        Placement::On => Placement::Beside,
+        Placement::Beside => Placement::On,
+    };
+    let usable = |c: Placement| match c {
+        Placement::On => on_ok,
+        Placement::Beside => beside_ok,
+    };
+    let said = |c: Placement| match costs.evidence(c) {
+        Evidence::Unmeasured => format!(
+            "{}: {} of {MIN_CLASS_SAMPLES} moves measured",
+            c.name(),
+            costs.of(c).len()
+        ),
+        Evidence::Pays(g) => format!("{}: x{g:.3} CPU per byte, pays", c.name()),
+        Evidence::Hurts(g) => format!("{}: x{g:.3} CPU per byte, hurts", c.name()),
+        Evidence::Unclear(g) => format!("{}: x{g:.3} CPU per byte, unclear", c.name()),
+    };
+    let record = format!("{}; {}", said(Placement::On), said(Placement::Beside));
+    let candidates: Vec<Placement> = [prior, other]
+        .into_iter()
+        .filter(|c| usable(*c) && !matches!(costs.evidence(*c), Evidence::Hurts(_)))
+        .collect();
+    let paying = candidates
+        .iter()
+        .filter_map(|c| match costs.evidence(*c) {
+            Evidence::Pays(g) => Some((*c, g)),
+            _ => None,
+        })
+        .min_by(|a, b| a.1.total_cmp(&b.1));
+    if let Some((c, _)) = paying {
+        return Ok((c, format!("measured here, {record}")));
+    }
+    let unmeasured = candidates
+        .iter()
+        .find(|c| costs.evidence(**c) == Evidence::Unmeasured);
+    if let Some(c) = unmeasured.or(candidates.first()) {
+        return Ok((*c, format!("to measure, {record}")));
+    }
+    Err(format!("no placement class to use: {record}"))
 }
 
 /// Bytes per second, human-readable.
@@ -310,6 +487,7 @@ fn pct(x: f64) -> String {
 /// Where the process should run, and why; or why it has no target.
 struct Target {
     cpu: u32,
+    class: Placement,
     why: String,
 }
 
@@ -344,6 +522,9 @@ impl NetAffinity {
         without.max(floor) + extra.get(&cpu).copied().unwrap_or(0.0)
     }
 
+    // The plan's context (current pin, this plan's placements, the class record) is
+    // passed as it is kept, not bundled for this one caller.
+    #[allow(clippy::too_many_arguments)]
     fn target(
         &self,
         topo: &Topology,
@@ -352,6 +533,7 @@ impl NetAffinity {
         allowed: &CpuSet,
         current: Option<u32>,
         extra: &BTreeMap<u32, f64>,
+        costs: &ClassCosts,
     ) -> Result<Target, String> {
         // The NIC carrying most of its bytes this interval.
         let mut by_nic: BTreeMap<&str, f64> = BTreeMap::new();
@@ -412,17 +594,24 @@ impl NetAffinity {
         let Some((rc, rl)) = rx_pick.or_else(|| least(&rx)) else {
             return Err(format!("{nic_name}{others}: no receive CPU"));
         };
-        if rl < thr && rx_ok.contains(rc) {
+        let on_ok = rl < thr && rx_ok.contains(rc);
+        let on_why = format!(
+            "{nic_name}{others} receives on CPU {rc}, load {} without this process < {}",
+            pct(rl),
+            pct(thr)
+        );
+        // Seed 002's literal rule, or the load check off (`cpu_load_threshold = 1.0`:
+        // "always the receive CPU"): the receive CPU whenever it is under the threshold.
+        if on_ok && (self.cfg.rule == Rule::Paper || thr.is_infinite()) {
             return Ok(Target {
                 cpu: rc,
-                why: format!(
-                    "{nic_name}{others} receives on CPU {rc}, load {} without this process < {}",
-                    pct(rl),
-                    pct(thr)
-                ),
+                class: Placement::On,
+                why: on_why,
             });
         }
-        let busy = if rx_ok.contains(rc) {
+        let busy = if on_ok {
+            on_why.clone()
+        } else if rx_ok.contains(rc) {
             format!(
                 "{nic_name}{others} receives on CPU {rc}, busy: {} without this process >= {}",
                 pct(rl),
@@ -433,9 +622,6 @@ impl NetAffinity {
                 "{nic_name}{others} receives on CPU(s) {rx}, outside its allowed CPUs {allowed}"
             )
         };
-        if self.cfg.when_busy == WhenBusy::Leave {
-            return Err(format!("{busy}; when_busy = leave"));
-        }
         let neigh = topo.cache_neighbours(rc).intersection(allowed);
         // No flapping: stay on the current neighbour unless another is lighter by more
         // than the margin.
@@ -451,28 +637,127 @@ impl NetAffinity {
             }
             (_, l) => l,
         };
-        match pick {
-            Some((n, nl)) if nl < thr || self.cfg.rule == Rule::Paper => {
-                let level = topo
-                    .caches_of(rc)
-                    .into_iter()
-                    .find(|c| c.cpus.contains(n))
-                    .map_or("a cache".to_string(), |c| format!("L{}", c.level));
-                Ok(Target {
-                    cpu: n,
-                    why: format!(
-                        "{busy}; CPU {n} shares {level} with it, load {} < {}",
+        let beside = |n: u32, nl: f64, reason: &str| {
+            let level = topo
+                .caches_of(rc)
+                .into_iter()
+                .find(|c| c.cpus.contains(n))
+                .map_or("a cache".to_string(), |c| format!("L{}", c.level));
+            Target {
+                cpu: n,
+                class: Placement::Beside,
+                why: format!(
+                    "{reason}; CPU {n} shares {level} with it, load {} < {}",
+                    pct(nl),
+                    pct(thr)
+                ),
+            }
+        };
+        if self.cfg.rule == Rule::Paper {
+            if self.cfg.when_busy == WhenBusy::Leave {
+                return Err(format!("{busy}; when_busy = leave"));
+            }
+            return match pick {
+                Some((n, nl)) => Ok(beside(n, nl, &busy)),
+                None => Err(format!("{busy}; no allowed CPU shares a cache with it")),
+            };
+        }
+        // Checked: on, beside or leave alone, by what each class has measured here (N7-N9).
+        let beside_ok =
+            self.cfg.when_busy == WhenBusy::CacheNeighbour && pick.is_some_and(|(_, nl)| nl < thr);
+        let (prior, prior_why) = self.prior(topo, obs, rc, allowed);
+        match choose_class(costs, on_ok, beside_ok, prior) {
+            Ok((Placement::On, why)) => {
+                // Say why not beside when beside was the class to prefer.
+                let not_beside = match pick {
+                    Some((n, nl)) if prior == Placement::Beside && nl >= thr => format!(
+                        "; beside unusable: cache neighbour CPU {n} at {} >= {}",
                         pct(nl),
                         pct(thr)
                     ),
+                    _ => String::new(),
+                };
+                Ok(Target {
+                    cpu: rc,
+                    class: Placement::On,
+                    why: format!("{on_why}; {why}; without a record: {prior_why}{not_beside}"),
                 })
             }
-            Some((n, nl)) => Err(format!(
-                "{busy}; least-loaded cache neighbour CPU {n} busy too ({} >= {})",
-                pct(nl),
-                pct(thr)
-            )),
-            None => Err(format!("{busy}; no allowed CPU shares a cache with it")),
+            Ok((Placement::Beside, why)) => {
+                let (n, nl) = pick.expect("beside_ok needs a neighbour");
+                Ok(beside(
+                    n,
+                    nl,
+                    &format!("{busy}; {why}; without a record: {prior_why}"),
+                ))
+            }
+            Err(why) => Err(match (self.cfg.when_busy, pick) {
+                _ if on_ok => format!("{busy}; {why}"),
+                (WhenBusy::Leave, _) => format!("{busy}; when_busy = leave"),
+                (_, Some((n, nl))) if nl >= thr => format!(
+                    "{busy}; least-loaded cache neighbour CPU {n} busy too ({} >= {})",
+                    pct(nl),
+                    pct(thr)
+                ),
+                (_, None) => format!("{busy}; no allowed CPU shares a cache with it"),
+                _ => format!("{busy}; {why}"),
+            }),
+        }
+    }
+
+    /// The class assumed before this machine has measured any (N8): "on" only where the
+    /// receive CPU is not busy with receive processing (softirq + IRQ below
+    /// [`ON_SOFTIRQ_MAX`]) and shares a cache smaller than its package with a CPU the
+    /// process may use: the shape of seed 002's machine (L2 shared by pairs), where the
+    /// paper measured "on" or its L2 neighbour to pay. With one big last-level cache over
+    /// the package and private lower levels (this VM, the 16-core device) "on" is not
+    /// assumed to pay: beside it.
+    fn prior(
+        &self,
+        topo: &Topology,
+        obs: &Observation,
+        rc: u32,
+        allowed: &CpuSet,
+    ) -> (Placement, String) {
+        let rx_busy = obs.cpu(rc).map_or(0.0, |c| c.softirq + c.irq);
+        if rx_busy >= ON_SOFTIRQ_MAX {
+            return (
+                Placement::Beside,
+                format!(
+                    "CPU {rc} spends {} in softirq/IRQ, so on is not assumed to pay",
+                    pct(rx_busy)
+                ),
+            );
+        }
+        // A cache shared with a CPU it may use, but not by its whole package: L2 shared by
+        // a pair (seed 002's Xeon 5355), SMT siblings' L1/L2, a die's L3 on a two-die
+        // package. One LLC over the whole package is not such a cache.
+        let package = topo.cpu(rc).and_then(|c| c.package);
+        let package_cpus = topo.packages().get(&package).cloned().unwrap_or_default();
+        let shared_private = topo.caches_of(rc).into_iter().find(|c| {
+            c.kind != crate::topology::CacheKind::Instruction
+                && !package_cpus.is_subset(&c.cpus)
+                && !c
+                    .cpus
+                    .intersection(allowed)
+                    .intersection(&topo.online())
+                    .difference(&CpuSet::single(rc))
+                    .is_empty()
+        });
+        match shared_private {
+            Some(c) => (
+                Placement::On,
+                format!(
+                    "CPU {rc} shares L{} with a CPU it may use, not with its whole package (seed 002's shape)",
+                    c.level
+                ),
+            ),
+            None => (
+                Placement::Beside,
+                format!(
+                    "CPU {rc} shares no cache with a CPU it may use but one over its whole package, so on is not assumed to pay"
+                ),
+            ),
         }
     }
 }
@@ -553,9 +838,35 @@ impl NetAffinity {
                     st.lru.touch((k, f.inode), now);
                 }
             }
-            if self.intensity(p) > cfg.intensive_bytes_per_s as f64 {
+            let intensity = self.intensity(p);
+            if intensity > cfg.intensive_bytes_per_s as f64 {
                 let t = st.procs.entry(k).or_default();
                 t.streak = t.streak.saturating_add(1);
+                // Its own CPU per byte: before a pin, and after it until the pin's class
+                // has its outcome recorded (N8's record, `ClassCosts`).
+                let cost = p.cpu_share / intensity;
+                if cost.is_finite() && cost > 0.0 {
+                    match (state.held.contains_key(&k), t.measuring) {
+                        (false, _) => {
+                            crate::stats::push_bounded(&mut t.before, cost, BEFORE_WINDOW)
+                        }
+                        (true, Some(class)) => {
+                            t.after.push(cost);
+                            if t.after.len() >= MEASURE_INTERVALS {
+                                let before: Vec<f64> = t.before.iter().copied().collect();
+                                if let (Some(a), Some(b)) = (
+                                    crate::stats::median(&t.after),
+                                    crate::stats::median(&before),
+                                ) {
+                                    st.costs.record(class, (a / b).ln());
+                                }
+                                t.measuring = None;
+                                t.after.clear();
+                            }
+                        }
+                        (true, None) => {}
+                    }
+                }
             } else if let Some(t) = st.procs.get_mut(&k) {
                 t.streak = 0;
             }
@@ -622,6 +933,7 @@ impl NetAffinity {
                         );
                         track.pending = None;
                         track.original = None;
+                        track.measuring = None;
                     } else {
                         plan.note(
                             KIND,
@@ -639,7 +951,7 @@ impl NetAffinity {
                     .clone()
                     .unwrap_or_else(|| p.allowed_cpus.clone());
                 let current = (h.cpus.len() == 1).then(|| h.cpus.first()).flatten();
-                match self.target(topo, obs, p, &allowed, current, &extra) {
+                match self.target(topo, obs, p, &allowed, current, &extra, &st.costs) {
                     Ok(t) if CpuSet::single(t.cpu) == h.cpus => {
                         track.pending = None;
                         plan.note(
@@ -661,6 +973,8 @@ impl NetAffinity {
                         track.pending = Some((t.cpu, n));
                         if n >= cfg.repin_after_intervals && held_for >= min_hold_s {
                             track.pending = None;
+                            track.measuring = Some(t.class);
+                            track.after.clear();
                             *extra.entry(t.cpu).or_default() += p.cpu_share;
                             plan.push(
                                 KIND,
@@ -742,7 +1056,7 @@ impl NetAffinity {
                 continue;
             }
             let allowed = p.allowed_cpus.clone();
-            match self.target(topo, obs, p, &allowed, None, &extra) {
+            match self.target(topo, obs, p, &allowed, None, &extra, &st.costs) {
                 Ok(t) if allowed == CpuSet::single(t.cpu) => plan.note(
                     KIND,
                     Some(k),
@@ -753,6 +1067,8 @@ impl NetAffinity {
                 ),
                 Ok(t) => {
                     track.original = Some(allowed);
+                    track.measuring = Some(t.class);
+                    track.after.clear();
                     *extra.entry(t.cpu).or_default() += p.cpu_share;
                     plan.push(
                         KIND,
@@ -1717,5 +2033,150 @@ mod tests {
         let round = crate::config::Config::from_toml(&crate::config::Config::default().to_toml())
             .expect("default round-trips");
         assert_eq!(round, crate::config::Config::default());
+    }
+    fn costs(on: &[f64], beside: &[f64]) -> ClassCosts {
+        let mut c = ClassCosts::default();
+        on.iter().for_each(|x| c.record(Placement::On, *x));
+        beside.iter().for_each(|x| c.record(Placement::Beside, *x));
+        c
+    }
+
+    #[test]
+    fn n7_a_class_measured_dearer_than_leaving_alone_is_never_used() {
+        let dear = [0.20, 0.25, 0.22, 0.18];
+        let c = costs(&dear, &[]);
+        assert!(matches!(c.evidence(Placement::On), Evidence::Hurts(_)));
+        let (class, why) = choose_class(&c, true, true, Placement::On).unwrap();
+        assert_eq!(class, Placement::Beside, "{why}");
+        assert!(why.contains("hurts"), "{why}");
+        // No other class usable: left alone, and the note says why.
+        let e = choose_class(&c, true, false, Placement::On).unwrap_err();
+        assert!(e.contains("on the receive CPU: x1.2"), "{e}");
+        // Both dearer: left alone.
+        assert!(choose_class(&costs(&dear, &dear), true, true, Placement::Beside).is_err());
+    }
+
+    #[test]
+    fn n8_without_a_record_on_only_where_seed_002s_shape_holds() {
+        // Xeon 5355: L2 shared by pairs, receive CPU quiet: on it (the paper).
+        let t = xeon();
+        let p = policy(Default::default());
+        let pr = || proc_obs(10, "rx", t.online(), vec![flow(1, 1, 50.0 * MB)]);
+        let plan = run(
+            &p,
+            &t,
+            &obs(&t, &[], vec![pr()], 1.0),
+            &mut PolicyState::default(),
+        );
+        assert_eq!(pinned_to(&plan, 10), Some(CpuSet::single(1)));
+        // The same CPU busy with softirq (under the load threshold): beside it, its L2 pair.
+        let mut o = obs(&t, &[(1, 0.6)], vec![pr()], 1.0);
+        o.cpus
+            .iter_mut()
+            .filter(|c| c.cpu == 1)
+            .for_each(|c| c.softirq = 0.55);
+        let plan = run(&p, &t, &o, &mut PolicyState::default());
+        let cpu = pinned_to(&plan, 10)
+            .and_then(|c| c.first())
+            .expect("pinned");
+        assert!(cpu != 1 && t.cache_neighbours(1).contains(cpu), "CPU {cpu}");
+        assert!(
+            plan.actions[0].reason.contains("softirq"),
+            "{}",
+            plan.actions[0].reason
+        );
+        // One LLC over the package, private L1/L2 (this VM's shape, the 16-core device's):
+        // beside the receive CPU, not on it.
+        let mut t = machine("pkg:1 node:1 core:4 pu:1 l3:package").expect("model");
+        let mut nic = xeon().nics[1].clone();
+        nic.rx_cpus = CpuSet::single(1);
+        nic.addrs = vec![ip(1, 1)];
+        t.nics = vec![nic];
+        let pr = proc_obs(10, "rx", t.online(), vec![flow(1, 1, 50.0 * MB)]);
+        let plan = run(
+            &p,
+            &t,
+            &obs(&t, &[], vec![pr], 1.0),
+            &mut PolicyState::default(),
+        );
+        let cpu = pinned_to(&plan, 10)
+            .and_then(|c| c.first())
+            .expect("pinned");
+        assert_ne!(cpu, 1);
+        assert!(
+            plan.actions[0].reason.contains("whole package"),
+            "{}",
+            plan.actions[0].reason
+        );
+    }
+
+    #[test]
+    fn n9_of_classes_that_pay_the_cheaper_is_chosen() {
+        let c = costs(&[-0.10, -0.12, -0.09], &[-0.30, -0.28, -0.33]);
+        assert_eq!(
+            choose_class(&c, true, true, Placement::On).unwrap().0,
+            Placement::Beside
+        );
+        let c = costs(&[-0.30, -0.28, -0.33], &[-0.10, -0.12, -0.09]);
+        assert_eq!(
+            choose_class(&c, true, true, Placement::Beside).unwrap().0,
+            Placement::On
+        );
+        // One class pays, the other unmeasured: the one that pays.
+        let c = costs(&[-0.30, -0.28, -0.33], &[]);
+        assert_eq!(
+            choose_class(&c, true, true, Placement::Beside).unwrap().0,
+            Placement::On
+        );
+        // Nothing measured: the prior; the prior unusable: the other, to measure it.
+        let c = ClassCosts::default();
+        assert_eq!(
+            choose_class(&c, true, true, Placement::Beside).unwrap().0,
+            Placement::Beside
+        );
+        assert_eq!(
+            choose_class(&c, true, false, Placement::Beside).unwrap().0,
+            Placement::On
+        );
+        // Unclear (holds 1): still tried, so the record grows.
+        let c = costs(&[0.1, -0.1, 0.05], &[]);
+        assert!(matches!(c.evidence(Placement::On), Evidence::Unclear(_)));
+        assert_eq!(
+            choose_class(&c, true, false, Placement::Beside).unwrap().0,
+            Placement::On
+        );
+    }
+
+    #[test]
+    fn a_pins_outcome_is_recorded_for_its_class() {
+        // Xeon: pinned on CPU 1 at t = 1; its CPU per byte halves after the pin.
+        let t = xeon();
+        let p = policy(Default::default());
+        let mut st = PolicyState::default();
+        let pr = |share: f64| {
+            let mut x = proc_obs(10, "rx", t.online(), vec![flow(1, 1, 50.0 * MB)]);
+            x.cpu_share = share;
+            x
+        };
+        let plan = run(&p, &t, &obs(&t, &[], vec![pr(0.4)], 1.0), &mut st);
+        assert_eq!(pinned_to(&plan, 10), Some(CpuSet::single(1)));
+        for i in 0..MEASURE_INTERVALS {
+            assert!(
+                st.private.costs.on.is_empty(),
+                "recorded after {i} intervals"
+            );
+            run(
+                &p,
+                &t,
+                &obs(&t, &[], vec![pr(0.2)], 2.0 + i as f64),
+                &mut st,
+            );
+        }
+        assert_eq!(st.private.costs.on.len(), 1);
+        assert!((st.private.costs.on[0] - 0.5f64.ln()).abs() < 1e-9);
+        assert!(st.private.costs.beside.is_empty());
+        // Recorded once per pin.
+        run(&p, &t, &obs(&t, &[], vec![pr(0.2)], 10.0), &mut st);
+        assert_eq!(st.private.costs.on.len(), 1);
     }
 }

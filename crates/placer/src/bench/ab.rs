@@ -1,30 +1,49 @@
 //! `placer ab`: does placer help on this machine? Runs rounds of two phases over a
-//! workload, one without the daemon (off) and one with it (on), in an order drawn at random
-//! per round (the seed is in the report, so a run can be repeated in the same order): a
-//! paired design, so slow drifts of a shared machine hit both sides, and no side always
-//! runs first (warm caches, a thermal drift). It reports every phase's values, and per
-//! metric the on/off ratio of each round, their geometric mean and a 95% interval from a
-//! paired t on the rounds' log ratios (df = rounds - 1), and a verdict: helps, hurts, or
-//! no detectable difference (the interval holds 1). Below [`MIN_ROUNDS_FOR_VERDICT`] rounds
-//! it gives no verdict and says why: a t interval over 2 to 4 rounds is wide and rests
-//! wholly on the assumption that log ratios are normal, and earlier versions (a bootstrap
-//! over 2 rounds) said "helps" on noise.
+//! workload, one without the daemon (off) and one with it (on), in a balanced order (each
+//! arm first in half the rounds, the sequence shuffled with a seed that the report gives,
+//! so a run can be repeated in the same order): a paired design, so slow drifts of a
+//! shared machine hit both sides, and an order effect (warm caches, the first phase of a
+//! round running faster on a busy machine) cancels by design, not only on average. It
+//! reports every phase's values, and per metric the on/off ratio of each round, their
+//! geometric mean, a 95% interval from a paired t on the rounds' log ratios (df = rounds -
+//! 1), its p-value, the smallest effect the rounds could detect with 80% power (from the
+//! spread of the log ratios), and a per-metric verdict: helps, hurts, or no detectable
+//! difference (the interval holds 1). Below [`MIN_ROUNDS_FOR_VERDICT`] rounds it gives no
+//! verdict and says why: a t interval over 2 to 4 rounds is wide and rests wholly on the
+//! assumption that log ratios are normal, and earlier versions (a bootstrap over 2 rounds)
+//! said "helps" on noise.
+//!
+//! The run's one verdict is family-wise: Holm's correction over the metrics that do not
+//! restate each other (CPU per unit of work on a saturated machine is the throughput
+//! upside down: such a metric is merged into the one it restates, [`family`]), so a run of
+//! four metrics does not get four chances at a false claim.
+//!
+//! Each on-phase records what the daemon did (its moves, its verdicts on them, its notes
+//! on the processes it left alone, its log: [`DaemonRecord`]); a run in which it moved
+//! nothing says that its figures measure the daemon's presence, not a placement. A phase
+//! that fails (a server not listening in time) is tried again, up to [`PHASE_ATTEMPTS`]
+//! times, else its round is left out and the failure reported: a run is never lost whole.
 //!
 //! `--aa` runs both phases without the daemon: whatever it finds is the harness's own false
-//! positive, so repeating it measures the rate at which `ab` says helps/hurts on nothing
-//! (docs/daemon.md has the figure on this VM).
+//! positive; `--aa-campaign PRESETS --budget T` repeats such runs over presets in turn
+//! within a time budget and counts, per preset, the runs with a family-wise claim
+//! (docs/daemon.md has the figures on this VM).
 //!
 //! Workloads: `streams:N` (N loopback TCP streams between child processes of this binary;
 //! `--rps-cpu C` steers loopback receive processing to CPU C with RPS, as a NIC's interrupt
-//! would, and puts the old mask back afterwards), real programs from Debian (`iperf3[:N]`,
-//! `netperf[:TCP_STREAM|TCP_RR]`, `redis`, `nginx`, `memcached`: a server on a free loopback
-//! port per phase and its load generator, whose own report is parsed), and `cmd:'...'` (a
-//! shell command per phase: its last output line is the metric, higher is better, else its
-//! runtime, lower is better).
+//! would, and puts the old mask back afterwards), `veth:N` (the same streams from a network
+//! namespace of the run's own to receivers on the host's end of a veth whose receive
+//! processing RPS steers to `--rps-cpu`, default the last CPU: a device with a receive CPU,
+//! so net-affinity has somewhere to move receivers, unlike loopback), real programs from
+//! Debian (`iperf3[:N]`, `netperf[:TCP_STREAM|TCP_RR]`, `redis`, `nginx`, `memcached`: a
+//! server on a free loopback port per phase and its load generator, whose own report is
+//! parsed), and `cmd:'...'` (a shell command per phase: its last output line is the metric,
+//! higher is better, else its runtime, lower is better).
 //!
 //! Nothing is left behind: the daemon runs as a child that receives SIGTERM (it restores
 //! every knob) at the end of each on-phase, when this command is interrupted, and (parent
-//! death signal) when this command dies; the RPS mask is restored by a guard.
+//! death signal) when this command dies; the RPS mask is restored by a guard; the veth
+//! preset's namespace and device are removed on drop.
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
@@ -35,7 +54,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, Clone)]
 pub struct Args {
     /// `streams:N` (loopback TCP streams), `iperf3[:N]` (iperf3 server and client on
     /// loopback, N streams), `netperf[:TCP_STREAM|TCP_RR]` (netserver and netperf on
@@ -76,7 +95,21 @@ pub struct Args {
     /// Seed of the per-round phase order (default: from the clock; the report gives it).
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Internal: a stream endpoint (`rx:ADDR` or `tx:ADDR`).
+    /// Also write the report (report.json, summary.txt) and each on-phase's daemon files
+    /// (its log, decisions.json, verdicts.jsonl) to this directory (created if missing).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Run an A/A campaign instead of one run: `placer ab --aa` runs of these presets
+    /// (comma-separated `--workload` values), one after the other in turn, until `--budget`
+    /// is spent; prints per preset the runs, those with any family-wise claim and its
+    /// Clopper-Pearson 95% interval (JSON; each run's report under `--out`).
+    #[arg(long, value_name = "PRESETS", conflicts_with_all = ["observe", "aa"])]
+    pub aa_campaign: Option<String>,
+    /// The campaign's time budget: no run starts after it, and one still going at its end
+    /// is stopped and not counted.
+    #[arg(long, default_value = "30m", value_parser = crate::common::duration_arg)]
+    pub budget: Duration,
+    /// Internal: a stream endpoint (`rx:ADDR`, `tx:ADDR` or `txns:NETNS:ADDR`).
     #[arg(long, hide = true)]
     pub worker: Option<String>,
 }
@@ -103,7 +136,52 @@ pub struct Phase {
     pub seconds: f64,
     /// Metric name -> value.
     pub metrics: std::collections::BTreeMap<String, f64>,
+    /// The try that gave this phase (1 unless earlier tries failed: `Report::failures`).
+    pub attempt: u32,
+    /// What the daemon did in this phase (on-phases that ran it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub daemon_record: Option<DaemonRecord>,
 }
+
+/// One process the daemon moved in a phase.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Move {
+    pub pid: u32,
+    pub comm: String,
+    pub policy: String,
+    /// Where it was pinned when the phase ended ("" when it was already restored).
+    pub cpus: String,
+    /// The daemon's reason for its latest action on it.
+    pub reason: String,
+}
+
+/// What the daemon did and concluded in one on-phase: from its state dir (`decisions.json`
+/// at its last cycle, `verdicts.jsonl`) and its log, so a run says whether the on-arm
+/// measured a placement or only the daemon's presence.
+#[derive(Debug, Clone, Serialize, Default, PartialEq)]
+pub struct DaemonRecord {
+    /// Processes it pinned during the phase.
+    pub moved: Vec<Move>,
+    /// Its other actions by kind (IRQ, RPS, frequency, bandwidth, memory), counted.
+    pub other_actions: std::collections::BTreeMap<String, u32>,
+    pub kept: u32,
+    pub undone: u32,
+    pub inconclusive: u32,
+    /// Each verdict's line: "[net-affinity] pid 12 (x): CPU per byte -27% ...: kept".
+    pub verdicts: Vec<String>,
+    /// Its notes at its last cycle, distinct (at most [`MAX_NOTES`]): why it left
+    /// processes alone.
+    pub notes: Vec<String>,
+    /// Its log's last [`MAX_LOG_LINES`] lines.
+    pub log: Vec<String>,
+    /// One line: "moved 3 processes: 2 kept, 1 inconclusive" or "made no move: ...".
+    pub summary: String,
+}
+
+/// Notes kept per phase.
+pub const MAX_NOTES: usize = 8;
+/// Log lines kept per phase.
+pub const MAX_LOG_LINES: usize = 200;
 
 /// One metric's comparison.
 #[derive(Debug, Clone, Serialize)]
@@ -120,7 +198,76 @@ pub struct Ratio {
     /// Why there is no verdict, when there is none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub why_no_verdict: Option<String>,
+    /// Two-sided p-value of the paired t on the log ratios; None below 2 rounds.
+    pub p_value: Option<f64>,
+    /// The smallest on/off factor (x or 1/x, >= 1) this run's rounds detect with 80% power
+    /// in a two-sided 5% test, from the spread of its per-round log ratios (t-based); None
+    /// below 2 rounds. "No detectable difference" says nothing about effects below it.
+    pub mde80: Option<f64>,
+    /// The same at the family's strictest level (5% / the family's size, Holm's first step).
+    pub mde80_family: Option<f64>,
+    /// Tested in the run's family (`Report::family`); false when it restates another.
+    pub in_family: bool,
+    /// The family member this metric restates in this run (merged into it, not tested).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restates: Option<String>,
+    /// Rejected by the family-wise (Holm) test.
+    pub family_claim: bool,
 }
+
+/// The run's one verdict over its family of metrics, family-wise error held at
+/// [`FAMILY_ALPHA`] by Holm's step-down correction.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Family {
+    pub method: &'static str,
+    pub alpha: f64,
+    /// The metrics tested, highest priority first.
+    pub metrics: Vec<String>,
+    /// (restating metric, family member, correlation of their signed log ratios).
+    pub merged: Vec<(String, String, f64)>,
+    pub verdict: RunVerdict,
+    /// "gbit_per_s hurts (p = 0.003)" per claim.
+    pub claims: Vec<String>,
+}
+
+/// The run-level verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunVerdict {
+    /// Every family-wise claim is on the good side.
+    Helps,
+    /// Every family-wise claim is on the bad side.
+    Hurts,
+    /// Claims on both sides.
+    Mixed,
+    NoDetectableDifference,
+    /// Fewer than [`MIN_ROUNDS_FOR_VERDICT`] paired rounds.
+    NoVerdict,
+}
+
+impl RunVerdict {
+    pub fn name(self) -> &'static str {
+        match self {
+            RunVerdict::Helps => "helps",
+            RunVerdict::Hurts => "hurts",
+            RunVerdict::Mixed => "mixed (helps on some metrics, hurts on others)",
+            RunVerdict::NoDetectableDifference => "no detectable difference",
+            RunVerdict::NoVerdict => "no verdict",
+        }
+    }
+}
+
+/// The family-wise error rate of a run's verdict.
+pub const FAMILY_ALPHA: f64 = 0.05;
+
+/// Signed log ratios of two metrics correlating at least this much (both "better" together)
+/// make the lower-priority one a restatement of the other in this run.
+pub const RESTATE_CORRELATION: f64 = 0.9;
+
+const FAMILY_METHOD: &str = "Holm step-down over the metrics that do not restate each other \
+     (a metric whose per-round log ratios, signed so that positive is better, correlate >= 0.9 \
+     with a higher-priority one is merged into it: rates, then latencies, then CPU per unit), \
+     paired t p-values, family-wise error 5%";
 
 /// What `ab` concludes for one metric.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -151,9 +298,18 @@ pub struct Report {
     pub rounds: u32,
     /// Both arms without the daemon.
     pub aa: bool,
+    /// Rounds with both arms measured (a round whose phase failed every try is left out).
+    pub paired_rounds: u32,
     /// Seed of the phase order (`--seed` repeats it).
     pub seed: u64,
+    pub order_method: &'static str,
     pub interval_method: &'static str,
+    /// What the daemon did over the run's on-phases.
+    pub daemon: DaemonSummary,
+    /// The run's one verdict, family-wise.
+    pub family: Family,
+    /// Phase tries that failed.
+    pub failures: Vec<PhaseFailure>,
     pub phases: Vec<Phase>,
     pub ratios: Vec<Ratio>,
 }
@@ -174,6 +330,121 @@ pub fn verdict(ci: (f64, f64), higher_is_better: bool) -> Verdict {
         Verdict::Hurts
     } else {
         Verdict::NoDetectableDifference
+    }
+}
+
+impl DaemonRecord {
+    /// The record of the daemon whose state dir is `state` (its log and its last decisions
+    /// beside it), read once it has stopped: what is missing (a daemon that died at once)
+    /// is left out.
+    fn read(state: &std::path::Path) -> DaemonRecord {
+        let mut r = DaemonRecord::default();
+        let decisions: placer_agent::state::Decisions =
+            std::fs::read_to_string(decisions_copy(state))
+                .ok()
+                .and_then(|t| serde_json::from_str(&t).ok())
+                .unwrap_or_default();
+        for d in decisions.procs.values() {
+            let pinned = d.last_action.as_ref().filter(|a| a.outcome == "done");
+            match pinned.map(|a| a.kind.as_str()) {
+                Some("pin_process" | "pin_thread") => {}
+                Some(other) if d.held_by.is_none() => {
+                    *r.other_actions.entry(other.to_string()).or_default() += 1;
+                    continue;
+                }
+                _ if d.held_by.is_some() => {}
+                _ => continue,
+            }
+            r.moved.push(Move {
+                pid: d.pid,
+                comm: d.comm.clone(),
+                policy: d
+                    .held_by
+                    .or(d.last_action.as_ref().map(|a| a.policy))
+                    .map_or_else(String::new, |p| p.to_string()),
+                cpus: d
+                    .held_cpus
+                    .as_ref()
+                    .map_or_else(String::new, |c| c.to_string()),
+                reason: d
+                    .last_action
+                    .as_ref()
+                    .map_or_else(String::new, |a| a.reason.clone()),
+            });
+        }
+        let mut notes = std::collections::BTreeSet::new();
+        for d in decisions.procs.values() {
+            for (policy, text) in &d.notes {
+                notes.insert(format!("[{policy}] pid {} ({}): {text}", d.pid, d.comm));
+            }
+        }
+        r.notes = notes.into_iter().take(MAX_NOTES).collect();
+        let verdicts = placer_linux::verdict_log::read(state)
+            .map(|(v, _)| v)
+            .unwrap_or_default();
+        for rec in &verdicts {
+            let v = &rec.verdict;
+            match v.judgement.kind {
+                placer_core::verdict::VerdictKind::Kept => r.kept += 1,
+                placer_core::verdict::VerdictKind::Undone => r.undone += 1,
+                placer_core::verdict::VerdictKind::Inconclusive => r.inconclusive += 1,
+            }
+            r.verdicts.push(format!(
+                "[{}] pid {} ({}): {}",
+                v.policy, v.proc.pid, v.comm, v.judgement.why
+            ));
+            // A process judged and restored within the phase was moved too.
+            if !r.moved.iter().any(|m| m.pid == v.proc.pid) {
+                r.moved.push(Move {
+                    pid: v.proc.pid,
+                    comm: v.comm.clone(),
+                    policy: v.policy.to_string(),
+                    cpus: String::new(),
+                    reason: v.judgement.why.clone(),
+                });
+            }
+        }
+        let log = std::fs::read_to_string(state.with_extension("log")).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        r.log = lines[lines.len().saturating_sub(MAX_LOG_LINES)..]
+            .iter()
+            .map(|l| l.to_string())
+            .collect();
+        r.summary = r.summarize();
+        r
+    }
+
+    /// The record's one line.
+    pub fn summarize(&self) -> String {
+        let judged = self.kept + self.undone + self.inconclusive;
+        if self.moved.is_empty() {
+            let why = self.notes.first().map_or(
+                "no process was a candidate (the daemon noted nothing about any process)",
+                String::as_str,
+            );
+            let others = if self.other_actions.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " (other actions: {})",
+                    self.other_actions
+                        .iter()
+                        .map(|(k, n)| format!("{n} {k}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            };
+            return format!("made no move{others}: {why}");
+        }
+        let n = self.moved.len();
+        format!(
+            "moved {n} process{}: {} kept, {} undone, {} inconclusive, {} not judged within the phase",
+            if n == 1 { "" } else { "es" },
+            self.kept,
+            self.undone,
+            self.inconclusive,
+            (n as u32).saturating_sub(judged)
+        )
     }
 }
 
@@ -206,6 +477,36 @@ impl Drop for RpsGuard {
                 self.previous
             );
         }
+    }
+}
+
+/// The veth preset's network: a namespace of this run joined to the host by a veth
+/// (`placer_linux::testnet::HostVeth`, removed on drop), receive processing of the host's
+/// end steered by RPS to one CPU, as a NIC's interrupt would be. The receivers run in the
+/// host's namespace, where the daemon sees their sockets and the device's receive CPU; the
+/// senders in the namespace. Unlike loopback, the receive CPU is a device's, so
+/// net-affinity has a target and the on-arm measures a placement.
+struct Veth {
+    pair: placer_linux::testnet::HostVeth,
+    rps_cpu: u32,
+}
+
+impl Veth {
+    /// Sets it up, RPS on `rps_cpu` (default: the highest CPU this process may use).
+    fn start(rps_cpu: Option<u32>) -> Result<Veth> {
+        let cpu = match rps_cpu {
+            Some(c) => c,
+            None => placer_linux::sys::get_affinity(0)
+                .ok()
+                .and_then(|c| c.last())
+                .context("the CPUs this process may use")?,
+        };
+        let pair = placer_linux::testnet::HostVeth::new()
+            .map_err(|e| anyhow::anyhow!("setting up the veth preset's namespace: {e}"))?;
+        let path = format!("/sys/class/net/{}/queues/rx-0/rps_cpus", pair.host_if);
+        std::fs::write(&path, placer_core::CpuSet::single(cpu).to_mask_string())
+            .with_context(|| format!("writing {path}"))?;
+        Ok(Veth { pair, rps_cpu: cpu })
     }
 }
 
@@ -268,6 +569,13 @@ fn worker(spec: &str) -> Result<()> {
                 }
             }
         }
+        "txns" => {
+            // NETNS:ADDR: the sender of the veth preset, in the namespace it set up.
+            let (ns, addr) = addr.split_once(':').context("txns:NETNS:ADDR")?;
+            placer_linux::testnet::enter_netns(&format!("/run/netns/{ns}"))
+                .with_context(|| format!("entering network namespace {ns}"))?;
+            worker(&format!("tx:{addr}"))
+        }
         "tx" => {
             let mut c = std::net::TcpStream::connect(addr)?;
             let buf = vec![b'x'; 1 << 16];
@@ -305,20 +613,27 @@ struct Streams {
 }
 
 impl Streams {
-    fn start(n: usize) -> Result<Streams> {
+    /// `n` streams over loopback, or with `net` from its namespace to a receiver on the
+    /// host's end of its veth.
+    fn start(n: usize, net: Option<&Veth>) -> Result<Streams> {
         let mut kids = Vec::new();
         let mut counts = Vec::new();
+        let listen = net.map_or_else(
+            || "rx:127.0.0.1:0".to_string(),
+            |v| format!("rx:{}:0", v.pair.host_addr),
+        );
         for _ in 0..n {
-            let mut rx = Kid(spawn_self(&["ab", "--worker", "rx:127.0.0.1:0"], None)?);
+            let mut rx = Kid(spawn_self(&["ab", "--worker", &listen], None)?);
             let out = rx.0.stdout.take().context("the receiver's stdout")?;
             let mut lines = std::io::BufReader::new(out).lines();
             let addr = lines.next().context("the receiver's address")??;
             let count = latest_count(lines);
             kids.push(rx);
-            kids.push(Kid(spawn_self(
-                &["ab", "--worker", &format!("tx:{addr}")],
-                None,
-            )?));
+            let tx = match net {
+                Some(v) => format!("txns:{}:{addr}", v.pair.netns),
+                None => format!("tx:{addr}"),
+            };
+            kids.push(Kid(spawn_self(&["ab", "--worker", &tx], None)?));
             counts.push(count);
         }
         Ok(Streams { kids, counts })
@@ -393,12 +708,13 @@ fn start_daemon(config: &Option<PathBuf>, state: &std::path::Path) -> Result<Kid
 
 fn run_phase_streams(
     n: usize,
+    net: Option<&Veth>,
     args: &Args,
     state: &std::path::Path,
     round: u32,
     daemon: bool,
 ) -> Result<Phase> {
-    let streams = Streams::start(n)?;
+    let streams = Streams::start(n, net)?;
     let _daemon = daemon_if(daemon, args, state)?;
     sleep_or_stop(args.warmup);
     let (b0, c0, s0, t0) = (
@@ -548,12 +864,37 @@ fn child_command(program: &str, args: &[&str], output: fn() -> Stdio) -> Result<
 }
 
 /// The daemon for an on-phase (stopped, and restoring, when dropped).
-fn daemon_if(daemon: bool, args: &Args, state: &std::path::Path) -> Result<Option<Kid>> {
+fn daemon_if(daemon: bool, args: &Args, state: &std::path::Path) -> Result<Option<Daemon>> {
     Ok(if daemon {
-        Some(start_daemon(&args.config, state)?)
+        Some(Daemon {
+            kid: Some(start_daemon(&args.config, state)?),
+            state: state.to_path_buf(),
+        })
     } else {
         None
     })
+}
+
+/// An on-phase's daemon. Dropped at the phase's end: its last `decisions.json` is copied
+/// beside its state dir first ([`decisions_copy`]), since the daemon removes it when it
+/// stops; then it is stopped (and restores).
+struct Daemon {
+    kid: Option<Kid>,
+    state: PathBuf,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        // Replaced atomically by the daemon: a copy is a whole file.
+        let from = self.state.join(placer_agent::state::DECISIONS_FILE);
+        let _ = std::fs::copy(from, decisions_copy(&self.state));
+        drop(self.kid.take());
+    }
+}
+
+/// Where an on-phase keeps its daemon's last decisions.
+fn decisions_copy(state: &std::path::Path) -> PathBuf {
+    state.with_extension("decisions.json")
 }
 
 /// Busy CPU seconds of the whole machine so far (every CPU, /proc/stat).
@@ -823,6 +1164,8 @@ impl Phase {
             position: 0,
             seconds,
             metrics,
+            attempt: 1,
+            daemon_record: None,
         }
     }
 }
@@ -1216,8 +1559,9 @@ fn run_phase_memcached(
     Ok(Phase::measured(round, daemon, run.secs, metrics))
 }
 
-/// Per metric: on/off ratios of each round, their geometric mean, interval and verdict.
-pub fn compare(phases: &[Phase]) -> Vec<Ratio> {
+/// Per metric: on/off ratios of each round, their geometric mean, interval, verdict, p-value
+/// and minimum detectable effect; and the run's family-wise verdict over them.
+pub fn compare(phases: &[Phase]) -> (Vec<Ratio>, Family) {
     let names: std::collections::BTreeSet<&String> =
         phases.iter().flat_map(|p| p.metrics.keys()).collect();
     let rounds: std::collections::BTreeSet<u32> = phases.iter().map(|p| p.round).collect();
@@ -1257,6 +1601,22 @@ pub fn compare(phases: &[Phase]) -> Vec<Ratio> {
         };
         let mean_on_off =
             (per_round.iter().map(|r| r.ln()).sum::<f64>() / per_round.len() as f64).exp();
+        let p_value = interval.map(|i| {
+            let mean_log = i.geo_mean.ln();
+            if i.sd_log > 0.0 {
+                let t = mean_log / (i.sd_log / (i.n as f64).sqrt());
+                placer_core::stats::t_two_sided_p(t, (i.n - 1) as u32)
+            } else if mean_log == 0.0 {
+                1.0
+            } else {
+                0.0
+            }
+        });
+        let mde = |alpha: f64| {
+            interval.and_then(|i| {
+                placer_core::stats::min_detectable_effect(i.sd_log, i.n, alpha, 0.8).map(f64::exp)
+            })
+        };
         out.push(Ratio {
             metric: name.clone(),
             higher_is_better: higher,
@@ -1264,15 +1624,119 @@ pub fn compare(phases: &[Phase]) -> Vec<Ratio> {
             ci95: interval.map(|i| i.ci95),
             verdict,
             why_no_verdict,
+            p_value,
+            mde80: mde(0.05),
+            mde80_family: None,
+            in_family: false,
+            restates: None,
+            family_claim: false,
             per_round,
         });
     }
-    out
+    let family = family(&mut out);
+    (out, family)
+}
+
+/// Which metric is tested first in a family, and kept when two restate each other: rates,
+/// then latencies (p50, mean, p99), then CPU per unit of work.
+fn family_priority(metric: &str) -> u32 {
+    if metric.starts_with("cpu_") {
+        4
+    } else if metric.starts_with("p50") || metric == "runtime_s" {
+        1
+    } else if metric.starts_with("mean") {
+        2
+    } else if metric.ends_with("_ms") {
+        3
+    } else {
+        0
+    }
+}
+
+/// Chooses the run's family (merging restatements), tests it with Holm, marks each ratio
+/// and gives the run's verdict.
+pub fn family(ratios: &mut [Ratio]) -> Family {
+    let signed = |r: &Ratio| -> Vec<f64> {
+        let sign = if r.higher_is_better { 1.0 } else { -1.0 };
+        r.per_round.iter().map(|x| sign * x.ln()).collect()
+    };
+    let mut order: Vec<usize> = (0..ratios.len()).collect();
+    order.sort_by_key(|&i| (family_priority(&ratios[i].metric), ratios[i].metric.clone()));
+    let mut members: Vec<usize> = Vec::new();
+    let mut merged = Vec::new();
+    for i in order {
+        let mine = signed(&ratios[i]);
+        let restated = members.iter().find_map(|&m| {
+            let theirs = signed(&ratios[m]);
+            placer_core::stats::correlation(&mine, &theirs)
+                .filter(|r| *r >= RESTATE_CORRELATION)
+                .map(|r| (m, r))
+        });
+        match restated {
+            Some((m, r)) => {
+                ratios[i].restates = Some(ratios[m].metric.clone());
+                merged.push((ratios[i].metric.clone(), ratios[m].metric.clone(), r));
+            }
+            None => members.push(i),
+        }
+    }
+    let rounds = ratios.iter().map(|r| r.per_round.len()).min().unwrap_or(0);
+    let p: Vec<f64> = members
+        .iter()
+        .map(|&i| ratios[i].p_value.unwrap_or(f64::NAN))
+        .collect();
+    let rejected = placer_core::stats::holm(&p, FAMILY_ALPHA);
+    let strictest = FAMILY_ALPHA / members.len().max(1) as f64;
+    let (mut good, mut bad, mut claims) = (0, 0, Vec::new());
+    for (k, &i) in members.iter().enumerate() {
+        let r = &mut ratios[i];
+        r.in_family = true;
+        r.mde80_family = placer_core::stats::log_ratio_interval(&r.per_round).and_then(|i| {
+            placer_core::stats::min_detectable_effect(i.sd_log, i.n, strictest, 0.8).map(f64::exp)
+        });
+        if rejected[k] && r.per_round.len() >= MIN_ROUNDS_FOR_VERDICT {
+            r.family_claim = true;
+            let better = (r.mean_on_off > 1.0) == r.higher_is_better;
+            if better {
+                good += 1;
+            } else {
+                bad += 1;
+            }
+            claims.push(format!(
+                "{} {} ({:.3}x, p = {:.4})",
+                r.metric,
+                if better { "helps" } else { "hurts" },
+                r.mean_on_off,
+                p[k]
+            ));
+        }
+    }
+    let verdict = if members.is_empty() || rounds < MIN_ROUNDS_FOR_VERDICT {
+        RunVerdict::NoVerdict
+    } else {
+        match (good, bad) {
+            (0, 0) => RunVerdict::NoDetectableDifference,
+            (_, 0) => RunVerdict::Helps,
+            (0, _) => RunVerdict::Hurts,
+            _ => RunVerdict::Mixed,
+        }
+    };
+    Family {
+        method: FAMILY_METHOD,
+        alpha: FAMILY_ALPHA,
+        metrics: members.iter().map(|&i| ratios[i].metric.clone()).collect(),
+        merged,
+        verdict,
+        claims,
+    }
 }
 
 /// The workload, checked before any work.
 enum Workload {
     Streams(usize),
+    /// N TCP streams from a network namespace of the run's own to receivers on the host's
+    /// end of a veth with RPS (`Veth`).
+    Veth(usize),
     /// iperf3 over loopback with N parallel streams.
     Iperf3(usize),
     /// netserver and netperf over loopback.
@@ -1302,6 +1766,17 @@ fn parse_workload(args: &Args) -> Result<Workload> {
             bail!("--workload streams:N: N from 1 to 64");
         }
         Ok(Workload::Streams(n))
+    } else if let Some(n) = args.workload.strip_prefix("veth:") {
+        let n: usize = n
+            .parse()
+            .with_context(|| format!("--workload veth:N needs a number, not {n:?}"))?;
+        if !(1..=64).contains(&n) {
+            bail!("--workload veth:N: N from 1 to 64");
+        }
+        if let Some(why) = placer_linux::testnet::unavailable_reason() {
+            bail!("--workload veth:N sets up a network namespace and a veth: {why}");
+        }
+        Ok(Workload::Veth(n))
     } else if args.workload == "iperf3" || args.workload.starts_with("iperf3:") {
         let n = match args.workload.strip_prefix("iperf3:") {
             None => 1,
@@ -1349,8 +1824,8 @@ fn parse_workload(args: &Args) -> Result<Workload> {
         Ok(Workload::Cmd(cmd.to_string()))
     } else {
         bail!(
-            "--workload {:?}: streams:N, iperf3[:N], netperf[:TCP_STREAM|TCP_RR], redis, nginx, \
-             memcached or cmd:COMMAND",
+            "--workload {:?}: streams:N, veth:N, iperf3[:N], netperf[:TCP_STREAM|TCP_RR], redis, \
+             nginx, memcached or cmd:COMMAND",
             args.workload
         );
     }
@@ -1386,6 +1861,9 @@ pub fn run(args: Args) -> Result<()> {
     if let Some(w) = &args.worker {
         return worker(w);
     }
+    if let Some(presets) = &args.aa_campaign {
+        return campaign(presets, &args);
+    }
     let workload = check_inputs(&args)?;
     // A server's children killed with it are reaped here, not left to init (sys doc).
     if let Err(e) = placer_linux::sys::become_subreaper() {
@@ -1394,43 +1872,85 @@ pub fn run(args: Args) -> Result<()> {
     placer_linux::sys::set_signal_handler(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP], on_signal)
         .context("installing signal handlers")?;
     let work = tempdir("", 0o700)?;
-    let state = work.0.join("state");
-    let _rps = match args.rps_cpu {
-        Some(c) => Some(RpsGuard::set(c)?),
-        None => None,
+    let _rps = match (args.rps_cpu, &workload) {
+        // The veth preset steers its own device (`Veth::start`).
+        (Some(c), w) if !matches!(w, Workload::Veth(_)) => Some(RpsGuard::set(c)?),
+        _ => None,
+    };
+    let net = match &workload {
+        Workload::Veth(_) => Some(Veth::start(args.rps_cpu)?),
+        _ => None,
     };
     let seed = args.seed.unwrap_or_else(clock_seed);
     let mut rng = placer_core::rng::Rng::new(seed);
+    let on_first = balanced_order(args.rounds, &mut rng);
     let mut phases = Vec::new();
-    for round in 1..=args.rounds {
-        let order = if rng.below(2) == 0 {
-            [false, true]
-        } else {
+    let mut failures = Vec::new();
+    let mut lost_in_a_row = 0u32;
+    for (round, on_first) in (1..=args.rounds).zip(on_first) {
+        let order = if on_first {
             [true, false]
+        } else {
+            [false, true]
         };
+        let mut lost = false;
         for (position, arm) in (1u32..).zip(order) {
             if STOP.load(Ordering::SeqCst) {
                 bail!("interrupted: the daemon stopped and restored; RPS put back");
             }
             let run_daemon = arm && !args.aa;
-            let mut phase = match &workload {
-                Workload::Observe(comm) => {
-                    run_phase_observe(comm, &args, &state, round, run_daemon)?
+            let mut got = None;
+            for attempt in 1..=PHASE_ATTEMPTS {
+                let state = work.0.join(format!("state-{round}-{position}-{attempt}"));
+                let result = run_phase(&workload, net.as_ref(), &args, &state, round, run_daemon);
+                if STOP.load(Ordering::SeqCst) {
+                    bail!("interrupted: the daemon stopped and restored; RPS put back");
                 }
-                Workload::Streams(n) => run_phase_streams(*n, &args, &state, round, run_daemon)?,
-                Workload::Iperf3(n) => run_phase_iperf3(*n, &args, &state, round, run_daemon)?,
-                Workload::Netperf(t) => run_phase_netperf(*t, &args, &state, round, run_daemon)?,
-                Workload::Redis => run_phase_redis(&args, &state, round, run_daemon)?,
-                Workload::Nginx => run_phase_nginx(&args, &state, round, run_daemon)?,
-                Workload::Memcached => run_phase_memcached(&args, &state, round, run_daemon)?,
-                Workload::Cmd(cmd) => run_phase_cmd(cmd, &args, &state, round, run_daemon)?,
+                match result {
+                    Ok(mut phase) => {
+                        phase.attempt = attempt;
+                        if run_daemon {
+                            let record = DaemonRecord::read(&state);
+                            if let Some(out) = &args.out {
+                                keep_daemon_files(
+                                    &state,
+                                    &out.join(format!("daemon-round-{round}")),
+                                )?;
+                            }
+                            phase.daemon_record = Some(record);
+                        }
+                        got = Some(phase);
+                        break;
+                    }
+                    Err(e) => {
+                        let error = format!("{e:#}");
+                        if !args.json {
+                            eprintln!(
+                                "round {round} daemon {}: try {attempt} of {PHASE_ATTEMPTS} failed: {error}",
+                                if arm { "on" } else { "off" }
+                            );
+                        }
+                        failures.push(PhaseFailure {
+                            round,
+                            daemon: arm,
+                            attempt,
+                            error,
+                        });
+                        sleep_or_stop(Duration::from_secs(1));
+                    }
+                }
+            }
+            let Some(mut phase) = got else {
+                // The round has no pair: its other arm would compare with nothing.
+                lost = true;
+                break;
             };
             phase.daemon = arm;
             phase.daemon_ran = run_daemon;
             phase.position = position;
             if !args.json {
                 eprintln!(
-                    "round {round} daemon {}{}: {}",
+                    "round {round} daemon {}{}: {}{}",
                     if arm { "on " } else { "off" },
                     if arm && args.aa {
                         " (A/A: not run)"
@@ -1442,64 +1962,471 @@ pub fn run(args: Args) -> Result<()> {
                         .iter()
                         .map(|(k, v)| format!("{k} {v:.4}"))
                         .collect::<Vec<_>>()
-                        .join(", ")
+                        .join(", "),
+                    phase
+                        .daemon_record
+                        .as_ref()
+                        .map_or_else(String::new, |d| format!("; daemon {}", d.summary))
                 );
             }
             phases.push(phase);
         }
+        lost_in_a_row = if lost { lost_in_a_row + 1 } else { 0 };
+        if lost_in_a_row >= MAX_LOST_ROUNDS_IN_A_ROW {
+            if !args.json {
+                eprintln!(
+                    "{MAX_LOST_ROUNDS_IN_A_ROW} rounds in a row lost: stopping; the report covers the rounds measured"
+                );
+            }
+            break;
+        }
     }
+    let (ratios, family) = compare(&phases);
     let report = Report {
         workload: match &args.observe {
             Some(c) => format!("observe:{c}"),
             None => args.workload.clone(),
         },
-        rps_cpu: args.rps_cpu,
+        rps_cpu: net.as_ref().map(|v| v.rps_cpu).or(args.rps_cpu),
         rounds: args.rounds,
+        paired_rounds: paired_rounds(&phases),
         aa: args.aa,
         seed,
+        order_method: ORDER_METHOD,
         interval_method: INTERVAL_METHOD,
-        ratios: compare(&phases),
+        daemon: daemon_summary(&phases, args.aa),
+        family,
+        failures,
+        ratios,
         phases,
     };
     if let Some(path) = &args.plot {
         plot(&report, path).with_context(|| format!("drawing {}", path.display()))?;
     }
+    let text = summary_text(&report);
+    if let Some(out) = &args.out {
+        std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+        std::fs::write(
+            out.join("report.json"),
+            serde_json::to_string_pretty(&report)?,
+        )?;
+        std::fs::write(out.join("summary.txt"), &text)?;
+    }
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        outln!(
-            "{} rounds{}, phase order seed {seed} (--seed {seed} repeats it); {}",
-            report.rounds,
-            if report.aa {
-                ", A/A (no daemon in either arm)"
-            } else {
-                ""
-            },
-            INTERVAL_METHOD
+        crate::common::write_stdout(&text);
+    }
+    Ok(())
+}
+
+/// One preset's line of an A/A campaign.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct CampaignPreset {
+    pub workload: String,
+    /// Runs completed (each a whole `placer ab --aa` report).
+    pub runs: u32,
+    /// Runs whose family-wise verdict claimed anything (helps, hurts or mixed): false
+    /// positives, since neither arm ran the daemon.
+    pub runs_with_claim: u32,
+    /// Clopper-Pearson 95% interval of the rate of runs with a claim.
+    pub claim_rate_ci95: (f64, f64),
+    /// Runs that failed or were stopped at the budget's end (not counted above).
+    pub incomplete: u32,
+    /// Per run: its seed and its claims (empty: none).
+    pub claims: Vec<(u64, Vec<String>)>,
+}
+
+/// An A/A campaign's summary.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Campaign {
+    pub rounds: u32,
+    pub phase_s: f64,
+    pub warmup_s: f64,
+    pub budget_s: f64,
+    pub elapsed_s: f64,
+    pub presets: Vec<CampaignPreset>,
+}
+
+impl CampaignPreset {
+    fn new(workload: &str) -> CampaignPreset {
+        CampaignPreset {
+            workload: workload.to_string(),
+            runs: 0,
+            runs_with_claim: 0,
+            claim_rate_ci95: (0.0, 1.0),
+            incomplete: 0,
+            claims: Vec::new(),
+        }
+    }
+
+    /// Counts one run's report.
+    fn add(&mut self, report: &serde_json::Value) {
+        self.runs += 1;
+        let claims: Vec<String> = report["family"]["claims"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|c| c.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let verdict = report["family"]["verdict"].as_str().unwrap_or("");
+        if matches!(verdict, "helps" | "hurts" | "mixed") {
+            self.runs_with_claim += 1;
+        }
+        self.claims
+            .push((report["seed"].as_u64().unwrap_or(0), claims));
+        self.claim_rate_ci95 = placer_core::stats::clopper_pearson_95(
+            u64::from(self.runs_with_claim),
+            u64::from(self.runs),
         );
-        for r in &report.ratios {
-            let each: Vec<String> = r.per_round.iter().map(|x| format!("{x:.3}")).collect();
-            let interval = r.ci95.map_or_else(String::new, |ci| {
-                format!(", 95% interval {:.3}..{:.3}", ci.0, ci.1)
-            });
-            outln!(
-                "{}: on/off per round {}; geometric mean {:.3}{interval} ({}): {}{}",
-                r.metric,
-                each.join(" "),
-                r.mean_on_off,
-                if r.higher_is_better {
-                    "higher is better"
-                } else {
-                    "lower is better"
-                },
-                r.verdict.name(),
-                r.why_no_verdict
-                    .as_ref()
-                    .map_or_else(String::new, |w| format!(": {w}"))
-            );
+    }
+}
+
+/// Runs the A/A campaign of `--aa-campaign`: each run a child `placer ab --aa ... --json`
+/// (so a run that fails loses only itself), presets in turn, until the budget is spent.
+fn campaign(presets: &str, args: &Args) -> Result<()> {
+    let list: Vec<&str> = presets
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect();
+    if list.is_empty() {
+        bail!("--aa-campaign: no preset named");
+    }
+    // Each preset checked as its runs will be, before any work.
+    for w in &list {
+        let mut a = args.clone();
+        a.aa_campaign = None;
+        a.workload = w.to_string();
+        check_inputs(&a).with_context(|| format!("--aa-campaign preset {w}"))?;
+    }
+    placer_linux::sys::set_signal_handler(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP], on_signal)
+        .context("installing signal handlers")?;
+    if let Some(out) = &args.out {
+        std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    }
+    let start = Instant::now();
+    let mut rows: Vec<CampaignPreset> = list.iter().map(|w| CampaignPreset::new(w)).collect();
+    let (rounds, phase, warmup) = (
+        args.rounds.to_string(),
+        format!("{}ms", args.phase.as_millis()),
+        format!("{}ms", args.warmup.as_millis()),
+    );
+    let mut n = 0usize;
+    while start.elapsed() < args.budget && !STOP.load(Ordering::SeqCst) {
+        let row = &mut rows[n % list.len()];
+        n += 1;
+        let mut kid = Kid(spawn_self(
+            &[
+                "ab",
+                "--aa",
+                "--json",
+                "--workload",
+                &row.workload,
+                "--rounds",
+                &rounds,
+                "--phase",
+                &phase,
+                "--warmup",
+                &warmup,
+            ],
+            None,
+        )?);
+        let mut stdout = kid.0.stdout.take().context("the run's stdout")?;
+        let reader = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = stdout.read_to_string(&mut text);
+            text
+        });
+        let status = loop {
+            if let Some(st) = kid.0.try_wait()? {
+                break Some(st);
+            }
+            if start.elapsed() >= args.budget || STOP.load(Ordering::SeqCst) {
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        let Some(status) = status else {
+            // Over budget or interrupted: stopped (SIGTERM: its daemon restores), not counted.
+            drop(kid);
+            row.incomplete += 1;
+            break;
+        };
+        let text = reader.join().unwrap_or_default();
+        match serde_json::from_str::<serde_json::Value>(&text) {
+            Ok(report) if status.success() => {
+                if let Some(out) = &args.out {
+                    let name = format!("{}-{n}.json", row.workload.replace([':', '/'], "-"));
+                    std::fs::write(out.join(name), &text)?;
+                }
+                row.add(&report);
+            }
+            _ => row.incomplete += 1,
+        }
+        eprintln!(
+            "A/A campaign: {} run {} done ({} with a claim), {:.0} s of {:.0} s",
+            row.workload,
+            row.runs,
+            row.runs_with_claim,
+            start.elapsed().as_secs_f64(),
+            args.budget.as_secs_f64()
+        );
+    }
+    let summary = Campaign {
+        rounds: args.rounds,
+        phase_s: args.phase.as_secs_f64(),
+        warmup_s: args.warmup.as_secs_f64(),
+        budget_s: args.budget.as_secs_f64(),
+        elapsed_s: start.elapsed().as_secs_f64(),
+        presets: rows,
+    };
+    let text = serde_json::to_string_pretty(&summary)?;
+    if let Some(out) = &args.out {
+        std::fs::write(out.join("campaign.json"), &text)?;
+    }
+    outln!("{text}");
+    Ok(())
+}
+
+/// Tries of one phase before its round is given up.
+pub const PHASE_ATTEMPTS: u32 = 3;
+/// Rounds lost one after the other after which the run stops (a server that never starts,
+/// a daemon that cannot run): the report covers what was measured.
+pub const MAX_LOST_ROUNDS_IN_A_ROW: u32 = 3;
+
+const ORDER_METHOD: &str = "balanced: each arm first in half the rounds (an odd round's \
+     extra drawn), the sequence shuffled with the seed";
+
+/// A phase try that failed (the run goes on: the phase is tried again, up to
+/// [`PHASE_ATTEMPTS`] times, else its round is left out of the comparison).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct PhaseFailure {
+    pub round: u32,
+    pub daemon: bool,
+    pub attempt: u32,
+    pub error: String,
+}
+
+/// Whether each round runs its on-arm first: each arm first in half the rounds (with an
+/// odd count, the extra round's order is drawn), in an order shuffled with `rng`, so an
+/// order effect (the first phase of a round runs faster on a busy machine) cancels by
+/// design instead of on average.
+pub fn balanced_order(rounds: u32, rng: &mut placer_core::rng::Rng) -> Vec<bool> {
+    let half = (rounds / 2) as usize;
+    let mut v: Vec<bool> = std::iter::repeat_n(true, half)
+        .chain(std::iter::repeat_n(false, half))
+        .collect();
+    if rounds % 2 == 1 {
+        v.push(rng.below(2) == 0);
+    }
+    // Fisher-Yates.
+    for i in (1..v.len()).rev() {
+        v.swap(i, rng.below(i + 1));
+    }
+    v
+}
+
+/// Rounds with both arms measured.
+fn paired_rounds(phases: &[Phase]) -> u32 {
+    let rounds: std::collections::BTreeSet<u32> = phases.iter().map(|p| p.round).collect();
+    rounds
+        .into_iter()
+        .filter(|r| {
+            phases.iter().any(|p| p.round == *r && p.daemon)
+                && phases.iter().any(|p| p.round == *r && !p.daemon)
+        })
+        .count() as u32
+}
+
+/// What the daemon did over the run, in a line, and whether the figures measure a
+/// placement or only its presence.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct DaemonSummary {
+    /// On-phases in which it moved at least one process, of those it ran in.
+    pub phases_with_moves: u32,
+    pub phases_run: u32,
+    pub moved: u32,
+    pub kept: u32,
+    pub undone: u32,
+    pub inconclusive: u32,
+    /// True when it ran but moved nothing in any phase: the on/off figures then measure
+    /// the daemon's presence (its cycle, its probes), not a placement.
+    pub presence_only: bool,
+    pub summary: String,
+}
+
+/// The run's [`DaemonSummary`] from its on-phases' records.
+pub fn daemon_summary(phases: &[Phase], aa: bool) -> DaemonSummary {
+    let records: Vec<&DaemonRecord> = phases
+        .iter()
+        .filter_map(|p| p.daemon_record.as_ref())
+        .collect();
+    let sum = |f: fn(&DaemonRecord) -> u32| records.iter().map(|r| f(r)).sum::<u32>();
+    let mut s = DaemonSummary {
+        phases_with_moves: records.iter().filter(|r| !r.moved.is_empty()).count() as u32,
+        phases_run: records.len() as u32,
+        moved: sum(|r| r.moved.len() as u32),
+        kept: sum(|r| r.kept),
+        undone: sum(|r| r.undone),
+        inconclusive: sum(|r| r.inconclusive),
+        presence_only: false,
+        summary: String::new(),
+    };
+    s.presence_only = s.phases_run > 0 && s.phases_with_moves == 0;
+    s.summary = if aa {
+        "A/A: the daemon ran in neither arm".to_string()
+    } else if s.phases_run == 0 {
+        "the daemon ran in no measured phase".to_string()
+    } else if s.presence_only {
+        let why = records
+            .iter()
+            .rev()
+            .map(|r| r.summary.as_str())
+            .next()
+            .unwrap_or_default();
+        format!(
+            "the daemon made no move in any of its {} phase(s) (last: {why}): these figures \
+             measure its presence (its cycle and probes), not a placement",
+            s.phases_run
+        )
+    } else {
+        format!(
+            "the daemon moved processes in {} of its {} phase(s): {} moves, {} kept, {} undone, \
+             {} inconclusive, {} not judged within their phase",
+            s.phases_with_moves,
+            s.phases_run,
+            s.moved,
+            s.kept,
+            s.undone,
+            s.inconclusive,
+            s.moved.saturating_sub(s.kept + s.undone + s.inconclusive)
+        )
+    };
+    s
+}
+
+/// Copies an on-phase daemon's files (log, decisions.json, verdicts.jsonl) to `to`.
+fn keep_daemon_files(state: &std::path::Path, to: &std::path::Path) -> Result<()> {
+    std::fs::create_dir_all(to).with_context(|| format!("creating {}", to.display()))?;
+    let files = [
+        (state.with_extension("log"), "daemon.log"),
+        (decisions_copy(state), "decisions.json"),
+        (
+            state.join(placer_linux::verdict_log::VERDICT_LOG),
+            "verdicts.jsonl",
+        ),
+    ];
+    for (from, name) in files {
+        if from.is_file() {
+            std::fs::copy(&from, to.join(name))
+                .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
         }
     }
     Ok(())
+}
+
+/// One phase of `workload`.
+fn run_phase(
+    workload: &Workload,
+    net: Option<&Veth>,
+    args: &Args,
+    state: &std::path::Path,
+    round: u32,
+    daemon: bool,
+) -> Result<Phase> {
+    match workload {
+        Workload::Observe(comm) => run_phase_observe(comm, args, state, round, daemon),
+        Workload::Streams(n) => run_phase_streams(*n, None, args, state, round, daemon),
+        Workload::Veth(n) => run_phase_streams(*n, net, args, state, round, daemon),
+        Workload::Iperf3(n) => run_phase_iperf3(*n, args, state, round, daemon),
+        Workload::Netperf(t) => run_phase_netperf(*t, args, state, round, daemon),
+        Workload::Redis => run_phase_redis(args, state, round, daemon),
+        Workload::Nginx => run_phase_nginx(args, state, round, daemon),
+        Workload::Memcached => run_phase_memcached(args, state, round, daemon),
+        Workload::Cmd(cmd) => run_phase_cmd(cmd, args, state, round, daemon),
+    }
+}
+
+/// The human report.
+fn summary_text(report: &Report) -> String {
+    use std::fmt::Write as _;
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "{} rounds ({} paired){}, phase order seed {} (--seed {} repeats it), order {}; {}",
+        report.rounds,
+        report.paired_rounds,
+        if report.aa {
+            ", A/A (no daemon in either arm)"
+        } else {
+            ""
+        },
+        report.seed,
+        report.seed,
+        report.order_method,
+        report.interval_method
+    );
+    let _ = writeln!(t, "daemon: {}", report.daemon.summary);
+    for f in &report.failures {
+        let _ = writeln!(
+            t,
+            "failed: round {} daemon {} try {}: {}",
+            f.round,
+            if f.daemon { "on" } else { "off" },
+            f.attempt,
+            f.error
+        );
+    }
+    for r in &report.ratios {
+        let each: Vec<String> = r.per_round.iter().map(|x| format!("{x:.3}")).collect();
+        let interval = r.ci95.map_or_else(String::new, |ci| {
+            format!(", 95% interval {:.3}..{:.3}", ci.0, ci.1)
+        });
+        let mde = r.mde80.map_or_else(String::new, |m| {
+            format!("; detectable (80% power) beyond x{m:.3} or /{m:.3}")
+        });
+        let role = match &r.restates {
+            Some(m) => format!(" [restates {m}: not tested in the family]"),
+            None => String::new(),
+        };
+        let _ = writeln!(
+            t,
+            "{}: on/off per round {}; geometric mean {:.3}{interval} ({}): {}{}{mde}{role}",
+            r.metric,
+            each.join(" "),
+            r.mean_on_off,
+            if r.higher_is_better {
+                "higher is better"
+            } else {
+                "lower is better"
+            },
+            r.verdict.name(),
+            r.why_no_verdict
+                .as_ref()
+                .map_or_else(String::new, |w| format!(": {w}"))
+        );
+    }
+    let _ = writeln!(
+        t,
+        "run verdict ({} metric(s) tested, Holm, family-wise 5%): {}{}",
+        report.family.metrics.len(),
+        report.family.verdict.name(),
+        if report.family.claims.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", report.family.claims.join("; "))
+        }
+    );
+    if report.daemon.presence_only {
+        let _ = writeln!(
+            t,
+            "note: the daemon moved nothing, so this verdict is about its presence, not its placement"
+        );
+    }
+    t
 }
 
 /// One panel per metric: its value per phase, on/off coloured, the verdict in the title.
@@ -1581,13 +2508,15 @@ mod tests {
             position: 1,
             seconds: 1.0,
             metrics: [("gbit_per_s".to_string(), v)].into_iter().collect(),
+            attempt: 1,
+            daemon_record: None,
         }
     }
 
     #[test]
     fn fewer_than_five_rounds_give_no_verdict_and_say_why() {
         // The issue's case: two rounds at 1.72 and 2.55 said "helps".
-        let r = compare(&[
+        let (r, _) = compare(&[
             ph(1, false, 10.0),
             ph(1, true, 17.2),
             ph(2, true, 25.5),
@@ -1616,7 +2545,7 @@ mod tests {
             phases.push(ph(r, false, off));
             phases.push(ph(r, true, on));
         }
-        let r = compare(&phases);
+        let (r, _) = compare(&phases);
         assert_eq!(r.len(), 1);
         assert_eq!(r[0].verdict, Verdict::Helps, "{r:?}");
         assert!((r[0].mean_on_off - 1.2).abs() < 0.01, "{r:?}");
@@ -1625,12 +2554,15 @@ mod tests {
             let v = p.metrics.get_mut("gbit_per_s").unwrap();
             *v /= 1.44;
         }
-        assert_eq!(compare(&phases)[0].verdict, Verdict::Hurts);
+        assert_eq!(compare(&phases).0[0].verdict, Verdict::Hurts);
         for (i, p) in phases.iter_mut().filter(|p| p.daemon).enumerate() {
             let v = p.metrics.get_mut("gbit_per_s").unwrap();
             *v = 10.0 * (i + 1) as f64 * [1.01, 0.99, 1.02, 0.98, 1.0][i];
         }
-        assert_eq!(compare(&phases)[0].verdict, Verdict::NoDetectableDifference);
+        assert_eq!(
+            compare(&phases).0[0].verdict,
+            Verdict::NoDetectableDifference
+        );
     }
 
     #[test]
@@ -1658,8 +2590,10 @@ mod tests {
             position: 1,
             seconds: 1.0,
             metrics: [("p99_ms".to_string(), v)].into_iter().collect(),
+            attempt: 1,
+            daemon_record: None,
         };
-        let r = compare(&[ph(1, false, 1.0), ph(1, true, 2.0)]);
+        let (r, _) = compare(&[ph(1, false, 1.0), ph(1, true, 2.0)]);
         assert!(!r[0].higher_is_better);
     }
 
@@ -1872,7 +2806,7 @@ MEAN_LATENCY=24.45
         assert!(err(&["--workload", "streams:x"]).contains("needs a number"));
         assert!(err(&["--workload", "streams:0"]).contains("1 to 64"));
         assert!(err(&["--workload", "iperf"]).contains(
-            "streams:N, iperf3[:N], netperf[:TCP_STREAM|TCP_RR], redis, nginx, memcached or cmd:COMMAND"
+            "streams:N, veth:N, iperf3[:N], netperf[:TCP_STREAM|TCP_RR], redis, nginx, memcached or cmd:COMMAND"
         ));
         assert!(err(&["--workload", "iperf3:0"]).contains("1 to 128"));
         assert!(err(&["--workload", "netperf:UDP_RR"]).contains("TCP_STREAM or TCP_RR"));
@@ -1883,5 +2817,227 @@ MEAN_LATENCY=24.45
         let e = err(&["--plot", "/nonexistent-dir/x.svg"]);
         assert!(!e.contains("Os {") && e.contains("/nonexistent-dir"), "{e}");
         assert!(check_inputs(&args(&["--workload", "cmd:true"])).is_ok());
+    }
+    #[test]
+    fn each_arm_runs_first_in_half_the_rounds() {
+        for seed in 0..50u64 {
+            let mut rng = placer_core::rng::Rng::new(seed);
+            for rounds in [1u32, 2, 5, 10, 11] {
+                let o = balanced_order(rounds, &mut rng);
+                assert_eq!(o.len(), rounds as usize);
+                let on_first = o.iter().filter(|x| **x).count() as u32;
+                assert!(
+                    on_first == rounds / 2 || on_first == rounds / 2 + rounds % 2,
+                    "seed {seed}, {rounds} rounds: {o:?}"
+                );
+            }
+        }
+        // The sequence is drawn (not alternating), and the seed repeats it.
+        let draw = |seed| balanced_order(10, &mut placer_core::rng::Rng::new(seed));
+        assert_eq!(draw(7), draw(7));
+        assert!(
+            (0..20)
+                .map(draw)
+                .collect::<std::collections::BTreeSet<_>>()
+                .len()
+                > 5
+        );
+    }
+
+    /// Phases of `rounds` rounds with the given metrics' on/off ratios per round (off = 100).
+    fn phases_of(metrics: &[(&str, &[f64])]) -> Vec<Phase> {
+        let rounds = metrics[0].1.len();
+        let mut out = Vec::new();
+        for r in 0..rounds {
+            for on in [false, true] {
+                let mut p = ph(r as u32 + 1, on, 1.0);
+                p.metrics = metrics
+                    .iter()
+                    .map(|(m, v)| (m.to_string(), if on { 100.0 * v[r] } else { 100.0 }))
+                    .collect();
+                out.push(p);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn cpu_per_unit_that_mirrors_throughput_is_merged_not_tested_twice() {
+        // A saturated machine: CPU per request is exactly 1 / requests per s.
+        let rps = [1.05, 0.97, 1.10, 0.92, 1.01, 1.03];
+        let cpu: Vec<f64> = rps.iter().map(|x| 1.0 / x).collect();
+        let p99 = [1.2, 0.8, 1.1, 1.0, 0.7, 1.3];
+        let (ratios, fam) = compare(&phases_of(&[
+            ("requests_per_s", &rps),
+            ("cpu_us_per_request", &cpu),
+            ("p99_ms", &p99),
+        ]));
+        assert_eq!(fam.metrics, vec!["requests_per_s", "p99_ms"], "{fam:?}");
+        assert_eq!(fam.merged.len(), 1);
+        assert_eq!(fam.merged[0].0, "cpu_us_per_request");
+        assert!((fam.merged[0].2 - 1.0).abs() < 1e-9);
+        let cpu_r = ratios
+            .iter()
+            .find(|r| r.metric == "cpu_us_per_request")
+            .unwrap();
+        assert!(!cpu_r.in_family && cpu_r.restates.as_deref() == Some("requests_per_s"));
+        // Unrelated metrics both stay.
+        let other = [0.9, 1.1, 1.0, 1.05, 0.95, 1.02];
+        let (_, fam) = compare(&phases_of(&[
+            ("gbit_per_s", &rps),
+            ("cpu_s_per_gb", &other),
+        ]));
+        assert_eq!(fam.metrics.len(), 2, "{fam:?}");
+    }
+
+    #[test]
+    fn the_run_verdict_is_family_wise() {
+        // Throughput clearly down (hurts); p99 noisy.
+        let down = [0.80, 0.82, 0.79, 0.81, 0.80, 0.78];
+        let noisy = [1.3, 0.7, 1.2, 0.9, 1.1, 0.8];
+        let (ratios, fam) = compare(&phases_of(&[("gbit_per_s", &down), ("p99_ms", &noisy)]));
+        assert_eq!(fam.verdict, RunVerdict::Hurts, "{fam:?}");
+        assert_eq!(fam.claims.len(), 1);
+        assert!(
+            ratios
+                .iter()
+                .find(|r| r.metric == "gbit_per_s")
+                .unwrap()
+                .family_claim
+        );
+        // A metric that passes 5% alone but not Holm's 5%/2 makes no claim: p about 0.03.
+        let weak = [1.03, 1.005, 1.04, 0.995, 1.03, 1.02];
+        let (ratios, fam) = compare(&phases_of(&[("gbit_per_s", &weak), ("p99_ms", &noisy)]));
+        let g = ratios.iter().find(|r| r.metric == "gbit_per_s").unwrap();
+        let p = g.p_value.unwrap();
+        assert!(p < 0.05 && p > 0.025, "p = {p}");
+        assert_eq!(g.verdict, Verdict::Helps);
+        assert_eq!(fam.verdict, RunVerdict::NoDetectableDifference, "{fam:?}");
+        // Opposite claims: mixed.
+        let up = [0.70, 0.72, 0.69, 0.71, 0.70, 0.68];
+        let (_, fam) = compare(&phases_of(&[("gbit_per_s", &down), ("p50_ms", &up)]));
+        assert_eq!(fam.verdict, RunVerdict::Mixed, "{fam:?}");
+        // Too few rounds: none.
+        let (_, fam) = compare(&phases_of(&[("gbit_per_s", &down[..3])]));
+        assert_eq!(fam.verdict, RunVerdict::NoVerdict);
+    }
+
+    #[test]
+    fn each_metric_says_the_smallest_effect_its_rounds_could_see() {
+        let noisy = [1.3, 0.7, 1.2, 0.9, 1.1, 0.8];
+        let (r, _) = compare(&phases_of(&[("gbit_per_s", &noisy)]));
+        let i = placer_core::stats::log_ratio_interval(&noisy).unwrap();
+        let want = ((2.571 + 0.920) * i.sd_log / 6f64.sqrt()).exp();
+        let m = r[0].mde80.unwrap();
+        assert!((m - want).abs() < 2e-3, "{m} vs {want}");
+        // The family's strictest level needs a bigger effect, and with one member it is the same.
+        assert!((r[0].mde80_family.unwrap() - m).abs() < 1e-9);
+        let (r, _) = compare(&phases_of(&[
+            ("gbit_per_s", &noisy),
+            ("p99_ms", &[1.0, 1.1, 0.9, 1.0, 1.05, 0.95]),
+        ]));
+        let g = r.iter().find(|r| r.metric == "gbit_per_s").unwrap();
+        assert!(g.mde80_family.unwrap() > g.mde80.unwrap());
+    }
+
+    fn record(moved: usize, kept: u32, notes: &[&str]) -> DaemonRecord {
+        let mut r = DaemonRecord {
+            moved: (0..moved)
+                .map(|i| Move {
+                    pid: 100 + i as u32,
+                    comm: "placer".into(),
+                    policy: "net-affinity".into(),
+                    cpus: "1".into(),
+                    reason: "communication-intensive".into(),
+                })
+                .collect(),
+            kept,
+            notes: notes.iter().map(|n| n.to_string()).collect(),
+            ..DaemonRecord::default()
+        };
+        r.summary = r.summarize();
+        r
+    }
+
+    #[test]
+    fn a_run_says_what_the_daemon_did_or_that_it_measured_presence_only() {
+        let r = record(3, 2, &[]);
+        assert_eq!(
+            r.summary,
+            "moved 3 processes: 2 kept, 0 undone, 0 inconclusive, 1 not judged within the phase"
+        );
+        let none = record(0, 0, &["[net-affinity] pid 9 (placer): communication-intensive but left alone: lo has no receive CPU"]);
+        assert!(
+            none.summary
+                .starts_with("made no move: [net-affinity] pid 9"),
+            "{}",
+            none.summary
+        );
+        let mut phases = vec![ph(1, false, 1.0), ph(1, true, 1.0)];
+        phases[1].daemon_record = Some(none.clone());
+        let s = daemon_summary(&phases, false);
+        assert!(s.presence_only && s.summary.contains("presence"), "{s:?}");
+        phases[1].daemon_record = Some(r);
+        let s = daemon_summary(&phases, false);
+        assert!(!s.presence_only && s.moved == 3 && s.kept == 2, "{s:?}");
+        // A/A: nothing ran, nothing to say about presence.
+        assert!(!daemon_summary(&[ph(1, false, 1.0)], true).presence_only);
+    }
+
+    #[test]
+    fn the_daemon_record_is_read_from_its_state_dir_and_log() {
+        let dir = tempdir("record-test", 0o700).unwrap();
+        let state = dir.0.join("state");
+        std::fs::create_dir(&state).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let mut d = placer_agent::state::Decisions::default();
+        let pinned = placer_agent::state::ProcDecision {
+            pid: 41,
+            comm: "rx".into(),
+            held_by: Some(placer_core::policies::PolicyKind::NetAffinity),
+            held_cpus: Some(placer_core::CpuSet::single(1)),
+            ..Default::default()
+        };
+        let left = placer_agent::state::ProcDecision {
+            pid: 42,
+            comm: "tx".into(),
+            notes: vec![(
+                placer_core::policies::PolicyKind::NetAffinity,
+                "not communication-intensive".into(),
+            )],
+            ..Default::default()
+        };
+        d.procs.insert(41, pinned);
+        d.procs.insert(42, left);
+        std::fs::write(decisions_copy(&state), serde_json::to_string(&d).unwrap()).unwrap();
+        std::fs::write(state.with_extension("log"), "line 1\nline 2\n").unwrap();
+        let r = DaemonRecord::read(&state);
+        assert_eq!(r.moved.len(), 1, "{r:?}");
+        assert_eq!((r.moved[0].pid, r.moved[0].cpus.as_str()), (41, "1"));
+        assert_eq!(
+            r.notes,
+            vec!["[net-affinity] pid 42 (tx): not communication-intensive"]
+        );
+        assert_eq!(r.log, vec!["line 1", "line 2"]);
+        assert!(r.summary.starts_with("moved 1 process:"), "{}", r.summary);
+        // Kept with the run's report under --out.
+        let out = dir.0.join("out");
+        keep_daemon_files(&state, &out).unwrap();
+        assert!(out.join("decisions.json").is_file() && out.join("daemon.log").is_file());
+    }
+    #[test]
+    fn a_campaign_counts_runs_with_a_family_wise_claim() {
+        let mut row = CampaignPreset::new("redis");
+        let run = |verdict: &str, claims: &[&str], seed: u64| serde_json::json!({"seed": seed, "family": {"verdict": verdict, "claims": claims}});
+        row.add(&run("no_detectable_difference", &[], 1));
+        row.add(&run("hurts", &["p99_ms hurts (1.100x, p = 0.0010)"], 2));
+        row.add(&run("no_verdict", &[], 3));
+        assert_eq!((row.runs, row.runs_with_claim), (3, 1));
+        assert_eq!(
+            row.claim_rate_ci95,
+            placer_core::stats::clopper_pearson_95(1, 3)
+        );
+        assert_eq!(row.claims[1].1.len(), 1);
     }
 }

@@ -190,9 +190,9 @@ fn run_probe(args: &Args, models: Vec<(String, NoiseModel)>) -> Result<()> {
                     "noise": noise,
                     "rows": rows.iter().map(|r| serde_json::json!({
                         "calibration": r,
-                        "acted_ci95": placer_core::stats::clopper_pearson_95(r.acted(), r.trials),
-                        "undone_ci95": placer_core::stats::clopper_pearson_95(r.undone, r.trials),
-                        "kept_ci95": placer_core::stats::clopper_pearson_95(r.kept, r.trials),
+                        "acted_ci95": super::bench_verdicts_real::ci95(r.acted(), r.trials),
+                        "undone_ci95": super::bench_verdicts_real::ci95(r.undone, r.trials),
+                        "kept_ci95": super::bench_verdicts_real::ci95(r.kept, r.trials),
                     })).collect::<Vec<_>>(),
                 })
             })
@@ -228,7 +228,7 @@ fn run_probe(args: &Args, models: Vec<(String, NoiseModel)>) -> Result<()> {
             noise.rho
         );
         for r in rows {
-            let (lo, hi) = placer_core::stats::clopper_pearson_95(r.acted(), r.trials);
+            let (lo, hi) = super::bench_verdicts_real::ci95(r.acted(), r.trials);
             outln!(
                 "  {:<12} x{} effect {:+4.0}%{:<8}: kept {:5.1} undone {:5.1} inconclusive {:5.1} acted {:5.1} ({:.1}..{:.1}) in {:>4.0} intervals | before/after kept {:5.1} undone {:5.1}",
                 r.staged.policy.to_string(),

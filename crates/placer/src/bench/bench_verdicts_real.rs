@@ -384,9 +384,9 @@ pub fn run_real(
             kept,
             undone,
             inconclusive,
-            acted_ci95: placer_core::stats::clopper_pearson_95(kept + undone, n),
-            undone_ci95: placer_core::stats::clopper_pearson_95(undone, n),
-            kept_ci95: placer_core::stats::clopper_pearson_95(kept, n),
+            acted_ci95: ci95(kept + undone, n),
+            undone_ci95: ci95(undone, n),
+            kept_ci95: ci95(kept, n),
             median_s_to_verdict: placer_core::stats::median(&times).unwrap_or(f64::NAN),
             median_measured_ratio: placer_core::stats::median(&ratios).unwrap_or(f64::NAN),
         });
@@ -404,6 +404,11 @@ pub fn run_real(
         classes,
         cut_short,
     })
+}
+
+/// The Clopper-Pearson 95% interval of `k` of `n` (counts as this module keeps them).
+pub(crate) fn ci95(k: usize, n: usize) -> (f64, f64) {
+    placer_core::stats::clopper_pearson_95(k as u64, n as u64)
 }
 
 /// A private state dir for the run's journal, removed on drop.

@@ -1981,6 +1981,18 @@ pub fn run(args: Args) -> Result<()> {
             break;
         }
     }
+    // Nothing measured at all: every try of the first phases failed (a workload that cannot
+    // run here, a process to observe that is not there): that is the run's error, not a
+    // report of nothing.
+    if phases.is_empty() {
+        if let Some(f) = failures.last() {
+            bail!(
+                "no phase could be measured ({} tries failed); the last: {}",
+                failures.len(),
+                f.error
+            );
+        }
+    }
     let (ratios, family) = compare(&phases);
     let report = Report {
         workload: match &args.observe {

@@ -98,16 +98,13 @@ fn print_cycle(r: &CycleReport, dry_run: bool, json: bool) {
         return;
     }
     // One line names the cycle; its actions and notes follow, indented.
-    let count = |n: usize, what: &str| match n {
-        0 => format!("no {what}s"),
-        1 => format!("1 {what}"),
-        n => format!("{n} {what}s"),
-    };
+    let count = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+    let (actions, notes) = (r.reports.len(), r.plan.notes.len());
     outln!(
         "cycle {}: {}, {}",
         r.cycle,
-        count(r.reports.len(), "action"),
-        count(r.plan.notes.len(), "note")
+        count(actions, "action"),
+        count(notes, "note")
     );
     for a in &r.reports {
         outln!(

@@ -141,8 +141,9 @@ struct Trial {
     schedule: Vec<Arm>,
     /// The schedule slot the interval now ending belongs to.
     pos: usize,
-    /// The arm in effect, as far as the applied switches say.
-    applied: Arm,
+    /// The arm in effect, as far as the applied switches say; None when a switch went
+    /// through for some members and not others (mixed, until the next switch sets all).
+    applied: Option<Arm>,
     /// A switch is planned this cycle: the next interval is under `applied` only if it
     /// is done ([`Verifier::applied`]).
     switching_to: Option<Arm>,
@@ -193,7 +194,10 @@ impl Verifier {
     /// its own, not the policy's (V8). Asked before [`Verifier::observe`].
     pub fn in_off_arm(&self, policy: PolicyKind, proc: ProcKey) -> bool {
         self.trials.iter().any(|t| {
-            t.policy == policy && t.applied == Arm::Off && t.members.iter().any(|m| m.proc == proc)
+            // A mixed trial may have this member off: no lease check for it either.
+            t.policy == policy
+                && t.applied != Some(Arm::On)
+                && t.members.iter().any(|m| m.proc == proc)
         })
     }
 
@@ -269,7 +273,7 @@ impl Verifier {
                 settle_left: s.settle_intervals,
                 schedule: schedule(seed, s.probe_pairs as usize),
                 pos: 0,
-                applied: Arm::On,
+                applied: Some(Arm::On),
                 switching_to: None,
                 spoiled: vec![false; s.probe_pairs as usize],
                 looks_done: 0,
@@ -283,18 +287,13 @@ impl Verifier {
     pub fn applied(&mut self, done: impl Fn(PolicyKind, ProcKey) -> bool) {
         for t in &mut self.trials {
             if let Some(arm) = t.switching_to.take() {
-                if t.members.iter().all(|m| done(t.policy, m.proc)) {
-                    t.applied = arm;
-                } else {
-                    // Some members switched, some did not: the arm is mixed.
-                    t.applied = match arm {
-                        Arm::On => Arm::Off,
-                        Arm::Off => Arm::On,
-                    };
-                    t.switching_to = None;
-                    if let Some(p) = t.spoiled.get_mut(t.pos / 2) {
-                        *p = true;
-                    }
+                let switched = t.members.iter().filter(|m| done(t.policy, m.proc)).count();
+                // All: in the arm; none: where it was; some: mixed, so the next interval
+                // spoils its pair (V4) and the next planned arm is switched for every member.
+                if switched == t.members.len() {
+                    t.applied = Some(arm);
+                } else if switched > 0 {
+                    t.applied = None;
                 }
             }
         }
@@ -325,13 +324,13 @@ impl Verifier {
             } else {
                 let want = t.schedule[t.pos];
                 let pair = t.pos / 2;
-                if t.applied != want {
+                if t.applied != Some(want) {
                     t.spoiled[pair] = true;
                 }
                 let mut lease_broken = false;
                 for m in &mut t.members {
                     let Some(sn) = seen(m.proc) else { continue };
-                    if t.applied == Arm::Off && sn.affinity != &m.own {
+                    if t.applied == Some(Arm::Off) && sn.affinity != &m.own {
                         lease_broken = true;
                     }
                     let slot = match want {
@@ -377,7 +376,7 @@ impl Verifier {
                                 e.1 = cycle + wait;
                                 backoff_intervals = Some(wait);
                                 out.undo.push((t.policy, m.proc));
-                            } else if t.applied == Arm::Off {
+                            } else if t.applied != Some(Arm::On) {
                                 // V3: kept or inconclusive ends on.
                                 out.switches.push(Switch {
                                     policy: t.policy,
@@ -403,7 +402,7 @@ impl Verifier {
             }
             // The arm of the next interval.
             let next = t.schedule[t.pos];
-            if next != t.applied {
+            if Some(next) != t.applied {
                 t.switching_to = Some(next);
                 out.switches.extend(t.members.iter().map(|m| Switch {
                     policy: t.policy,
@@ -1151,6 +1150,48 @@ mod tests {
             }
         }
         panic!("no verdict at the last look");
+    }
+
+    #[test]
+    fn v4_v8_a_switch_done_for_some_members_only_leaves_the_arm_mixed_until_all_switch() {
+        let mut v = Verifier::new();
+        start(&mut v, TOGETHER, &[70, 71]);
+        let s = settings();
+        let aff = CpuSet::parse_list("1").unwrap();
+        let pt = Point {
+            cpu_share: 0.5,
+            bytes_per_s: 0.0,
+            instructions_per_s: None,
+        };
+        let seen = |_| {
+            Some(Seen {
+                point: pt,
+                affinity: &aff,
+            })
+        };
+        // Through settling to the first switch to the off arm.
+        let mut i = 0;
+        let first = loop {
+            i += 1;
+            let step = v.observe(seen, i, &|_| s, 10);
+            if let Some(sw) = step.switches.first() {
+                break sw.arm;
+            }
+            v.applied(|_, _| true);
+        };
+        assert!(i < 10, "probing starts");
+        // From the pin's on arm, the first switch is to the off arm.
+        assert_eq!(first, Arm::Off);
+        // Only pid 70 switched: mixed, so neither member is lease-checked.
+        v.applied(|_, k| k == key(70));
+        assert!(v.in_off_arm(TOGETHER, key(70)) && v.in_off_arm(TOGETHER, key(71)));
+        // The next interval cannot count for either arm, and the next step switches every
+        // member to its planned arm, whatever it is.
+        let step = v.observe(seen, i + 1, &|_| s, 10);
+        assert!(v.trials[0].spoiled[0], "the mixed interval spoils its pair");
+        assert_eq!(step.switches.len(), 2, "{:?}", step.switches);
+        v.applied(|_, _| true);
+        assert!(v.trials[0].applied.is_some());
     }
 
     #[test]

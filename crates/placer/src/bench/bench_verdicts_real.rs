@@ -249,18 +249,16 @@ pub fn run_real(
                 bail!("the worker {} is not in the sample", worker.pid());
             };
             let comm = "placer".to_string();
-            let pin = Plan {
-                actions: vec![placer_core::plan::PlannedAction {
-                    action: Action::PinProcess {
-                        proc: k,
-                        comm: comm.clone(),
-                        cpus: pinned.clone(),
-                    },
-                    policy,
-                    reason: "staged move".into(),
-                }],
-                notes: Vec::new(),
-            };
+            let mut pin = Plan::default();
+            pin.push(
+                policy,
+                Action::PinProcess {
+                    proc: k,
+                    comm: comm.clone(),
+                    cpus: pinned.clone(),
+                },
+                "staged move",
+            );
             let r = host.apply(&pin, false);
             // The placebo's pin to the mask it has is "already on": its arms are too.
             let placebo = class == Class::PlaceboMask;
@@ -300,32 +298,22 @@ pub fn run_real(
                     &|_| settings,
                     1,
                 );
-                let actions = step
-                    .switches
-                    .iter()
-                    .map(|s| placer_core::plan::PlannedAction {
-                        action: match s.arm {
-                            Arm::On => Action::PinProcess {
-                                proc: s.proc,
-                                comm: comm.clone(),
-                                cpus: s.cpus.clone(),
-                            },
-                            Arm::Off => Action::RestoreProcess {
-                                proc: s.proc,
-                                comm: comm.clone(),
-                            },
+                let mut probes = Plan::default();
+                for s in &step.switches {
+                    let action = match s.arm {
+                        Arm::On => Action::PinProcess {
+                            proc: s.proc,
+                            comm: comm.clone(),
+                            cpus: s.cpus.clone(),
                         },
-                        policy,
-                        reason: "probe".into(),
-                    })
-                    .collect();
-                let reports = host.apply(
-                    &Plan {
-                        actions,
-                        notes: Vec::new(),
-                    },
-                    false,
-                );
+                        Arm::Off => Action::RestoreProcess {
+                            proc: s.proc,
+                            comm: comm.clone(),
+                        },
+                    };
+                    probes.push(policy, action, "probe");
+                }
+                let reports = host.apply(&probes, false);
                 verifier.applied(|_, key| {
                     reports.iter().any(|r| {
                         r.planned.action.proc() == Some(key)
@@ -344,20 +332,16 @@ pub fn run_real(
                 }
             };
             // Back to its own CPU for the next move, whatever the verdict.
-            host.apply(
-                &Plan {
-                    actions: vec![placer_core::plan::PlannedAction {
-                        action: Action::RestoreProcess {
-                            proc: k,
-                            comm: comm.clone(),
-                        },
-                        policy,
-                        reason: "staged move ends".into(),
-                    }],
-                    notes: Vec::new(),
+            let mut back = Plan::default();
+            back.push(
+                policy,
+                Action::RestoreProcess {
+                    proc: k,
+                    comm: comm.clone(),
                 },
-                false,
+                "staged move ends",
             );
+            host.apply(&back, false);
             let Some(v) = verdict else {
                 if cut_short {
                     break;

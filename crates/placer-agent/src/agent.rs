@@ -653,6 +653,9 @@ fn log_cycle(r: &CycleReport, last_error: &mut Option<String>) {
     for (p, why) in &r.disabled {
         warn!("policy {p} disabled: {why}");
     }
+    for (p, what) in &r.lacking {
+        info!("policy {p} runs without: {what}");
+    }
     match r.coexistence.as_deref() {
         Some([]) => info!("no other agent manages IRQ affinity or cpufreq any more"),
         Some(lines) => lines

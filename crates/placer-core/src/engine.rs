@@ -135,6 +135,9 @@ pub struct CycleReport {
     /// Policies that do not run, with the reason (filled on the first step only, so the
     /// caller says it once).
     pub disabled: Vec<(PolicyKind, String)>,
+    /// What each running policy cannot act on here (first step only, like `disabled`).
+    #[serde(default)]
+    pub lacking: Vec<(PolicyKind, String)>,
     /// Sources the host lacks, with the reason (first step only).
     pub missing_sources: Vec<(crate::sample::SourceKind, String)>,
     /// The observation the policies planned on (None while warming up or on error).
@@ -673,8 +676,14 @@ impl Engine {
         let sources = self.sources.clone().unwrap_or_default();
         for slot in self.slots.iter_mut() {
             slot.disabled = slot.policy.disabled_reason(topo, &sources);
-            if let Some(why) = &slot.disabled {
-                report.disabled.push((slot.policy.kind(), why.clone()));
+            match &slot.disabled {
+                Some(why) => report.disabled.push((slot.policy.kind(), why.clone())),
+                None => report.lacking.extend(
+                    slot.policy
+                        .lacks(topo, &sources)
+                        .into_iter()
+                        .map(|l| (slot.policy.kind(), l)),
+                ),
             }
         }
     }
@@ -929,6 +938,9 @@ mod tests {
         }
         fn disabled_reason(&self, _t: &Topology, _s: &SourceStatus) -> Option<String> {
             self.disabled.clone()
+        }
+        fn lacks(&self, _t: &Topology, _s: &SourceStatus) -> Vec<String> {
+            vec![format!("nothing but cpu {}", self.cpu)]
         }
         fn plan(&self, _topo: &Topology, obs: &Observation, state: &mut PolicyState) -> Plan {
             self.seen_taken
@@ -1190,6 +1202,26 @@ mod tests {
         assert!(r1.disabled.is_empty());
         assert!(r1.reports.is_empty());
         assert!(seen.lock().expect("lock").is_empty());
+    }
+
+    /// E1's companion: what a running policy lacks is said on the first step only, and a
+    /// disabled policy says why it is off, not what it lacks.
+    #[test]
+    fn e1_lacks_of_running_policies_reported_once() {
+        let (on, _) = pin_all(A, 2);
+        let off = boxed(PinAll {
+            kind: OFF,
+            cpu: 1,
+            disabled: Some("no counters".into()),
+            seen_taken: Arc::new(Mutex::new(Vec::new())),
+        });
+        let mut e = Engine::new(vec![on, off], Config::default(), 1);
+        let mut h = FakeHost::new(vec![proc_sample(10, "x")]);
+        let r0 = e.step(&mut h, false);
+        assert_eq!(r0.lacking, vec![(A, "nothing but cpu 2".into())]);
+        assert_eq!(r0.disabled, vec![(OFF, "no counters".into())]);
+        let r1 = e.step(&mut h, false);
+        assert!(r1.lacking.is_empty() && r1.disabled.is_empty());
     }
 
     #[test]

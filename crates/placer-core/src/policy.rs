@@ -35,6 +35,13 @@ pub trait Policy: Send {
         None
     }
 
+    /// What this policy runs without on this topology/host (e.g. "lo: no receive CPU"):
+    /// it runs, but these cases it cannot act on. Checked once at start, beside
+    /// [`Policy::disabled_reason`], so the daemon says once what it will not do and why.
+    fn lacks(&self, _topo: &Topology, _sources: &crate::sample::SourceStatus) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Decide. Pure: same inputs and state, same plan.
     fn plan(
         &self,
@@ -93,6 +100,7 @@ pub trait AnyPolicy: Send {
         topo: &Topology,
         sources: &crate::sample::SourceStatus,
     ) -> Option<String>;
+    fn lacks(&self, topo: &Topology, sources: &crate::sample::SourceStatus) -> Vec<String>;
     /// Plans with the policy's own state.
     fn plan(&mut self, topo: &Topology, obs: &Observation) -> Plan;
     fn shared(&self) -> &Shared;
@@ -122,6 +130,9 @@ impl<P: Policy + 'static> AnyPolicy for WithState<P> {
         sources: &crate::sample::SourceStatus,
     ) -> Option<String> {
         self.policy.disabled_reason(topo, sources)
+    }
+    fn lacks(&self, topo: &Topology, sources: &crate::sample::SourceStatus) -> Vec<String> {
+        self.policy.lacks(topo, sources)
     }
     fn plan(&mut self, topo: &Topology, obs: &Observation) -> Plan {
         self.policy.plan(topo, obs, &mut self.state)

@@ -518,7 +518,9 @@ mod tests {
     }
 
     /// Issue 17: restoring many entries is linear (batched journal writes): 6,000 entries
-    /// of processes that exited settle in well under 2 s, and the journal ends empty.
+    /// of processes that exited settle in well under 2 s of this thread's CPU time, and the
+    /// journal ends empty. CPU time, not wall time: a busy host (scripts/noise.sh) stretches
+    /// the wall clock, while one journal rewrite per entry would cost tens of CPU seconds.
     #[test]
     fn six_thousand_entries_restore_quickly() {
         let (d, _root) = tmpdir("many");
@@ -541,16 +543,16 @@ mod tests {
         let mut j = Journal::open(&d).expect("reopen");
         assert_eq!(j.entries().len(), 6000);
         let mut handlers = crate::actuator::Handlers::builtin();
-        let t0 = std::time::Instant::now();
+        let cpu0_ns = crate::sys::thread_cpu_ns();
         let res = crate::actuator::restore_all(Path::new("/"), &mut j, &mut handlers);
-        let took = t0.elapsed();
+        let took = std::time::Duration::from_nanos(crate::sys::thread_cpu_ns() - cpu0_ns);
         assert_eq!(res.len(), 6000);
         assert!(res.iter().all(|(_, r)| r.settled()), "{:?}", res.first());
         assert!(j.is_empty());
         assert!(Journal::load(&d).expect("load").is_empty());
         assert!(
             took < std::time::Duration::from_secs(2),
-            "restore took {took:?}"
+            "restore took {took:?} of CPU"
         );
         let _ = std::fs::remove_dir_all(&d);
     }

@@ -1429,6 +1429,19 @@ mod tests {
                 (102, Some(4 * tick_ns), Some(1))
             ]
         );
+        // It runs less than a tick: its stat is as it was (the idle shortcut's key), yet
+        // the collector's time is not dropped (on a busy host a thread can get under a
+        // tick per sample for many samples in a row: 38 ms were lost so in 15 s).
+        script.push(ran(&[(102, 2_000_000, 0)]));
+        let s3b = s.sample(req).unwrap();
+        assert_eq!(s.last_stats.threads_from_collector, 2);
+        assert_eq!(
+            ns(&s3b),
+            vec![
+                (100, Some(8 * tick_ns + 31_000_000), Some(1)),
+                (102, Some(4 * tick_ns + 2_000_000), Some(0))
+            ]
+        );
         // Without the collector (its map filled): ticks only, no collector time.
         put(&t, "100/stat", &two(100, 40));
         script.push(Activity {
@@ -1645,49 +1658,49 @@ Cpus_allowed_list:	1
         // and go: the process's fd count moves by hundreds with no socket among them, and
         // its own fd list (hundreds of fstat calls, then the whole mapping again) need not
         // be read. Other tests of this binary open sockets meanwhile: some attempts may
-        // read it for them, not all.
-        let Some(mut s) = sock_diag_sampler(true) else {
-            return;
-        };
-        let req = SampleRequest {
-            sockets: true,
-            ..Default::default()
-        };
-        s.sample(req).unwrap();
-        s.sample(req).unwrap();
-        let fds = || std::fs::read_dir("/proc/self/fd").unwrap().count();
-        let (mut spared, mut moved_most) = (0, 0);
-        for _ in 0..5 {
-            let before = fds();
-            // Another sampler's first sample on the /proc path keeps files open.
-            let mut other = Sampler::new(Path::new("/"));
-            other.set_kernel_events(false);
-            other.set_sock_diag(false);
-            other.sample(SampleRequest::default()).unwrap();
-            let moved = fds().abs_diff(before);
-            moved_most = moved_most.max(moved);
-            // Some CPU ticks run before each sample: the collector sees this process run,
-            // and its fd count is looked at (rule 4).
-            let ran = |s: &mut Sampler| {
-                let spin = std::time::Instant::now();
-                while spin.elapsed() < std::time::Duration::from_millis(25) {
-                    std::hint::black_box(0u64);
-                }
-                s.sample(req).unwrap();
+        // read it for them, not all. In a network namespace of its own: the host's own TCP
+        // traffic (scripts/noise.sh) would have the dump and the mapping done every time.
+        on_a_quiet_network(true, |mut s| {
+            let req = SampleRequest {
+                sockets: true,
+                ..Default::default()
             };
-            ran(&mut s);
-            spared += usize::from(moved > 20 && !s.last_stats.own_fds_scanned);
-            drop(other);
-            ran(&mut s);
-        }
-        assert!(
-            moved_most > 20,
-            "the other sampler kept {moved_most} files open"
-        );
-        assert!(
-            spared > 0,
-            "this process's fd list was read again at every attempt"
-        );
+            s.sample(req).unwrap();
+            s.sample(req).unwrap();
+            let fds = || std::fs::read_dir("/proc/self/fd").unwrap().count();
+            let (mut spared, mut moved_most) = (0, 0);
+            for _ in 0..5 {
+                let before = fds();
+                // Another sampler's first sample on the /proc path keeps files open.
+                let mut other = Sampler::new(Path::new("/"));
+                other.set_kernel_events(false);
+                other.set_sock_diag(false);
+                other.sample(SampleRequest::default()).unwrap();
+                let moved = fds().abs_diff(before);
+                moved_most = moved_most.max(moved);
+                // Some CPU ticks run before each sample: the collector sees this process run,
+                // and its fd count is looked at (rule 4).
+                let ran = |s: &mut Sampler| {
+                    let spin = std::time::Instant::now();
+                    while spin.elapsed() < std::time::Duration::from_millis(25) {
+                        std::hint::black_box(0u64);
+                    }
+                    s.sample(req).unwrap();
+                };
+                ran(&mut s);
+                spared += usize::from(moved > 20 && !s.last_stats.own_fds_scanned);
+                drop(other);
+                ran(&mut s);
+            }
+            assert!(
+                moved_most > 20,
+                "the other sampler kept {moved_most} files open"
+            );
+            assert!(
+                spared > 0,
+                "this process's fd list was read again at every attempt"
+            );
+        });
     }
 
     /// A sampler of this machine, with the kernel's event sources or without them (then
@@ -2334,6 +2347,7 @@ Cpus_allowed_list:	1
         // (the event path takes their times from the collector, the scan from their stat).
         let spin = spinner();
         let spin_pid = spin.0.id();
+        let spin_start = crate::pid::start_time_ticks(Path::new("/"), spin_pid).unwrap();
         let threads = SpinThreads::start(2);
         std::thread::sleep(std::time::Duration::from_millis(200));
         let (e0, s0) = (ev.sample(req).unwrap(), scan.sample(req).unwrap());
@@ -2346,19 +2360,25 @@ Cpus_allowed_list:	1
             placer_core::Observation::new(&e1, &e2),
             placer_core::Observation::new(&s1, &s2),
         );
+        let tids = threads.stop();
+        // The two paths read one after the other, so their windows differ at each end by
+        // the time between their reads; on a busy host (scripts/noise.sh) that is tens of
+        // ms. So compare CPU seconds over each path's own window, allowing what a task at
+        // `max_cpus` could run in those gaps, the /proc path's resolution (a tick at each
+        // end) and 5%. The floors only say the spinners ran (three of them share the CPUs
+        // with the rest of the test suite and a busy host's hogs: 4% of a CPU was seen).
+        let gaps_s =
+            (s1.time_ns.abs_diff(e1.time_ns) + s2.time_ns.abs_diff(e2.time_ns)) as f64 / 1e9;
+        let ticks_s = 2.0 / f64::from(s2.clk_tck);
+        let agree = |a_share: f64, b_share: f64, max_cpus: f64| {
+            let (a, b) = (a_share * oe.interval_s, b_share * os.interval_s);
+            a_share > 0.01 && (a - b).abs() <= 0.05 * b + ticks_s + max_cpus * gaps_s
+        };
         let share = |o: &placer_core::Observation, pid: u32| {
             o.procs.iter().find(|p| p.pid == pid).map(|p| p.cpu_share)
         };
-        let tids = threads.stop();
-        // Within 5%, plus the /proc path's resolution: one tick over the interval. The
-        // floors only say the spinners ran (three of them share the CPUs with the rest of
-        // the test suite, and on a busy host with its CPU hogs: 4% of a CPU was seen).
-        let tick = 1.0 / (f64::from(s2.clk_tck) * (s2.time_ns - s1.time_ns) as f64 / 1e9);
         let (a, b) = (share(&oe, spin_pid).unwrap(), share(&os, spin_pid).unwrap());
-        assert!(
-            a > 0.01 && (a - b).abs() <= 0.05 * b + tick,
-            "spinner {a} vs {b}"
-        );
+        assert!(agree(a, b, 1.0), "spinner {a} vs {b} (gaps {gaps_s} s)");
         let thread_share = |o: &placer_core::Observation, tid: u32| {
             o.proc(std::process::id())
                 .and_then(|p| p.threads.iter().find(|t| t.tid == tid))
@@ -2367,8 +2387,8 @@ Cpus_allowed_list:	1
         for tid in tids {
             let (a, b) = (thread_share(&oe, tid), thread_share(&os, tid));
             assert!(
-                a > 0.01 && (a - b).abs() <= 0.05 * b + tick,
-                "thread {tid}: {a} vs {b}"
+                agree(a, b, 1.0),
+                "thread {tid}: {a} vs {b} (gaps {gaps_s} s)"
             );
         }
         assert!(
@@ -2378,16 +2398,35 @@ Cpus_allowed_list:	1
         );
         let total = |o: &placer_core::Observation| o.procs.iter().map(|p| p.cpu_share).sum::<f64>();
         let (ta, tb) = (total(&oe), total(&os));
-        assert!((ta - tb).abs() <= 0.05 * tb, "all processes {ta} vs {tb}");
-        // The same processes, but for those born or gone between the two samplers' reads.
-        let pids = |x: &Sample| x.procs.iter().map(|p| p.pid).collect::<PidSet>();
-        let (pa, pb) = (pids(&e2), pids(&s2));
-        let differ = pa.symmetric_difference(&pb).count();
+        let cpus = s2.cpus.len().max(1) as f64;
         assert!(
-            differ <= 3 + pa.len() / 50,
-            "{differ} of {} differ",
-            pa.len()
+            agree(ta, tb, cpus),
+            "all processes {ta} vs {tb} (gaps {gaps_s} s)"
         );
+        // The same processes, but for those born or gone between the two paths' reads: one
+        // only the event path saw has exited since; one only the scan saw is younger than
+        // the spinner (a fork loop beside the test makes many of both).
+        let keys = |x: &Sample| {
+            x.procs
+                .iter()
+                .map(|p| (p.pid, p.start_time_ticks))
+                .collect::<std::collections::BTreeSet<_>>()
+        };
+        let (ka, kb) = (keys(&e2), keys(&s2));
+        for &(pid, start) in ka.difference(&kb) {
+            assert_ne!(
+                crate::pid::start_time_ticks(Path::new("/"), pid),
+                Some(start),
+                "pid {pid}: seen by the event path only, and still alive"
+            );
+        }
+        for &(pid, start) in kb.difference(&ka) {
+            assert!(
+                start >= spin_start,
+                "pid {pid} (started at tick {start}, before the test's spinner at \
+                 {spin_start}): seen by the scan only"
+            );
+        }
         drop(spin);
     }
 
@@ -2571,10 +2610,15 @@ Cpus_allowed_list:	1
             {
                 via_rule_6 += 1;
             }
-            if stopped {
+            // A sample whose drain was lost (the map filled: a fork flood beside the test)
+            // gives no collector figures, honestly; the next one starts them again from
+            // the threads' files.
+            let figures =
+                child_of(&x).is_some_and(|p| p.threads.iter().all(|t| t.cpu_ns.is_some()));
+            if stopped && figures {
                 break x;
             }
-            stopped = line("DONE", Duration::from_millis(100)).is_some();
+            stopped = stopped || line("DONE", Duration::from_millis(100)).is_some();
         };
         assert!(via_rule_6 > 0, "rule 6 never gave the child's threads");
         let now = child_of(&last).expect("the child in the last sample");

@@ -718,3 +718,35 @@ fn list_machines_speaks_json_when_asked() {
         list.len()
     );
 }
+
+/// Issue 47 item 5: a first run says once, at its first cycle, what each policy runs
+/// without on this machine: with the built-in config, net-affinity names the interfaces it
+/// cannot act on (loopback has no receive CPU without RPS), or says why it is off.
+#[test]
+fn a_first_run_says_what_each_policy_runs_without() {
+    let o = placer()
+        .args(["daemon", "--once", "--dry-run"])
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let about = |needle: &str| err.lines().filter(|l| l.contains(needle)).count();
+    let lacks = err
+        .lines()
+        .find(|l| l.contains("policy net-affinity runs without: "));
+    match lacks {
+        Some(l) => {
+            let named = l
+                .split("runs without: ")
+                .nth(1)
+                .and_then(|rest| rest.split(": no known receive CPU").next())
+                .unwrap_or("");
+            assert!(
+                named.split(", ").any(|n| n == "lo") && l.contains(": no known receive CPU"),
+                "{err}"
+            );
+        }
+        None => assert_eq!(about("policy net-affinity disabled: "), 1, "{err}"),
+    }
+    assert!(about("runs without: ") <= 1, "said more than once:\n{err}");
+}

@@ -792,6 +792,23 @@ impl Policy for NetAffinity {
         None
     }
 
+    fn lacks(&self, topo: &Topology, _sources: &crate::sample::SourceStatus) -> Vec<String> {
+        let blind: Vec<&str> = topo
+            .nics
+            .iter()
+            .filter(|n| n.rx_cpus.is_empty())
+            .map(|n| n.name.as_str())
+            .collect();
+        if blind.is_empty() {
+            return Vec::new();
+        }
+        vec![format!(
+            "{}: no known receive CPU (no IRQ affinity, RPS off): a process whose traffic \
+             flows there is left where it is (set RPS on the interface, or use a NIC)",
+            blind.join(", ")
+        )]
+    }
+
     fn plan(&self, topo: &Topology, obs: &Observation, state: &mut PolicyState<NetState>) -> Plan {
         let mut st = std::mem::take(&mut state.private);
         let plan = self.plan_with(topo, obs, state, &mut st);
@@ -1948,6 +1965,28 @@ mod tests {
             .disabled_reason(&bare, &Default::default())
             .expect("disabled")
             .contains("no NIC"));
+    }
+
+    #[test]
+    fn lacks_names_the_interfaces_without_a_receive_cpu() {
+        let t = xeon();
+        let p = policy(Default::default());
+        let sources = crate::sample::SourceStatus::default();
+        assert!(t.nics.iter().all(|n| !n.rx_cpus.is_empty()));
+        assert!(p.lacks(&t, &sources).is_empty());
+        let mut with_lo = t.clone();
+        let mut lo = t.nics[0].clone();
+        lo.name = "lo".into();
+        lo.rx_cpus = CpuSet::default();
+        lo.queues.clear();
+        with_lo.nics.push(lo);
+        let lacks = p.lacks(&with_lo, &sources);
+        assert_eq!(lacks.len(), 1, "{lacks:?}");
+        assert!(
+            lacks[0].starts_with("lo: no known receive CPU"),
+            "{lacks:?}"
+        );
+        assert!(!lacks[0].contains(&t.nics[0].name), "{lacks:?}");
     }
 
     #[test]

@@ -189,6 +189,21 @@ impl Policy for SmtEnergy {
         KIND
     }
 
+    fn lacks(&self, topo: &Topology, _sources: &crate::sample::SourceStatus) -> Vec<String> {
+        let mut v = Vec::new();
+        if self.cfg.apps.is_empty() {
+            v.push("smt_energy.apps is empty: no process is matched, nothing is placed".into());
+        }
+        if topo.cores().iter().all(|c| c.len() < 2) {
+            v.push(
+                "no SMT (one CPU per core): the efficiency and speedup orders coincide; only \
+                 the number of cores given is chosen"
+                    .into(),
+            );
+        }
+        v
+    }
+
     fn plan(&self, topo: &Topology, obs: &Observation, state: &mut PolicyState<Private>) -> Plan {
         let mut plan = Plan::default();
         let cfg = &self.cfg;
@@ -370,6 +385,26 @@ mod tests {
             num_threads: threads,
             ..ProcObs::bare(pid, u64::from(pid) * 10, comm, CpuSet::first_n(16))
         }
+    }
+
+    #[test]
+    fn lacks_says_no_smt_and_no_apps() {
+        let sources = crate::sample::SourceStatus::default();
+        let p = SmtEnergy::new(cfg_for("x"));
+        assert!(p
+            .lacks(&machine("dell-c6100").unwrap(), &sources)
+            .is_empty());
+        let flat = machine("pkg:1 core:4 pu:1").unwrap();
+        let lacks = p.lacks(&flat, &sources);
+        assert!(
+            lacks.len() == 1 && lacks[0].starts_with("no SMT"),
+            "{lacks:?}"
+        );
+        let lacks = SmtEnergy::new(SmtEnergyConfig::default()).lacks(&flat, &sources);
+        assert!(
+            lacks.len() == 2 && lacks[0].contains("apps is empty"),
+            "{lacks:?}"
+        );
     }
 
     fn cfg_for(comm: &str) -> SmtEnergyConfig {

@@ -321,8 +321,19 @@ impl ProcReader {
             num_threads: st.num_threads,
         };
         if let Some(c) = self.cache.get_mut(&pid) {
-            let idle = plan::unchanged(c.key(), key, req.threads, c.threads_read);
+            // Ran for less than a tick: its stat is unchanged, but the collector's time for
+            // its threads is not (kept only when rule 6 can place every increment).
+            let ran_threads = ran.filter(|r| req.threads && !r.is_empty());
+            let idle = plan::unchanged(c.key(), key, req.threads, c.threads_read)
+                && ran_threads.is_none_or(|r| {
+                    plan::threads_from_collector(&c.sample.threads, st.num_threads, r)
+                });
             if idle && !due {
+                if let Some(r) = ran_threads {
+                    let p = Arc::make_mut(&mut c.sample);
+                    p.threads = advanced_by(&p.threads, r).into();
+                    stats.threads_from_collector += p.threads.len();
+                }
                 c.schedstat = schedstat;
                 let p = &c.sample;
                 let same = *p.comm == *st.comm
@@ -383,9 +394,6 @@ impl ProcReader {
             }
         }
         let mut threads = Vec::new();
-        let ran_ns = |tid: u32| -> Option<&ThreadCpu> {
-            ran.and_then(|r| r.binary_search_by_key(&tid, |t| t.tid).ok().map(|i| &r[i]))
-        };
         // With the collector, a process that ran with the threads of its last read (same
         // count, each with a collector time, every one that ran among them) needs no
         // thread file: the collector gives each thread's time and last CPU. (Both lists
@@ -397,14 +405,7 @@ impl ProcReader {
             });
         if from_collector {
             let p = prev.expect("checked above");
-            threads.extend(p.threads.iter().map(|t| match ran_ns(t.tid) {
-                Some(r) => ThreadSample {
-                    cpu_ns: t.cpu_ns.map(|ns| ns + r.cpu_ns),
-                    last_cpu: Some(r.last_cpu),
-                    ..t.clone()
-                },
-                None => t.clone(),
-            }));
+            threads = advanced_by(&p.threads, ran.expect("checked above"));
             stats.threads_from_collector += threads.len();
         } else if req.threads && !kernel_thread {
             threads = self.read_thread_files(proc_, buf, pid, &st, prev, ran);
@@ -562,6 +563,21 @@ impl ProcReader {
 
 /// A cached sample as `req` asks for it: shared, or a copy without its threads when they
 /// were not asked for (a sample carries threads only when asked).
+/// Rule 6's step: each thread of `prev` advanced by the time the collector gives it in
+/// `ran` (both in tid order), with the CPU it ran on last.
+fn advanced_by(prev: &[ThreadSample], ran: &[ThreadCpu]) -> Vec<ThreadSample> {
+    prev.iter()
+        .map(|t| match ran.binary_search_by_key(&t.tid, |r| r.tid) {
+            Ok(i) => ThreadSample {
+                cpu_ns: t.cpu_ns.map(|ns| ns + ran[i].cpu_ns),
+                last_cpu: Some(ran[i].last_cpu),
+                ..t.clone()
+            },
+            Err(_) => t.clone(),
+        })
+        .collect()
+}
+
 fn shared_as_asked(p: &Arc<ProcSample>, req: SampleRequest) -> Arc<ProcSample> {
     if req.threads || p.threads.is_empty() {
         return p.clone();

@@ -518,6 +518,21 @@ impl Policy for EnergyQos {
         KIND
     }
 
+    fn lacks(&self, topo: &Topology, _sources: &crate::sample::SourceStatus) -> Vec<String> {
+        let mut v = Vec::new();
+        if self.cfg.apps.is_empty() {
+            v.push("energy_qos.apps is empty: no process is matched, nothing is placed".into());
+        }
+        if !solver::clusters_of(topo).iter().any(|c| c.has_cpufreq) {
+            v.push(
+                "no cpufreq: the allowed CPUs are one cluster at one frequency, so no \
+                 frequency is capped; only placement and the rate limits act"
+                    .into(),
+            );
+        }
+        v
+    }
+
     fn wants(&self) -> crate::sample::SampleRequest {
         crate::sample::SampleRequest {
             sockets: true,
@@ -1044,6 +1059,29 @@ mod tests {
         assert!(!m.clusters[0].has_cpufreq);
         let s = solve(&EnergyQosConfig::default(), &m, &[net("f", 1.0, 1448.0)]).unwrap();
         assert_eq!(s.state.freq_khz, vec![0]);
+    }
+
+    #[test]
+    fn lacks_says_no_cpufreq_and_no_apps() {
+        let sources = crate::sample::SourceStatus::default();
+        let with_apps = EnergyQos::new(EnergyQosConfig {
+            apps: vec![app("f", "ftp")],
+            ..Default::default()
+        });
+        assert!(with_apps
+            .lacks(&machine("odroid-xu4").unwrap(), &sources)
+            .is_empty());
+        let flat = machine("pkg:1 core:2 pu:1").unwrap();
+        let lacks = with_apps.lacks(&flat, &sources);
+        assert!(
+            lacks.len() == 1 && lacks[0].starts_with("no cpufreq"),
+            "{lacks:?}"
+        );
+        let lacks = EnergyQos::new(EnergyQosConfig::default()).lacks(&flat, &sources);
+        assert!(
+            lacks.len() == 2 && lacks[0].contains("apps is empty"),
+            "{lacks:?}"
+        );
     }
 
     fn proc_obs(pid: u32, comm: &str, threads: u32) -> ProcObs {

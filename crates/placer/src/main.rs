@@ -35,6 +35,14 @@ enum Command {
     /// Show the machine's topology (CPUs, caches, NUMA nodes, frequency domains, NICs).
     Topo(cmd::topo::Args),
     /// Live view of CPUs and the busiest processes, or one observation with --once --json.
+    ///
+    /// CPU table, each over the interval: util (busy share: all but idle and iowait), user
+    /// (share in user mode), sys (share in the kernel), softirq (share in softirq handlers),
+    /// irq/s (device interrupts per second), net_rx/s (NET_RX softirqs per second). Process table: SHARE (CPU time over the
+    /// interval; 1.00 is one whole CPU), ALLOWED (the CPUs its affinity allows; blank for a
+    /// kernel thread), LASTCPU (the CPU it last ran on), RX/s and TX/s (bytes per second its
+    /// TCP connections received and sent; k, M, G are powers of 1000), FLOWS (its TCP
+    /// connections).
     Top(cmd::top::Args),
     /// Record raw samples to a file for later replay.
     Record(cmd::record::Args),

@@ -750,3 +750,35 @@ fn a_first_run_says_what_each_policy_runs_without() {
     }
     assert!(about("runs without: ") <= 1, "said more than once:\n{err}");
 }
+
+/// Issue 47 item 6: every column `top` prints is explained in `placer top --help` (the
+/// columns are taken from a real `--once` table, so a new column without its line fails).
+#[test]
+fn top_help_explains_every_column_it_prints() {
+    let once = placer()
+        .args(["top", "--once", "--interval", "200ms"])
+        .output()
+        .expect("top --once");
+    assert!(
+        once.status.success(),
+        "{}",
+        String::from_utf8_lossy(&once.stderr)
+    );
+    let table = String::from_utf8_lossy(&once.stdout);
+    let headers: Vec<&str> = table
+        .lines()
+        .filter(|l| l.starts_with("CPU ") || l.trim_start().starts_with("PID COMM"))
+        .flat_map(str::split_whitespace)
+        .filter(|w| !["CPU", "PID", "COMM"].contains(w))
+        .collect();
+    assert!(headers.len() >= 12, "headers {headers:?} in:\n{table}");
+    let help = placer().args(["top", "--help"]).output().expect("help");
+    let help = String::from_utf8_lossy(&help.stdout).replace('\n', " ");
+    let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    for h in headers {
+        assert!(
+            help.contains(&format!("{h} (")) || help.contains(&format!("{h} and ")),
+            "column {h} is not explained in `placer top --help`:\n{help}"
+        );
+    }
+}

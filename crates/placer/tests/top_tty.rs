@@ -159,3 +159,33 @@ fn the_live_view_quits_on_sigint() {
         "the view stayed on screen: the terminal was not restored:\n{screen}"
     );
 }
+
+/// Issue 47 item 6: a command that runs for seconds with nothing printed until done shows a
+/// progress line on a terminal's stderr, and gives a pipe none of it (scripts and tests see
+/// the same output).
+#[test]
+fn a_long_command_shows_progress_on_a_terminal_and_not_in_a_pipe() {
+    if tmux_missing() {
+        return;
+    }
+    let bin = env!("CARGO_BIN_EXE_placer");
+    // The same command into pipes, at the same time (it runs for seconds either way).
+    let piped = Command::new(bin)
+        .args(["sim", "seed-002"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("placer sim");
+    let s = Session::start(&format!("exec {bin} sim seed-002 >/dev/null"), 100);
+    let shown = s.wait_until(Duration::from_secs(30), |s| {
+        s.screen().contains("placer: sim seed-002: ")
+    });
+    assert!(shown, "no progress line on the terminal:\n{}", s.screen());
+    let o = piped.wait_with_output().expect("placer sim");
+    assert!(o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !err.contains("placer: sim seed-002: ") && !err.contains('\r'),
+        "a progress line in a pipe: {err:?}"
+    );
+}

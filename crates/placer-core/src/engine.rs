@@ -20,7 +20,9 @@
 //!   never touches it again;
 //!   a held process missing from an observation keeps its hold until it has been missing
 //!   from [`MAX_ABSENT_OBSERVATIONS`] in a row (a sample that missed it once does not cost
-//!   its restore);
+//!   its restore); then its hold ends and its restore is planned, so that a process the
+//!   samples missed while it ran is not left pinned (the host puts back only a process
+//!   that still has its start time);
 //!   except when a CPU it was pinned to went offline (absent from the observation): that is
 //!   the kernel's hotplug fallback, so the hold ends without a release and the policy may
 //!   place the process again on the CPUs left;
@@ -99,6 +101,8 @@ pub struct Engine {
     /// missed once (a read raced its exit or failed) keeps its hold, so that its pin is
     /// still given back when it shows up again.
     absent: BTreeMap<(PolicyKind, ProcKey), u32>,
+    /// Holds this cycle's lease check ended for absence (E4), each given back this cycle.
+    unseen: Vec<(PolicyKind, ProcKey, String)>,
     slots: Vec<Slot>,
     config: Config,
     self_pid: u32,
@@ -189,6 +193,7 @@ impl Engine {
             config,
             verifier: crate::verifier::Verifier::new(),
             absent: BTreeMap::new(),
+            unseen: Vec::new(),
             self_pid,
             topo: None,
             topo_read_ns: 0,
@@ -484,6 +489,21 @@ impl Engine {
                 }
                 plan.actions.push(pa);
             }
+            // Missing from MAX_ABSENT_OBSERVATIONS in a row: given back, not forgotten
+            // pinned. A sample can miss a process that still runs (a read that failed);
+            // the host puts back only a process that still has its start time.
+            for (_, k, comm) in self.unseen.iter().filter(|(p, ..)| *p == kind) {
+                plan.push(
+                    kind,
+                    Action::RestoreProcess {
+                        proc: *k,
+                        comm: comm.clone(),
+                    },
+                    format!(
+                        "missing from {MAX_ABSENT_OBSERVATIONS} observations in a row: given back in case it still runs"
+                    ),
+                );
+            }
             // Undone moves: the policy's process goes back.
             for (_, k) in undo.iter().filter(|(p, _)| *p == kind) {
                 let comm = slot
@@ -698,11 +718,13 @@ impl Engine {
         let by_key = obs.index();
         // CPUs this interval observed running (an offline CPU has no line in /proc/stat).
         let observed_cpus: crate::cpuset::CpuSet = obs.cpus.iter().map(|c| c.cpu).collect();
+        self.unseen.clear();
         for slot in self.slots.iter_mut() {
             let kind = slot.policy.kind();
             let mut broken = Vec::new();
             let verifier = &self.verifier;
             let absent = &mut self.absent;
+            let unseen = &mut self.unseen;
             slot.policy
                 .shared_mut()
                 .held
@@ -712,7 +734,11 @@ impl Engine {
                     None => {
                         let n = absent.entry((kind, *k)).or_insert(0);
                         *n += 1;
-                        *n < MAX_ABSENT_OBSERVATIONS
+                        let keep = *n < MAX_ABSENT_OBSERVATIONS;
+                        if !keep {
+                            unseen.push((kind, *k, h.comm.clone()));
+                        }
+                        keep
                     }
                     // Its own affinity for an interval: the judge's off arm (V8).
                     Some(_) if verifier.in_off_arm(kind, *k) => true,
@@ -1281,6 +1307,19 @@ mod tests {
         assert_eq!(rs[0].managed, 1);
         assert_eq!(rs.last().expect("steps").managed, 0);
         assert!(rs.iter().all(|r| r.lease_breaks.is_empty()));
+        // Issue 48: given back at the last one, in case a sample missed it while it ran.
+        let restores = |r: &CycleReport| {
+            r.plan
+                .actions
+                .iter()
+                .filter(|a| matches!(a.action, Action::RestoreProcess { .. }))
+                .count()
+        };
+        assert_eq!(rs.iter().map(restores).collect::<Vec<_>>(), vec![0, 0, 1]);
+        assert!(
+            e.step(&mut h, false).plan.actions.is_empty(),
+            "given back once"
+        );
     }
 
     #[test]

@@ -210,7 +210,16 @@ impl<H: Host> Agent<H> {
             .map(|p| (p.0, true))
             .collect();
         let metrics = Metrics::new(&names, dry_run);
-        if cfg.metrics.enabled && !opts.once {
+        if cfg.metrics.enabled && !opts.once && !cfg.metrics.unix_socket.is_empty() {
+            let path = Path::new(&cfg.metrics.unix_socket);
+            match crate::metrics::serve_unix(path, metrics.clone()) {
+                Ok(()) => info!("metrics on unix:{} (mode 0600)", path.display()),
+                Err(e) => warn!(
+                    "metrics: cannot listen on {}: {e}; running without",
+                    path.display()
+                ),
+            }
+        } else if cfg.metrics.enabled && !opts.once {
             match crate::metrics::serve(&cfg.metrics.listen, metrics.clone()) {
                 Ok(addr) => info!("metrics on http://{addr}/metrics"),
                 Err(e) => warn!(

@@ -251,6 +251,9 @@ pub struct Metrics {
     pub enabled: bool,
     /// Address to listen on; loopback by default so nothing is exposed unasked.
     pub listen: String,
+    /// A Unix socket to serve on instead of `listen` (an absolute path; empty: none):
+    /// created mode 0600, so only root (and whom the operator lets in) can connect.
+    pub unix_socket: String,
 }
 
 impl Default for Metrics {
@@ -260,6 +263,7 @@ impl Default for Metrics {
             // Not 9464 (OpenTelemetry's Prometheus exporter) nor inside 9100-9999, which the
             // Prometheus default port allocations list has taken whole (docs/daemon.md).
             listen: "127.0.0.1:10464".into(),
+            unix_socket: String::new(),
         }
     }
 }
@@ -580,6 +584,15 @@ impl Config {
                 return invalid("policies", format!("{:?} is listed twice", p.name()));
             }
         }
+        if self.metrics.enabled
+            && !self.metrics.unix_socket.is_empty()
+            && !std::path::Path::new(&self.metrics.unix_socket).is_absolute()
+        {
+            return invalid(
+                "metrics.unix_socket",
+                format!("{:?} is not an absolute path", self.metrics.unix_socket),
+            );
+        }
         if self.metrics.enabled && self.metrics.listen.parse::<std::net::SocketAddr>().is_err() {
             return invalid(
                 "metrics.listen",
@@ -699,6 +712,16 @@ mod tests {
             let e = Config::from_toml(text).expect_err(text).to_string();
             assert!(e.contains(field), "{text}: {e}");
         }
+    }
+
+    #[test]
+    fn a_metrics_unix_socket_is_an_absolute_path() {
+        let e = Config::from_toml("[metrics]\nunix_socket = \"m.sock\"\n")
+            .expect_err("relative")
+            .to_string();
+        assert!(e.contains("metrics.unix_socket"), "{e}");
+        let c = Config::from_toml("[metrics]\nunix_socket = \"/run/placer/m.sock\"\n").unwrap();
+        assert_eq!(c.metrics.unix_socket, "/run/placer/m.sock");
     }
 
     #[test]

@@ -20,7 +20,9 @@
 //!   never touches it again;
 //!   a held process missing from an observation keeps its hold until it has been missing
 //!   from [`MAX_ABSENT_OBSERVATIONS`] in a row (a sample that missed it once does not cost
-//!   its restore);
+//!   its restore); then its hold ends and its restore is planned, so that a process the
+//!   samples missed while it ran is not left pinned (the host puts back only a process
+//!   that still has its start time);
 //!   except when a CPU it was pinned to went offline (absent from the observation): that is
 //!   the kernel's hotplug fallback, so the hold ends without a release and the policy may
 //!   place the process again on the CPUs left;
@@ -34,7 +36,9 @@
 //!   policy may not move that process again (its CPUs or its memory) before its back-off
 //!   (doubling per failure) ends; nothing is judged in a dry run. A policy whose pins are
 //!   judged together (contention) has one cycle's pins judged as one plan: all kept or all
-//!   undone. A process in its off arm is no lease break (V8).
+//!   undone. A process in its off arm is no lease break (V8). A trial that the policy's own
+//!   action ends (its restore, a pin elsewhere) plans no arm in that cycle: the arm would
+//!   follow the restore and pin the process again with nobody holding it.
 
 use crate::config::Config;
 use crate::host::Host;
@@ -97,6 +101,8 @@ pub struct Engine {
     /// missed once (a read raced its exit or failed) keeps its hold, so that its pin is
     /// still given back when it shows up again.
     absent: BTreeMap<(PolicyKind, ProcKey), u32>,
+    /// Holds this cycle's lease check ended for absence (E4), each given back this cycle.
+    unseen: Vec<(PolicyKind, ProcKey, String)>,
     slots: Vec<Slot>,
     config: Config,
     self_pid: u32,
@@ -190,6 +196,7 @@ impl Engine {
             config,
             verifier: crate::verifier::Verifier::new(),
             absent: BTreeMap::new(),
+            unseen: Vec::new(),
             self_pid,
             topo: None,
             topo_read_ns: 0,
@@ -391,6 +398,8 @@ impl Engine {
             slot.policy.shared_mut().now_s = now_s;
             slot.policy.shared_mut().taken = taken.clone();
             let mine = slot.policy.plan(&topo, &obs);
+            // Trials this policy's own actions end this cycle.
+            let mut ended: BTreeSet<ProcKey> = BTreeSet::new();
             plan.notes.extend(mine.notes);
             for pa in mine.actions {
                 let Some(k) = pa.action.proc() else {
@@ -434,8 +443,10 @@ impl Engine {
                         {
                             continue;
                         }
-                        Action::PinProcess { .. } => self.verifier.end(kind, k),
-                        Action::RestoreProcess { .. } => self.verifier.end(kind, k),
+                        Action::PinProcess { .. } | Action::RestoreProcess { .. } => {
+                            self.verifier.end(kind, k);
+                            ended.insert(k);
+                        }
                         _ => {}
                     }
                 }
@@ -481,6 +492,21 @@ impl Engine {
                 }
                 plan.actions.push(pa);
             }
+            // Missing from MAX_ABSENT_OBSERVATIONS in a row: given back, not forgotten
+            // pinned. A sample can miss a process that still runs (a read that failed);
+            // the host puts back only a process that still has its start time.
+            for (_, k, comm) in self.unseen.iter().filter(|(p, ..)| *p == kind) {
+                plan.push(
+                    kind,
+                    Action::RestoreProcess {
+                        proc: *k,
+                        comm: comm.clone(),
+                    },
+                    format!(
+                        "missing from {MAX_ABSENT_OBSERVATIONS} observations in a row: given back in case it still runs"
+                    ),
+                );
+            }
             // Undone moves: the policy's process goes back.
             for (_, k) in undo.iter().filter(|(p, _)| *p == kind) {
                 let comm = slot
@@ -497,7 +523,14 @@ impl Engine {
             }
             // The judge's arms: the policy's pin or the process's own affinity, for one
             // interval, without changing what the policy holds.
-            for sw in judged.switches.iter().filter(|s| s.policy == kind) {
+            // A trial the policy ended this cycle (its restore, or a pin elsewhere) plans no
+            // more arms: an arm applied after the policy's restore would pin the process
+            // again with nobody holding it, and the pin would outlive the stream.
+            for sw in judged
+                .switches
+                .iter()
+                .filter(|s| s.policy == kind && !ended.contains(&s.proc))
+            {
                 let (action, why) = match sw.arm {
                     crate::verifier::Arm::On => (
                         Action::PinProcess {
@@ -694,11 +727,13 @@ impl Engine {
         let by_key = obs.index();
         // CPUs this interval observed running (an offline CPU has no line in /proc/stat).
         let observed_cpus: crate::cpuset::CpuSet = obs.cpus.iter().map(|c| c.cpu).collect();
+        self.unseen.clear();
         for slot in self.slots.iter_mut() {
             let kind = slot.policy.kind();
             let mut broken = Vec::new();
             let verifier = &self.verifier;
             let absent = &mut self.absent;
+            let unseen = &mut self.unseen;
             slot.policy
                 .shared_mut()
                 .held
@@ -708,7 +743,11 @@ impl Engine {
                     None => {
                         let n = absent.entry((kind, *k)).or_insert(0);
                         *n += 1;
-                        *n < MAX_ABSENT_OBSERVATIONS
+                        let keep = *n < MAX_ABSENT_OBSERVATIONS;
+                        if !keep {
+                            unseen.push((kind, *k, h.comm.clone()));
+                        }
+                        keep
                     }
                     // Its own affinity for an interval: the judge's off arm (V8).
                     Some(_) if verifier.in_off_arm(kind, *k) => true,
@@ -1300,6 +1339,19 @@ mod tests {
         assert_eq!(rs[0].managed, 1);
         assert_eq!(rs.last().expect("steps").managed, 0);
         assert!(rs.iter().all(|r| r.lease_breaks.is_empty()));
+        // Issue 48: given back at the last one, in case a sample missed it while it ran.
+        let restores = |r: &CycleReport| {
+            r.plan
+                .actions
+                .iter()
+                .filter(|a| matches!(a.action, Action::RestoreProcess { .. }))
+                .count()
+        };
+        assert_eq!(rs.iter().map(restores).collect::<Vec<_>>(), vec![0, 0, 1]);
+        assert!(
+            e.step(&mut h, false).plan.actions.is_empty(),
+            "given back once"
+        );
     }
 
     #[test]
@@ -1596,6 +1648,104 @@ mod tests {
                 .count(),
             8
         );
+    }
+
+    /// Pins every process once (at `pin_s`) and gives each back at `restore_s`, as a
+    /// policy whose process went quiet does.
+    struct PinThenRestore {
+        pin_s: f64,
+        restore_s: f64,
+    }
+
+    impl Policy for PinThenRestore {
+        type State = ();
+
+        fn kind(&self) -> PolicyKind {
+            PolicyKind::SmtEnergy
+        }
+        fn plan(&self, _topo: &Topology, obs: &Observation, state: &mut PolicyState) -> Plan {
+            let mut plan = Plan::default();
+            for p in &obs.procs {
+                let (k, comm) = (p.key(), p.comm.to_string());
+                let held = state.held.contains_key(&k);
+                if !held && (self.pin_s..self.pin_s + 1.0).contains(&state.now_s) {
+                    let cpus = CpuSet::single(2);
+                    plan.push(
+                        self.kind(),
+                        Action::PinProcess {
+                            proc: k,
+                            comm,
+                            cpus,
+                        },
+                        "test",
+                    );
+                } else if held && state.now_s >= self.restore_s {
+                    plan.push(
+                        self.kind(),
+                        Action::RestoreProcess { proc: k, comm },
+                        "quiet",
+                    );
+                }
+            }
+            plan
+        }
+    }
+
+    /// Issue 48: a policy giving a process back while the judge probes its pin ends the
+    /// trial: no arm of the judge follows the restore in its plan (in either arm, at every
+    /// point of the trial), so the process keeps its own affinity, the policy holds nothing
+    /// and breaks no lease (an arm's report taken for the policy's kept the hold, and the
+    /// next cycle read the restored process as moved by someone else).
+    #[test]
+    fn e7_a_restore_during_a_trial_is_not_undone_by_the_judges_next_arm() {
+        let own = CpuSet::first_n(4);
+        let mut arms = BTreeSet::new();
+        for restore_s in 8..24 {
+            let p: Box<dyn AnyPolicy> = boxed(PinThenRestore {
+                pin_s: 5.0,
+                restore_s: restore_s as f64,
+            });
+            let mut e = Engine::new(vec![p], judged_config(), 1);
+            let mut h = FakeHost::new(vec![proc_sample(10, "x")]);
+            let mut restored_at = None;
+            for i in 0..40u64 {
+                let pinned = h.procs[0].allowed == CpuSet::single(2);
+                h.procs[0].utime_ticks += 50 + u64::from(i % 3 == 0 && pinned);
+                let r = e.step(&mut h, false);
+                // Its own restore is no lease break (as it was when the policy's report
+                // was taken for the judge's and the hold outlived the restore).
+                assert!(
+                    r.lease_breaks.is_empty(),
+                    "restore at {restore_s} s, step {i}"
+                );
+                let restore = r.plan.actions.iter().position(|a| a.reason == "quiet");
+                if let (Some(at), None) = (restore, restored_at) {
+                    restored_at = Some(i);
+                    arms.insert(pinned);
+                    assert!(
+                        r.plan.actions[at + 1..]
+                            .iter()
+                            .all(|a| a.action.proc() != Some(h.procs[0].key())),
+                        "restore at {restore_s} s followed by {:?}",
+                        r.plan.actions
+                    );
+                }
+                if restored_at.is_some() {
+                    assert_eq!(
+                        h.procs[0].allowed, own,
+                        "restore at {restore_s} s, step {i}"
+                    );
+                }
+            }
+            assert!(restored_at.is_some(), "restore at {restore_s} s planned");
+            let st = e.state(PolicyKind::SmtEnergy).expect("state");
+            assert!(
+                st.held.is_empty() && st.released.is_empty(),
+                "restore at {restore_s} s"
+            );
+            assert_eq!(e.verifier.trials(), 0);
+        }
+        assert_eq!(arms.len(), 2, "restores met both arms: {arms:?}");
     }
 
     #[test]

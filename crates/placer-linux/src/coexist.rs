@@ -70,7 +70,7 @@ impl Detector {
     /// Whether `pid`, named like `kind`, is what that agent is ([`impostor`]); an impostor
     /// is logged the first time it (or another with its name and reason) is seen.
     fn vetted(&mut self, root: &Path, pid: u32, kind: AgentKind) -> bool {
-        let Some(why) = impostor(root, pid) else {
+        let Some(why) = impostor(root, pid, kind) else {
             return true;
         };
         if self.logged.len() < MAX_LOGGED && self.logged.insert((kind, why.clone())) {
@@ -124,12 +124,14 @@ const SYSTEM_DIRS: [&str; 4] = ["/usr/sbin", "/usr/bin", "/sbin", "/bin"];
 /// Trees whose programs are the system's (helpers, interpreters, snaps).
 const SYSTEM_TREES: [&str; 4] = ["/usr/lib/", "/usr/libexec/", "/lib/", "/snap/"];
 
-/// Why process `pid` under `root` is not an agent whatever its name (None: it may be):
+/// Why process `pid` under `root`, named like `kind`, is not that agent (None: it may be):
 /// an agent runs as root (real and effective uid 0), from a root-owned executable in a
-/// system directory that nobody else may write. A name is anyone's to take; these are
-/// not. Where placer may not read the executable's link (`placer top` as a user), the
-/// uid alone decides.
-pub fn impostor(root: &Path, pid: u32) -> Option<String> {
+/// system directory that nobody else may write, and where systemd manages the services
+/// (`ROOT/run/systemd/system` exists), in that agent's unit (`tuned.service`). A name is
+/// anyone's to take; these are not. Where placer may not read the executable's link
+/// (`placer top` as a user), the uid (and the unit) decide; without systemd (this VM's
+/// init), uid and executable.
+pub fn impostor(root: &Path, pid: u32, kind: AgentKind) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
     let proc = root.join(format!("proc/{pid}"));
     let status = crate::attr::read(&proc.join("status"))?;
@@ -168,12 +170,35 @@ pub fn impostor(root: &Path, pid: u32) -> Option<String> {
         ));
     }
     match std::fs::metadata(&exe) {
-        Ok(m) if m.is_file() && m.uid() == 0 && m.mode() & 0o022 == 0 => None,
+        Ok(m) if m.is_file() && m.uid() == 0 && m.mode() & 0o022 == 0 => {
+            unit_check(root, pid, kind)
+        }
         Ok(_) => Some(format!(
             "runs {}, which is not a root-owned file only root may change",
             path.display()
         )),
         Err(e) => Some(format!("its executable cannot be read ({e})")),
+    }
+}
+
+/// Where systemd manages the services, why `pid` is not in `kind`'s unit (None: it is, or
+/// there is no systemd to ask).
+fn unit_check(root: &Path, pid: u32, kind: AgentKind) -> Option<String> {
+    // sd_booted(3)'s test: systemd is the init that runs the services.
+    if !root.join("run/systemd/system").is_dir() {
+        return None;
+    }
+    let Some(text) = crate::attr::read(&root.join(format!("proc/{pid}/cgroup"))) else {
+        return Some("its cgroup cannot be read".into());
+    };
+    let want = format!("{}.service", kind.name());
+    let cgroup = crate::procfs::systemd_cgroup(&text).unwrap_or("");
+    match crate::procfs::service_unit(cgroup) {
+        Some(unit) if unit == want => None,
+        Some(unit) => Some(format!("runs in the unit {unit}, not {want}")),
+        None => Some(format!(
+            "runs outside any service unit (cgroup {cgroup:?}), not in {want}"
+        )),
     }
 }
 
@@ -378,9 +403,15 @@ mod tests {
             .among(r, PROCS.into_iter(), &BTreeSet::new())
             .agents
             .is_empty());
-        assert!(impostor(r, 412).unwrap().contains("uid 65534"));
-        assert!(impostor(r, 812).unwrap().contains("system directory"));
-        assert!(impostor(r, 900).unwrap().contains("system directory"));
+        assert!(impostor(r, 412, AgentKind::Irqbalance)
+            .unwrap()
+            .contains("uid 65534"));
+        assert!(impostor(r, 812, AgentKind::PowerProfilesDaemon)
+            .unwrap()
+            .contains("system directory"));
+        assert!(impostor(r, 900, AgentKind::Tuned)
+            .unwrap()
+            .contains("system directory"));
         assert_eq!(d.detect(r, &BTreeSet::new()).agents, vec![]);
         // Run by root from the system's program, each is one again.
         all_system(r);
@@ -388,6 +419,54 @@ mod tests {
             kinds(&Detector::default().detect(r, &BTreeSet::new())),
             AGENTS
         );
+    }
+
+    /// Issue 48: where systemd runs the services, an agent is also in its own unit; a
+    /// root-run copy elsewhere (a login session, another unit) is not that agent. Without
+    /// systemd, uid and executable decide.
+    #[test]
+    fn under_systemd_an_agent_runs_in_its_own_unit() {
+        let t = TempDir::new("coexist-unit");
+        let r = t.path();
+        let stat = |pid: u32| {
+            format!("{pid} (tuned) S 1 {pid} {pid} 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 100\n")
+        };
+        let cgroups = [
+            (20, "0::/system.slice/tuned.service\n"),
+            (21, "0::/user.slice/user-1000.slice/session-2.scope\n"),
+            (22, "0::/system.slice/evil.service\n"),
+            // Hybrid v1: systemd's own hierarchy says, not the controllers' nor `0::/`.
+            (
+                23,
+                "12:cpuset:/\n1:name=systemd:/system.slice/tuned.service\n0::/\n",
+            ),
+            (24, "0::/system.slice/tuned.service/worker\n"),
+        ];
+        for (pid, cg) in cgroups {
+            put(r, &format!("proc/{pid}/stat"), &stat(pid));
+            put(r, &format!("proc/{pid}/cgroup"), cg);
+            runs(r, pid, 0, SYSTEM_PROGRAM);
+        }
+        let pids = |c: &Coexistence| c.agents.iter().map(|a| a.pid).collect::<Vec<_>>();
+        // No systemd: every one is tuned (a root-owned system program run by root).
+        assert_eq!(
+            pids(&Detector::default().detect(r, &BTreeSet::new())),
+            vec![20, 21, 22, 23, 24]
+        );
+        std::fs::create_dir_all(r.join("run/systemd/system")).unwrap();
+        assert_eq!(
+            pids(&Detector::default().detect(r, &BTreeSet::new())),
+            vec![20, 23, 24]
+        );
+        let why = |pid| impostor(r, pid, AgentKind::Tuned).unwrap_or_default();
+        assert!(why(21).contains("outside any service unit"), "{}", why(21));
+        assert!(
+            why(22).contains("unit evil.service, not tuned.service"),
+            "{}",
+            why(22)
+        );
+        std::fs::remove_file(r.join("proc/20/cgroup")).unwrap();
+        assert!(why(20).contains("cgroup cannot be read"), "{}", why(20));
     }
 
     #[test]
@@ -465,7 +544,7 @@ mod tests {
                 assert!(t0.elapsed() < std::time::Duration::from_secs(5), "no exec");
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
-            let why = impostor(root, pid).expect("an impostor");
+            let why = impostor(root, pid, AgentKind::Tuned).expect("an impostor");
             assert!(
                 why.contains(if uid.is_some() {
                     "uid 65534"

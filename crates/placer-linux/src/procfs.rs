@@ -135,6 +135,33 @@ pub fn parse_status(text: &str) -> PidStatus {
     out
 }
 
+/// The cgroup path systemd keeps a process in, from `/proc/PID/cgroup`: the
+/// `name=systemd` hierarchy's (cgroup v1 and hybrid), else the unified one's (`0::`).
+pub fn systemd_cgroup(text: &str) -> Option<&str> {
+    let mut unified = None;
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(id), Some(ctrls), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        if ctrls == "name=systemd" {
+            return Some(path);
+        }
+        if id == "0" && ctrls.is_empty() {
+            unified = Some(path);
+        }
+    }
+    unified
+}
+
+/// The service unit a systemd cgroup path is in (`/system.slice/tuned.service` or a
+/// cgroup below it): its first component that names a `.service`.
+pub fn service_unit(cgroup: &str) -> Option<&str> {
+    cgroup
+        .split('/')
+        .find(|c| c.len() > ".service".len() && c.ends_with(".service"))
+}
+
 /// Parses /proc/PID/cgroup: the v2 unified path (`0::/path`) when present, else the
 /// `cpuset` hierarchy's path, else the first hierarchy's. Empty when nothing parses. A
 /// unified path of `/` beside v1 hierarchies says nothing (a v1 machine lists `0::/` for

@@ -538,3 +538,95 @@ fn an_x86_cluster_id_of_65535_is_unknown() {
         .write(&format!("{C}/cpu0/topology/cluster_id"), "8\n");
     assert_eq!(read(r.path()).unwrap().cpus[0].cluster, Some(8));
 }
+
+/// Issue 48: a `tuned` run by nobody (a copy of `sleep` under that name, a real process
+/// shown in a fake root beside its fake cpufreq tree) is no agent: the host's topology
+/// names none, and energy-qos plans its frequency caps; were it taken for tuned (as a
+/// match on its name alone did), energy-qos would plan none.
+#[test]
+#[cfg_attr(not(placer_root), ignore = "needs root")]
+fn energy_qos_plans_its_caps_beside_a_tuned_run_by_nobody() {
+    use placer_core::coexist::{Agent, AgentKind};
+    use placer_core::host::Host;
+    use placer_core::observation::{Observation, ProcObs};
+    use placer_core::plan::Action;
+    use placer_core::policies::energy_qos::{EnergyQos, EnergyQosConfig, QosApp};
+    use placer_core::policy::{Policy, PolicyState};
+    use std::os::unix::process::CommandExt;
+    placer_testkit::require_root();
+    let r = machine();
+    let bin = placer_testkit::TempDir::new("fake-tuned");
+    let fake = bin.path().join("tuned");
+    std::fs::copy("/bin/sleep", &fake).expect("copy sleep");
+    std::fs::set_permissions(
+        bin.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    let kid = placer_testkit::proc::KillOnDrop(
+        std::process::Command::new(&fake)
+            .arg("30")
+            .uid(65534)
+            .gid(65534)
+            .spawn()
+            .expect("fake tuned"),
+    );
+    let pid = kid.0.id();
+    // Its comm is set at exec: wait for it (bounded).
+    let t0 = std::time::Instant::now();
+    while std::fs::read_to_string(format!("/proc/{pid}/comm")).map_or(true, |c| c.trim() != "tuned")
+    {
+        assert!(t0.elapsed() < std::time::Duration::from_secs(5), "no exec");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    r.symlink(&format!("proc/{pid}"), &format!("/proc/{pid}"));
+    let state = placer_testkit::TempDir::new("fake-tuned-state");
+    let mut host = placer_linux::host::LinuxHost::new(r.path(), state.path());
+    let topo = host.topology().expect("topology");
+    assert!(topo.coexistence.agents.is_empty(), "{:?}", topo.coexistence);
+    assert!(
+        !topo.freq_domains.is_empty(),
+        "the fake cpufreq tree is read"
+    );
+    let app = QosApp {
+        name: "parsec".into(),
+        matches: placer_core::config::AppMatch {
+            comm: Some("blackscholes".into()),
+            ..Default::default()
+        },
+        target_perf_share: Some(0.5),
+        ..Default::default()
+    };
+    let policy = EnergyQos::new(EnergyQosConfig {
+        apps: vec![app],
+        ..Default::default()
+    });
+    let obs = Observation {
+        procs: vec![std::sync::Arc::new(ProcObs {
+            state: 'R',
+            uid: Some(1000),
+            cpu_share: 1.0,
+            last_cpu: Some(0),
+            ..ProcObs::bare(4242, 100, "blackscholes", CpuSet::first_n(4))
+        })],
+        ..Default::default()
+    };
+    let caps = |t: &placer_core::Topology| {
+        let plan = policy.plan(t, &obs, &mut PolicyState::default());
+        plan.actions
+            .iter()
+            .filter(|a| matches!(a.action, Action::CapFrequency { .. }))
+            .count()
+    };
+    assert!(
+        caps(&topo) > 0,
+        "energy-qos plans its caps beside the impostor"
+    );
+    // The control: tuned itself (by its kind) takes the caps away.
+    let mut owned = topo.clone();
+    owned.coexistence.agents = vec![Agent {
+        kind: AgentKind::Tuned,
+        pid,
+    }];
+    assert_eq!(caps(&owned), 0, "left to a real tuned");
+}

@@ -479,6 +479,10 @@ fn metrics_scrapes_are_answered_beside_idle_connections_from_their_own_address()
         }
         let used =
             (metrics_thread_cpu_ns(pid) - cpu0.0) as f64 / cpu0.1.elapsed().as_nanos() as f64;
+        eprintln!(
+            "{idle} abusive connections from 127.0.0.1, each reopened when closed: {answered}/{tries} scrapes answered; metrics thread {:.2}% of a CPU",
+            used * 100.0
+        );
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let _ = holder.join();
         assert_eq!(
@@ -493,13 +497,69 @@ fn metrics_scrapes_are_answered_beside_idle_connections_from_their_own_address()
     }
 }
 
+/// Issue 48: with `metrics.unix_socket` the daemon serves its metrics on that socket, mode
+/// 0600: root scrapes it, another user (python3 run as nobody) cannot even connect, so no
+/// local user can hold its connections; the daemon says where it listens.
+#[test]
+#[cfg_attr(not(placer_root), ignore = "needs root")]
+fn metrics_on_a_unix_socket_are_roots_alone() {
+    use std::io::{Read, Write};
+    use std::os::unix::process::CommandExt;
+    placer_testkit::require_root();
+    let dir = TempDir::new("metrics-unix");
+    // Anyone may walk the directory: only the socket's own mode keeps other users out.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let sock = dir.path().join("metrics.sock");
+    let (child, said) = daemon_with_metrics(
+        &dir,
+        &format!("unix_socket = {:?}", sock.display().to_string()),
+        "metrics on unix:",
+    );
+    let _k = placer_testkit::proc::KillOnDrop(child);
+    assert!(said.starts_with(&sock.display().to_string()), "{said}");
+    let mode = std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import socket,sys\ns=socket.socket(socket.AF_UNIX)\ntry:\n s.connect(sys.argv[1]); print('connected')\nexcept PermissionError: print('refused')",
+        ])
+        .arg(&sock)
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .expect("python3");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "refused",
+        "{out:?}"
+    );
+    let mut c = std::os::unix::net::UnixStream::connect(&sock).expect("root connects");
+    c.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut resp = String::new();
+    c.read_to_string(&mut resp).unwrap();
+    assert!(
+        resp.starts_with("HTTP/1.1 200 OK") && resp.contains("placer_dry_run 1"),
+        "{resp}"
+    );
+}
+
 /// A daemon in dry run with metrics on a free port; returns it and the metrics address.
 fn metrics_daemon(dir: &TempDir) -> (std::process::Child, std::net::SocketAddr) {
+    let (child, said) = daemon_with_metrics(dir, "listen = \"127.0.0.1:0\"", "metrics on http://");
+    (child, said.trim_end_matches("/metrics").parse().unwrap())
+}
+
+/// A daemon in dry run whose `[metrics]` section is `metrics`; returns it and the rest of
+/// its first log line after `said` (where it serves them).
+fn daemon_with_metrics(dir: &TempDir, metrics: &str, said: &str) -> (std::process::Child, String) {
     use std::io::BufRead;
     let cfg = dir.path().join("c.toml");
     std::fs::write(
         &cfg,
-        "interval = \"200ms\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n",
+        format!("interval = \"200ms\"\n[metrics]\n{metrics}\n"),
     )
     .unwrap();
     let mut cmd = Command::new(PLACER);
@@ -513,19 +573,18 @@ fn metrics_daemon(dir: &TempDir) -> (std::process::Child, std::net::SocketAddr) 
         .unwrap();
     let err = child.stderr.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
+    let said = said.to_string();
     std::thread::spawn(move || {
         for l in std::io::BufReader::new(err).lines().map_while(Result::ok) {
-            if let Some(a) = l.split("metrics on http://").nth(1) {
-                let _ = tx.send(a.trim_end_matches("/metrics").to_string());
+            if let Some(a) = l.split(&said).nth(1) {
+                let _ = tx.send(a.to_string());
             }
         }
     });
-    let addr = rx
+    let rest = rx
         .recv_timeout(Duration::from_secs(10))
-        .expect("the daemon logs its metrics address")
-        .parse()
-        .unwrap();
-    (child, addr)
+        .expect("the daemon logs where it serves its metrics");
+    (child, rest)
 }
 
 fn scrape(addr: std::net::SocketAddr, timeout: Duration) -> std::io::Result<String> {

@@ -31,6 +31,11 @@ need python3 || missing+=(python3)
 # The package test runs lintian on the .deb and readelf on its binary.
 need lintian || missing+=(lintian)
 need readelf || missing+=(binutils)
+# The unit's sandbox test (crates/placer/tests/sandbox.rs): systemd-analyze expands its
+# system call groups and scores it (the systemd package; systemd-sysv, not it, makes systemd
+# the init), and the kernel's system call numbers (linux-libc-dev).
+need systemd-analyze || missing+=(systemd)
+[ -e /usr/include/x86_64-linux-gnu/asm/unistd_64.h ] || [ "$(uname -m)" != x86_64 ] || missing+=(linux-libc-dev)
 # top's live view is tested in a real terminal.
 need tmux || missing+=(tmux)
 # placer next to a real irqbalance (crates/placer/tests/coexist_real.rs starts its own,

@@ -215,7 +215,13 @@ impl Notifier {
         let target = std::env::var_os("NOTIFY_SOCKET")
             .as_deref()
             .and_then(parse_notify_socket)
-            .and_then(|t| Some((UnixDatagram::unbound().ok()?, t)));
+            .and_then(|t| {
+                let s = UnixDatagram::unbound().ok()?;
+                // A manager that does not read (its queue full) must never stall a cycle
+                // or the stop's restore: a notification is dropped instead.
+                s.set_nonblocking(true).ok()?;
+                Some((s, t))
+            });
         let watchdog = watchdog_interval(
             std::env::var("WATCHDOG_USEC").ok().as_deref(),
             std::env::var("WATCHDOG_PID").ok().as_deref(),

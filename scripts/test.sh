@@ -36,6 +36,10 @@ need readelf || missing+=(binutils)
 # the init), and the kernel's system call numbers (linux-libc-dev).
 need systemd-analyze || missing+=(systemd)
 [ -e /usr/include/x86_64-linux-gnu/asm/unistd_64.h ] || [ "$(uname -m)" != x86_64 ] || missing+=(linux-libc-dev)
+# promtool (the metrics' exposition and the chart's alert rules' unit tests): Debian's
+# prometheus package, below, without its recommends; its server is not left running.
+promtool_missing=0
+need promtool || promtool_missing=1
 # top's live view is tested in a real terminal.
 need tmux || missing+=(tmux)
 # placer next to a real irqbalance (crates/placer/tests/coexist_real.rs starts its own,
@@ -56,11 +60,16 @@ need qemu-system-x86_64 || lab+=(qemu-system-x86)
 need busybox || lab+=(busybox-static)
 need xz || lab+=(xz-utils)
 ls /boot/vmlinuz-* >/dev/null 2>&1 || lab+=(linux-image-amd64)
-if [ ${#missing[@]} -gt 0 ] || [ ${#lab[@]} -gt 0 ]; then
+if [ ${#missing[@]} -gt 0 ] || [ ${#lab[@]} -gt 0 ] || [ "$promtool_missing" = 1 ]; then
   if [ "$(id -u)" = 0 ] && need apt-get; then
     apt_get update -qq
     [ ${#lab[@]} -eq 0 ] || DEBIAN_FRONTEND=noninteractive apt_get install -y -qq --no-install-recommends "${lab[@]}" >/dev/null
     [ ${#missing[@]} -eq 0 ] || DEBIAN_FRONTEND=noninteractive apt_get install -y -qq "${missing[@]}" >/dev/null
+    if [ "$promtool_missing" = 1 ]; then
+      DEBIAN_FRONTEND=noninteractive apt_get install -y -qq --no-install-recommends prometheus >/dev/null
+      # Where systemd is the init the package starts its server: the suite needs promtool only.
+      [ ! -d /run/systemd/system ] || systemctl disable --now prometheus >/dev/null 2>&1 || true
+    fi
   else
     echo "note: ${missing[*]} ${lab[*]} missing and cannot be installed; the tests that need them skip" >&2
   fi

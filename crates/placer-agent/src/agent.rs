@@ -209,7 +209,7 @@ impl<H: Host> Agent<H> {
             .iter()
             .map(|p| (p.0, true))
             .collect();
-        let metrics = Metrics::new(&names, dry_run);
+        let metrics = Metrics::new(&names, dry_run).with_process(&opts.root, std::process::id());
         if cfg.metrics.enabled && !opts.once {
             match crate::metrics::serve(&cfg.metrics.listen, metrics.clone()) {
                 Ok(addr) => info!("metrics on http://{addr}/metrics"),

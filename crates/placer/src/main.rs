@@ -16,7 +16,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 #[derive(Parser)]
 #[command(
     name = "placer",
-    version,
+    version = placer_agent::VERSION_LINE,
     about = "Places processes and threads on cores, memory nodes and network queues"
 )]
 struct Cli {

@@ -222,6 +222,30 @@ fn install_unit_writes_the_shipped_unit_running_the_given_binary() {
     assert!(got.contains("ExecReload=/bin/kill -HUP $MAINPID"), "{got}");
 }
 
+/// `placer --version` names the commit it was built from: git's short hash of HEAD in a
+/// checkout (build.rs reruns when HEAD moves), "unknown" where git cannot say.
+#[test]
+fn the_version_names_the_commit() {
+    let o = Command::new(env!("CARGO_BIN_EXE_placer"))
+        .arg("--version")
+        .output()
+        .expect("placer --version");
+    let said = String::from_utf8_lossy(&o.stdout);
+    let head = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(repo())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    let want = format!(
+        "placer {} (commit {})",
+        env!("CARGO_PKG_VERSION"),
+        head.as_deref().unwrap_or("unknown")
+    );
+    assert_eq!(said.trim(), want);
+}
+
 #[test]
 fn install_unit_refuses_a_binary_the_sandbox_hides() {
     let root = TempDir::new("unit-refused");

@@ -31,6 +31,16 @@ need python3 || missing+=(python3)
 # The package test runs lintian on the .deb and readelf on its binary.
 need lintian || missing+=(lintian)
 need readelf || missing+=(binutils)
+# Installed without their recommends (no daemons beside them):
+# - the unit's sandbox test (crates/placer/tests/sandbox.rs): systemd-analyze expands its
+#   system call groups and scores it (the systemd package: systemd-sysv, not it, makes
+#   systemd the init), and the kernel's system call numbers (linux-libc-dev);
+# - promtool (the metrics' exposition and the chart's alert rules' unit tests): Debian's
+#   prometheus package; where systemd is the init its server is stopped and disabled.
+bare=()
+need systemd-analyze || bare+=(systemd)
+[ -e /usr/include/x86_64-linux-gnu/asm/unistd_64.h ] || [ "$(uname -m)" != x86_64 ] || bare+=(linux-libc-dev)
+need promtool || bare+=(prometheus)
 # top's live view is tested in a real terminal.
 need tmux || missing+=(tmux)
 # placer next to a real irqbalance (crates/placer/tests/coexist_real.rs starts its own,
@@ -51,13 +61,18 @@ need qemu-system-x86_64 || lab+=(qemu-system-x86)
 need busybox || lab+=(busybox-static)
 need xz || lab+=(xz-utils)
 ls /boot/vmlinuz-* >/dev/null 2>&1 || lab+=(linux-image-amd64)
-if [ ${#missing[@]} -gt 0 ] || [ ${#lab[@]} -gt 0 ]; then
+if [ ${#missing[@]} -gt 0 ] || [ ${#lab[@]} -gt 0 ] || [ ${#bare[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && need apt-get; then
     apt_get update -qq
     [ ${#lab[@]} -eq 0 ] || DEBIAN_FRONTEND=noninteractive apt_get install -y -qq --no-install-recommends "${lab[@]}" >/dev/null
     [ ${#missing[@]} -eq 0 ] || DEBIAN_FRONTEND=noninteractive apt_get install -y -qq "${missing[@]}" >/dev/null
+    if [ ${#bare[@]} -gt 0 ]; then
+      DEBIAN_FRONTEND=noninteractive apt_get install -y -qq --no-install-recommends "${bare[@]}" >/dev/null
+      [ ! -d /run/systemd/system ] || ! need prometheus ||
+        systemctl disable --now prometheus >/dev/null 2>&1 || true
+    fi
   else
-    echo "note: ${missing[*]} ${lab[*]} missing and cannot be installed; the tests that need them skip" >&2
+    echo "note: ${missing[*]} ${lab[*]} ${bare[*]} missing and cannot be installed; the tests that need them skip" >&2
   fi
 fi
 # The CRI end-to-end tests' runtime (containerd >= 1.7, runc, busybox-static, crictl) and helm (quick

@@ -209,7 +209,7 @@ impl<H: Host> Agent<H> {
             .iter()
             .map(|p| (p.0, true))
             .collect();
-        let metrics = Metrics::new(&names, dry_run);
+        let metrics = Metrics::new(&names, dry_run).with_process(&opts.root, std::process::id());
         if cfg.metrics.enabled && !opts.once && !cfg.metrics.unix_socket.is_empty() {
             let path = Path::new(&cfg.metrics.unix_socket);
             match crate::metrics::serve_unix(path, metrics.clone()) {
@@ -585,6 +585,19 @@ fn nri_connect<H: Host>(
         .map_err(|e| AgentError::Nri(e.to_string()))
 }
 
+/// One action of a cycle as the log and `--dry-run` say it:
+/// `[policy] kind target: reason => outcome`.
+pub fn action_line(a: &placer_core::plan::ActionReport) -> String {
+    format!(
+        "[{}] {} {}: {} => {}",
+        a.planned.policy,
+        a.planned.action.kind(),
+        describe_target(&a.planned.action),
+        a.planned.reason,
+        outcome_text(&a.outcome)
+    )
+}
+
 pub fn outcome_text(o: &Outcome) -> String {
     match o {
         Outcome::Done => "done".into(),
@@ -705,14 +718,7 @@ fn log_cycle(r: &CycleReport, last_error: &mut Option<String>) {
         );
     }
     for a in &r.reports {
-        let line = format!(
-            "[{}] {} {}: {} => {}",
-            a.planned.policy,
-            a.planned.action.kind(),
-            describe_target(&a.planned.action),
-            a.planned.reason,
-            outcome_text(&a.outcome)
-        );
+        let line = action_line(a);
         match a.outcome {
             Outcome::Done | Outcome::Skipped(_) => info!("{line}"),
             Outcome::Transient(_) | Outcome::Permanent(_) => warn!("{line}"),

@@ -19,6 +19,19 @@ pub mod state;
 
 pub use agent::{Agent, NriOptions, Options};
 
+/// placer's version (the workspace's).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// The git commit placer was built from, or "unknown" (build.rs: no git, or not a
+/// checkout; `PLACER_COMMIT` set at build time wins).
+pub const COMMIT: &str = env!("PLACER_COMMIT");
+/// What `placer --version` says after the name.
+pub const VERSION_LINE: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("PLACER_COMMIT"),
+    ")"
+);
+
 use std::path::PathBuf;
 
 /// What can go wrong in the agent, with the file or the step it is about.

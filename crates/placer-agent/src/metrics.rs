@@ -61,6 +61,9 @@ struct State {
     /// (namespace, pod, container, policy).
     nri_managed: Option<usize>,
     nri_labels: Vec<[String; 4]>,
+    /// Whose `process_*` metrics to serve: a root and a pid (placer's own), read at each
+    /// scrape.
+    process: Option<(std::path::PathBuf, u32)>,
 }
 
 /// Shared between the loop (writer) and the server thread (reader).
@@ -81,6 +84,12 @@ impl Metrics {
             }
         }
         m
+    }
+
+    /// Also serves the standard `process_*` metrics of `pid` under `root`.
+    pub fn with_process(self, root: &std::path::Path, pid: u32) -> Metrics {
+        self.lock().process = Some((root.to_path_buf(), pid));
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -294,6 +303,25 @@ impl Metrics {
             );
             let _ = writeln!(o, "placer_nri_managed_containers {n}");
         }
+        head(
+            &mut o,
+            "placer_build_info",
+            "gauge",
+            "1, labelled with the version and the git commit placer was built from.",
+        );
+        let _ = writeln!(
+            o,
+            "placer_build_info{{version=\"{}\",commit=\"{}\"}} 1",
+            crate::VERSION,
+            crate::COMMIT
+        );
+        if let Some(p) = s
+            .process
+            .as_ref()
+            .and_then(|(root, pid)| placer_linux::pid::process_stats(root, *pid))
+        {
+            render_process(&mut o, &p);
+        }
         if !s.nri_labels.is_empty() {
             head(
                 &mut o,
@@ -313,6 +341,53 @@ impl Metrics {
             }
         }
         o
+    }
+}
+
+/// Prometheus' standard process metrics (the names its client libraries use).
+fn render_process(o: &mut String, p: &placer_linux::procfs::ProcessStats) {
+    let rows = [
+        (
+            "process_cpu_seconds_total",
+            "counter",
+            "Total user and system CPU time spent in seconds.",
+            Some(p.cpu_seconds),
+        ),
+        (
+            "process_resident_memory_bytes",
+            "gauge",
+            "Resident memory size in bytes.",
+            Some(p.resident_bytes as f64),
+        ),
+        (
+            "process_virtual_memory_bytes",
+            "gauge",
+            "Virtual memory size in bytes.",
+            Some(p.virtual_bytes as f64),
+        ),
+        (
+            "process_open_fds",
+            "gauge",
+            "Number of open file descriptors.",
+            Some(p.open_fds as f64),
+        ),
+        (
+            "process_max_fds",
+            "gauge",
+            "Maximum number of open file descriptors.",
+            p.max_fds.map(|m| m as f64),
+        ),
+        (
+            "process_start_time_seconds",
+            "gauge",
+            "Start time of the process since unix epoch in seconds.",
+            Some(p.start_time_s),
+        ),
+    ];
+    for (name, kind, help, value) in rows {
+        if let Some(v) = value {
+            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+        }
     }
 }
 
@@ -728,9 +803,18 @@ mod tests {
             "placer_managed_processes 2",
             "placer_cpu_utilisation_ratio{cpu=\"1\"} 0.5000",
             "placer_policy_enabled{policy=\"net-affinity\"} 1",
+            concat!(
+                "placer_build_info{version=\"",
+                env!("CARGO_PKG_VERSION"),
+                "\",commit=\"",
+                env!("PLACER_COMMIT"),
+                "\"} 1"
+            ),
         ] {
             assert!(text.contains(want), "missing {want} in\n{text}");
         }
+        // No process asked for: no process_* family.
+        assert!(!text.contains("process_"), "{text}");
         use placer_nri::placement::{ContainerView, Managed};
         let view = |pod: &str, managed| ContainerView {
             namespace: "web".into(),
@@ -768,6 +852,72 @@ mod tests {
         c.read_to_string(&mut resp).expect("read");
         assert!(resp.starts_with("HTTP/1.1 200 OK"), "{resp}");
         assert!(resp.contains("placer_managed_processes 2"));
+    }
+
+    /// The value of the sample line `name VALUE` in an exposition.
+    fn sample(text: &str, name: &str) -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    /// The `process_*` metrics are this test process's own, read at each scrape; under a
+    /// root without its files, none are served.
+    #[test]
+    fn process_metrics_are_the_processs_own() {
+        let m =
+            Metrics::new(&[], false).with_process(std::path::Path::new("/"), std::process::id());
+        let text = m.render();
+        let fds = std::fs::read_dir("/proc/self/fd").unwrap().count() as f64;
+        let open = sample(&text, "process_open_fds").expect("process_open_fds");
+        // The render's own reads open a few fds at most.
+        assert!((open - fds).abs() <= 4.0, "{open} vs {fds}\n{text}");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        let start = sample(&text, "process_start_time_seconds").expect("start time");
+        assert!(
+            start <= now + 1.0 && start > now - 3600.0,
+            "{start} vs now {now}"
+        );
+        let rss = sample(&text, "process_resident_memory_bytes").expect("rss");
+        assert!(rss > 1e6, "{rss}");
+        assert!(sample(&text, "process_virtual_memory_bytes").expect("vsz") >= rss);
+        assert!(sample(&text, "process_cpu_seconds_total").expect("cpu") >= 0.0);
+        let none = placer_testkit::TempDir::new("metrics-no-proc");
+        let m = Metrics::new(&[], false).with_process(none.path(), std::process::id());
+        assert!(!m.render().contains("process_"));
+    }
+
+    /// `promtool check metrics` (Prometheus' own linter of an exposition) finds nothing.
+    #[test]
+    fn the_exposition_passes_promtool() {
+        use std::process::{Command, Stdio};
+        let m = Metrics::new(&[(PolicyKind::NetAffinity, true)], false)
+            .with_process(std::path::Path::new("/"), std::process::id());
+        m.record(&CycleReport::default(), 0.002);
+        let Ok(mut kid) = Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+        else {
+            placer_testkit::skip("promtool not installed (apt-get install prometheus)");
+            return;
+        };
+        kid.stdin
+            .take()
+            .unwrap()
+            .write_all(m.render().as_bytes())
+            .unwrap();
+        let o = kid.wait_with_output().unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(o.status.success() && said.trim().is_empty(), "{said}");
     }
 
     /// The tids of this process's threads named `placer-metrics`.

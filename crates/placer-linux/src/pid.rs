@@ -26,6 +26,27 @@ pub fn parse_start_time(stat: &str) -> Option<u64> {
     crate::procfs::parse_pid_stat(stat).map(|s| s.start_time_ticks)
 }
 
+/// The `process_*` figures of process `pid` under `root` (`None` when its files are
+/// gone or unreadable, as under a snapshot root).
+pub fn process_stats(root: &Path, pid: u32) -> Option<crate::procfs::ProcessStats> {
+    let dir = root.join(format!("proc/{pid}"));
+    let stat = crate::procfs::parse_pid_stat(&crate::attr::read(&dir.join("stat"))?)?;
+    let status = crate::attr::read(&dir.join("status"))?;
+    let limits = crate::attr::read(&dir.join("limits")).unwrap_or_default();
+    // /proc/stat grows with the CPUs and interrupts: more than an attribute's cap.
+    let proc_stat = crate::attr::read_capped(&root.join("proc/stat"), 16 << 20).ok()?;
+    let btime = crate::procfs::parse_btime(&proc_stat)?;
+    let fds = std::fs::read_dir(dir.join("fd")).ok()?.count() as u64;
+    Some(crate::procfs::process_stats(
+        &stat,
+        &status,
+        &limits,
+        btime,
+        fds,
+        crate::sys::clock_ticks_per_s(),
+    ))
+}
+
 /// Thread ids of a process under `root`, sorted.
 pub fn task_ids(root: &Path, pid: u32) -> std::io::Result<Vec<u32>> {
     numeric_names(&root.join(format!("proc/{pid}/task")))

@@ -162,6 +162,68 @@ pub fn service_unit(cgroup: &str) -> Option<&str> {
         .find(|c| c.len() > ".service".len() && c.ends_with(".service"))
 }
 
+/// What Prometheus' standard `process_*` metrics say of a process (placer's own).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProcessStats {
+    pub cpu_seconds: f64,
+    pub resident_bytes: u64,
+    pub virtual_bytes: u64,
+    pub open_fds: u64,
+    /// The soft limit on open files; `None` when unlimited.
+    pub max_fds: Option<u64>,
+    /// Since the epoch.
+    pub start_time_s: f64,
+}
+
+/// A `KEY:   N kB` line of /proc/PID/status, in bytes.
+pub fn parse_status_kb(status: &str, key: &str) -> Option<u64> {
+    let rest = status
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))?;
+    let kb: u64 = rest.split_whitespace().next()?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// The soft limit of /proc/PID/limits' `Max open files` line; `None` when unlimited or
+/// absent.
+pub fn parse_max_open_files(limits: &str) -> Option<u64> {
+    let rest = limits
+        .lines()
+        .find_map(|l| l.strip_prefix("Max open files"))?;
+    rest.split_whitespace().next()?.parse().ok()
+}
+
+/// The boot time (`btime`, seconds since the epoch) of /proc/stat.
+pub fn parse_btime(proc_stat: &str) -> Option<u64> {
+    proc_stat
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The `process_*` figures from a process's stat, status and limits, the boot time, its
+/// count of open fds and the clock ticks per second.
+pub fn process_stats(
+    stat: &PidStat,
+    status: &str,
+    limits: &str,
+    btime_s: u64,
+    open_fds: u64,
+    ticks_per_s: u32,
+) -> ProcessStats {
+    let ticks = f64::from(ticks_per_s.max(1));
+    ProcessStats {
+        cpu_seconds: (stat.utime_ticks + stat.stime_ticks) as f64 / ticks,
+        resident_bytes: parse_status_kb(status, "VmRSS").unwrap_or(0),
+        virtual_bytes: parse_status_kb(status, "VmSize").unwrap_or(0),
+        open_fds,
+        max_fds: parse_max_open_files(limits),
+        start_time_s: btime_s as f64 + stat.start_time_ticks as f64 / ticks,
+    }
+}
+
 /// Parses /proc/PID/cgroup: the v2 unified path (`0::/path`) when present, else the
 /// `cpuset` hierarchy's path, else the first hierarchy's. Empty when nothing parses. A
 /// unified path of `/` beside v1 hierarchies says nothing (a v1 machine lists `0::/` for
@@ -458,5 +520,38 @@ mod tests {
         assert_eq!(parse_tcp_segments("Tcp: InSegs OutSegs\n"), None);
         assert_eq!(parse_tcp_segments("Tcp: InSegs\nTcp: 5\n"), None);
         assert_eq!(parse_tcp_segments(""), None);
+    }
+
+    #[test]
+    fn process_stats_read_status_limits_and_btime() {
+        let stat = parse_pid_stat(
+            "42 (placer) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 3 0 1000 0 0",
+        )
+        .expect("stat");
+        let status = "Name:\tplacer\nVmSize:\t  20480 kB\nVmRSS:\t    4096 kB\n";
+        let limits = "Limit                     Soft Limit           Hard Limit           Units     \n\
+                      Max open files            1024                 524288               files     \n";
+        let p = process_stats(&stat, status, limits, 1_700_000_000, 7, 100);
+        assert_eq!(
+            p,
+            ProcessStats {
+                cpu_seconds: 3.0,
+                resident_bytes: 4096 * 1024,
+                virtual_bytes: 20480 * 1024,
+                open_fds: 7,
+                max_fds: Some(1024),
+                start_time_s: 1_700_000_010.0,
+            }
+        );
+        assert_eq!(
+            parse_btime("cpu  1 2 3\nbtime 1700000000\nprocesses 5\n"),
+            Some(1_700_000_000)
+        );
+        assert_eq!(
+            parse_max_open_files(
+                "Max open files            unlimited            unlimited            files\n"
+            ),
+            None
+        );
     }
 }

@@ -82,6 +82,8 @@ pub enum LogFormat {
     Json,
 }
 
+/// Sets up logging to stderr, or to the journal when stderr is the journal
+/// (`crate::systemd`: one entry per event at its priority, whatever the format).
 pub fn init_logging(filter: Option<&str>, format: LogFormat) {
     use std::io::IsTerminal;
     let filter = filter
@@ -92,62 +94,57 @@ pub fn init_logging(filter: Option<&str>, format: LogFormat) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
         .with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Json => builder.json().try_init(),
-        // journald records a line's priority from a `<N>` prefix, and its own time stamp.
-        LogFormat::Text if stderr_is_journal() => builder
-            .event_format(JournalPriority(
-                tracing_subscriber::fmt::format()
-                    .without_time()
-                    .with_ansi(false),
-            ))
+    let journal = crate::systemd::stderr_is_journal()
+        .then(crate::systemd::Journal::new)
+        .and_then(Result::ok);
+    let _ = match (format, journal) {
+        (LogFormat::Json, Some(j)) => builder.json().with_writer(j).try_init(),
+        (LogFormat::Json, None) => builder.json().try_init(),
+        // journald keeps its own time stamp.
+        (LogFormat::Text, Some(j)) => builder
+            .without_time()
+            .with_ansi(false)
+            .with_writer(j)
             .try_init(),
         // Escape codes only where a terminal interprets them; a file gets plain text.
-        LogFormat::Text => builder
+        (LogFormat::Text, None) => builder
             .with_ansi(std::io::stderr().is_terminal())
             .try_init(),
     };
 }
 
-/// Whether stderr is the journal: systemd sets `JOURNAL_STREAM` to the `DEV:INODE` of the
-/// stream it connects (a child that inherited the variable but writes elsewhere is not).
-fn stderr_is_journal() -> bool {
-    use std::os::unix::fs::MetadataExt;
-    let Some((dev, ino)) = std::env::var("JOURNAL_STREAM").ok().and_then(|v| {
-        Some((
-            v.split_once(':')?.0.parse::<u64>().ok()?,
-            v.split_once(':')?.1.parse::<u64>().ok()?,
-        ))
-    }) else {
-        return false;
-    };
-    // The magic link resolves to the open file (or socket) itself.
-    std::fs::metadata("/proc/self/fd/2").is_ok_and(|m| m.dev() == dev && m.ino() == ino)
+/// Says why the command failed: `placer: <error>` on stderr, or, where the log goes as
+/// JSON or to the journal, as an error event of that log (so `--log-format json` holds
+/// from the first line to the last, and `journalctl -p err` shows why the unit failed).
+pub fn report_error(e: &anyhow::Error, format: LogFormat) {
+    let logged = format == LogFormat::Json || crate::systemd::stderr_is_journal();
+    if logged && tracing::enabled!(target: "placer", tracing::Level::ERROR) {
+        tracing::error!(target: "placer", "{e:#}");
+    } else {
+        eprintln!("placer: {e:#}");
+    }
 }
 
-/// The syslog priority prefix journald reads (`sd-daemon(3)`) before each event.
-struct JournalPriority<F>(F);
-
-impl<S, N, F> tracing_subscriber::fmt::FormatEvent<S, N> for JournalPriority<F>
-where
-    F: tracing_subscriber::fmt::FormatEvent<S, N>,
-    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
-    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
-{
-    fn format_event(
-        &self,
-        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
-        mut writer: tracing_subscriber::fmt::format::Writer<'_>,
-        event: &tracing::Event<'_>,
-    ) -> std::fmt::Result {
-        let priority = match *event.metadata().level() {
-            tracing::Level::ERROR => 3,
-            tracing::Level::WARN => 4,
-            tracing::Level::INFO => 6,
-            tracing::Level::DEBUG | tracing::Level::TRACE => 7,
-        };
-        write!(writer, "<{priority}>")?;
-        self.0.format_event(ctx, writer, event)
+/// The `--log-format` the command line asks for, read before clap parses it (an argument
+/// error is said in that format too).
+pub fn log_format_of(args: &[std::ffi::OsString]) -> LogFormat {
+    let mut json = false;
+    let mut it = args.iter().map(|a| a.to_str().unwrap_or(""));
+    while let Some(a) = it.next() {
+        match a {
+            "--" => break,
+            "--log-format" => json = it.next() == Some("json"),
+            _ => {
+                if let Some(v) = a.strip_prefix("--log-format=") {
+                    json = v == "json";
+                }
+            }
+        }
+    }
+    if json {
+        LogFormat::Json
+    } else {
+        LogFormat::Text
     }
 }
 

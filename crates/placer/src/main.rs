@@ -16,7 +16,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 #[derive(Parser)]
 #[command(
     name = "placer",
-    version,
+    version = placer_agent::VERSION_LINE,
     about = "Places processes and threads on cores, memory nodes and network queues"
 )]
 struct Cli {
@@ -75,7 +75,10 @@ enum Command {
 }
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => return usage_error(e),
+    };
     common::init_logging(cli.log.as_deref(), cli.log_format);
     let r: Result<()> = match cli.cmd {
         Command::Topo(a) => cmd::topo::run(a),
@@ -98,8 +101,26 @@ fn main() -> std::process::ExitCode {
     match r {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("placer: {e:#}");
+            common::report_error(&e, cli.log_format);
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// An argument error (or --help, --version) from clap: as clap prints it, except that an
+/// error goes through the log when that is JSON or the journal, like any other failure.
+fn usage_error(e: clap::Error) -> std::process::ExitCode {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let format = common::log_format_of(&args);
+    if !e.use_stderr()
+        || (format == common::LogFormat::Text && !placer::systemd::stderr_is_journal())
+    {
+        e.exit()
+    }
+    common::init_logging(None, format);
+    common::report_error(
+        &anyhow::anyhow!("{}", e.render().to_string().trim_end()),
+        format,
+    );
+    std::process::ExitCode::from(2)
 }

@@ -6,7 +6,12 @@
 //! - Every `.Values` key a template reads is in values.yaml, and every value is read.
 //! - The chart renders with `helm template` (every optional object on) into the objects it
 //!   promises, with the NRI index and metrics port of values.yaml. Without helm the render is a
-//!   visible skip (a failure in CI, whose test script installs helm).
+//!   visible skip (a failure in CI, whose test script installs helm); `helm lint --strict`
+//!   passes, and `values.schema.json` covers values.yaml and refuses a wrong type.
+//! - The alert rules, rendered, pass their `promtool test rules` cases
+//!   (`deploy/helm/tests/rules_test.yaml`: each rule firing and not, beside a release in
+//!   another namespace); without promtool a visible skip (scripts/test.sh installs it).
+//! - NOTES.txt names the job label the rules match.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -157,6 +162,7 @@ fn rule_exprs() -> Vec<String> {
         .filter_map(|l| l.trim().strip_prefix("expr:"))
         // The template's own value substitutions are numbers.
         .map(|e| e.replace("{{ .Values.prometheusRule.undoRatioWarn }}", "0.5"))
+        .map(|e| e.replace("{{ include \"placer.job\" . }}", "placer-system/placer"))
         .map(|e| e.trim().to_string())
         .collect()
 }
@@ -291,8 +297,8 @@ fn the_charts_templates_and_values_agree() {
     );
 }
 
-#[test]
-fn the_chart_renders_every_object_it_promises() {
+/// helm (`HELM` or on PATH), or a visible skip.
+fn helm() -> Option<String> {
     let helm = std::env::var("HELM").unwrap_or_else(|_| "helm".into());
     if std::process::Command::new(&helm)
         .arg("version")
@@ -302,29 +308,170 @@ fn the_chart_renders_every_object_it_promises() {
         placer_testkit::skip(
             "helm not found (scripts/test.sh installs it from the Go module proxy)",
         );
-        return;
+        return None;
     }
-    let out = std::process::Command::new(&helm)
+    Some(helm)
+}
+
+/// `helm template placer CHART --namespace placer-system ARGS`: its stdout, or its stderr
+/// as the error.
+fn render(helm: &str, chart: &Path, args: &[&str]) -> Result<String, String> {
+    let out = std::process::Command::new(helm)
         .args(["template", "placer"])
-        .arg(chart())
+        .arg(chart)
         .args(["--namespace", "placer-system"])
-        .args([
-            "--set",
-            "podMonitor.enabled=true,serviceMonitor.enabled=true",
-        ])
-        .args([
-            "--set",
-            "prometheusRule.enabled=true,grafanaDashboard.enabled=true",
-        ])
-        .args(["--set", "nodeSelector.role=compute"])
+        .args(args)
         .output()
         .expect("helm template");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+#[test]
+fn the_alert_rules_pass_their_promtool_tests() {
+    let Some(helm) = helm() else { return };
+    if std::process::Command::new("promtool")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        placer_testkit::skip("promtool not found (apt-get install prometheus)");
+        return;
+    }
+    let rule = render(
+        &helm,
+        &chart(),
+        &[
+            "--set",
+            "prometheusRule.enabled=true",
+            "--show-only",
+            "templates/prometheusrule.yaml",
+        ],
+    )
+    .expect("render the rules");
+    // The PrometheusRule's spec is a rules file: its lines after `spec:`, dedented.
+    let spec: String = rule
+        .lines()
+        .skip_while(|l| *l != "spec:")
+        .skip(1)
+        .map(|l| format!("{}\n", l.strip_prefix("  ").unwrap_or(l)))
+        .collect();
+    assert!(spec.starts_with("groups:"), "{rule}");
+    let dir = placer_testkit::TempDir::new("promtool-rules");
+    std::fs::write(dir.path().join("rules.yaml"), &spec).expect("rules.yaml");
+    std::fs::copy(
+        repo().join("deploy/helm/tests/rules_test.yaml"),
+        dir.path().join("rules_test.yaml"),
+    )
+    .expect("rules_test.yaml");
+    let o = std::process::Command::new("promtool")
+        .args(["test", "rules", "rules_test.yaml"])
+        .current_dir(dir.path())
+        .output()
+        .expect("promtool");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
     );
+    assert!(o.status.success(), "{said}\nrules:\n{spec}");
+    // Every alert of the chart has its cases.
+    let cases =
+        std::fs::read_to_string(repo().join("deploy/helm/tests/rules_test.yaml")).expect("cases");
+    for alert in spec
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- alert: "))
+    {
+        assert!(
+            cases.contains(&format!("alertname: {alert}")),
+            "{alert} has no promtool case"
+        );
+    }
+}
+
+/// The top-level keys of values.yaml.
+fn top_level_values() -> BTreeSet<String> {
+    values_defined()
+        .into_iter()
+        .filter(|k| !k.contains('.'))
+        .collect()
+}
+
+#[test]
+fn the_values_schema_covers_values_yaml_and_refuses_a_wrong_type() {
+    let schema: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(chart().join("values.schema.json")).expect("schema"),
+    )
+    .expect("schema is JSON");
+    let props: BTreeSet<String> = schema["properties"]
+        .as_object()
+        .expect("properties")
+        .keys()
+        .cloned()
+        .collect();
+    assert_eq!(props, top_level_values());
+    assert_eq!(schema["additionalProperties"], false);
+    let Some(helm) = helm() else { return };
+    for bad in ["metricsPort=abc", "nri.index=100", "nosuchkey=1"] {
+        let r = render(&helm, &chart(), &["--set", bad]);
+        assert!(r.is_err(), "{bad} was accepted");
+    }
+}
+
+#[test]
+fn the_notes_name_the_job_the_rules_match() {
+    let Some(helm) = helm() else { return };
+    // helm renders NOTES.txt only at install; a copy of the chart renders it as a value.
+    let dir = placer_testkit::TempDir::new("chart-notes");
+    let copy = dir.path().join("placer");
+    let o = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(chart())
+        .arg(&copy)
+        .status()
+        .expect("cp");
+    assert!(o.success());
+    std::fs::copy(copy.join("templates/NOTES.txt"), copy.join("notes-src.txt")).unwrap();
+    std::fs::write(
+        copy.join("templates/notes.yaml"),
+        "notes: |\n  {{- tpl (.Files.Get \"notes-src.txt\") . | nindent 2 }}\n",
+    )
+    .unwrap();
+    let notes = |args: &[&str]| {
+        let mut a = args.to_vec();
+        a.extend(["--show-only", "templates/notes.yaml"]);
+        render(&helm, &copy, &a).expect("render the notes")
+    };
+    let with = notes(&["--set", "podMonitor.enabled=true"]);
+    assert!(with.contains("job \"placer-system/placer\""), "{with}");
+    assert!(
+        with.contains("The PodMonitor sets that job label"),
+        "{with}"
+    );
+    let own = notes(&["--set", "metricsJob=node-agents"]);
+    assert!(own.contains("job \"node-agents\""), "{own}");
+    assert!(own.contains("set metricsJob"), "{own}");
+}
+
+#[test]
+fn the_chart_renders_every_object_it_promises() {
+    let Some(helm) = helm() else { return };
+    let text = render(
+        &helm,
+        &chart(),
+        &[
+            "--set",
+            "podMonitor.enabled=true,serviceMonitor.enabled=true",
+            "--set",
+            "prometheusRule.enabled=true,grafanaDashboard.enabled=true",
+            "--set",
+            "nodeSelector.role=compute",
+        ],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     for kind in [
         "kind: DaemonSet",
         "kind: ConfigMap",
@@ -344,8 +491,19 @@ fn the_chart_renders_every_object_it_promises() {
     ] {
         assert!(text.contains(&want), "no {want} in:\n{text}");
     }
+    // The monitors set the job the rules match.
+    assert_eq!(
+        text.matches("replacement: \"placer-system/placer\"")
+            .count(),
+        2,
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"absent(up{job="placer-system/placer"})"#),
+        "{text}"
+    );
     let lint = std::process::Command::new(&helm)
-        .arg("lint")
+        .args(["lint", "--strict"])
         .arg(chart())
         .output()
         .expect("helm lint");

@@ -1,8 +1,11 @@
 //! The .deb (issue 18): `scripts/package.sh` builds it; it holds the binary, the unit, the
 //! commented default config, man pages, completions and licences; extracted into a temporary
 //! root, its config is accepted by its own binary and its unit passes `systemd-analyze
-//! verify`. Needs cargo-deb and dpkg (scripts/test.sh installs cargo-deb); no root.
+//! verify`; it carries md5sums, and a placer-dbgsym .ddeb holds the stripped binary's debug
+//! information under its build id. Needs cargo-deb and dpkg (scripts/test.sh installs
+//! cargo-deb); no root.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -11,6 +14,29 @@ fn repo() -> PathBuf {
 }
 
 use placer_testkit::TempDir;
+
+/// Every regular file under `root`, relative to it, sorted.
+fn regular_files(root: &Path) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).expect("read dir").flatten() {
+            let t = e.file_type().expect("file type");
+            if t.is_dir() {
+                dirs.push(e.path());
+            } else if t.is_file() {
+                let rel = e
+                    .path()
+                    .strip_prefix(root)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned();
+                out.insert(rel);
+            }
+        }
+    }
+    out
+}
 
 fn ok(cmd: &mut Command) -> bool {
     cmd.output().is_ok_and(|o| o.status.success())
@@ -97,11 +123,20 @@ fn deb_holds_everything_and_its_unit_verifies() {
         "the package enables or starts the unit:\n{postinst}"
     );
 
-    // lintian: no errors (warnings are printed, not failed on).
+    // The debug symbols' package beside it (cargo deb --dbgsym).
+    let ddeb = PathBuf::from(
+        deb.to_string_lossy()
+            .replace("/placer_", "/placer-dbgsym_")
+            .replace(".deb", ".ddeb"),
+    );
+    assert!(ddeb.exists(), "no {}", ddeb.display());
+
+    // lintian: no errors (warnings are printed, not failed on), on both packages.
     if ok(Command::new("lintian").arg("--version")) {
         let o = Command::new("lintian")
             .args(["--fail-on", "error"])
             .arg(&deb)
+            .arg(&ddeb)
             .output()
             .expect("lintian");
         let said = String::from_utf8_lossy(&o.stdout);
@@ -136,6 +171,67 @@ fn deb_holds_everything_and_its_unit_verifies() {
             "unstripped binary ({unstripped}):\n{sections}"
         );
     }
+    // md5sums (scripts/package.sh adds them): every regular file but the conffile, each
+    // sum right.
+    let sums = Command::new("dpkg-deb")
+        .arg("-I")
+        .arg(&deb)
+        .arg("md5sums")
+        .output()
+        .expect("dpkg-deb -I md5sums");
+    let sums = String::from_utf8_lossy(&sums.stdout).into_owned();
+    let listed: BTreeSet<&str> = sums.lines().filter_map(|l| l.get(34..)).collect();
+    let files = regular_files(root.path());
+    let want: BTreeSet<&str> = files
+        .iter()
+        .map(String::as_str)
+        .filter(|f| *f != "etc/placer/placer.toml")
+        .collect();
+    assert_eq!(listed, want, "md5sums:\n{sums}");
+    std::fs::write(root.path().join("md5sums"), &sums).unwrap();
+    let check = Command::new("md5sum")
+        .args(["--check", "--quiet", "md5sums"])
+        .current_dir(root.path())
+        .output()
+        .expect("md5sum");
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+    // The .ddeb holds the binary's debug information under its build id.
+    let notes = Command::new("readelf")
+        .arg("-n")
+        .arg(&bin)
+        .output()
+        .expect("readelf -n");
+    let notes = String::from_utf8_lossy(&notes.stdout);
+    let id = notes
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: "))
+        .unwrap_or_else(|| panic!("no build id:\n{notes}"))
+        .to_string();
+    let dbg = TempDir::new("ddeb");
+    assert!(ok(Command::new("dpkg-deb")
+        .arg("-x")
+        .arg(&ddeb)
+        .arg(dbg.path())));
+    let debug_file = dbg.path().join(format!(
+        "usr/lib/debug/.build-id/{}/{}.debug",
+        &id[..2],
+        &id[2..]
+    ));
+    let dsections = Command::new("readelf")
+        .arg("-S")
+        .arg(&debug_file)
+        .output()
+        .expect("readelf the .debug");
+    let dsections = String::from_utf8_lossy(&dsections.stdout);
+    assert!(
+        dsections.contains(".debug_line"),
+        "{}: {dsections}",
+        debug_file.display()
+    );
     // The shipped config sets nothing (defaults follow upgrades), and the shipped binary
     // accepts it.
     let cfg = root.path().join("etc/placer/placer.toml");
@@ -220,6 +316,30 @@ fn install_unit_writes_the_shipped_unit_running_the_given_binary() {
     );
     assert!(got.contains("RuntimeDirectory=placer") && got.contains("CapabilityBoundingSet="));
     assert!(got.contains("ExecReload=/bin/kill -HUP $MAINPID"), "{got}");
+}
+
+/// `placer --version` names the commit it was built from: git's short hash of HEAD in a
+/// checkout (build.rs reruns when HEAD moves), "unknown" where git cannot say.
+#[test]
+fn the_version_names_the_commit() {
+    let o = Command::new(env!("CARGO_BIN_EXE_placer"))
+        .arg("--version")
+        .output()
+        .expect("placer --version");
+    let said = String::from_utf8_lossy(&o.stdout);
+    let head = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(repo())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    let want = format!(
+        "placer {} (commit {})",
+        env!("CARGO_PKG_VERSION"),
+        head.as_deref().unwrap_or("unknown")
+    );
+    assert_eq!(said.trim(), want);
 }
 
 #[test]

@@ -8,13 +8,14 @@
 //! with `placer restore`); `--dry-run`: prints the plans and changes nothing (no journal,
 //! no state files).
 
+mod notify;
+mod print;
 pub mod signals;
 
 use anyhow::{Context, Result};
-use placer_agent::agent::{describe_target, outcome_text, Ended, NriOptions, Options};
+use placer_agent::agent::{Ended, NriOptions, Options};
 use placer_agent::Agent;
 use placer_core::config::Config;
-use placer_core::engine::CycleReport;
 use placer_linux::LinuxHost;
 use std::path::PathBuf;
 use tracing::{info, warn};
@@ -88,40 +89,6 @@ fn reload(agent: &mut Agent<LinuxHost>, args: &Args) {
     }
 }
 
-fn print_cycle(r: &CycleReport, dry_run: bool, json: bool) {
-    if json {
-        outln!("{}", placer_agent::agent::cycle_json(r, dry_run));
-        return;
-    }
-    if let Some(e) = &r.error {
-        outln!("cycle {}: error: {e}", r.cycle);
-        return;
-    }
-    // One line names the cycle; its actions and notes follow, indented.
-    let count = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
-    let (actions, notes) = (r.reports.len(), r.plan.notes.len());
-    outln!(
-        "cycle {}: {}, {}",
-        r.cycle,
-        count(actions, "action"),
-        count(notes, "note")
-    );
-    for a in &r.reports {
-        outln!(
-            "  [{}] {} {}: {} => {}",
-            a.planned.policy,
-            a.planned.action.kind(),
-            describe_target(&a.planned.action),
-            a.planned.reason,
-            outcome_text(&a.outcome)
-        );
-    }
-    for n in &r.plan.notes {
-        let who = n.proc.map_or(String::new(), |k| format!("pid {} ", k.pid));
-        outln!("  [{}] note {who}{}", n.policy, n.text);
-    }
-}
-
 pub fn run(args: Args) -> Result<()> {
     if args.print_default_config {
         out!(
@@ -162,6 +129,7 @@ pub fn run(args: Args) -> Result<()> {
     // action.
     signals::install().context("installing signal handlers")?;
     signals::install_reload().context("installing the SIGHUP handler")?;
+    let mut systemd = notify::Systemd::from_env();
     let mut agent = Agent::start(host, cfg, opts)?;
     // A stop asked for during start-up: no cycle.
     let ended = if signals::stop_requested() {
@@ -170,14 +138,17 @@ pub fn run(args: Args) -> Result<()> {
         agent.run(
             |agent, r| {
                 if (dry_run || once) && !r.warming_up {
-                    print_cycle(r, dry_run, args.json);
+                    print::print_cycle(r, dry_run, args.json);
                 }
+                systemd.after_cycle(r);
                 if signals::take_reload() {
+                    systemd.reloading();
                     reload(agent, &args);
+                    systemd.after_cycle(r);
                 }
             },
             |deadline| {
-                signals::sleep_until(deadline);
+                notify::sleep_feeding_watchdog(deadline);
                 signals::stop_requested()
             },
         )
@@ -188,6 +159,7 @@ pub fn run(args: Args) -> Result<()> {
             signals::which().unwrap_or_else(|| "stop".into())
         );
     }
+    systemd.stopping();
     agent.stop()?;
     match ended {
         Ended::Once(Some(e)) => Err(anyhow::anyhow!("{e}")),

@@ -131,7 +131,15 @@ fn common_sections(name: &str) -> String {
         ),
         (
             "JOURNAL_STREAM",
-            "Set by systemd when stderr is connected to the journal: each log line then starts with its syslog priority (<3> error, <4> warning, <6> info, <7> debug), which journald records as the line's priority.",
+            "Set by systemd when stderr is connected to the journal: each log event (the error that ends a command too) is then sent to the journal natively, one entry with its priority (3 error, 4 warning, 6 info, 7 debug) even when it spans lines; where the journal's socket refuses it, it goes to stderr with <N> before every line.",
+        ),
+        (
+            "PLACER_JOURNAL_SOCKET",
+            "The journal's socket for native logging (default /run/systemd/journal/socket).",
+        ),
+        (
+            "NOTIFY_SOCKET, WATCHDOG_USEC, WATCHDOG_PID",
+            "Set by systemd for a Type=notify unit: the daemon says READY=1 after its start-up restore and first cycle, STATUS= lines, STOPPING=1, and WATCHDOG=1 every half of WATCHDOG_USEC.",
         ),
     ]);
     out += ".SH EXIT STATUS\n";

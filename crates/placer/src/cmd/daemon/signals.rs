@@ -97,6 +97,11 @@ pub fn stop_requested() -> bool {
     STOP.load(Ordering::SeqCst)
 }
 
+/// Whether a reload waits to be taken (without taking it).
+pub fn reload_requested() -> bool {
+    RELOAD.load(Ordering::SeqCst)
+}
+
 /// Whether a reload was asked for since the last call (the request is taken).
 pub fn take_reload() -> bool {
     RELOAD.swap(false, Ordering::SeqCst)
@@ -132,7 +137,7 @@ pub fn name(sig: libc::c_int) -> Option<String> {
 /// before that about a third of the idle daemon's CPU.)
 pub fn sleep_until(deadline: std::time::Instant) {
     loop {
-        if stop_requested() || RELOAD.load(Ordering::SeqCst) {
+        if stop_requested() || reload_requested() {
             return;
         }
         let now = std::time::Instant::now();

@@ -468,15 +468,16 @@ pub fn render_000(rows: &[Row000]) -> String {
 // ---------------------------------------------------------------------------------------
 // Seed 001
 
-/// One physical-core count: policy 1's and policy 2's runs on that many cores.
+/// One physical-core count: policy 1's and policy 2's units on that many cores, each with
+/// its time in s (simulated) or its speedup (the model), and its power.
 #[derive(Debug, Clone, Serialize)]
 pub struct CoreRow {
     pub cores: u32,
     pub n_1: usize,
-    pub time_1_s: f64,
+    pub value_1: f64,
     pub power_1_w: f64,
     pub n_2: usize,
-    pub time_2_s: f64,
+    pub value_2: f64,
     pub power_2_w: f64,
     /// Speedup of policy 2 over policy 1, minus 1.
     pub gain: f64,
@@ -488,8 +489,8 @@ pub struct Fig001 {
     pub per_core: Vec<CoreRow>,
     pub avg_gain_pct: f64,
     pub max_gain_pct: f64,
-    /// (policy 2 units, policy 1 units as fast, power difference W) for 10 and 12 units.
-    pub equal: Vec<(usize, usize, f64)>,
+    /// For 10 and 12 units of policy 2.
+    pub equal: Vec<EqualSpeed>,
     /// Policy 1 at 8 and 9 units (9: one core shared), s: the load imbalance.
     pub speedup_8_9_s: (f64, f64),
 }
@@ -510,18 +511,18 @@ pub fn run_001(name: &str) -> Result<Fig001, String> {
         per_core.push(CoreRow {
             cores: c.cores,
             n_1: c.n_a,
-            time_1_s: ta,
+            value_1: ta,
             power_1_w: pa,
             n_2: c.n_b,
-            time_2_s: tb,
+            value_2: tb,
             power_2_w: pb,
             gain: c.gain,
         });
     }
-    let gains: Vec<f64> = per_core.iter().map(|c| 100.0 * c.gain).collect();
+    let (avg_gain_pct, max_gain_pct) = mean_max_pct(&per_core);
     Ok(Fig001 {
-        avg_gain_pct: gains.iter().sum::<f64>() / gains.len().max(1) as f64,
-        max_gain_pct: gains.iter().copied().fold(f64::MIN, f64::max),
+        avg_gain_pct,
+        max_gain_pct,
         equal: alloc::equal_speed_matches(&a, &b)
             .into_iter()
             .filter(|(nb, _, _)| [10, 12].contains(nb))
@@ -532,6 +533,98 @@ pub fn run_001(name: &str) -> Result<Fig001, String> {
             t(alloc::AllocPolicy::Speedup, 9)?.0,
         ),
     })
+}
+
+/// (policy 2 units, the fewest policy 1 units as fast, power difference W).
+pub type EqualSpeed = (usize, usize, f64);
+
+/// The per-core table, `what` naming the value column (time s, speedup).
+fn core_table(what: &str, rows: &[CoreRow]) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "| cores | policy 1 units | {what} | power W | policy 2 units | {what} | power W | gain per core |"
+    );
+    let _ = writeln!(o, "|---|---|---|---|---|---|---|---|");
+    for r in rows {
+        let cells = [
+            r.cores.to_string(),
+            r.n_1.to_string(),
+            format!("{:.2}", r.value_1),
+            format!("{:.2}", r.power_1_w),
+            r.n_2.to_string(),
+            format!("{:.2}", r.value_2),
+            format!("{:.2}", r.power_2_w),
+            format!("{:.1}%", 100.0 * r.gain),
+        ];
+        let _ = writeln!(o, "| {} |", cells.join(" | "));
+    }
+    o
+}
+
+fn mean_max_pct(rows: &[CoreRow]) -> (f64, f64) {
+    let gains: Vec<f64> = rows.iter().map(|c| 100.0 * c.gain).collect();
+    (
+        gains.iter().sum::<f64>() / gains.len().max(1) as f64,
+        gains.iter().copied().fold(f64::MIN, f64::max),
+    )
+}
+
+/// `placer plan --machine MACHINE --compare --serial-fraction S`: the model's orders side
+/// by side (Amdahl with sigma and the machine's measured power model), no simulation.
+pub fn model_001(machine: &str, s: f64) -> Result<(Vec<CoreRow>, Vec<EqualSpeed>), String> {
+    let topo = placer_core::machines::machine(machine).map_err(|e| e.to_string())?;
+    let model = placer_core::power_model::builtin(machine)
+        .ok_or_else(|| format!("{machine}: no measured power model"))?;
+    let opts = AllocOptions::default();
+    let stats = |pol| {
+        let order = alloc::order(&topo, pol, &opts);
+        alloc::prefix_stats(&topo, &order, &model, s, &opts)
+    };
+    let (a, b) = (
+        stats(alloc::AllocPolicy::Speedup),
+        stats(alloc::AllocPolicy::Efficiency),
+    );
+    let rows = alloc::per_core_comparison(&a, &b)
+        .into_iter()
+        .map(|c| CoreRow {
+            cores: c.cores,
+            n_1: c.n_a,
+            value_1: c.speedup_a,
+            power_1_w: c.power_a_w,
+            n_2: c.n_b,
+            value_2: c.speedup_b,
+            power_2_w: c.power_b_w,
+            gain: c.gain,
+        })
+        .collect();
+    Ok((rows, alloc::equal_speed_matches(&a, &b)))
+}
+
+/// docs/smt.md's model block: the Dell C6100 at the seed's S = 0.077 in full, the HP
+/// DK388P at S = 0.053 in summary.
+pub fn render_001_model() -> Result<String, String> {
+    let (dell, equal) = model_001("dell-c6100", 0.077)?;
+    let (hp, _) = model_001("hp-dk388p", 0.053)?;
+    let mut o = core_table("speedup", &dell);
+    let (avg, max) = mean_max_pct(&dell);
+    let (hp_avg, hp_max) = mean_max_pct(&hp);
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "Model (`placer plan --machine dell-c6100 --compare --serial-fraction 0.077`; rests on: \
+         {}): average gain per physical core {avg:.1}%, max {max:.1}%.",
+        RestsOn::RestatedInput.label()
+    );
+    for (nb, na, dp) in equal.iter().filter(|(nb, _, _)| [10, 12].contains(nb)) {
+        let _ = writeln!(o, "At equal speed, {}.", equal_line(*nb, *na, *dp));
+    }
+    let _ = writeln!(
+        o,
+        "HP DK388P (`placer plan --machine hp-dk388p --compare --serial-fraction 0.053`): \
+         average {hp_avg:.1}%, max {hp_max:.1}%."
+    );
+    Ok(o)
 }
 
 fn equal_line(nb: usize, na: usize, dp: f64) -> String {
@@ -552,25 +645,7 @@ pub fn render_001(f: &Fig001) -> String {
         RestsOn::RestatedInput.label()
     );
     let _ = writeln!(o);
-    let _ = writeln!(
-        o,
-        "| cores | policy 1 units | time s | power W | policy 2 units | time s | power W | gain per core |"
-    );
-    let _ = writeln!(o, "|---|---|---|---|---|---|---|---|");
-    for r in &f.per_core {
-        let _ = writeln!(
-            o,
-            "| {} | {} | {:.2} | {:.2} | {} | {:.2} | {:.2} | {:.1}% |",
-            r.cores,
-            r.n_1,
-            r.time_1_s,
-            r.power_1_w,
-            r.n_2,
-            r.time_2_s,
-            r.power_2_w,
-            100.0 * r.gain
-        );
-    }
+    o.push_str(&core_table("time s", &f.per_core));
     let _ = writeln!(o);
     let _ = writeln!(
         o,
@@ -711,7 +786,7 @@ pub fn render_readme(s000: &[Row000], s001: &Fig001, s003: &[PerSeed003]) -> Str
 }
 
 /// Every block the docs carry: (file under the repository root, block name, text).
-pub fn doc_blocks(f: &Figures) -> Vec<(&'static str, &'static str, String)> {
+pub fn doc_blocks(f: &Figures) -> Result<Vec<(&'static str, &'static str, String)>, String> {
     let mut v = Vec::new();
     if let Some(r) = &f.s000 {
         v.push(("docs/seeds.md", "seed-000", render_000(r)));
@@ -726,11 +801,13 @@ pub fn doc_blocks(f: &Figures) -> Vec<(&'static str, &'static str, String)> {
     }
     if let Some(r) = &f.s001 {
         v.push(("docs/smt.md", "seed-001", render_001(r)));
+        // The model needs no simulation: it goes with seed 001's part.
+        v.push(("docs/smt.md", "seed-001-model", render_001_model()?));
     }
     if let (Some(a), Some(b), Some(c)) = (&f.s000, &f.s001, &f.s003) {
         v.push(("README.md", "seeds", render_readme(a, b, c)));
     }
-    v
+    Ok(v)
 }
 
 /// The text between `<!-- NAME:begin -->` and `<!-- NAME:end -->` in `doc`.

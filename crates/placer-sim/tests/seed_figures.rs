@@ -66,6 +66,11 @@ fn seed_000_001_and_the_readme_table_are_what_the_command_computes() {
     same("docs/seeds.md", "seed-000", &sf::render_000(&s000));
     let s001 = sf::run_001("seed-001").unwrap_or_else(|e| panic!("{e}"));
     same("docs/smt.md", "seed-001", &sf::render_001(&s001));
+    same(
+        "docs/smt.md",
+        "seed-001-model",
+        &sf::render_001_model().unwrap_or_else(|e| panic!("{e}")),
+    );
     let readme = sf::render_readme(&s000, &s001, &per_seed());
     same("README.md", "seeds", &readme);
     // Each seed's row says what its figure rests on.

@@ -66,7 +66,7 @@ pub fn run(args: Args) -> Result<()> {
         outln!("{}", serde_json::to_string_pretty(&f)?);
         return Ok(());
     }
-    for (file, name, text) in seed_figures::doc_blocks(&f) {
+    for (file, name, text) in seed_figures::doc_blocks(&f).map_err(err)? {
         match &args.write {
             Some(root) => {
                 let path = root.join(file);

@@ -359,7 +359,13 @@ pub struct Row000 {
     /// With every sender capped at its app's target rate (no limiter needed): at the wall.
     pub capped_wall_x: f64,
     pub capped_above_idle_x: f64,
+    /// Above idle with the leakage current per active cluster at each of [`LEAK_RANGE_A`].
+    pub leak_above_idle_x: Vec<f64>,
 }
+
+/// The plausible range of the static (leakage) current per active cluster, A: 0 to 0.23 A
+/// (0 to 0.3 W at 1.3 V; the model's 0.0856 A is CAL A7's fit at 330 K).
+pub const LEAK_RANGE_A: [f64; 2] = [0.0, 0.23];
 
 /// Seed 000's cases: 1-4 FTP apps, and the PARSEC-like mixes.
 pub fn cases_000() -> Vec<(String, &'static str, Option<u32>)> {
@@ -419,12 +425,23 @@ pub fn run_000() -> Result<Vec<Row000>, String> {
         }
         let (wall_x, above_idle_x) = ratios_000(&sc)?;
         let (capped_wall_x, capped_above_idle_x) = ratios_000(&capped_senders(&sc))?;
+        let leak_above_idle_x = LEAK_RANGE_A
+            .iter()
+            .map(|a| {
+                ratios_000(&with_override(
+                    &sc,
+                    Override::Param("power.cluster_leak_a", *a),
+                ))
+                .map(|r| r.1)
+            })
+            .collect::<Result<_, _>>()?;
         out.push(Row000 {
             label,
             wall_x,
             above_idle_x,
             capped_wall_x,
             capped_above_idle_x,
+            leak_above_idle_x,
         });
     }
     Ok(out)
@@ -443,9 +460,10 @@ pub fn render_000(rows: &[Row000]) -> String {
     let _ = writeln!(o);
     let _ = writeln!(
         o,
-        "| apps | at the wall | above idle (labelled, not the headline) | senders capped: at the wall | senders capped: above idle | rests on |"
+        "| apps | at the wall | above idle (labelled, not the headline) | above idle, leakage {} / {} A per cluster | senders capped: at the wall | senders capped: above idle | rests on |",
+        LEAK_RANGE_A[0], LEAK_RANGE_A[1]
     );
-    let _ = writeln!(o, "|---|---|---|---|---|---|");
+    let _ = writeln!(o, "|---|---|---|---|---|---|---|");
     let rests = format!(
         "{} (wall); {} (above idle: the idle and leakage terms)",
         RestsOn::Mechanism.label(),
@@ -456,6 +474,11 @@ pub fn render_000(rows: &[Row000]) -> String {
             r.label.clone(),
             format!("**{:.2}x**", r.wall_x),
             format!("{:.2}x", r.above_idle_x),
+            r.leak_above_idle_x
+                .iter()
+                .map(|x| format!("{x:.2}x"))
+                .collect::<Vec<_>>()
+                .join(" / "),
             format!("{:.2}x", r.capped_wall_x),
             format!("{:.2}x", r.capped_above_idle_x),
             rests.clone(),

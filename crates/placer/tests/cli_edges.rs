@@ -765,3 +765,26 @@ fn sim_reads_a_measured_matrix_and_power_table() {
     let o = sim(&["--power-table", t.to_str().unwrap()]);
     assert!(!o.status.success());
 }
+
+/// Issue 51: `placer bench seeds` re-renders seed 003's summaries from the per-seed file
+/// (no simulation), as docs/seeds.md holds them; a part it does not know is refused.
+#[test]
+fn bench_seeds_renders_the_docs_blocks_from_the_per_seed_file() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let o = placer()
+        .args(["bench", "seeds", "--only", "003", "--per-seed"])
+        .arg(root.join("docs/seed-003-seeds.md"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let doc = std::fs::read_to_string(root.join("docs/seeds.md")).unwrap();
+    let block = placer_sim::seed_figures::block(&doc, "seed-003").expect("seed-003 block");
+    assert!(out.contains(block), "{out}");
+    let o = placer()
+        .args(["bench", "seeds", "--only", "999"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("999"));
+}

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates the figures README.md quotes ("placer's own cost"), on this machine, in one
-# run: builds the release binary, runs each benchmark, prints the table with the machine and
-# the date, writes it to docs/figures.md and between the figures markers of README.md, so the
+# run: builds the release binary, writes the seeds' simulated figures into README.md,
+# docs/seeds.md, docs/seed-003-seeds.md and docs/smt.md (`placer bench seeds --write .`),
+# runs each benchmark, prints the table with the machine and the date, writes it to docs/figures.md and between the figures markers of README.md, so the
 # two always agree. Needs root for `bench daemon` (network namespaces); without root that row
 # says so. Takes about 4 minutes after the build.
 set -euo pipefail
@@ -10,6 +11,9 @@ cargo build --release -q -p placer
 bin=${CARGO_TARGET_DIR:-target}/release/placer
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
+# The seeds' simulated figures (deterministic: the test seed_figures checks the docs hold
+# what this computes).
+"$bin" bench seeds --seeds 40 --write .
 "$bin" bench topo --runs 100 --json | tail -1 >"$out/topo.json"
 # The 256-CPU snapshot from hwloc's test suite (in the repository).
 tar xjf crates/placer-linux/tests/fixtures/hwloc/256ppc-8n8s4t.tar.bz2 -C "$out"

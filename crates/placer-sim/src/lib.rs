@@ -30,3 +30,4 @@ pub mod oracle;
 pub mod plot;
 pub mod report;
 pub mod scenario;
+pub mod seed_figures;

@@ -131,6 +131,11 @@ pub struct Scenario {
     /// figures a metric depends on: idle power for QoS met per watt).
     #[serde(default)]
     pub show_params: Vec<String>,
+    /// A measured power table (`placer power calibrate --out FILE`, given to `placer sim
+    /// --power-table FILE`): the energy-qos policy decides with it, as the daemon does with
+    /// `energy_qos.power_table`. The simulated watts stay the machine model's.
+    #[serde(skip)]
+    pub power_table_model: Option<placer_core::policies::energy_qos::StatePowerTable>,
 }
 
 /// `[sensitivity]`: the paper comparisons re-run for each value of one parameter.
@@ -155,7 +160,27 @@ pub struct SensitivityRow {
 }
 
 /// `over` laid over `base`, table by table (keys absent from `base` are added).
-fn overlay(base: &mut toml::Value, over: &toml::Value) {
+/// `value` nested at a dotted path: `a.b` = `{ a = { b = value } }`.
+pub(crate) fn dotted(path: &str, value: toml::Value) -> toml::Value {
+    let mut tree = value;
+    for key in path.rsplit('.') {
+        let mut t = toml::map::Map::new();
+        t.insert(key.to_string(), tree);
+        tree = toml::Value::Table(t);
+    }
+    tree
+}
+
+/// `over` laid over an optional table (`[params]`, `[config]`), which it creates if absent.
+pub(crate) fn overlay_into(slot: &mut Option<toml::Value>, over: &toml::Value) {
+    let mut merged = slot
+        .take()
+        .unwrap_or(toml::Value::Table(Default::default()));
+    overlay(&mut merged, over);
+    *slot = Some(merged);
+}
+
+pub(crate) fn overlay(base: &mut toml::Value, over: &toml::Value) {
     match (base, over) {
         (toml::Value::Table(b), toml::Value::Table(o)) => {
             for (k, v) in o {
@@ -185,20 +210,12 @@ pub fn sensitivity(sc: &Scenario, factory: PolicyFactory) -> Result<Vec<Sensitiv
     }
     let mut out = Vec::new();
     for &value in &spec.values {
-        let mut tree = toml::Value::Float(value);
-        for key in spec.param.rsplit('.') {
-            let mut t = toml::map::Map::new();
-            t.insert(key.to_string(), tree);
-            tree = toml::Value::Table(t);
-        }
         let mut s2 = sc.clone();
         s2.sensitivity = None;
-        let mut merged = s2
-            .params
-            .take()
-            .unwrap_or(toml::Value::Table(Default::default()));
-        overlay(&mut merged, &tree);
-        s2.params = Some(merged);
+        overlay_into(
+            &mut s2.params,
+            &dotted(&spec.param, toml::Value::Float(value)),
+        );
         // An unknown parameter is an error here, not a silently ignored row.
         s2.topology_and_params(None).map_err(|e| e.to_string())?;
         let rows = run(&s2, factory);
@@ -492,6 +509,40 @@ impl Scenario {
                 })
             }
         }
+        .map(|mut c| {
+            if let Some(t) = &self.power_table_model {
+                c.energy_qos.power_table_model = Some(t.clone());
+            }
+            c
+        })
+    }
+
+    /// Sets each named archetype's pressure and sensitivity (a fit of `placer bench
+    /// contention --app`'s matrix), in place of the scenario's estimates. A name that is
+    /// not one of the scenario's archetypes is an error.
+    pub fn set_archetype_harm(
+        &mut self,
+        fitted: &[(String, f64, f64)],
+    ) -> Result<(), ScenarioError> {
+        let (_, params) = self.topology_and_params(None)?;
+        let mut over = toml::map::Map::new();
+        for (name, pressure, sensitivity) in fitted {
+            if params.archetype(name).is_err() {
+                return Err(ScenarioError::Invalid(
+                    self.name.clone(),
+                    format!("{name:?} is not a known archetype (placer sim --params MACHINE lists them)"),
+                ));
+            }
+            let mut t = toml::map::Map::new();
+            t.insert("pressure".into(), toml::Value::Float(*pressure));
+            t.insert("sensitivity".into(), toml::Value::Float(*sensitivity));
+            over.insert(name.clone(), toml::Value::Table(t));
+        }
+        overlay_into(
+            &mut self.params,
+            &dotted("archetypes", toml::Value::Table(over)),
+        );
+        self.validate()
     }
 
     /// The machine's topology and parameters for a variant (IRQ/RPS affinities and

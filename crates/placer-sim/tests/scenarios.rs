@@ -176,3 +176,36 @@ fn every_scenario_plot_is_readable() {
         );
     }
 }
+
+/// Issue 51: the simulator reads what a user measured. A fit of `bench contention --app`
+/// replaces the named archetypes' pressure and sensitivity (an unknown name is refused), and
+/// a `power calibrate` table reaches the energy-qos policy's config.
+#[test]
+fn measured_harm_and_power_table_reach_the_scenario() {
+    let mut sc = Scenario::load("seed-003-6").unwrap();
+    sc.set_archetype_harm(&[("lbm".into(), 0.123, 0.456)])
+        .unwrap();
+    let (_, p) = sc.topology_and_params(None).unwrap();
+    let a = p.archetype("lbm").unwrap();
+    assert_eq!((a.pressure, a.sensitivity), (0.123, 0.456));
+    // The others keep the scenario's estimates.
+    assert_eq!(p.archetype("omnetpp").unwrap().sensitivity, 0.9);
+    assert!(sc
+        .set_archetype_harm(&[("no-such-app".into(), 0.1, 0.1)])
+        .is_err());
+
+    let mut sc = Scenario::load("seed-000").unwrap();
+    assert!(sc
+        .placer_config()
+        .unwrap()
+        .energy_qos
+        .power_table_model
+        .is_none());
+    let topo = placer_core::machines::machine(&sc.machine).unwrap();
+    let t = placer_core::policies::energy_qos::StatePowerTable::for_topology(&topo);
+    sc.power_table_model = Some(t.clone());
+    assert_eq!(
+        sc.placer_config().unwrap().energy_qos.power_table_model,
+        Some(t)
+    );
+}

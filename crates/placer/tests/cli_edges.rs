@@ -782,3 +782,73 @@ fn top_help_explains_every_column_it_prints() {
         );
     }
 }
+
+/// Issue 51: `placer sim` takes what a user measured: a saved pairwise matrix (`bench
+/// contention --app ... --json`, here a bare one) sets the named apps' harm; a power table
+/// (`power calibrate --out`) is read, and a malformed one refused with its line.
+#[test]
+fn sim_reads_a_measured_matrix_and_power_table() {
+    let dir = placer_testkit::TempDir::new("placer-sim-measured");
+    let sim = |extra: &[&str]| {
+        placer()
+            .args([
+                "sim",
+                "seed-003-6",
+                "--seeds",
+                "1",
+                "--policy",
+                "linux-default",
+            ])
+            .args(["--duration", "2s"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let m = dir.path().join("m.json");
+    let write = |names: &str| {
+        std::fs::write(
+            &m,
+            format!(r#"{{"names":[{names}],"slowdown":[[null,0.3],[0.5,null]]}}"#),
+        )
+        .unwrap()
+    };
+    write(r#""lbm","omnetpp""#);
+    let o = sim(&["--pairs", m.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    write(r#""lbm","no-such-app""#);
+    let o = sim(&["--pairs", m.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("no-such-app"), "{err}");
+
+    let t = dir.path().join("t.table");
+    std::fs::write(&t, "source test bench\nbase_w 0.7\n4294967295 0 0.9 0.1\n").unwrap();
+    let o = sim(&["--power-table", t.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    std::fs::write(&t, "base_w nonsense\n").unwrap();
+    let o = sim(&["--power-table", t.to_str().unwrap()]);
+    assert!(!o.status.success());
+}
+
+/// Issue 51: `placer bench seeds` re-renders seed 003's summaries from the per-seed file
+/// (no simulation), as docs/seeds.md holds them; a part it does not know is refused.
+#[test]
+fn bench_seeds_renders_the_docs_blocks_from_the_per_seed_file() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let o = placer()
+        .args(["bench", "seeds", "--only", "003", "--per-seed"])
+        .arg(root.join("docs/seed-003-seeds.md"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let doc = std::fs::read_to_string(root.join("docs/seeds.md")).unwrap();
+    let block = placer_sim::seed_figures::block(&doc, "seed-003").expect("seed-003 block");
+    assert!(out.contains(block), "{out}");
+    let o = placer()
+        .args(["bench", "seeds", "--only", "999"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("999"));
+}

@@ -8,6 +8,7 @@ pub mod bench_daemon;
 pub mod bench_net;
 pub mod bench_overhead;
 pub mod bench_qos;
+pub mod bench_seeds;
 pub mod bench_sim;
 pub mod bench_sockets;
 pub mod bench_topo;

@@ -31,6 +31,9 @@ pub enum BenchCmd {
     /// Slowdown of a pointer chase beside streaming co-runners on its LLC domain, with fits
     /// of the harm model (seed 003).
     Contention(placer::bench::bench_contention::Args),
+    /// The seeds' simulated figures the docs quote, each with what it rests on; seed 003 over
+    /// seeds 1..=N (`--write REPO` puts them into the docs).
+    Seeds(placer::bench::bench_seeds::Args),
     /// False-positive rate and power of the verdicts on noisy, autocorrelated series of known
     /// true effect.
     Verdicts(placer::bench::bench_verdicts::Args),
@@ -47,6 +50,7 @@ pub fn run(args: Args) -> Result<()> {
         BenchCmd::Contention(a) => placer::bench::bench_contention::run(a),
         BenchCmd::Net(a) => placer::bench::bench_net::run(a),
         BenchCmd::Sim(a) => placer::bench::bench_sim::run(a),
+        BenchCmd::Seeds(a) => placer::bench::bench_seeds::run(a),
         BenchCmd::Verdicts(a) => placer::bench::bench_verdicts::run(a),
     }
 }

@@ -34,6 +34,14 @@ pub struct Args {
     /// Run only these policies (comma-separated).
     #[arg(long, value_delimiter = ',')]
     pub policy: Vec<String>,
+    /// Decide energy-qos with this measured power table (`placer power calibrate --out
+    /// FILE`) instead of the machine's model; the simulated watts stay the model's.
+    #[arg(long, value_name = "FILE")]
+    pub power_table: Option<std::path::PathBuf>,
+    /// Take each app's pressure and sensitivity from a saved `placer bench contention --app
+    /// ... --json` report (fitted with the scenario's LLC shape), in place of the estimates.
+    #[arg(long, value_name = "FILE")]
+    pub pairs: Option<std::path::PathBuf>,
     /// Also run the exhaustive oracle (always on when the scenario has an [oracle] table).
     #[arg(long)]
     pub oracle: bool,
@@ -86,6 +94,25 @@ pub fn run(args: Args) -> Result<()> {
     }
     if !args.policy.is_empty() {
         sc.policies = args.policy.clone();
+    }
+    if let Some(p) = &args.power_table {
+        sc.power_table_model = Some(crate::cmd::config::load_power_table(p)?);
+    }
+    if let Some(p) = &args.pairs {
+        let m = placer::bench::contention_pairs::read_matrix(p)?;
+        let shape = sc.topology_and_params(None)?.1.contention.llc_shape;
+        let fit = placer::bench::contention_pairs::fits(&m)
+            .into_iter()
+            .find(|f| f.shape == shape)
+            .context("no fit of the scenario's LLC shape")?;
+        let fitted: Vec<(String, f64, f64)> = fit
+            .names
+            .iter()
+            .enumerate()
+            // The archetype names the fit prints: `lu.B` is `lu_B`.
+            .map(|(k, n)| (n.replace('.', "_"), fit.pressure[k], fit.sensitivity[k]))
+            .collect();
+        sc.set_archetype_harm(&fitted)?;
     }
     sc.validate()?;
     let progress = crate::common::Progress::start(&format!("sim {name}"), "simulating each policy");

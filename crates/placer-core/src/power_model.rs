@@ -396,27 +396,6 @@ mod tests {
             .collect()
     }
 
-    /// splitmix64: a deterministic generator so the noisy test is reproducible.
-    struct Rng(u64);
-    impl Rng {
-        fn next_u64(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
-        }
-        fn uniform(&mut self) -> f64 {
-            (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-        }
-        /// Standard normal by Box-Muller.
-        fn normal(&mut self) -> f64 {
-            let u1 = self.uniform().max(1e-300);
-            let u2 = self.uniform();
-            (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
-        }
-    }
-
     /// The usage points of two sweeps on a 2x4x2 machine, 0..=16 busy threads: the
     /// paper's Table 3 sweep (cores package by package, then siblings) and a policy-2
     /// sweep (both threads of a core, package by package).
@@ -432,7 +411,7 @@ mod tests {
     }
 
     fn noisy_data(model: &PowerModel, sd_w: f64, per_point: usize, seed: u64) -> Vec<Measurement> {
-        let mut rng = Rng(seed);
+        let mut rng = crate::rng::Rng::new(seed);
         let mut out = Vec::new();
         for p in sweep_points() {
             for _ in 0..per_point {

@@ -685,13 +685,6 @@ impl CalibrationRow {
     }
 }
 
-/// A standard normal draw (Box-Muller).
-pub(crate) fn normal(rng: &mut crate::rng::Rng) -> f64 {
-    let u = 1.0 - rng.unit(); // (0, 1]: ln is finite
-    let v = rng.unit();
-    (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
-}
-
 /// Applies a move of known relative `effect` to `trials` series drawn from `noise` (one
 /// continuing AR(1) series per trial: `window` intervals before the move, `horizon` after,
 /// the after part multiplied by 1 + effect) and judges each as the engine does (a
@@ -718,20 +711,16 @@ pub fn calibrate(
         welch_acted: 0,
         welch_beyond_noise: 0,
     };
-    let innovation = (1.0 - noise.rho * noise.rho).max(0.0).sqrt() * noise.sigma_log;
     let exp = Expectation {
         metric: Metric::Throughput,
         guard: None,
         together: false,
     };
     for _ in 0..trials {
-        // Start in the stationary distribution, so no burn-in is needed.
-        let mut x = noise.sigma_log * normal(&mut rng);
+        let mut ar = crate::rng::Ar1::start(noise.sigma_log, noise.rho, &mut rng);
         let mut series = Vec::with_capacity(window + horizon);
         for i in 0..window + horizon {
-            if i > 0 {
-                x = noise.rho * x + innovation * normal(&mut rng);
-            }
+            let x = if i > 0 { ar.step(&mut rng) } else { ar.value() };
             series.push(x.exp() * if i >= window { 1.0 + effect } else { 1.0 });
         }
         let (b, a) = series.split_at(window);

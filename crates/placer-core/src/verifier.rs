@@ -686,7 +686,7 @@ pub fn calibrate(
     settings: &ProbeSettings,
     seed: u64,
 ) -> ProbeCalibration {
-    use crate::verdict::{judge, judge_together, normal};
+    use crate::verdict::{judge, judge_together};
     let mut rng = crate::rng::Rng::new(seed);
     let mut out = ProbeCalibration {
         staged,
@@ -703,7 +703,6 @@ pub fn calibrate(
     let own = CpuSet::first_n(2);
     let before_n = 5usize;
     let horizon = settings.intervals_to_last_look() as usize + 1;
-    let innovation = (1.0 - noise.rho * noise.rho).max(0.0).sqrt() * noise.sigma_log;
     let mut times = Vec::with_capacity(trials);
     for trial in 0..trials {
         // Per member, two AR(1) series (CPU share, bytes) over before + after.
@@ -711,13 +710,8 @@ pub fn calibrate(
         let series: Vec<[Vec<f64>; 2]> = (0..staged.members)
             .map(|_| {
                 let mut one = || {
-                    let mut x = noise.sigma_log * normal(&mut rng);
-                    (0..len)
-                        .map(|_| {
-                            x = noise.rho * x + innovation * normal(&mut rng);
-                            x
-                        })
-                        .collect::<Vec<f64>>()
+                    let mut ar = crate::rng::Ar1::start(noise.sigma_log, noise.rho, &mut rng);
+                    (0..len).map(|_| ar.step(&mut rng)).collect::<Vec<f64>>()
                 };
                 [one(), one()]
             })
@@ -1010,14 +1004,8 @@ mod tests {
     /// Noise: a deterministic AR(1) of the log per (pid, interval) from `seed`.
     fn noise(seed: u64, sigma: f64, rho: f64, n: usize) -> Vec<f64> {
         let mut rng = crate::rng::Rng::new(seed);
-        let mut x = sigma * crate::verdict::normal(&mut rng);
-        let innov = (1.0 - rho * rho).sqrt() * sigma;
-        (0..n)
-            .map(|_| {
-                x = rho * x + innov * crate::verdict::normal(&mut rng);
-                x
-            })
-            .collect()
+        let mut ar = crate::rng::Ar1::start(sigma, rho, &mut rng);
+        (0..n).map(|_| ar.step(&mut rng)).collect()
     }
 
     fn cpu_per_byte_point(cpb: f64) -> Point {

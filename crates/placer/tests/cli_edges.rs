@@ -852,3 +852,106 @@ fn bench_seeds_renders_the_docs_blocks_from_the_per_seed_file() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("999"));
 }
+
+/// Issue 44 item 5: with nothing judged, `report` says why from the daemon's last notes
+/// (most frequent first), and it shows what the judge can see on this machine: the saved
+/// staged-move calibration with its date, or that none was measured. Both in text and JSON.
+#[test]
+fn report_says_why_nothing_was_judged_and_what_the_judge_can_see() {
+    use placer::bench::bench_verdicts_real::{Class, ClassResult, Saved, SAVED};
+    use placer_agent::state::{Decisions, ProcDecision};
+    use placer_core::policies::PolicyKind;
+    let dir = placer_testkit::TempDir::new("report-why");
+    let report = |json: bool| {
+        let o = placer()
+            .args(["report", "--no-config", "--state-dir"])
+            .arg(dir.path())
+            .args(if json { &["--json"][..] } else { &[][..] })
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    // No daemon ever ran here: said so, and the judge's power is not measured.
+    let text = report(false);
+    assert!(
+        text.contains("no daemon has run with this state dir"),
+        "{text}"
+    );
+    assert!(text.contains("not measured"), "{text}");
+    // A daemon's last decisions: three processes, two with the same note.
+    let note = |pid: u32, text: &str| {
+        (
+            pid,
+            ProcDecision {
+                pid,
+                comm: format!("p{pid}"),
+                notes: vec![(PolicyKind::NetAffinity, text.to_string())],
+                ..Default::default()
+            },
+        )
+    };
+    let lo = "lo has no known receive CPU";
+    let d = Decisions {
+        daemon_pid: 1,
+        interval_ms: 1000,
+        procs: [note(10, lo), note(11, "under the threshold"), note(12, lo)]
+            .into_iter()
+            .collect(),
+        ..Default::default()
+    };
+    d.write(dir.path()).unwrap();
+    let text = report(false);
+    let lines: Vec<&str> = text.lines().map(str::trim).collect();
+    let at = |needle: &str| lines.iter().position(|l| l.contains(needle));
+    assert!(
+        at("3 process(es) seen, 0 held, no move judged").is_some(),
+        "{text}"
+    );
+    let (two, one) = (
+        at(&format!("2 process(es): {lo}")),
+        at("1 process(es): under the threshold"),
+    );
+    assert!(two.is_some() && one.is_some() && two < one, "{text}");
+    // A saved calibration: its line, with its date, in text and JSON.
+    let saved = Saved {
+        at_unix_s: 1_795_000_000,
+        interval_ms: 250,
+        settings: placer_core::config::Config::default()
+            .verify
+            .probe(PolicyKind::NetAffinity),
+        classes: vec![ClassResult {
+            class: Class::Harm20,
+            intended_ratio: 0.8,
+            moves: 8,
+            kept: 0,
+            undone: 8,
+            inconclusive: 0,
+            acted_ci95: (0.63, 1.0),
+            undone_ci95: (0.63, 1.0),
+            kept_ci95: (0.0, 0.37),
+            median_s_to_verdict: 6.5,
+            median_measured_ratio: 0.79,
+        }],
+        cut_short: false,
+    };
+    std::fs::write(
+        dir.path().join(SAVED),
+        serde_json::to_string(&saved).unwrap(),
+    )
+    .unwrap();
+    let text = report(false);
+    assert!(
+        text.contains("unix time 1795000000") && text.contains("Harm20 undone 8/8 (63..100%)"),
+        "{text}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&report(true)).expect("pure JSON");
+    assert_eq!(v["calibration"]["at_unix_s"], 1_795_000_000u64, "{v}");
+    assert_eq!(v["calibration"]["classes"][0]["undone"], 8, "{v}");
+    assert!(
+        v["why_no_verdicts"][1]
+            .as_str()
+            .is_some_and(|l| l.contains(lo)),
+        "{v}"
+    );
+}

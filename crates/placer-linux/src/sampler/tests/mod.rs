@@ -1,5 +1,7 @@
 //! The sampler's tests on fixture roots and, as root, on this machine's /proc.
 
+mod equivalence;
+
 use super::*;
 use crate::pid::PidMap;
 use crate::pid::PidSet;

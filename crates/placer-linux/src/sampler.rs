@@ -14,12 +14,15 @@
 //! open `proc` directory, files kept open, the kernel's event sources, counters and
 //! sensors: probed and opened once), `cache` (what persists from sample to sample: each
 //! reader's cache and the rules' memory) and `cycle` (one sample's scratch, handed to
-//! each stage as one argument, and the stages themselves, in order); `stats` says what a
-//! sample cost. [`plan`] decides what to re-read (the rules below, as pure functions
+//! each stage as one argument, and the stages themselves, in order); `reads` is what
+//! every reader is handed (the open directory, the buffer, the request, the counters of
+//! work); `stats` says what a sample cost. [`plan`] decides what to re-read (the rules below, as pure functions
 //! tested without files); the readers read: `procs` (processes and threads), `sockets`
 //! (the fd mapping) over `tcp` (the sockets), `system` (counters, NUMA pages, NICs, CPU
-//! frequencies). A new reader is a file beside them, a field of `SampleCache` if it
-//! keeps anything, and a stage in `cycle`.
+//! frequencies). A new reader is a file beside them taking `&mut Reads`, a field of
+//! `SampleCache` if it keeps anything, a rule in [`plan`] if it skips reads, and a stage
+//! in `cycle` called from [`Sampler::sample`]; `tests/equivalence.rs` holds its cache to
+//! a fresh full read.
 //!
 //! Idle processes are cheap: `stat` is read every sample, but a process whose CPU ticks,
 //! thread count and start time are unchanged since the previous sample did not run, so its
@@ -69,8 +72,10 @@
 //! 6. a process that ran with the threads of its last read (same count, every thread the
 //!    collector names among them) reads no thread file: each thread's cumulative
 //!    `cpu_ns` goes on by the collector's time and its last CPU is the collector's (its
-//!    ticks, state and comm stay as last read until the process's refresh or a change
-//!    of its thread count). A thread's `cpu_ns` starts at its ticks when the thread is
+//!    ticks, state and comm stay as last read until the process is read in full while it
+//!    runs: in its refresh window, after an exec or [`Sampler::invalidate`]; or until its
+//!    thread count changes. A refresh of it idle by rule 3 reads no `stat`, so this lag
+//!    has no bound in samples: `cpu_ns` is the figure to use). A thread's `cpu_ns` starts at its ticks when the thread is
 //!    first read; a sample without the collector's word has none, and the observation
 //!    then uses ticks. A root test holds these figures to each thread's `schedstat` on a
 //!    real process, within the kernel's accounting granularity;
@@ -88,7 +93,9 @@
 //!    nanoseconds of run time, and all-zero figures (a kernel without schedstats) are
 //!    never trusted; a process with a `stat` and no `schedstat` turns the rule off. A
 //!    multi-threaded process's `schedstat` is its main thread's, so it always has its
-//!    `stat` read. A process the rule spares lets its kept-open `stat` go (below);
+//!    `stat` read. A process the rule spares lets its kept-open `stat` go (below). Its
+//!    parent is spared with it: a process whose parent exited shows its new parent at
+//!    its refresh (rule 7 needs the connector's exits);
 //! 9. without the connector, /proc is not listed while `/proc/loadavg`'s last pid (the
 //!    pid the kernel handed out last, moved by every process or thread created) stands
 //!    where it stood just before the last listing: no process came since, and one that
@@ -145,6 +152,7 @@ mod cache;
 mod cycle;
 pub mod plan;
 mod procs;
+mod reads;
 mod sockets;
 mod sources;
 mod stats;

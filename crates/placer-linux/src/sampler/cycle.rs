@@ -6,8 +6,9 @@
 
 use super::cache::SampleCache;
 use super::plan::{self, ProcFacts, ProcRead};
+use super::reads::{edit, Reads};
 use super::sockets::Mapping;
-use super::stats::{Lap, SampleStats, StageTimes};
+use super::stats::{Lap, StageTimes};
 use super::system::{self, read_cpu_freqs, read_nic_counters};
 use crate::activity::{Activity, ActivitySource};
 use crate::energy::EnergySource;
@@ -16,52 +17,12 @@ use crate::interrupts::{parse_interrupts, parse_softirqs};
 use crate::perf::CounterSource;
 use crate::pid::PidSet;
 use crate::procfs::parse_proc_stat;
-use crate::sys::{Dir, Pins};
 use placer_core::sample::{
     CpuFreq, CpuTimes, EnergyCounter, ExitedProc, IrqSample, NicCounters, PowerReading, ProcSample,
-    SampleRequest, SocketSample, SoftirqCounts,
+    SocketSample, SoftirqCounts,
 };
-use std::fs;
-use std::io;
 use std::path::Path;
 use std::sync::Arc;
-
-/// What every reader of one sample uses: the open `proc` directory and the files kept open
-/// in it, the text buffer, what was asked, and the counters of the work done.
-pub(super) struct Reads<'a> {
-    pub proc_: &'a Dir,
-    pub proc_dir: &'a Path,
-    /// This machine's root only: machine-wide files kept open.
-    pub pins: Option<&'a mut Pins>,
-    pub buf: &'a mut String,
-    pub req: SampleRequest,
-    pub stats: SampleStats,
-    /// The kernel's count of cgroup moves at the start of this sample (`None`: unknown).
-    pub cgroup_moves: Option<u64>,
-    /// Time the stages ([`super::Sampler::set_stage_times`]).
-    pub timed: bool,
-}
-
-/// A machine-wide file under the proc dir: through a file kept open on this machine's
-/// root (`pins`), else opened and read.
-pub(super) fn read_system(
-    pins: Option<&mut Pins>,
-    proc_: &Dir,
-    rel: &'static str,
-    buf: &mut String,
-) -> io::Result<()> {
-    match pins {
-        Some(p) => p.read(proc_, rel, buf),
-        None => proc_.read(rel, buf),
-    }
-}
-
-impl Reads<'_> {
-    /// [`read_system`] into `buf`.
-    pub fn system(&mut self, rel: &'static str) -> io::Result<()> {
-        read_system(self.pins.as_deref_mut(), self.proc_, rel, self.buf)
-    }
-}
 
 /// One sample in the making: what its stages hand each other.
 pub(super) struct Cycle<'a> {
@@ -105,17 +66,6 @@ pub(super) struct Machine {
     pub cpu_freqs: Vec<CpuFreq>,
 }
 
-/// `p`, to be changed: copied when another holds it (the cache, the previous sample), and
-/// marked (`i`, its index) for the cache to take back.
-pub(super) fn edit<'a>(
-    p: &'a mut Arc<ProcSample>,
-    i: usize,
-    touched: &mut Vec<usize>,
-) -> &'a mut ProcSample {
-    touched.push(i);
-    Arc::make_mut(p)
-}
-
 /// Empties what a stage not asked for this sample left in processes from an earlier one
 /// (a cached sample keeps what its last sample held); only those that hold some are copied.
 fn clear_unasked(
@@ -129,16 +79,6 @@ fn clear_unasked(
             clear(edit(p, i, touched));
         }
     }
-}
-
-/// Numeric entries of a directory (pids or tids), sorted.
-pub(super) fn numeric_entries(dir: &Path) -> io::Result<Vec<u32>> {
-    let mut v: Vec<u32> = fs::read_dir(dir)?
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse().ok())
-        .collect();
-    v.sort_unstable();
-    Ok(v)
 }
 
 impl<'a> Cycle<'a> {
@@ -222,7 +162,7 @@ impl SampleCache {
             None => {
                 cx.rd.stats.listed = true;
                 self.last_pid_listed = None;
-                let pids = numeric_entries(cx.rd.proc_dir)
+                let pids = crate::pid::process_ids(cx.rd.root)
                     .map_err(|e| LinuxError::io(cx.rd.proc_dir, e))?;
                 self.last_pid_listed = last_pid;
                 pids
@@ -397,7 +337,7 @@ impl SampleCache {
             Some(c) => {
                 system::read_counters(
                     c,
-                    cx.rd.proc_dir,
+                    cx.rd.root,
                     &mut cx.procs,
                     &self.last_alive,
                     &mut cx.touched,

@@ -2,8 +2,8 @@
 //! `status`, `cgroup` and threads, with the cache of its last read that the rules in the
 //! [sampler's doc](super) keep using (decided in [`super::plan`]).
 
-use super::cycle::Reads;
 use super::plan;
+use super::reads::Reads;
 use crate::bpf::ThreadCpu;
 use crate::pid::PidMap;
 use crate::procfs::{parse_cgroup, parse_pid_stat, parse_schedstat, parse_status, PidStat};

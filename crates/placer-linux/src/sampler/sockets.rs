@@ -2,8 +2,8 @@
 //! again where they moved, or kept) and the mapping of socket inodes to processes through
 //! their fd directories, cached per process (the rules in the [sampler's doc](super)).
 
-use super::cycle::{edit, Reads};
 use super::plan;
+use super::reads::{edit, Reads};
 use super::tcp::TcpReader;
 use crate::pid::{PidMap, PidSet};
 use crate::procfs::{parse_tcp_segments, socket_inode};

@@ -3,7 +3,7 @@
 //! ([`Sources::probe`]: what exists, and why the others do not), opened once; each sample
 //! borrows them as [`Open`].
 
-use super::cycle::Reads;
+use super::reads::Reads;
 use super::sockets::SocketReader;
 use crate::activity::ActivitySource;
 use crate::energy::EnergySource;
@@ -206,6 +206,7 @@ impl Sources {
         let proc_ = self.proc.insert(dir);
         Ok(Open {
             rd: Reads {
+                root: &self.root,
                 proc_,
                 proc_dir: &self.proc_dir,
                 pins: self.pins.as_mut(),

@@ -58,6 +58,9 @@ enum Lagging {
     Allowed,
     /// A process's cgroup (kept while it runs until its refresh).
     Cgroup,
+    /// An orphan's parent without the connector: rule 8 spares the `stat` of a process
+    /// that did not run until its refresh (rule 7 needs the connector's exits).
+    Parent,
     /// Its thread list (a thread replaced at the same count, the /proc path).
     ThreadList,
     /// Its threads' ticks, comm and state (rule 6: the collector's times stand in).
@@ -177,6 +180,11 @@ impl World {
             format!("proc/{pid}/stat"),
             &stat_text(pid, &main.comm, p.state, p, ticks, n, main.last_cpu),
         );
+        // Every task has one (rule 8 turns itself off for a root whose processes lack it).
+        self.root.write(
+            format!("proc/{pid}/schedstat"),
+            &format!("{} 0 {}\n", p.run_ns, p.slices),
+        );
         if p.kernel {
             return;
         }
@@ -189,10 +197,6 @@ impl World {
         );
         self.root
             .write(format!("proc/{pid}/cgroup"), &format!("0::{}\n", p.cgroup));
-        self.root.write(
-            format!("proc/{pid}/schedstat"),
-            &format!("{} 0 {}\n", p.run_ns, p.slices),
-        );
         let task = self.root.join(format!("proc/{pid}/task"));
         if task.exists() {
             std::fs::remove_dir_all(&task).unwrap();
@@ -317,6 +321,9 @@ impl World {
                     for c in orphans {
                         self.procs.get_mut(&c).unwrap().ppid = 1;
                         self.write(c);
+                        if !self.events {
+                            self.may_lag(c, Lagging::Parent, bound);
+                        }
                     }
                     continue;
                 }
@@ -455,7 +462,6 @@ fn differences(w: &World, inc: &Sample, fresh: &Sample, s: u64) -> Vec<String> {
             a.start_time_ticks,
             &*a.comm,
             a.state,
-            a.ppid,
             a.uid,
             a.utime_ticks,
             a.stime_ticks,
@@ -467,7 +473,6 @@ fn differences(w: &World, inc: &Sample, fresh: &Sample, s: u64) -> Vec<String> {
             b.start_time_ticks,
             &*b.comm,
             b.state,
-            b.ppid,
             b.uid,
             b.utime_ticks,
             b.stime_ticks,
@@ -477,6 +482,9 @@ fn differences(w: &World, inc: &Sample, fresh: &Sample, s: u64) -> Vec<String> {
         );
         if exact != want {
             out.push(format!("pid {pid}: {exact:?} != {want:?}"));
+        }
+        if a.ppid != b.ppid && !w.lags(pid, Lagging::Parent, s) {
+            out.push(format!("pid {pid}: parent {} != {}", a.ppid, b.ppid));
         }
         if a.allowed != b.allowed && !w.lags(pid, Lagging::Allowed, s) {
             out.push(format!("pid {pid}: allowed {} != {}", a.allowed, b.allowed));

@@ -596,7 +596,8 @@ fn events_path_incremental_equals_a_full_read_within_each_rules_lag() {
 }
 
 /// Processes this test starts for activity, ended (by pid) when it ends, however it ends;
-/// each also stops on its own at its `timeout`.
+/// each also stops on its own at its deadline (a test killed outright leaves nothing for
+/// long).
 struct Noise(Vec<std::process::Child>);
 
 impl Drop for Noise {
@@ -612,30 +613,34 @@ impl Drop for Noise {
 /// loopback TCP connections opened, used and closed by another process, for `secs`.
 fn noise(secs: u32) -> std::io::Result<Noise> {
     use std::process::{Command, Stdio};
-    let spawn = |script: &[&str]| {
-        Command::new("timeout")
-            .arg(secs.to_string())
-            .args(script)
+    let spawn = |prog: &str, script: &str| {
+        Command::new(prog)
+            .args(["-c", script])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
     };
-    let forks = spawn(&[
+    let mut n = Noise(Vec::new());
+    n.0.push(spawn(
         "sh",
-        "-c",
-        "while :; do sleep 0.2 & taskset -p 1 $! ; sleep 0.05; done",
-    ])?;
-    let streams = spawn(&[
+        &format!(
+            "end=$(($(date +%s) + {secs})); while [ $(date +%s) -lt $end ]; do \
+             sleep 0.2 & taskset -p 1 $! ; sleep 0.05; done"
+        ),
+    )?);
+    n.0.push(spawn(
         "python3",
-        "-c",
-        "import socket, time\n\
-         srv = socket.socket(); srv.bind(('127.0.0.1', 0)); srv.listen(8)\n\
-         while True:\n\
-         \x20   c = socket.create_connection(srv.getsockname()); s, _ = srv.accept()\n\
-         \x20   c.sendall(b'x' * 4096); s.recv(4096); time.sleep(0.15)\n\
-         \x20   c.close(); s.close()\n",
-    ])?;
-    Ok(Noise(vec![forks, streams]))
+        &format!(
+            "import socket, time\n\
+             end = time.time() + {secs}\n\
+             srv = socket.socket(); srv.bind(('127.0.0.1', 0)); srv.listen(8)\n\
+             while time.time() < end:\n\
+             \x20   c = socket.create_connection(srv.getsockname()); s, _ = srv.accept()\n\
+             \x20   c.sendall(b'x' * 4096); s.recv(4096); time.sleep(0.15)\n\
+             \x20   c.close(); s.close()\n"
+        ),
+    )?);
+    Ok(n)
 }
 
 /// On this machine's /proc, beside a fork loop, another tool's affinity changes and TCP

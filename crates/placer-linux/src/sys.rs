@@ -202,8 +202,9 @@ pub fn on_memory_fs(path: &std::path::Path) -> Option<bool> {
     const TMPFS_MAGIC: i64 = 0x0102_1994;
     const RAMFS_MAGIC: i64 = 0x8584_58f6;
     let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
-    // SAFETY: statfs writes one struct we own; the path is NUL-terminated.
+    // SAFETY: `statfs` is plain data, for which all-zero bytes are a valid value.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: statfs writes one struct we own; the path is NUL-terminated.
     if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
         return None;
     }
@@ -924,8 +925,9 @@ impl Dir {
     pub(crate) fn size_of(&self, rel: &str) -> io::Result<u64> {
         let mut c = Vec::with_capacity(rel.len() + 1);
         c_path(rel, &mut c)?;
-        // SAFETY: st is a valid out-pointer, c NUL-terminated.
+        // SAFETY: `stat` is plain data, for which all-zero bytes are a valid value.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: st is a valid out-pointer, c NUL-terminated, self.0 an open directory.
         let r = unsafe { libc::fstatat(self.0, c.as_ptr() as *const libc::c_char, &mut st, 0) };
         if r < 0 {
             Err(io::Error::last_os_error())

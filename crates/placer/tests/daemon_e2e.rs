@@ -1003,7 +1003,11 @@ fn default_config_in_the_host_namespace_pins_judges_and_restores() {
     if pinned.is_none() && saturated {
         eprintln!("every CPU busy: checking that the receiver is left alone");
         let moved = wait_for(interval * 4, || affinity(rx.pid()) != original);
-        assert!(moved.is_none(), "moved on a saturated host; log:\n{}", logs());
+        assert!(
+            moved.is_none(),
+            "moved on a saturated host; log:\n{}",
+            logs()
+        );
         d.signal(libc::SIGTERM);
         assert!(d.wait_exit(Duration::from_secs(10)).is_some());
         assert_eq!(affinity(rx.pid()), original, "log:\n{}", logs());

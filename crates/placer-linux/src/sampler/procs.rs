@@ -3,7 +3,7 @@
 //! [sampler's doc](super) keep using (decided in [`super::plan`]).
 
 use super::plan;
-use super::SampleStats;
+use super::reads::Reads;
 use crate::bpf::ThreadCpu;
 use crate::pid::PidMap;
 use crate::procfs::{parse_cgroup, parse_pid_stat, parse_schedstat, parse_status, PidStat};
@@ -54,8 +54,6 @@ pub(super) struct ProcReader {
     clk_tck: u32,
     /// The root is this machine's `/`: `sched_getaffinity` sees the same processes.
     real_root: bool,
-    /// The kernel's count of cgroup moves at the start of this sample (`None`: unknown).
-    pub(super) cgroup_moves: Option<u64>,
     /// `PID/stat` kept open for processes read before (this machine's root only): a
     /// process that runs every second (the kernel's own threads, mostly) is read again
     /// without a path walk, an open and a close. Each costs the kernel a page for its
@@ -83,7 +81,6 @@ impl ProcReader {
             cache: PidMap::default(),
             clk_tck,
             real_root,
-            cgroup_moves: None,
             stat_pins: real_root.then(PidMap::default),
             schedstat_pins: real_root.then(PidMap::default),
             no_schedstat: false,
@@ -178,14 +175,9 @@ impl ProcReader {
     /// refresh, no `status` is read (its uid cannot change without its running either).
     /// It gives the allowed CPUs that are active: a change confined to CPUs inactive at
     /// both refreshes shows when they come back.
-    pub(super) fn refresh_idle(
-        &mut self,
-        proc_: &Dir,
-        buf: &mut String,
-        pid: u32,
-        req: SampleRequest,
-        stats: &mut SampleStats,
-    ) -> Option<Arc<ProcSample>> {
+    pub(super) fn refresh_idle(&mut self, rd: &mut Reads, pid: u32) -> Option<Arc<ProcSample>> {
+        let (proc_, buf, req, stats) = (rd.proc_, &mut *rd.buf, rd.req, &mut rd.stats);
+        let moves_now = rd.cgroup_moves;
         let c = self.cache.get_mut(&pid)?;
         if !c.sample.kernel_thread {
             if req.threads && !c.threads_read {
@@ -232,14 +224,14 @@ impl ProcReader {
                 p.uid = status.uid;
                 p.allowed = status.cpus_allowed.unwrap_or_default();
             }
-            if plan::cgroup_due(self.cgroup_moves, c.cgroup_moves) {
+            if plan::cgroup_due(moves_now, c.cgroup_moves) {
                 rel.clear();
                 let _ = write!(rel, "{pid}/cgroup");
                 let cgroup = read_cgroup(proc_, &rel, buf)?;
                 if *p.cgroup != *cgroup {
                     p.cgroup = cgroup;
                 }
-                c.cgroup_moves = self.cgroup_moves;
+                c.cgroup_moves = moves_now;
             } else {
                 stats.cgroup_spared += 1;
             }
@@ -254,17 +246,14 @@ impl ProcReader {
     /// [`plan::proc_read`]); `None` when it exited mid-read or its stat is malformed. `ran`:
     /// with the eBPF collector, its threads that ran since the previous sample (empty when
     /// none did); `None` without the collector.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn read(
         &mut self,
-        proc_: &Dir,
-        buf: &mut String,
+        rd: &mut Reads,
         pid: u32,
-        req: SampleRequest,
         due: bool,
         ran: Option<&[ThreadCpu]>,
-        stats: &mut SampleStats,
     ) -> Option<Arc<ProcSample>> {
+        let (proc_, buf, req, stats) = (rd.proc_, &mut *rd.buf, rd.req, &mut rd.stats);
         // Paths relative to the open proc dir: no per-process directory fd to open/close.
         let mut rel = String::with_capacity(32);
         // Rule 8: without the collector, a single-threaded process whose schedstat (read
@@ -389,7 +378,7 @@ impl ProcReader {
                     rel.truncate(base);
                     rel.push_str("cgroup");
                     cgroup = read_cgroup(proc_, &rel, buf)?;
-                    cgroup_moves = self.cgroup_moves;
+                    cgroup_moves = rd.cgroup_moves;
                 }
             }
         }

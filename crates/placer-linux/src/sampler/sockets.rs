@@ -3,11 +3,11 @@
 //! their fd directories, cached per process (the rules in the [sampler's doc](super)).
 
 use super::plan;
+use super::reads::{edit, Reads};
 use super::tcp::TcpReader;
-use super::SampleStats;
 use crate::pid::{PidMap, PidSet};
 use crate::procfs::{parse_tcp_segments, socket_inode};
-use crate::sys::{Dir, Pins};
+use crate::sys::Dir;
 use placer_core::sample::{ProcSample, SocketSample};
 use std::collections::HashSet;
 use std::fs;
@@ -27,6 +27,17 @@ struct FdEntry {
 /// Whether `pid` under `proc_dir` is this process, on this machine's /proc.
 fn is_own(proc_dir: &Path, pid: u32) -> bool {
     pid == std::process::id() && proc_dir == Path::new("/proc")
+}
+
+/// Which processes a sample's mapping looks at.
+pub(super) struct Mapping<'a> {
+    /// This sample's pids.
+    pub alive: &'a PidSet,
+    /// The same processes as the last sample.
+    pub same_set: bool,
+    /// With the collector, the processes read again this sample (the others cannot have
+    /// opened or closed an fd); `None`: every process may have.
+    pub ran: Option<&'a PidSet>,
 }
 
 /// The socket side of a sample, with what it keeps between samples.
@@ -86,21 +97,14 @@ impl SocketReader {
     /// with the collector, the processes read again this sample (the others cannot have
     /// opened or closed an fd). `pins`: on this machine's root (the TCP MIB is this
     /// namespace's, so an unmoved segment count can spare the dump), its files kept open.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn read(
         &mut self,
-        proc_: &Dir,
-        proc_dir: &Path,
-        pins: Option<&mut Pins>,
-        buf: &mut String,
+        rd: &mut Reads,
         procs: &mut [Arc<ProcSample>],
-        alive: &PidSet,
-        same_set: bool,
         touched: &mut Vec<usize>,
-        ran: Option<&PidSet>,
-        stats: &mut SampleStats,
-        timed: bool,
+        m: &Mapping,
     ) -> (Arc<[SocketSample]>, u64) {
+        let timed = rd.timed;
         // Without sock_diag there are no sockets, hence nothing to map to processes.
         let Some(Ok(tcp)) = &mut self.tcp else {
             return (Arc::default(), 0);
@@ -116,8 +120,9 @@ impl SocketReader {
         // is still true. The counters of the namespace sock_diag dumps: the sampling
         // thread's (`self/` would give the main thread's, another one where a thread
         // entered a namespace of its own).
+        let (proc_, buf) = (rd.proc_, &mut *rd.buf);
         let (sockets, read) = tcp.read(|| {
-            pins.and_then(|p| {
+            rd.pins.as_deref_mut().and_then(|p| {
                 p.read(proc_, "thread-self/net/snmp", buf)
                     .ok()
                     .and_then(|()| parse_tcp_segments(buf))
@@ -128,22 +133,11 @@ impl SocketReader {
         } else {
             0
         };
-        stats.sockets_reused = read.how == plan::SocketRead::Reuse;
-        stats.sockets_looked_up = read.looked_up;
+        rd.stats.sockets_reused = read.how == plan::SocketRead::Reuse;
+        rd.stats.sockets_looked_up = read.looked_up;
         // Read again or kept, the sockets are the last sample's: so is their mapping.
         let same_sockets = read.how != plan::SocketRead::Dump;
-        self.map_sockets(
-            proc_,
-            proc_dir,
-            procs,
-            alive,
-            same_set,
-            same_sockets,
-            touched,
-            &sockets,
-            ran,
-            stats,
-        );
+        self.map_sockets(rd, procs, touched, m, same_sockets, &sockets);
         (sockets, read_ns)
     }
 
@@ -180,20 +174,19 @@ impl SocketReader {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Each process's `socket_inodes`: its fd list read again where the cache rules say
+    /// it may have moved (the module doc's socket rules 1-3), else the cached one.
     fn map_sockets(
         &mut self,
-        proc_: &Dir,
-        proc_dir: &Path,
+        rd: &mut Reads,
         procs: &mut [Arc<ProcSample>],
-        alive: &PidSet,
-        same_set: bool,
-        same_sockets: bool,
         touched: &mut Vec<usize>,
-        sockets: &[placer_core::sample::SocketSample],
-        ran: Option<&PidSet>,
-        stats: &mut SampleStats,
+        m: &Mapping,
+        same_sockets: bool,
+        sockets: &[SocketSample],
     ) {
+        let (proc_, proc_dir, stats) = (rd.proc_, rd.proc_dir, &mut rd.stats);
+        let (alive, same_set, ran) = (m.alive, m.same_set, m.ran);
         // A process gone leaves the cache (none is when the set is the last sample's).
         let cached = self.fd_cache.len();
         if !same_set {
@@ -265,7 +258,7 @@ impl SocketReader {
             for (pid, e) in self.fd_cache.iter().filter(|(_, e)| !e.live.is_empty()) {
                 if let Ok(i) = procs.binary_search_by_key(pid, |p| p.pid) {
                     if procs[i].socket_inodes != e.live {
-                        super::edit(&mut procs[i], i, touched).socket_inodes = e.live.clone();
+                        edit(&mut procs[i], i, touched).socket_inodes = e.live.clone();
                     }
                 }
             }
@@ -318,7 +311,7 @@ impl SocketReader {
                 None => &[][..],
             };
             if p.socket_inodes != mine {
-                super::edit(p, i, touched).socket_inodes = mine.to_vec();
+                edit(p, i, touched).socket_inodes = mine.to_vec();
             }
         }
     }

@@ -18,7 +18,7 @@ pub(super) fn read_nic_counters(
     proc: &Dir,
     buf: &mut String,
 ) -> Vec<NicCounters> {
-    match super::read_system(pins, proc, "self/net/dev", buf) {
+    match super::reads::read_system(pins, proc, "self/net/dev", buf) {
         Ok(()) => crate::procfs::parse_net_dev(buf),
         Err(_) => Vec::new(),
     }
@@ -43,7 +43,7 @@ pub fn read_cpu_freqs(
 /// directory); counters of processes gone are dropped.
 pub(super) fn read_counters(
     c: &mut dyn CounterSource,
-    proc_dir: &Path,
+    root: &Path,
     procs: &mut [Arc<ProcSample>],
     alive: &PidSet,
     touched: &mut Vec<usize>,
@@ -54,13 +54,13 @@ pub(super) fn read_counters(
             continue;
         }
         let tids: Vec<u32> = if p.threads.is_empty() {
-            super::numeric_entries(&proc_dir.join(format!("{}/task", p.pid))).unwrap_or_default()
+            crate::pid::task_ids(root, p.pid).unwrap_or_default()
         } else {
             p.threads.iter().map(|t| t.tid).collect()
         };
         let counters = c.read(p.pid, &tids);
         if p.counters != counters {
-            super::edit(p, i, touched).counters = counters;
+            super::reads::edit(p, i, touched).counters = counters;
         }
     }
 }
@@ -110,7 +110,7 @@ impl NumaReader {
             }
             let pages = self.cache.get(&p.pid);
             if pages.map_or(!p.numa_pages.is_empty(), |m| *m != p.numa_pages) {
-                super::edit(p, i, touched).numa_pages = pages.cloned().unwrap_or_default();
+                super::reads::edit(p, i, touched).numa_pages = pages.cloned().unwrap_or_default();
             }
         }
     }

@@ -37,6 +37,7 @@ use placer_core::topology::Cpu;
 use placer_core::{CpuSet, Topology};
 use serde::Serialize;
 use std::collections::BTreeSet;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug)]
@@ -227,29 +228,26 @@ pub fn make_plan(args: &Args, topo: &Topology) -> Result<RunPlan> {
 
 use placer_linux::sys::get_affinity;
 
-/// The pids of `root`'s descendants, parents before children (a breadth-first walk of the
-/// ppid links read from /proc/*/stat).
-fn descendants(root: u32) -> Vec<u32> {
+/// The pids of `pid`'s descendants under `root` (`/`, or `--root`), parents before
+/// children (a breadth-first walk of the ppid links read from its proc/*/stat).
+fn descendants(root: &Path, pid: u32) -> Vec<u32> {
     let mut children: std::collections::HashMap<u32, Vec<u32>> = Default::default();
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+    for p in placer_linux::pid::process_ids(root).unwrap_or_default() {
+        let Ok(text) = std::fs::read_to_string(root.join(format!("proc/{p}/stat"))) else {
             continue;
         };
         if let Some(st) = placer_linux::procfs::parse_pid_stat(&text) {
-            children.entry(st.ppid).or_default().push(pid);
+            children.entry(st.ppid).or_default().push(p);
         }
     }
     let mut out = Vec::new();
-    let mut queue = std::collections::VecDeque::from([root]);
+    let mut queue = std::collections::VecDeque::from([pid]);
     while let Some(p) = queue.pop_front() {
         if let Some(kids) = children.get_mut(&p) {
             kids.sort_unstable();
             for &k in kids.iter() {
                 // A pid cannot be its own ancestor; the guard bounds the walk regardless.
-                if k != root && !out.contains(&k) && out.len() < 100_000 {
+                if k != pid && !out.contains(&k) && out.len() < 100_000 {
                     out.push(k);
                     queue.push_back(k);
                 }
@@ -284,15 +282,13 @@ impl Spreader {
     }
 }
 
-fn tasks(pid: u32) -> Vec<i32> {
-    let mut v: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .map(|rd| {
-            rd.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort_unstable();
-    v
+/// The tasks of `pid` under `root`, sorted (none when it is gone).
+fn tasks(root: &Path, pid: u32) -> Vec<i32> {
+    placer_linux::pid::task_ids(root, pid)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|t| i32::try_from(t).ok())
+        .collect()
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -350,18 +346,19 @@ pub fn run(args: Args) -> Result<()> {
     let fast_until = Instant::now() + args.watch;
     let tree_every = Duration::from_millis(50);
     let mut spreader = Spreader::default();
+    let root = args.job.machine.root.as_path();
     let mut procs: Vec<u32> = vec![pid];
     let mut next_tree = Instant::now();
     let status = loop {
         let now = Instant::now();
         if now >= next_tree {
-            procs = std::iter::once(pid).chain(descendants(pid)).collect();
+            procs = std::iter::once(pid).chain(descendants(root, pid)).collect();
             next_tree = now + tree_every;
         }
-        let live: BTreeSet<i32> = procs.iter().flat_map(|&p| tasks(p)).collect();
+        let live: BTreeSet<i32> = procs.iter().flat_map(|&p| tasks(root, p)).collect();
         spreader.forget_exited(&live);
         for &p in &procs {
-            for tid in tasks(p) {
+            for tid in tasks(root, p) {
                 if spreader.placed.contains_key(&tid) {
                     continue;
                 }
@@ -435,7 +432,7 @@ mod tests {
             .arg("5")
             .spawn()
             .expect("sleep");
-        let d = descendants(std::process::id());
+        let d = descendants(Path::new("/"), std::process::id());
         let _ = c.kill();
         let _ = c.wait();
         assert!(d.contains(&c.id()), "{d:?}");

@@ -383,7 +383,7 @@ fn a_root_daemon_runs_under_the_units_system_call_filter_and_capabilities() {
         let _ = s.read_to_string(&mut body);
         assert!(body.contains("placer_cycle_seconds_count"), "{body}");
     }
-    // SAFETY: signals to the child this test started and still holds.
+    // SAFETY: a signal to the child this test started and still holds.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
     assert!(
         wait_for_log(&log, "SIGHUP: config", Duration::from_secs(10)).is_some(),
@@ -397,6 +397,7 @@ fn a_root_daemon_runs_under_the_units_system_call_filter_and_capabilities() {
             .join("\n")
     );
     std::thread::sleep(Duration::from_millis(600));
+    // SAFETY: a signal to the child this test started and has not reaped.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
     let end = Instant::now() + Duration::from_secs(30);
     let status = loop {

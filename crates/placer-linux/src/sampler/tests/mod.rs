@@ -4,7 +4,6 @@ mod equivalence;
 
 use super::*;
 use crate::pid::PidMap;
-use crate::pid::PidSet;
 use crate::sys::{Dir, Pins};
 use placer_core::sample::SourceKind;
 use placer_testkit::TempDir;

@@ -75,8 +75,11 @@
 //!    ticks, state and comm stay as last read until the process is read in full while it
 //!    runs: in its refresh window, after an exec or [`Sampler::invalidate`]; or until its
 //!    thread count changes. A refresh of it idle by rule 3 reads no `stat`, so this lag
-//!    has no bound in samples: `cpu_ns` is the figure to use). A thread's `cpu_ns` starts at its ticks when the thread is
-//!    first read; a sample without the collector's word has none, and the observation
+//!    has no bound in samples: `cpu_ns` is the figure to use). The same step applies to a
+//!    process that ran for less than a tick (its `stat` unchanged, so otherwise cached):
+//!    on a busy host a thread can get under a tick per sample for many samples in a row,
+//!    and dropping the collector's time there once lost 38 ms of 300 in 15 s. A thread's
+//!    `cpu_ns` starts at its ticks when the thread is first read; a sample without the collector's word has none, and the observation
 //!    then uses ticks. A root test holds these figures to each thread's `schedstat` on a
 //!    real process, within the kernel's accounting granularity;
 //! 7. a process whose parent (by its last read) exited in the interval has its `stat`

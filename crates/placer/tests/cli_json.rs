@@ -212,6 +212,11 @@ fn quick_runs(dir: &Path) -> Vec<(&'static str, Vec<String>, bool)> {
             false,
         ),
         (
+            "bench seeds",
+            s(&["bench", "seeds", "--only", "001", "--seeds", "1", "--json"]),
+            false,
+        ),
+        (
             "bench contention",
             s(&[
                 "bench",

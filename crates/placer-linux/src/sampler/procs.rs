@@ -449,9 +449,7 @@ impl ProcReader {
     ) -> Vec<ThreadSample> {
         let mut threads = Vec::new();
         let ns_per_tick = 1_000_000_000 / u64::from(self.clk_tck.max(1));
-        let ran_ns = |tid: u32| -> Option<&ThreadCpu> {
-            ran.and_then(|r| r.binary_search_by_key(&tid, |t| t.tid).ok().map(|i| &r[i]))
-        };
+        let ran_ns = |tid: u32| ran.and_then(|r| ran_of(r, tid));
         // The collector's cumulative CPU time of each thread as of the last sample (the
         // cache, due or not: a refresh re-reads affinities, the time goes on).
         let ns_before: PidMap<u64> = match ran {
@@ -556,15 +554,22 @@ impl ProcReader {
 /// `ran` (both in tid order), with the CPU it ran on last.
 fn advanced_by(prev: &[ThreadSample], ran: &[ThreadCpu]) -> Vec<ThreadSample> {
     prev.iter()
-        .map(|t| match ran.binary_search_by_key(&t.tid, |r| r.tid) {
-            Ok(i) => ThreadSample {
-                cpu_ns: t.cpu_ns.map(|ns| ns + ran[i].cpu_ns),
-                last_cpu: Some(ran[i].last_cpu),
+        .map(|t| match ran_of(ran, t.tid) {
+            Some(r) => ThreadSample {
+                cpu_ns: t.cpu_ns.map(|ns| ns + r.cpu_ns),
+                last_cpu: Some(r.last_cpu),
                 ..t.clone()
             },
-            Err(_) => t.clone(),
+            None => t.clone(),
         })
         .collect()
+}
+
+/// What the collector gives thread `tid` in `ran` (in tid order), if it ran.
+fn ran_of(ran: &[ThreadCpu], tid: u32) -> Option<&ThreadCpu> {
+    ran.binary_search_by_key(&tid, |r| r.tid)
+        .ok()
+        .map(|i| &ran[i])
 }
 
 fn shared_as_asked(p: &Arc<ProcSample>, req: SampleRequest) -> Arc<ProcSample> {

@@ -864,6 +864,9 @@ mod tests {
     /// root without its files, none are served.
     #[test]
     fn process_metrics_are_the_processs_own() {
+        let _one = SERVER_CPU_MEASURED
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let m =
             Metrics::new(&[], false).with_process(std::path::Path::new("/"), std::process::id());
         let text = m.render();
@@ -920,10 +923,18 @@ mod tests {
         assert!(o.status.success() && said.trim().is_empty(), "{said}");
     }
 
-    /// Held by each test that measures the server threads' CPU: they count every
-    /// `placer-metrics` thread of this process, so two at once would count each other's
-    /// (the reconnect storm's 250 ms showed up beside 8 idle connections).
+    /// Held by each test that loads a server with connections or measures this process's
+    /// server CPU or open fds: the measures count every `placer-metrics` thread and every fd
+    /// of this process, so two at once would count each other's (the reconnect storm's
+    /// 250 ms showed up beside 8 idle connections, and its 64 sockets in the fd count).
     static SERVER_CPU_MEASURED: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    /// The CPU time, ns, of every server thread of this process, once named (another
+    /// test's may be among them: it serves nothing meanwhile; none measuring its own runs
+    /// meanwhile).
+    fn server_cpu_ns() -> u64 {
+        server_threads().into_iter().map(cpu_ns).sum()
+    }
 
     /// The tids of this process's threads named `placer-metrics`.
     fn server_threads() -> std::collections::BTreeSet<u32> {
@@ -966,9 +977,6 @@ mod tests {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         let addr = serve("127.0.0.1:0", Metrics::new(&[], false)).expect("bind");
-        // Every server thread of this test process (another test's may be among them: it
-        // serves nothing meanwhile; none measuring its own runs meanwhile), once named.
-        let cpu_ns = || server_threads().into_iter().map(cpu_ns).sum::<u64>();
         let limit = Duration::from_millis(500);
         for idle in [8, MAX_CONNECTIONS, 4 * MAX_CONNECTIONS] {
             // Idle clients on the scraper's own address, some having sent half a line.
@@ -982,7 +990,7 @@ mod tests {
                 })
                 .collect();
             std::thread::sleep(Duration::from_millis(50));
-            let cpu0 = cpu_ns();
+            let cpu0 = server_cpu_ns();
             for _ in 0..3 {
                 let resp = scrape(addr, limit)
                     .unwrap_or_else(|e| panic!("scrape beside {idle} idle connections: {e}"));
@@ -991,7 +999,7 @@ mod tests {
             // Idle connections wake nothing: the server's CPU over this time stays small
             // (a thread spinning on them would show about 300 ms).
             std::thread::sleep(Duration::from_millis(300));
-            let used_ms = cpu_ns().saturating_sub(cpu0) / 1_000_000;
+            let used_ms = server_cpu_ns().saturating_sub(cpu0) / 1_000_000;
             assert!(
                 used_ms < 30,
                 "{used_ms} ms of CPU beside {idle} idle connections"
@@ -1047,11 +1055,10 @@ mod tests {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         let addr = serve("127.0.0.1:0", Metrics::new(&[], false)).expect("bind");
-        let cpu_ns = || server_threads().into_iter().map(cpu_ns).sum::<u64>();
         std::thread::sleep(Duration::from_millis(50));
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let connects = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let (cpu0, t0) = (cpu_ns(), Instant::now());
+        let (cpu0, t0) = (server_cpu_ns(), Instant::now());
         let storm: Vec<_> = (0..64)
             .map(|_| {
                 let (stop, connects) = (stop.clone(), connects.clone());
@@ -1072,7 +1079,7 @@ mod tests {
         for t in storm {
             t.join().unwrap();
         }
-        let spent_ns = cpu_ns().saturating_sub(cpu0);
+        let spent_ns = server_cpu_ns().saturating_sub(cpu0);
         let used = spent_ns as f64 / t0.elapsed().as_nanos() as f64;
         let n = connects.load(std::sync::atomic::Ordering::Relaxed);
         eprintln!(

@@ -891,6 +891,38 @@ fn multicore_script_runs_every_step() {
     let machine = std::fs::read_to_string(dir.path().join("machine.txt")).unwrap();
     assert!(machine.starts_with("cpus "), "{machine}");
     assert_eq!(rps_lo(), before, "RPS left changed");
+    // The continuous daemon run (on request): its report, its log and each stream's rate,
+    // and nothing of it left running.
+    let o = script("multicore.sh")
+        .args([dir.path().to_str().unwrap(), "daemon4"])
+        .env("PLACER_MULTICORE_QUICK", "1")
+        .env("PLACER_INTERVAL", "200ms")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(read("daemon4.json")["policies"].is_array());
+    let log = std::fs::read_to_string(dir.path().join("daemon4.log")).unwrap();
+    assert!(log.contains("placer daemon stopped"), "{log}");
+    let rates = std::fs::read_to_string(dir.path().join("daemon4-rates.txt")).unwrap();
+    for s in 1..=4 {
+        assert!(
+            rates
+                .lines()
+                .any(|l| l.starts_with(&format!("stream {s} "))),
+            "{rates}"
+        );
+    }
+    assert_eq!(rps_lo(), before, "RPS left changed by daemon4");
+    let pids = std::fs::read_to_string(dir.path().join("daemon4.pids")).unwrap();
+    assert_eq!(pids.split_whitespace().count(), 9, "{pids}");
+    for pid in pids.split_whitespace() {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        assert!(
+            !String::from_utf8_lossy(&cmdline).contains("placer"),
+            "pid {pid} of daemon4 still runs"
+        );
+    }
     // An unknown step is refused, not skipped.
     let o = script("multicore.sh")
         .args([dir.path().to_str().unwrap(), "nosuchstep"])

@@ -610,7 +610,7 @@ impl Engine {
         dry_run: bool,
     ) -> crate::verifier::VerifierStep {
         use crate::verdict::Point;
-        if dry_run || self.verifier.trials() == 0 && !self.verifier.has_backoffs() {
+        if dry_run || self.verifier.trials() == 0 && !self.verifier.remembers_processes() {
             return Default::default();
         }
         let slots = &self.slots;

@@ -45,6 +45,11 @@
 //!   must not count that as a lease break ([`Verifier::in_off_arm`]); a change of its
 //!   affinity during the off arm (someone else's) ends the trial and releases the process;
 //! - V9: a trial whose process exits or is given back by its policy ends without a verdict.
+//! - V10: a process's own affinity is the one it had before its policy first pinned it, for
+//!   as long as the policy holds it: a re-pin (a new target) does not make the previous pin
+//!   its own, since the off arm restores what placer first found (on the 16-core device
+//!   every re-pin was read as someone else's change 3 intervals later, and the process
+//!   released).
 
 use crate::policies::PolicyKind;
 use crate::sample::ProcKey;
@@ -157,6 +162,9 @@ pub struct Verifier {
     trials: Vec<Trial>,
     /// (policy, process) -> (undone moves so far, last cycle it may not move it).
     backoff: BTreeMap<(PolicyKind, ProcKey), (u32, u64)>,
+    /// (policy, process) -> its affinity before the policy first pinned it, kept while
+    /// the policy holds it (V10).
+    own: BTreeMap<(PolicyKind, ProcKey), CpuSet>,
     next_id: u64,
 }
 
@@ -177,10 +185,10 @@ impl Verifier {
         self.trials.len()
     }
 
-    /// Whether any back-off is running (the judge must still see the processes, to forget
-    /// those gone).
-    pub fn has_backoffs(&self) -> bool {
-        !self.backoff.is_empty()
+    /// Whether any back-off is running or any own affinity is kept (the judge must still see
+    /// the processes, to forget those gone or given back).
+    pub fn remembers_processes(&self) -> bool {
+        !self.backoff.is_empty() || !self.own.is_empty()
     }
 
     /// Whether `proc` is under trial for `policy`.
@@ -211,6 +219,7 @@ impl Verifier {
     pub fn forget_policy(&mut self, policy: PolicyKind) {
         self.trials.retain(|t| t.policy != policy);
         self.backoff.retain(|(p, _), _| *p != policy);
+        self.own.retain(|(p, _), _| *p != policy);
     }
 
     /// Ends the trials of processes their policy no longer holds (a lease broken, a CPU
@@ -221,6 +230,7 @@ impl Verifier {
             t.members.retain(|m| held(policy, m.proc));
         }
         self.trials.retain(|t| !t.members.is_empty());
+        self.own.retain(|(p, k), _| held(*p, *k));
     }
 
     /// Ends `proc`'s trials without a verdict (its policy restored it: V9).
@@ -233,7 +243,8 @@ impl Verifier {
 
     /// Starts a trial for pins that took effect in one cycle: one trial per pin, or one for
     /// all of a policy's pins of the cycle when they are judged together (V6).
-    /// `pins` are (policy, process, name, the CPUs it was pinned to, its affinity before).
+    /// `pins` are (policy, process, name, the CPUs it was pinned to, its affinity before);
+    /// for a process its policy already held, the affinity before its first pin (V10).
     pub fn start(
         &mut self,
         pins: Vec<(PolicyKind, ProcKey, String, CpuSet, CpuSet)>,
@@ -244,6 +255,7 @@ impl Verifier {
         for (policy, proc, comm, cpus, own) in pins {
             // A new pin of a process on trial starts its trial again.
             self.end(policy, proc);
+            let own = self.own.entry((policy, proc)).or_insert(own).clone();
             let m = Member {
                 proc,
                 comm,
@@ -1305,6 +1317,57 @@ mod tests {
             }
         }
         panic!("the foreign change was not seen");
+    }
+
+    /// A re-pin (a new target while held) keeps the affinity the process had before its
+    /// first pin: its off arm, which restores that, is no lease break; once its policy no
+    /// longer holds it, a new pin takes what is seen then.
+    #[test]
+    fn v10_a_re_pin_keeps_the_affinity_before_the_first_pin() {
+        let f = |_: u32, _: Arm, i: u64| cpu_per_byte_point(1.0 + 0.01 * (i % 3) as f64);
+        let mut v = Verifier::new();
+        start(&mut v, NET, &[70]);
+        // Pinned to 1 from 0-1; a few intervals later re-pinned to 0, seen then on 1 (the
+        // first pin): the start is told "1" as the affinity before.
+        for i in 1..=3 {
+            observe_one(
+                &mut v,
+                f(70, Arm::On, i),
+                &CpuSet::parse_list("1").unwrap(),
+                i,
+            );
+            v.applied(|_, _| true);
+        }
+        let repin = vec![(
+            NET,
+            key(70),
+            "p70".to_string(),
+            CpuSet::parse_list("0").unwrap(),
+            CpuSet::parse_list("1").unwrap(),
+        )];
+        v.start(repin.clone(), &|_| settings());
+        // Its off arms restore 0-1 (what placer first found): probed to a verdict.
+        let mut w = world(&[70]);
+        w.pinned = CpuSet::parse_list("0").unwrap();
+        let (verdicts, _, released, switches) = run(&mut v, &mut w, &[70], &f, 200);
+        assert!(switches.iter().any(|s| s.arm == Arm::Off));
+        assert!(
+            released.is_empty(),
+            "the restored first affinity read as a lease break"
+        );
+        assert_eq!(verdicts.len(), 1);
+        // Given back (no longer held): forgotten, so a later pin takes what it sees then.
+        v.retain_held(|_, _| false);
+        assert!(!v.remembers_processes());
+        v.start(repin, &|_| settings());
+        let mut w = world(&[70]);
+        w.pinned = CpuSet::parse_list("0").unwrap();
+        w.own = CpuSet::parse_list("1").unwrap();
+        let (_, _, released, _) = run(&mut v, &mut w, &[70], &f, 200);
+        assert!(
+            released.is_empty(),
+            "the affinity seen at a fresh pin is its own"
+        );
     }
 
     #[test]

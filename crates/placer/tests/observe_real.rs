@@ -392,7 +392,7 @@ fn the_daemon_leaves_no_ebpf_program_loaded_after_it_stops() {
         placer_testkit::skip("the daemon loaded no eBPF program (collector unavailable here)");
         return;
     }
-    let loaded = placer_linux::bpf::loaded_programs_named(&placer_linux::bpf::PROG_NAMES).unwrap();
+    let loaded = placer_linux::bpf::loaded_programs_named(&placer_linux::bpf::Prog::ALL).unwrap();
     assert!(
         ids.iter().all(|i| loaded.contains(i)),
         "{ids:?} not in {loaded:?}"
@@ -408,7 +408,7 @@ fn the_daemon_leaves_no_ebpf_program_loaded_after_it_stops() {
     let t = Instant::now();
     loop {
         let still =
-            placer_linux::bpf::loaded_programs_named(&placer_linux::bpf::PROG_NAMES).unwrap();
+            placer_linux::bpf::loaded_programs_named(&placer_linux::bpf::Prog::ALL).unwrap();
         let left: Vec<&u32> = ids.iter().filter(|i| still.contains(i)).collect();
         if left.is_empty() {
             break;

@@ -2,13 +2,15 @@
 # The multi-core measurements the docs still list as "to be measured", in one command for a
 # machine of 8 or more cores: `placer ab` with one and four streams (docs/daemon.md), the
 # agent's own cost (`bench overhead`, docs/observation.md), one cycle over 8,000 generated
-# processes (`bench cycle`), and the harm curve (`bench contention`, docs/contention.md);
+# processes (`bench cycle`), the harm curve (`bench contention`, docs/contention.md), and the
+# agent's cost on a busy machine beside irqbalance (`busy`: `bench overhead --background`,
+# 100,000 switches/s and one loopback stream, 5 runs; about 150 s; docs/observation.md);
 # and issue 45's device checks: `placer ab` over redis and nginx, and one continuous daemon
 # run beside four loopback streams that logs every move and verdict.
 # Writes STEP.json per step and machine.txt into OUTDIR. Needs root (ab sets RPS).
 #
 # Usage: scripts/multicore.sh OUTDIR [STEP ...]
-#   steps: ab1 ab4 overhead cycle contention (default: these; each under 10 minutes),
+#   steps: ab1 ab4 overhead cycle contention busy (default: these; each under 10 minutes),
 #          redis nginx daemon4 (on request)
 #   daemon4: `placer daemon` for PLACER_DAEMON_SECS (default 300) beside 4 loopback streams
 #     with RPS on PLACER_RPS_CPU; writes daemon4.log (the daemon's log: each move and verdict),
@@ -28,7 +30,7 @@ cd "$(dirname "$0")/.."
 out=${1:?usage: scripts/multicore.sh OUTDIR [STEP ...]}
 shift
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(ab1 ab4 overhead cycle contention)
+[ ${#steps[@]} -gt 0 ] || steps=(ab1 ab4 overhead cycle contention busy)
 bin=${PLACER_BIN:-${CARGO_TARGET_DIR:-target}/release/placer}
 [ -x "$bin" ] || cargo build --release -q -p placer
 mkdir -p "$out"
@@ -42,6 +44,7 @@ if [ "${PLACER_MULTICORE_QUICK:-0}" = 1 ]; then
   contention=(--points 0,1 --duration 300ms --stream-bytes 33554432)
   daemon_secs=${PLACER_DAEMON_SECS:-4}
   tick=1
+  busy=(--duration 1s --procs 20 --conns 5 --runs 1 --background switches:2000,stream:1,stream-gbit:0.2)
 else
   read -ra ab <<<"${PLACER_AB:---rounds 10 --phase 10s}"
   overhead=(--duration 20s --procs 500 --conns 200)
@@ -49,6 +52,7 @@ else
   contention=()
   daemon_secs=${PLACER_DAEMON_SECS:-300}
   tick=10
+  busy=(--duration 10s --procs 500 --conns 200 --runs 5 --background switches:100000,stream:1)
 fi
 daemon_cfg=()
 if [ -n "${PLACER_INTERVAL:-}" ]; then
@@ -126,8 +130,9 @@ for s in "${steps[@]}"; do
     overhead) "$bin" bench overhead --policies all "${overhead[@]}" --json >"$out/$s.json" ;;
     cycle) "$bin" bench cycle --mode generated "${cycle[@]}" --json >"$out/$s.json" ;;
     contention) "$bin" bench contention "${contention[@]}" --json >"$out/$s.json" ;;
+    busy) "$bin" bench overhead --policies all "${busy[@]}" --vs irqbalance --json >"$out/$s.json" ;;
     *)
-      echo "unknown step $s (steps: ab1 ab4 overhead cycle contention redis nginx daemon4)" >&2
+      echo "unknown step $s (steps: ab1 ab4 overhead cycle contention busy redis nginx daemon4)" >&2
       exit 2
       ;;
   esac

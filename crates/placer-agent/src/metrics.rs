@@ -5,6 +5,7 @@
 
 use placer_core::engine::CycleReport;
 use placer_core::policies::PolicyKind;
+use placer_linux::bpf::{Prog, ProgramRunTime};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Write;
@@ -322,6 +323,14 @@ impl Metrics {
         {
             render_process(&mut o, &p);
         }
+        if let Some((root, pid)) = &s.process {
+            if let Some(progs) = held_programs(root, *pid) {
+                let on = std::fs::read_to_string(root.join("proc/sys/kernel/bpf_stats_enabled"))
+                    .ok()
+                    .map(|t| t.trim() != "0");
+                render_bpf(&mut o, on, &progs);
+            }
+        }
         if !s.nri_labels.is_empty() {
             head(
                 &mut o,
@@ -388,6 +397,65 @@ fn render_process(o: &mut String, p: &placer_linux::procfs::ProcessStats) {
         if let Some(v) = value {
             let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
         }
+    }
+}
+
+/// The eBPF programs `pid` holds, with the kernel's counts (this machine's root only: the
+/// programs are the running kernel's); `None` when it holds none.
+fn held_programs(root: &std::path::Path, pid: u32) -> Option<Vec<ProgramRunTime>> {
+    if root != std::path::Path::new("/") {
+        return None;
+    }
+    let held = placer_linux::bpf::programs_held_by(pid).ok()?;
+    let mut all = placer_linux::bpf::program_run_times(&Prog::ALL).ok()?;
+    all.retain(|p| held.contains(&p.id));
+    (!all.is_empty()).then_some(all)
+}
+
+/// placer's in-kernel cost: its eBPF programs run beside whichever task switched, took a
+/// timer or received a segment, so `process_cpu_seconds_total` does not hold their time.
+/// `stats_on`: whether the kernel counts it now (`kernel.bpf_stats_enabled`).
+fn render_bpf(o: &mut String, stats_on: Option<bool>, progs: &[ProgramRunTime]) {
+    let head = |o: &mut String, name: &str, kind: &str, help: &str| {
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    };
+    if let Some(on) = stats_on {
+        head(
+            o,
+            "placer_bpf_stats_enabled",
+            "gauge",
+            "1 while the kernel counts eBPF programs' run time (sysctl kernel.bpf_stats_enabled, or a holder of BPF_ENABLE_STATS).",
+        );
+        let _ = writeln!(o, "placer_bpf_stats_enabled {}", u8::from(on));
+    }
+    // One series per program kind (a kind loaded twice, e.g. by a reload, summed).
+    let mut by: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+    for p in progs {
+        let e = by.entry(p.prog.name()).or_default();
+        e.0 += p.run_time_ns;
+        e.1 += p.runs;
+    }
+    head(
+        o,
+        "placer_bpf_run_time_seconds_total",
+        "counter",
+        "Time placer's eBPF programs ran in the kernel, counted while placer_bpf_stats_enabled is 1 (not in process_cpu_seconds_total).",
+    );
+    for (name, (ns, _)) in &by {
+        let _ = writeln!(
+            o,
+            "placer_bpf_run_time_seconds_total{{program=\"{name}\"}} {}",
+            *ns as f64 / 1e9
+        );
+    }
+    head(
+        o,
+        "placer_bpf_runs_total",
+        "counter",
+        "Runs of placer's eBPF programs (each a context switch, timer, TCP segment, ...), counted while placer_bpf_stats_enabled is 1.",
+    );
+    for (name, (_, runs)) in &by {
+        let _ = writeln!(o, "placer_bpf_runs_total{{program=\"{name}\"}} {runs}");
     }
 }
 
@@ -726,6 +794,45 @@ mod tests {
     use placer_core::observation::{CpuObs, Observation};
     use placer_core::plan::{Action, ActionReport, Outcome, PlannedAction};
     use std::io::Read;
+
+    #[test]
+    fn the_programs_in_kernel_time_is_one_series_per_program() {
+        let at = |id, prog, run_time_ns, runs| ProgramRunTime {
+            id,
+            prog,
+            run_time_ns,
+            runs,
+        };
+        let mut o = String::new();
+        render_bpf(
+            &mut o,
+            Some(true),
+            &[
+                at(1, Prog::Switch, 1_500_000_000, 10),
+                at(2, Prog::Tick, 250_000_000, 4),
+                at(3, Prog::Switch, 500_000_000, 5),
+            ],
+        );
+        assert!(o.contains("placer_bpf_stats_enabled 1\n"), "{o}");
+        assert!(
+            o.contains("placer_bpf_run_time_seconds_total{program=\"placer_cpu\"} 2\n"),
+            "{o}"
+        );
+        assert!(
+            o.contains("placer_bpf_run_time_seconds_total{program=\"placer_tick\"} 0.25\n"),
+            "{o}"
+        );
+        assert!(
+            o.contains("placer_bpf_runs_total{program=\"placer_cpu\"} 15\n"),
+            "{o}"
+        );
+        assert!(o.contains("# TYPE placer_bpf_runs_total counter"), "{o}");
+        let mut off = String::new();
+        render_bpf(&mut off, Some(false), &[at(1, Prog::TcpMoves, 0, 0)]);
+        assert!(off.contains("placer_bpf_stats_enabled 0\n"), "{off}");
+        // Not a root of this machine: no programs to speak of.
+        assert!(held_programs(std::path::Path::new("/tmp"), std::process::id()).is_none());
+    }
 
     #[test]
     fn renders_every_family_and_serves_it() {

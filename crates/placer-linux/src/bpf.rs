@@ -4,10 +4,13 @@
 //!
 //! One raw-tracepoint program on `sched_switch` charges the time since the previous switch
 //! on this CPU to the task being switched out (the current task at that tracepoint), keyed
-//! by its thread id; the same program on `hrtimer_expire_entry` (the scheduler tick, among
-//! other timers) charges the running task its time so far, so that a task that runs for
+//! by its thread id; the same instructions on `hrtimer_expire_entry` (the scheduler tick,
+//! among other timers; loaded as a program of its own, so the kernel counts the two apart)
+//! charge the running task its time so far, so that a task that runs for
 //! seconds without a switch (alone on its CPU) is not left uncounted until it stops: a
-//! drain misses at most one tick of a running task's time. Each entry holds, beside the
+//! drain misses at most [`TICK_MIN_NS`] and one tick of a running task's time (the tick
+//! program leaves a CPU alone that was charged less than that ago: most timers of a busy
+//! machine expire right after a switch, and cost it only a clock read). Each entry holds, beside the
 //! time, the thread-group id (the process), the CPU it ran on last and its comm when first
 //! seen. Each sample drains the map (lookup and delete), so the map only ever holds the
 //! threads that ran since the last sample and a drain costs what is active, not what
@@ -57,22 +60,66 @@ const BPF_MAP_TYPE_ARRAY: u32 = 2;
 const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
 const BPF_PROG_TYPE_RAW_TRACEPOINT: u32 = 17;
 
-/// The program's name, as `bpftool prog` and [`loaded_programs_named`] show it.
+/// The collector's program on `sched_switch`, as `bpftool prog` and
+/// [`loaded_programs_named`] show it.
 pub const PROG_NAME: &str = "placer_cpu";
+/// The collector's program on the timers (`hrtimer_expire_entry`): the same instructions,
+/// loaded apart so that the kernel counts its runs and time apart from the switches'.
+pub const TICK_PROG_NAME: &str = "placer_tick";
 /// The cgroup-move counter's program ([`CgroupMoves`]).
 pub const CGROUP_MOVES_PROG_NAME: &str = "placer_cgmove";
 /// The program that marks TCP sockets a segment reached ([`TcpMoves`]).
 pub const TCP_MOVES_PROG_NAME: &str = "placer_tcpmove";
 /// The TCP state-change counter's program ([`TcpMoves`]).
 pub const TCP_STATES_PROG_NAME: &str = "placer_tcpstate";
-/// Every program placer may load (what a measure of its in-kernel cost sums, and what
-/// must be gone when it stops).
-pub const PROG_NAMES: [&str; 4] = [
-    PROG_NAME,
-    CGROUP_MOVES_PROG_NAME,
-    TCP_MOVES_PROG_NAME,
-    TCP_STATES_PROG_NAME,
-];
+
+/// Each program placer may load, by what one run of it is: a measure of its in-kernel cost
+/// is taken per program and per event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Prog {
+    Switch,
+    Tick,
+    CgroupMoves,
+    TcpMoves,
+    TcpStates,
+}
+
+impl Prog {
+    pub const ALL: [Prog; 5] = [
+        Prog::Switch,
+        Prog::Tick,
+        Prog::CgroupMoves,
+        Prog::TcpMoves,
+        Prog::TcpStates,
+    ];
+
+    /// The name it is loaded under.
+    pub fn name(self) -> &'static str {
+        match self {
+            Prog::Switch => PROG_NAME,
+            Prog::Tick => TICK_PROG_NAME,
+            Prog::CgroupMoves => CGROUP_MOVES_PROG_NAME,
+            Prog::TcpMoves => TCP_MOVES_PROG_NAME,
+            Prog::TcpStates => TCP_STATES_PROG_NAME,
+        }
+    }
+
+    /// What one run of it is (the event its tracepoint fires on).
+    pub fn event(self) -> &'static str {
+        match self {
+            Prog::Switch => "context switch",
+            Prog::Tick => "timer expiry",
+            Prog::CgroupMoves => "cgroup move",
+            Prog::TcpMoves => "TCP segment received",
+            Prog::TcpStates => "TCP state change",
+        }
+    }
+
+    fn of_name(name: &[u8]) -> Option<Prog> {
+        Prog::ALL.into_iter().find(|p| p.name().as_bytes() == name)
+    }
+}
+
 /// The most threads the map can hold between two drains (one sample); beyond its size,
 /// new threads are not accounted until the next drain (counted in [`Drain::lost_full`]
 /// when seen). The map is preallocated: 65,536 entries of 32 bytes cost the kernel a few
@@ -255,6 +302,11 @@ impl Asm {
         self.fixups.push((self.insns.len(), label));
         self.op(0x55, dst, 0, 0, imm)
     }
+    /// Jumps when `dst < imm`, unsigned.
+    fn jlt_imm(&mut self, dst: u8, imm: i32, label: &'static str) -> &mut Self {
+        self.fixups.push((self.insns.len(), label));
+        self.op(0xa5, dst, 0, 0, imm)
+    }
     fn jne(&mut self, dst: u8, src: u8, label: &'static str) -> &mut Self {
         self.fixups.push((self.insns.len(), label));
         self.op(0x5d, dst, src, 0, 0)
@@ -304,19 +356,31 @@ impl Asm {
     }
 }
 
-/// The accounting program (on `sched_switch` and on the tick). Stack: [fp-4] u32 key (the
-/// tid), [fp-40..fp-8] the value to insert: ns at fp-40, tgid at fp-32, CPU at fp-28, comm
-/// at fp-24.
-fn program(last_switch: &OwnedFd, cpu: &OwnedFd) -> Vec<Insn> {
+/// The least time the tick program lets a CPU's running task go uncharged: a timer that
+/// expires sooner after the CPU's last charge (a switch or a tick) exits after reading the
+/// clock, and the time is charged at the next switch or tick. On a busy machine most
+/// timers expire within this of a switch, and a drain still misses at most this much of a
+/// running task's time (1% of a 1 s interval) plus a tick.
+pub const TICK_MIN_NS: i32 = 10_000_000;
+
+/// The accounting program (on `sched_switch`, and with `min_ns` on the tick). Stack:
+/// [fp-4] u32 key (the tid), [fp-40..fp-8] the value to insert: ns at fp-40, tgid at
+/// fp-32, CPU at fp-28, comm at fp-24.
+fn program(last_switch: &OwnedFd, cpu: &OwnedFd, min_ns: Option<i32>) -> Vec<Insn> {
     let mut a = Asm::default();
     a.lookup_first(last_switch, "out")
         .mov(R7, R0) // &last switch time on this CPU
         .call(KTIME_GET_NS)
         .mov(R8, R0)
         .ldx_dw(R9, R7, 0)
-        .stx_dw(R7, 0, R8)
-        .jeq_imm(R9, 0, "out") // first switch seen on this CPU: no start yet
-        .sub(R8, R9) // ns the current task ran since the last switch or tick here
+        .jeq_imm(R9, 0, "first") // first switch seen on this CPU: no start yet
+        .mov(R1, R8)
+        .sub(R1, R9); // ns the current task ran since the last switch or tick here
+    if let Some(min) = min_ns {
+        a.jlt_imm(R1, min, "out");
+    }
+    a.stx_dw(R7, 0, R8)
+        .mov(R8, R1)
         .call(GET_CURRENT_PID_TGID)
         .mov(R9, R0)
         .rsh_imm(R0, 32)
@@ -341,6 +405,9 @@ fn program(last_switch: &OwnedFd, cpu: &OwnedFd) -> Vec<Insn> {
         .mov_imm(R2, COMM_LEN as i32)
         .call(GET_CURRENT_COMM)
         .insert_new(cpu, -4, -40)
+        .ja("out")
+        .label("first")
+        .stx_dw(R7, 0, R8)
         .label("out")
         .mov_imm(R0, 0)
         .exit();
@@ -490,13 +557,42 @@ fn only_in_netns(a: &mut Asm, offs: SockOffsets, netns: u64) -> &mut Asm {
         .jne(R1, R2, "out")
 }
 
+/// [`only_in_netns`] for a tracepoint that fires for each segment: the namespace's
+/// `struct net *` is learnt from the first socket whose namespace has the cookie `netns`
+/// and kept in `net`'s only entry, and from then on a socket's namespace pointer is
+/// compared with it: one kernel read per segment instead of two. (The pointer stays that
+/// namespace's while the programs are loaded: placer, which loads them, lives in it.)
+fn only_in_netns_cached<'a>(
+    a: &'a mut Asm,
+    net: &OwnedFd,
+    offs: SockOffsets,
+    netns: u64,
+) -> &'a mut Asm {
+    a.ldx_dw(R6, R1, 0).mov(R3, R6);
+    read_kernel_u64(a, offs.skc_net)
+        .mov(R7, R1) // the socket's struct net *
+        .lookup_first(net, "out")
+        .mov(R8, R0)
+        .ldx_dw(R1, R8, 0)
+        .jeq_imm(R1, 0, "learn")
+        .jne(R1, R7, "out")
+        .ja("ours")
+        .label("learn")
+        .mov(R3, R7);
+    read_kernel_u64(a, offs.net_cookie)
+        .ld_imm64(R2, netns)
+        .jne(R1, R2, "out")
+        .stx_dw(R8, 0, R7)
+        .label("ours")
+}
+
 /// The socket-move program (on `tcp_probe`, which the kernel fires at each segment an
 /// established TCP socket receives, data or ACK, before it processes it): marks the
 /// socket's cookie in `moved`. Stack: [fp-8] what was read last, then the cookie; [fp-16]
 /// the value (1).
-fn tcp_move_program(moved: &OwnedFd, offs: SockOffsets, netns: u64) -> Vec<Insn> {
+fn tcp_move_program(moved: &OwnedFd, net: &OwnedFd, offs: SockOffsets, netns: u64) -> Vec<Insn> {
     let mut a = Asm::default();
-    only_in_netns(&mut a, offs, netns).mov(R3, R6);
+    only_in_netns_cached(&mut a, net, offs, netns).mov(R3, R6);
     read_kernel_u64(&mut a, offs.skc_cookie)
         // No cookie yet: no dump has seen the socket (a dump gives each its cookie), so
         // it is not one a sample holds.
@@ -548,6 +644,7 @@ pub const TCP_MOVES_CAPACITY: u32 = 8192;
 pub struct TcpMoves {
     moved: OwnedFd,
     states: OwnedFd,
+    _net: OwnedFd,
     _progs: [OwnedFd; 2],
     _links: Vec<OwnedFd>,
     buf: BatchBuf,
@@ -568,7 +665,11 @@ impl TcpMoves {
             "placer_tcpmoved",
         )?;
         let states = map_create(BPF_MAP_TYPE_ARRAY, 4, 8, 1, "placer_tcpstates")?;
-        let mv = load_program(&tcp_move_program(&moved, offs, netns), TCP_MOVES_PROG_NAME)?;
+        let net = map_create(BPF_MAP_TYPE_ARRAY, 4, 8, 1, "placer_tcpnet")?;
+        let mv = load_program(
+            &tcp_move_program(&moved, &net, offs, netns),
+            TCP_MOVES_PROG_NAME,
+        )?;
         let st = load_program(
             &tcp_state_program(&states, offs, netns),
             TCP_STATES_PROG_NAME,
@@ -579,6 +680,7 @@ impl TcpMoves {
         Ok(TcpMoves {
             moved,
             states,
+            _net: net,
             _progs: [mv, st],
             _links: links,
             buf: BatchBuf::new(8, 4, 1024),
@@ -729,9 +831,9 @@ pub struct CpuCollector {
     _last_switch: OwnedFd,
     _prog: OwnedFd,
     _link: OwnedFd,
-    /// On the tick; `None` where the tracepoint is missing (a running task's time then
-    /// shows at its next switch).
-    tick_link: Option<OwnedFd>,
+    /// On the tick (its link, then its program); `None` where the tracepoint is missing
+    /// (a running task's time then shows at its next switch).
+    tick_link: Option<(OwnedFd, OwnedFd)>,
     batch: bool,
     buf: BatchBuf,
     capacity: u32,
@@ -757,9 +859,11 @@ impl CpuCollector {
             capacity,
             "placer_cpu_ns",
         )?;
-        let prog = load_program(&program(&last_switch, &cpu), PROG_NAME)?;
+        let prog = load_program(&program(&last_switch, &cpu, None), PROG_NAME)?;
         let link = attach(&prog, c"sched_switch")?;
-        let tick_link = attach(&prog, c"hrtimer_expire_entry")
+        let tick = program(&last_switch, &cpu, Some(TICK_MIN_NS));
+        let tick_link = load_program(&tick, TICK_PROG_NAME)
+            .and_then(|tick| Ok((attach(&tick, c"hrtimer_expire_entry")?, tick)))
             .map_err(|e| tracing::debug!("eBPF collector on hrtimer_expire_entry: {e}"))
             .ok();
         Ok(CpuCollector {
@@ -933,25 +1037,28 @@ impl RunTimeStats {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProgramRunTime {
     pub id: u32,
+    pub prog: Prog,
     pub run_time_ns: u64,
     pub runs: u64,
 }
 
-/// Each loaded program with one of these names, by id: a window's cost is taken per
+/// Each loaded program of these kinds (by name), by id: a window's cost is taken per
 /// program, so that a program loaded or unloaded during it (another daemon's, a test's)
 /// neither counts nor makes the sum go back.
-pub fn program_run_times(names: &[&str]) -> io::Result<Vec<ProgramRunTime>> {
+pub fn program_run_times(progs: &[Prog]) -> io::Result<Vec<ProgramRunTime>> {
     let mut found = Vec::new();
     for_each_program(|info| {
-        if names.iter().any(|n| prog_name(info) == n.as_bytes()) {
-            let at = |o: usize| u64::from_ne_bytes(info[o..o + 8].try_into().expect("8 bytes"));
-            // struct bpf_prog_info: id at byte 4, run_time_ns at 192, run_cnt at 200.
-            found.push(ProgramRunTime {
-                id: u32::from_ne_bytes(info[4..8].try_into().expect("4 bytes")),
-                run_time_ns: at(192),
-                runs: at(200),
-            });
-        }
+        let Some(prog) = Prog::of_name(prog_name(info)).filter(|p| progs.contains(p)) else {
+            return;
+        };
+        let at = |o: usize| u64::from_ne_bytes(info[o..o + 8].try_into().expect("8 bytes"));
+        // struct bpf_prog_info: id at byte 4, run_time_ns at 192, run_cnt at 200.
+        found.push(ProgramRunTime {
+            id: u32::from_ne_bytes(info[4..8].try_into().expect("4 bytes")),
+            prog,
+            run_time_ns: at(192),
+            runs: at(200),
+        });
     })?;
     Ok(found)
 }
@@ -1011,10 +1118,10 @@ fn prog_info(fd: &OwnedFd) -> io::Result<[u8; 256]> {
     Ok(info)
 }
 
-/// Ids of the loaded BPF programs with this name (tests check nothing of placer's is left
+/// Ids of the loaded BPF programs of these kinds (tests check nothing of placer's is left
 /// loaded after it stops; needs root).
-pub fn loaded_programs_named(names: &[&str]) -> io::Result<Vec<u32>> {
-    Ok(program_run_times(names)?
+pub fn loaded_programs_named(progs: &[Prog]) -> io::Result<Vec<u32>> {
+    Ok(program_run_times(progs)?
         .into_iter()
         .map(|p| p.id)
         .collect())
@@ -1051,14 +1158,15 @@ pub(crate) mod tests {
         let f1 = OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
         let f2 = OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
         for p in [
-            program(&f1, &f2),
+            program(&f1, &f2, None),
+            program(&f1, &f2, Some(TICK_MIN_NS)),
             count_program(&f1),
-            tcp_move_program(&f1, OFFS, 7),
+            tcp_move_program(&f1, &f2, OFFS, 7),
             tcp_state_program(&f1, OFFS, 7),
         ] {
             assert_eq!(p.last().unwrap().code, 0x95);
             for (i, insn) in p.iter().enumerate() {
-                if matches!(insn.code, 0x15 | 0x55 | 0x5d | 0x05) {
+                if matches!(insn.code, 0x15 | 0x55 | 0x5d | 0x05 | 0xa5) {
                     let to = i as isize + 1 + insn.off as isize;
                     assert!(
                         to > i as isize && (to as usize) < p.len(),
@@ -1073,15 +1181,23 @@ pub(crate) mod tests {
     /// test of this crate loads its own collector.
     pub(crate) static REAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-    fn check_collector(per_entry: bool) {
+    /// A real collector, this crate's turn held while it lives; `None` (said as a skip)
+    /// where it cannot load.
+    fn real_collector() -> Option<(std::sync::MutexGuard<'static, ()>, CpuCollector)> {
         placer_testkit::require_root();
-        let _one = REAL.lock().unwrap_or_else(|e| e.into_inner());
-        let mut c = match CpuCollector::open() {
-            Ok(c) => c,
+        let one = REAL.lock().unwrap_or_else(|e| e.into_inner());
+        match CpuCollector::open() {
+            Ok(c) => Some((one, c)),
             Err(e) => {
                 placer_testkit::skip(&format!("eBPF collector unavailable: {e}"));
-                return;
+                None
             }
+        }
+    }
+
+    fn check_collector(per_entry: bool) {
+        let Some((_one, mut c)) = real_collector() else {
+            return;
         };
         if per_entry {
             c.force_per_entry_drain();
@@ -1095,7 +1211,7 @@ pub(crate) mod tests {
         // sampler on `/`) and unload them meanwhile.
         let ours = c.prog_id().unwrap();
         let run_time = || {
-            program_run_times(&[PROG_NAME])
+            program_run_times(&[Prog::Switch])
                 .unwrap()
                 .into_iter()
                 .find(|p| p.id == ours)
@@ -1174,10 +1290,65 @@ pub(crate) mod tests {
         drop(c);
         // The kernel frees a detached program after an RCU grace period: wait for it.
         let t = std::time::Instant::now();
-        while loaded_programs_named(&[PROG_NAME]).unwrap().contains(&ours) {
+        while loaded_programs_named(&[Prog::Switch])
+            .unwrap()
+            .contains(&ours)
+        {
             assert!(t.elapsed().as_secs() < 5, "program {ours} still loaded");
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
+    }
+
+    /// A thread that is still running is charged by the tick, within the tick program's
+    /// bound: at a drain, the collector has all of its own CPU clock but the last
+    /// [`TICK_MIN_NS`] and two ticks (HZ 100 at the least).
+    #[test]
+    #[cfg_attr(not(placer_root), ignore = "needs root")]
+    fn real_tick_charges_a_running_thread_within_its_bound() {
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        let Some((_one, mut c)) = real_collector() else {
+            return;
+        };
+        assert!(c.counts_running_tasks(), "no tick program");
+        let own = std::sync::Arc::new(AtomicU64::new(0));
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let (own2, stop2) = (own.clone(), stop.clone());
+        let last = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32 - 1;
+        let spin = std::thread::spawn(move || {
+            let tid = crate::sys::gettid();
+            // Real-time on one CPU: no other task switches it out, so what it is charged
+            // while it runs comes from the tick (the kernel's RT throttling leaves it 95%
+            // of each second).
+            let _ = crate::sys::pin_self(last);
+            let _ = crate::sys::set_fifo(1);
+            let t0 = std::time::Instant::now();
+            while !stop2.load(Ordering::Relaxed) && t0.elapsed().as_secs() < 20 {
+                own2.store(crate::sys::thread_cpu_ns(), Ordering::Relaxed);
+            }
+            tid
+        });
+        // Until it ran 200 ms by its own clock (a shared machine may give it less than
+        // its wall time), 15 s at most.
+        let t = std::time::Instant::now();
+        while own.load(Ordering::Relaxed) < 200_000_000 && t.elapsed().as_secs() < 15 {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let before = own.load(Ordering::Relaxed);
+        let d = c.drain().unwrap();
+        stop.store(true, Ordering::Relaxed);
+        let tid = spin.join().unwrap();
+        let got = d.procs.get(&std::process::id()).map_or(0, |p| {
+            p.threads
+                .iter()
+                .find(|t| t.tid == tid)
+                .map_or(0, |t| t.cpu_ns)
+        });
+        let bound = TICK_MIN_NS as u64 + 2 * 10_000_000;
+        assert!(before > 100_000_000, "the thread hardly ran: {before} ns");
+        assert!(
+            got + bound >= before,
+            "charged {got} ns while running, its own clock said {before} ns"
+        );
     }
 
     #[test]

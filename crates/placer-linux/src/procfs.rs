@@ -294,6 +294,13 @@ pub fn parse_proc_stat(text: &str) -> Vec<CpuTimes> {
     out
 }
 
+/// The machine's context switches since boot: `/proc/stat`'s `ctxt` line.
+pub fn parse_context_switches(text: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("ctxt "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// TCP segments received and sent (`InSegs`, `OutSegs`) from `/proc/net/snmp`, whose
 /// `Tcp:` lines are a header of names and a row of values.
 pub fn parse_tcp_segments(text: &str) -> Option<(u64, u64)> {
@@ -469,6 +476,9 @@ mod tests {
         let t = "cpu  10 0 5 100 1 0 2 0 0 0\ncpu0 6 0 3 50 1 0 1 0 0 0\ncpu1 4 0 2 50\n\
                  cpux 1 2 3 4\ncpu2 1 2\nintr 5 6\nctxt 9\n";
         let c = parse_proc_stat(t);
+        assert_eq!(parse_context_switches(t), Some(9));
+        assert_eq!(parse_context_switches("ctxt x\n"), None);
+        assert_eq!(parse_context_switches("cpu 1\n"), None);
         assert_eq!(c.len(), 2);
         assert_eq!(c[0].cpu, 0);
         assert_eq!(

@@ -42,7 +42,10 @@ enum Command {
     /// interval; 1.00 is one whole CPU), ALLOWED (the CPUs its affinity allows; blank for a
     /// kernel thread), LASTCPU (the CPU it last ran on), RX/s and TX/s (bytes per second its
     /// TCP connections received and sent; k, M, G are powers of 1000), FLOWS (its TCP
-    /// connections).
+    /// connections). The placer line: each placer process (the daemon, this top) with its
+    /// own CPU and its eBPF programs' time in the kernel over the interval, each in % of
+    /// one CPU (the kernel counts the latter only while sysctl kernel.bpf_stats_enabled=1;
+    /// it is not in the process's own share).
     Top(cmd::top::Args),
     /// Record raw samples to a file for later replay.
     Record(cmd::record::Args),

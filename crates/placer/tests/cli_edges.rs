@@ -302,26 +302,33 @@ fn special_files_under_root_error_out() {
     }
 }
 
+/// `bench overhead` against `sleep 100`, one run of 1 s on `procs` sleepers and 2
+/// connections, then `extra`.
+fn overhead_vs_sleep<'a>(procs: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec![
+        "bench",
+        "overhead",
+        "--vs",
+        "sleep 100",
+        "--procs",
+        procs,
+        "--conns",
+        "2",
+        "--duration",
+        "1s",
+        "--runs",
+        "1",
+    ];
+    v.extend(extra);
+    v
+}
+
 /// Issue 16: `placer bench overhead` measures placer and another agent on one load, one
 /// after the other, and says when the other cannot run.
 #[test]
 fn bench_overhead_compares_with_another_agent() {
     let o = placer()
-        .args([
-            "bench",
-            "overhead",
-            "--vs",
-            "sleep 100",
-            "--procs",
-            "5",
-            "--conns",
-            "2",
-            "--duration",
-            "1s",
-            "--runs",
-            "1",
-            "--json",
-        ])
+        .args(overhead_vs_sleep("5", &["--json"]))
         .output()
         .expect("run");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -358,6 +365,116 @@ fn bench_overhead_compares_with_another_agent() {
         .expect("run");
     assert!(o.status.success());
     assert!(String::from_utf8_lossy(&o.stdout).contains("not measured"));
+}
+
+/// The processes whose environment holds `mark` (the bench's helpers inherit it).
+fn marked_processes(mark: &str) -> Vec<u32> {
+    let me = std::process::id();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| pid != me)
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == mark.as_bytes()))
+        })
+        .collect()
+}
+
+/// Waits (at most 10 s) until no process carries `mark`; the ones left.
+fn marked_left_after(mark: &str) -> Vec<u32> {
+    let t = std::time::Instant::now();
+    loop {
+        let left = marked_processes(mark);
+        if left.is_empty() || t.elapsed() > std::time::Duration::from_secs(10) {
+            return left;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+fn netns_list() -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir("/run/netns")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// Issue 46: `bench overhead --background` runs a busy machine's events beside the
+/// measurement and reports them with each program's cost per event; nothing it started
+/// outlives it, whether it ends or is killed in the middle.
+#[test]
+fn bench_overhead_busy_mode_reports_per_event_and_leaves_nothing() {
+    let mark = format!("PLACER_BUSY_TEST={}", std::process::id());
+    let (key, value) = mark.split_once('=').unwrap();
+    let netns = netns_list();
+    let args = overhead_vs_sleep(
+        "3",
+        &[
+            "--background",
+            "switches:2000,stream:1,stream-gbit:0.2",
+            "--json",
+        ],
+    );
+    let o = placer().args(&args).env(key, value).output().expect("run");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(v["background"]["switches_per_s"], 2000, "{v}");
+    assert_eq!(v["background"]["streams"], 1, "{v}");
+    let agents = v["agents"].as_array().expect("agents");
+    assert_eq!(agents.len(), 2);
+    for a in agents {
+        let b = &a["background"];
+        // The ping-pong ran in every window, never faster than asked (a busy shared VM
+        // may lag it: its pinned CPU is shared), and the stream moved data.
+        let pp = b["pingpong_switches_per_s"].as_f64().expect("rate");
+        assert!((100.0..=2_200.0).contains(&pp), "{a}");
+        assert!(
+            b["machine_switches_per_s"].as_f64().unwrap() >= pp * 0.9,
+            "{a}"
+        );
+        assert!(b["stream_gbit_per_s"].as_f64().unwrap() > 0.0, "{a}");
+        assert!(b["segments_per_s"].as_f64().unwrap() > 0.0, "{a}");
+    }
+    if placer_testkit::proc::effective_uid() == Some(0) {
+        // Per program: the switch program ran at least as often as the ping-pong
+        // switched, each with a cost per run.
+        let progs = agents[0]["programs"].as_array().expect("programs");
+        let sw = progs
+            .iter()
+            .find(|p| p["program"] == "placer_cpu")
+            .unwrap_or_else(|| panic!("no placer_cpu in {progs:?}"));
+        assert_eq!(sw["event"], "context switch");
+        assert!(sw["runs_per_s"].as_f64().unwrap() >= 100.0, "{sw}");
+        assert!(sw["ns_per_run"].as_f64().unwrap() > 0.0, "{sw}");
+        assert!(agents[1]["programs"].as_array().unwrap().is_empty());
+    }
+    assert_eq!(marked_left_after(&mark), Vec::<u32>::new());
+    // Killed in the middle of a window: its daemon, sleepers and the other agent go too.
+    let long: Vec<&str> = args
+        .iter()
+        .map(|&a| if a == "1s" { "20s" } else { a })
+        .filter(|&a| a != "--json")
+        .collect();
+    let mut child = placer()
+        .args(long)
+        .env(key, value)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(std::time::Duration::from_secs(5));
+    assert!(!marked_processes(&mark).is_empty(), "nothing running?");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(marked_left_after(&mark), Vec::<u32>::new());
+    assert_eq!(netns_list(), netns);
 }
 
 /// `energy_qos.power_table`: a table is loaded (its source shows in the plan's notes) and a

@@ -884,6 +884,9 @@ fn multicore_script_runs_every_step() {
         assert!(read(ab)["ratios"].as_array().is_some(), "{ab}");
     }
     assert!(read("overhead.json")["agents"].is_array());
+    let busy = read("busy.json");
+    assert_eq!(busy["background"]["streams"], 1, "{busy}");
+    assert!(busy["agents"][0]["background"]["pingpong_switches_per_s"].as_f64() > Some(0.0));
     assert!(read("cycle.json").as_array().is_some_and(|a| !a.is_empty()));
     assert!(read("contention.json")["points"]
         .as_array()

@@ -392,7 +392,7 @@ fn the_daemon_leaves_no_ebpf_program_loaded_after_it_stops() {
         placer_testkit::skip("the daemon loaded no eBPF program (collector unavailable here)");
         return;
     }
-    let loaded = placer_linux::bpf::loaded_programs_named(&placer_linux::bpf::PROG_NAMES).unwrap();
+    let loaded = placer_linux::bpf::loaded_programs_named(&placer_linux::bpf::Prog::ALL).unwrap();
     assert!(
         ids.iter().all(|i| loaded.contains(i)),
         "{ids:?} not in {loaded:?}"
@@ -408,7 +408,7 @@ fn the_daemon_leaves_no_ebpf_program_loaded_after_it_stops() {
     let t = Instant::now();
     loop {
         let still =
-            placer_linux::bpf::loaded_programs_named(&placer_linux::bpf::PROG_NAMES).unwrap();
+            placer_linux::bpf::loaded_programs_named(&placer_linux::bpf::Prog::ALL).unwrap();
         let left: Vec<&u32> = ids.iter().filter(|i| still.contains(i)).collect();
         if left.is_empty() {
             break;
@@ -420,4 +420,34 @@ fn the_daemon_leaves_no_ebpf_program_loaded_after_it_stops() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let _ = d.0.wait();
+}
+
+/// Issue 46: the metrics serve the eBPF programs a process holds (a collector, as the
+/// daemon's), one series per program, with whether the kernel counts their time; not for
+/// a process of another root.
+#[test]
+#[cfg_attr(not(placer_root), ignore = "needs root")]
+fn real_metrics_serve_the_programs_the_process_holds() {
+    placer_testkit::require_root();
+    let _c = match placer_linux::bpf::CpuCollector::open() {
+        Ok(c) => c,
+        Err(e) => {
+            placer_testkit::skip(&format!("eBPF collector unavailable: {e}"));
+            return;
+        }
+    };
+    let m = placer_agent::metrics::Metrics::new(&[], false)
+        .with_process(std::path::Path::new("/"), std::process::id());
+    let text = m.render();
+    for series in [
+        "placer_bpf_runs_total{program=\"placer_cpu\"} ",
+        "placer_bpf_run_time_seconds_total{program=\"placer_tick\"} ",
+        "placer_bpf_stats_enabled ",
+    ] {
+        assert!(text.contains(series), "no {series}in\n{text}");
+    }
+    let other = placer_testkit::TempDir::new("metrics-bpf-root");
+    let m = placer_agent::metrics::Metrics::new(&[], false)
+        .with_process(other.path(), std::process::id());
+    assert!(!m.render().contains("placer_bpf_"));
 }

@@ -240,8 +240,11 @@ pub(crate) fn temp_dir(tag: &str) -> PathBuf {
 pub(crate) fn idle_load(procs: u32, conns: u32) -> Result<(Kids, Vec<(TcpStream, TcpStream)>)> {
     let mut kids = Kids::default();
     for _ in 0..procs {
+        let mut sleep = Command::new("sleep");
+        // Gone with the bench even when it is killed.
+        placer_linux::sys::stop_with_parent(&mut sleep)?;
         kids.0.push(
-            Command::new("sleep")
+            sleep
                 .arg("3600")
                 .stdin(Stdio::null())
                 .spawn()

@@ -13,13 +13,22 @@
 //! That time is taken per program the daemon holds (its fds' `prog_id`): a program whose
 //! counter goes back in the window gives no figure for it, never a wrapped one.
 //!
+//! `--background switches:N,stream:M` runs a busy machine's events beside the whole
+//! measurement ([`super::busy`]: a paced pipe ping-pong pinned to the last CPU, loopback
+//! streams), since the programs' in-kernel time grows with switches, timers and segments,
+//! not with placer's work; each program's time is then also given per run of it (ns per
+//! switch, per timer, per segment: its `run_time_ns` over its `run_cnt` in the window),
+//! with the rates the window saw.
+//!
 //! The whole comparison is repeated `--runs` times (each run measures every agent, side by
 //! side): each agent's figure is the median over the runs, with its spread (min, max), and
 //! the ratio is the median of the runs' ratios, from runs where both figures are valid.
 
 use super::bench_daemon::{idle_load, temp_dir, Kids};
+use super::busy::{Background, Busy, Rates};
 use anyhow::{bail, Context, Result};
 use placer_core::stats::median;
+use placer_linux::bpf::{Prog, ProgramRunTime};
 use serde::Serialize;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -48,9 +57,27 @@ pub struct Args {
     /// Repeat the whole comparison this many times; figures are medians with their spread.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
     pub runs: u32,
+    /// A busy machine's events beside the measurement: `switches:N` (context switches per
+    /// second, a pipe ping-pong pinned to the last CPU), `stream:M` (loopback TCP streams),
+    /// `stream-gbit:R` (each stream paced to R Gbit/s; unpaced without it), comma-separated.
+    #[arg(long)]
+    pub background: Option<Background>,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// One of placer's programs over the runs (medians of the runs where it was measured).
+#[derive(Debug, Serialize)]
+pub struct ProgramCost {
+    pub program: &'static str,
+    /// What one run of it is.
+    pub event: &'static str,
+    pub runs_per_s: f64,
+    /// Its in-kernel time per run (`run_time_ns` / `run_cnt` in the window); None when it
+    /// did not run.
+    pub ns_per_run: Option<f64>,
+    pub percent_of_one: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -72,6 +99,11 @@ pub struct AgentCost {
     /// The smallest and largest of `runs_percent_of_one` (the run-to-run spread).
     pub min_percent_of_one: Option<f64>,
     pub max_percent_of_one: Option<f64>,
+    /// Each of its eBPF programs (events path, where the stats were on).
+    pub programs: Vec<ProgramCost>,
+    /// What the machine and the background did in its windows (medians over runs), with
+    /// `--background`.
+    pub background: Option<Rates>,
     /// Why it was not measured (not installed, exited at start).
     pub missing: Option<String>,
 }
@@ -96,6 +128,8 @@ impl AgentCost {
 pub struct Report {
     pub procs: u32,
     pub conns: u32,
+    /// The busy background run beside the whole measurement, if any.
+    pub background: Option<Background>,
     pub policies: Vec<String>,
     pub agents: Vec<AgentCost>,
     pub runs: u32,
@@ -113,7 +147,18 @@ struct RunCost {
     window_s: f64,
     cpu_percent_of_one: Option<f64>,
     in_kernel_percent_of_one: Option<f64>,
+    programs: Vec<ProgramWindow>,
+    background: Option<Rates>,
     missing: Option<String>,
+}
+
+/// One kind of program's work in the kernel over a window.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct ProgramWindow {
+    prog: Prog,
+    run_ns: u64,
+    runs: u64,
+    window_s: f64,
 }
 
 impl RunCost {
@@ -123,6 +168,8 @@ impl RunCost {
             window_s: 0.0,
             cpu_percent_of_one: None,
             in_kernel_percent_of_one: None,
+            programs: Vec::new(),
+            background: None,
             missing: Some(why),
         }
     }
@@ -138,20 +185,40 @@ impl RunCost {
     }
 }
 
-/// The in-kernel run time of the window (ns), from each program's counter at its start and
-/// end (id, ns). Only programs present at both ends count (one loaded or unloaded meanwhile
-/// is not the measured daemon's steady cost); a counter that went back (the program's id
-/// reused, the stats reset) gives no figure for the window: `None`, never a wrapped one.
-fn window_run_ns(start: &[(u32, u64)], end: &[(u32, u64)]) -> Option<u64> {
-    let mut total = 0u64;
-    let mut any = false;
-    for &(id, e) in end {
-        if let Some(&(_, s)) = start.iter().find(|(i, _)| *i == id) {
-            total = total.checked_add(e.checked_sub(s)?)?;
-            any = true;
+/// Each kind of program's in-kernel work over the window, from each program's counters at
+/// its start and end. Only programs present at both ends count (one loaded or unloaded
+/// meanwhile is not the measured daemon's steady cost); a counter that went back (the
+/// program's id reused, the stats reset) gives no figure for the window: `None`, never a
+/// wrapped one; so does a window where no program was there at both ends.
+fn window_programs(
+    start: &[ProgramRunTime],
+    end: &[ProgramRunTime],
+    window_s: f64,
+) -> Option<Vec<ProgramWindow>> {
+    let mut out: Vec<ProgramWindow> = Vec::new();
+    for e in end {
+        let Some(s) = start.iter().find(|s| s.id == e.id) else {
+            continue;
+        };
+        let (ns, runs) = (
+            e.run_time_ns.checked_sub(s.run_time_ns)?,
+            e.runs.checked_sub(s.runs)?,
+        );
+        match out.iter_mut().find(|w| w.prog == e.prog) {
+            Some(w) => {
+                w.run_ns = w.run_ns.checked_add(ns)?;
+                w.runs += runs;
+            }
+            None => out.push(ProgramWindow {
+                prog: e.prog,
+                run_ns: ns,
+                runs,
+                window_s,
+            }),
         }
     }
-    any.then_some(total)
+    out.sort_by_key(|w| w.prog);
+    (!out.is_empty()).then_some(out)
 }
 
 /// CPU time of all of `pid`'s threads so far, seconds (threads that exited are not in it).
@@ -169,15 +236,21 @@ fn cpu_s(pid: u32) -> Result<f64> {
     Ok(ns as f64 / 1e9)
 }
 
-/// Measures `cmd`'s CPU over `window` after a 3 s warm-up; `bpf_prog`: the names of its
-/// eBPF programs, whose in-kernel run time counts too.
+/// Measures `cmd`'s CPU over `window` after a 3 s warm-up; `bpf_prog`: its eBPF programs,
+/// whose in-kernel run time counts too (`only_held`: only those it holds, none when it
+/// holds none; else all of those names when it holds none); `busy`: the background whose
+/// rates the window reports.
 fn measure(
     name: &str,
     mut cmd: Command,
     window: Duration,
-    bpf_prog: Option<&[&str]>,
+    bpf_prog: Option<&[Prog]>,
+    only_held: bool,
+    busy: Option<&Busy>,
 ) -> Result<RunCost> {
     let command = format!("{cmd:?}");
+    // Gone with the bench even when it is killed (Kids covers every other way out).
+    placer_linux::sys::stop_with_parent(&mut cmd)?;
     let child = match cmd
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -199,30 +272,35 @@ fn measure(
     // Each of its programs' run time so far, counted from here on (the stats stay on while
     // held). Its own programs only, where its fds say which (other daemons on this machine
     // load programs of the same name); all of that name where they do not.
-    let bpf_ns = || -> Option<Vec<(u32, u64)>> {
-        let all = placer_linux::bpf::program_run_times(bpf_prog?).ok()?;
+    let bpf_ns = || -> Option<Vec<ProgramRunTime>> {
+        let mut all = placer_linux::bpf::program_run_times(bpf_prog?).ok()?;
         let held = placer_linux::bpf::programs_held_by(pid).unwrap_or_default();
-        let mine = |id: u32| held.is_empty() || held.contains(&id);
-        Some(
-            all.iter()
-                .filter(|p| mine(p.id))
-                .map(|p| (p.id, p.run_time_ns))
-                .collect(),
-        )
+        all.retain(|p| (held.is_empty() && !only_held) || held.contains(&p.id));
+        Some(all)
     };
     let stats = bpf_prog
         .and_then(|_| placer_linux::bpf::RunTimeStats::enable().ok())
         .and_then(|on| Some((on, bpf_ns()?)));
+    let b0 = busy.map(Busy::snapshot).transpose()?;
     let (c0, t0) = (cpu_s(pid)?, Instant::now());
     std::thread::sleep(window);
     let (c1, w) = (cpu_s(pid)?, t0.elapsed().as_secs_f64());
-    let in_kernel = stats.and_then(|(_on, k0)| window_run_ns(&k0, &bpf_ns()?));
+    let programs = stats
+        .and_then(|(_on, k0)| window_programs(&k0, &bpf_ns()?, w))
+        .unwrap_or_default();
+    let background = match (b0, busy) {
+        (Some(a), Some(b)) => Some(a.rates_to(&b.snapshot()?)),
+        _ => None,
+    };
     drop(kids);
+    let in_kernel_ns = (!programs.is_empty()).then(|| programs.iter().map(|p| p.run_ns).sum());
     Ok(RunCost {
         command,
         window_s: w,
         cpu_percent_of_one: Some((c1 - c0) / w * 100.0),
-        in_kernel_percent_of_one: in_kernel.map(|k| k as f64 / 1e9 / w * 100.0),
+        in_kernel_percent_of_one: in_kernel_ns.map(|k: u64| k as f64 / 1e9 / w * 100.0),
+        programs,
+        background,
         missing: None,
     })
 }
@@ -246,12 +324,49 @@ fn summarise(agent: &str, path: Option<String>, runs: &[RunCost], wants_kernel: 
         min_percent_of_one: totals.iter().copied().reduce(f64::min),
         max_percent_of_one: totals.iter().copied().reduce(f64::max),
         runs_percent_of_one: totals,
+        programs: program_costs(runs),
+        background: background_rates(runs),
         missing: if cpu.is_empty() {
             runs.iter().find_map(|r| r.missing.clone())
         } else {
             None
         },
     }
+}
+
+/// Each program's medians over the runs that measured it.
+fn program_costs(runs: &[RunCost]) -> Vec<ProgramCost> {
+    Prog::ALL
+        .into_iter()
+        .filter_map(|prog| {
+            let w: Vec<&ProgramWindow> = runs
+                .iter()
+                .flat_map(|r| r.programs.iter().filter(|p| p.prog == prog))
+                .collect();
+            let per = |f: &dyn Fn(&ProgramWindow) -> Option<f64>| {
+                median(&w.iter().filter_map(|p| f(p)).collect::<Vec<_>>())
+            };
+            Some(ProgramCost {
+                program: prog.name(),
+                event: prog.event(),
+                runs_per_s: per(&|p| Some(p.runs as f64 / p.window_s))?,
+                ns_per_run: per(&|p| (p.runs > 0).then(|| p.run_ns as f64 / p.runs as f64)),
+                percent_of_one: per(&|p| Some(p.run_ns as f64 / 1e9 / p.window_s * 100.0))?,
+            })
+        })
+        .collect()
+}
+
+/// The background's rates, each the median over the runs.
+fn background_rates(runs: &[RunCost]) -> Option<Rates> {
+    let r: Vec<&Rates> = runs.iter().filter_map(|r| r.background.as_ref()).collect();
+    let m = |f: fn(&Rates) -> f64| median(&r.iter().map(|x| f(x)).collect::<Vec<_>>());
+    Some(Rates {
+        machine_switches_per_s: m(|x| x.machine_switches_per_s)?,
+        pingpong_switches_per_s: m(|x| x.pingpong_switches_per_s)?,
+        segments_per_s: m(|x| x.segments_per_s)?,
+        stream_gbit_per_s: m(|x| x.stream_gbit_per_s)?,
+    })
 }
 
 /// The other agent's command, at a 1 s interval where it has one.
@@ -292,6 +407,15 @@ pub fn run(args: Args) -> Result<()> {
         bail!("--policies: at least one");
     }
     let _load = idle_load(args.procs, args.conns)?;
+    // Beside every window of every run; bounded by the whole measurement's length (each
+    // window, its warm-up and a start) should the bench fail to stop it.
+    let agents_n = args.paths.len() as u32 + u32::from(args.vs.is_some());
+    let bound = (args.duration + Duration::from_secs(10)) * args.runs * agents_n;
+    let last_cpu = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32 - 1;
+    let busy = args
+        .background
+        .map(|bg| Busy::start(bg, last_cpu, bound + Duration::from_secs(60)))
+        .transpose()?;
     let dir = temp_dir("overhead-vs");
     let list = policies
         .iter()
@@ -318,11 +442,28 @@ pub fn run(args: Args) -> Result<()> {
             .context("writing the daemon's config")?;
             let mut placer = Command::new(std::env::current_exe()?);
             placer.args(["daemon", "--dry-run", "--config"]).arg(&cfg);
-            let prog = (path == "events").then_some(&placer_linux::bpf::PROG_NAMES[..]);
-            row.push(measure("placer", placer, args.duration, prog)?);
+            let prog = (path == "events").then_some(&Prog::ALL[..]);
+            row.push(measure(
+                "placer",
+                placer,
+                args.duration,
+                prog,
+                false,
+                busy.as_ref(),
+            )?);
         }
         if let Some(vs) = &args.vs {
-            row.push(measure(vs, other_agent(vs), args.duration, None)?);
+            // Another placer (an older build, `--vs "PATH daemon ..."`) has programs of
+            // the same names: its own are measured too.
+            let (other, progs) = (other_agent(vs), Some(&Prog::ALL[..]));
+            row.push(measure(
+                vs,
+                other,
+                args.duration,
+                progs,
+                true,
+                busy.as_ref(),
+            )?);
         }
         let first_kernel = args.paths.first().is_some_and(|p| p == "events");
         if let (Some(a), Some(b)) = (row.first(), row.get(args.paths.len())) {
@@ -339,6 +480,7 @@ pub fn run(args: Args) -> Result<()> {
             columns[i].push(c);
         }
     }
+    drop(busy);
     let _ = std::fs::remove_dir_all(&dir);
     let mut agents = Vec::new();
     for (i, runs) in columns.iter().enumerate() {
@@ -351,6 +493,7 @@ pub fn run(args: Args) -> Result<()> {
     let report = Report {
         procs: args.procs,
         conns: args.conns,
+        background: args.background,
         policies,
         agents,
         runs: args.runs,
@@ -362,9 +505,19 @@ pub fn run(args: Args) -> Result<()> {
         return Ok(());
     }
     outln!(
-        "load: {} sleeping processes, {} idle connections; placer policies: {}",
+        "load: {} sleeping processes, {} idle connections{}; placer policies: {}",
         report.procs,
         report.conns,
+        match &report.background {
+            Some(b) => format!(
+                "; background {} switches/s, {} stream(s){}",
+                b.switches_per_s,
+                b.streams,
+                b.stream_gbit_per_s
+                    .map_or_else(String::new, |g| format!(" at {g} Gbit/s"))
+            ),
+            None => String::new(),
+        },
         report.policies.join(", ")
     );
     for a in &report.agents {
@@ -387,6 +540,26 @@ pub fn run(args: Args) -> Result<()> {
             ),
             (None, Some(why)) => outln!("{:<16} not measured: {why}", a.label()),
             _ => {}
+        }
+        for p in &a.programs {
+            outln!(
+                "  {:<16} {:>10.0} runs/s ({}) x {} = {:.3}% of one CPU",
+                p.program,
+                p.runs_per_s,
+                p.event,
+                p.ns_per_run
+                    .map_or_else(|| "-".to_string(), |n| format!("{n:.0} ns")),
+                p.percent_of_one
+            );
+        }
+        if let Some(b) = &a.background {
+            outln!(
+                "  machine: {:.0} switches/s ({:.0} the ping-pong's), {:.0} TCP segments received/s, streams {:.2} Gbit/s",
+                b.machine_switches_per_s,
+                b.pingpong_switches_per_s,
+                b.segments_per_s,
+                b.stream_gbit_per_s
+            );
         }
     }
     match report.ratio {
@@ -414,22 +587,85 @@ pub fn run(args: Args) -> Result<()> {
 mod tests {
     use super::*;
 
+    fn at(id: u32, prog: Prog, run_time_ns: u64, runs: u64) -> ProgramRunTime {
+        ProgramRunTime {
+            id,
+            prog,
+            run_time_ns,
+            runs,
+        }
+    }
+
     #[test]
     fn a_counter_that_goes_back_gives_no_figure_never_a_wrapped_one() {
         // Issue 37: a run-time delta taken as unsigned read 92,232,388,878% of one CPU.
-        assert_eq!(window_run_ns(&[(7, 500)], &[(7, 400)]), None);
+        let sw = |id, ns, runs| at(id, Prog::Switch, ns, runs);
+        let total = |a: &[ProgramRunTime], b: &[ProgramRunTime]| {
+            window_programs(a, b, 1.0).map(|w| w.iter().map(|p| p.run_ns).sum::<u64>())
+        };
+        assert_eq!(total(&[sw(7, 500, 5)], &[sw(7, 400, 6)]), None);
+        assert_eq!(total(&[sw(7, 500, 5)], &[sw(7, 600, 4)]), None);
         assert_eq!(
-            window_run_ns(&[(7, 500), (8, 10)], &[(7, 400), (8, 20)]),
+            total(
+                &[sw(7, 500, 1), sw(8, 10, 1)],
+                &[sw(7, 400, 1), sw(8, 20, 1)]
+            ),
             None
         );
-        assert_eq!(window_run_ns(&[(7, 500)], &[(7, 800)]), Some(300));
+        assert_eq!(total(&[sw(7, 500, 1)], &[sw(7, 800, 2)]), Some(300));
         // A program unloaded in the window (another daemon's) does not make the sum go
         // back; one loaded in it is not counted.
         assert_eq!(
-            window_run_ns(&[(7, 500), (9, 10_000)], &[(7, 800), (11, 5)]),
+            total(
+                &[sw(7, 500, 1), sw(9, 10_000, 1)],
+                &[sw(7, 800, 1), sw(11, 5, 1)]
+            ),
             Some(300)
         );
-        assert_eq!(window_run_ns(&[(9, 1)], &[(11, 5)]), None);
+        assert_eq!(total(&[sw(9, 1, 1)], &[sw(11, 5, 1)]), None);
+    }
+
+    #[test]
+    fn each_kind_of_program_is_summed_apart_with_its_runs() {
+        let start = [
+            at(3, Prog::TcpMoves, 1_000, 10),
+            at(1, Prog::Switch, 100, 1),
+            at(2, Prog::Tick, 50, 1),
+            at(4, Prog::Switch, 0, 0),
+        ];
+        let end = [
+            at(1, Prog::Switch, 1_100, 11),
+            at(4, Prog::Switch, 900, 9),
+            at(2, Prog::Tick, 50, 1),
+            at(3, Prog::TcpMoves, 4_000, 40),
+        ];
+        let w = window_programs(&start, &end, 2.0).unwrap();
+        let got: Vec<(Prog, u64, u64)> = w.iter().map(|p| (p.prog, p.run_ns, p.runs)).collect();
+        assert_eq!(
+            got,
+            [
+                (Prog::Switch, 1_900, 19),
+                (Prog::Tick, 0, 0),
+                (Prog::TcpMoves, 3_000, 30)
+            ]
+        );
+        let run = RunCost {
+            command: String::new(),
+            window_s: 2.0,
+            cpu_percent_of_one: Some(0.1),
+            in_kernel_percent_of_one: Some(0.0),
+            programs: w,
+            background: None,
+            missing: None,
+        };
+        let c = program_costs(&[run]);
+        assert_eq!(c.len(), 3);
+        assert_eq!(c[0].program, "placer_cpu");
+        assert_eq!(c[0].runs_per_s, 9.5);
+        assert_eq!(c[0].ns_per_run, Some(100.0));
+        // A program that did not run has no cost per run, not a division by zero.
+        assert_eq!((c[1].program, c[1].ns_per_run), ("placer_tick", None));
+        assert_eq!(c[2].percent_of_one, 3_000.0 / 1e9 / 2.0 * 100.0);
     }
 
     #[test]
@@ -439,6 +675,8 @@ mod tests {
             window_s: 1.0,
             cpu_percent_of_one: Some(cpu),
             in_kernel_percent_of_one: k,
+            programs: Vec::new(),
+            background: None,
             missing: None,
         };
         assert_eq!(run(1.0, None).total(true), None);

@@ -77,8 +77,7 @@ fn sampler(marks: bool) -> Sampler {
 }
 
 fn prog_totals() -> Option<(u64, u64)> {
-    let all =
-        placer_linux::bpf::program_run_times(&[placer_linux::bpf::TCP_MOVES_PROG_NAME]).ok()?;
+    let all = placer_linux::bpf::program_run_times(&[placer_linux::bpf::Prog::TcpMoves]).ok()?;
     Some(
         all.iter()
             .fold((0, 0), |(t, r), p| (t + p.run_time_ns, r + p.runs)),

@@ -14,4 +14,5 @@ pub mod bench_sockets;
 pub mod bench_topo;
 pub mod bench_verdicts;
 pub mod bench_verdicts_real;
+pub mod busy;
 pub mod contention_pairs;

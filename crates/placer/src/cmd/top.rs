@@ -120,6 +120,10 @@ pub struct TopJson<'a> {
     /// placer, as configured, does next to each (`placer_core::coexist`).
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     pub coexistence: &'a [String],
+    /// Each placer process (the daemon, this top): its own CPU and its eBPF programs'
+    /// time in the kernel over the interval.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    pub placer: &'a [PlacerCost],
 }
 
 /// A process in a Kubernetes container: its pid beside the daemon's view of the container.
@@ -188,6 +192,99 @@ fn pods_section(obs: &Observation, n: usize, pods: &[ProcPod]) -> String {
         );
     }
     o
+}
+
+/// One placer process's cost over an interval: its own CPU (its threads' time, from the
+/// observation) and its eBPF programs' time in the kernel, which runs beside whichever task
+/// switched, took a timer or received a segment and so is not in its own share.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PlacerCost {
+    pub pid: u32,
+    /// CPU time over the interval (1.0 = one whole CPU).
+    pub own_cpu_share: f64,
+    /// Its programs' kernel time over the interval, same unit; `None` when it holds none
+    /// or the kernel does not count their time (sysctl kernel.bpf_stats_enabled = 0).
+    pub in_kernel_share: Option<f64>,
+}
+
+/// The kernel's counts of placer's programs now (empty without root).
+pub fn bpf_counts() -> Vec<placer_linux::bpf::ProgramRunTime> {
+    placer_linux::bpf::program_run_times(&placer_linux::bpf::Prog::ALL).unwrap_or_default()
+}
+
+/// Whether the kernel counts programs' run time now.
+fn bpf_counting() -> bool {
+    std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").is_ok_and(|t| t.trim() != "0")
+}
+
+/// Each placer process of the observation (by its comm) with its programs' kernel time
+/// between the counts `before` and `after` (`held`: the program ids a pid holds;
+/// `counting`: whether the kernel counted meanwhile). A program not in both counts, or
+/// whose count went back, is left out.
+pub fn placer_costs(
+    obs: &Observation,
+    before: &[placer_linux::bpf::ProgramRunTime],
+    after: &[placer_linux::bpf::ProgramRunTime],
+    held: impl Fn(u32) -> Vec<u32>,
+    counting: bool,
+) -> Vec<PlacerCost> {
+    obs.procs
+        .iter()
+        .filter(|p| &*p.comm == "placer")
+        .map(|p| {
+            let ids = held(p.pid);
+            let ns: u64 = after
+                .iter()
+                .filter(|a| ids.contains(&a.id))
+                .filter_map(|a| {
+                    let b = before.iter().find(|b| b.id == a.id)?;
+                    a.run_time_ns.checked_sub(b.run_time_ns)
+                })
+                .sum();
+            PlacerCost {
+                pid: p.pid,
+                own_cpu_share: p.cpu_share,
+                in_kernel_share: (counting && !ids.is_empty() && obs.interval_s > 0.0)
+                    .then(|| ns as f64 / 1e9 / obs.interval_s),
+            }
+        })
+        .collect()
+}
+
+/// placer's costs between two counts taken around an observation's interval.
+fn placer_costs_now(
+    obs: &Observation,
+    before: &[placer_linux::bpf::ProgramRunTime],
+) -> Vec<PlacerCost> {
+    placer_costs(
+        obs,
+        before,
+        &bpf_counts(),
+        |pid| placer_linux::bpf::programs_held_by(pid).unwrap_or_default(),
+        bpf_counting(),
+    )
+}
+
+/// "placer: pid 12 own 0.21% + in kernel 0.05% (its eBPF programs) of one CPU", one entry
+/// per placer process; empty when none runs.
+pub fn placer_line(costs: &[PlacerCost]) -> String {
+    if costs.is_empty() {
+        return String::new();
+    }
+    let each: Vec<String> = costs
+        .iter()
+        .map(|c| {
+            let k = match c.in_kernel_share {
+                Some(k) => format!(" + in kernel {:.3}% (its eBPF programs)", k * 100.0),
+                None => {
+                    " + in kernel not counted (no programs, or sysctl kernel.bpf_stats_enabled=0)"
+                        .into()
+                }
+            };
+            format!("pid {} own {:.3}%{k}", c.pid, c.own_cpu_share * 100.0)
+        })
+        .collect();
+    format!("placer, % of one CPU: {}\n", each.join("; "))
 }
 
 /// One line on the processes that lived within the interval (empty when none was seen).
@@ -362,9 +459,11 @@ pub fn run(mut args: Args) -> Result<()> {
     let coexistence = placer_linux::coexist::detect_beside(&args.root, &state_dir)
         .statements(&cfg.coexist_stance());
     if args.once {
+        let counts = bpf_counts();
         ob.step()?;
         std::thread::sleep(args.interval);
         let obs = ob.step()?.expect("second sample gives an observation");
+        let placer = placer_costs_now(&obs, &counts);
         let pods = pods_of(&obs, &daemon_containers(&state_dir));
         if args.json {
             let j = TopJson {
@@ -375,10 +474,12 @@ pub fn run(mut args: Args) -> Result<()> {
                 exited: ob.exited(),
                 pods: &pods,
                 coexistence: &coexistence,
+                placer: &placer,
             };
             crate::common::write_stdout(&(serde_json::to_string(&j)? + "\n"));
         } else {
             let mut text = table(&obs, &src, args.count, &ob.net_costs(), &coexistence);
+            text += &placer_line(&placer);
             text += &pods_section(&obs, args.count, &pods);
             text += &exited_line(ob.exited(), obs.interval_s);
             crate::common::write_stdout(&text);
@@ -388,6 +489,7 @@ pub fn run(mut args: Args) -> Result<()> {
     // SIGINT/SIGTERM end --follow and the live view cleanly (the terminal restored).
     crate::cmd::daemon::signals::install().context("installing signal handlers")?;
     if args.json {
+        let mut counts = bpf_counts();
         ob.step()?;
         loop {
             crate::cmd::daemon::signals::sleep_until(Instant::now() + args.interval);
@@ -395,6 +497,8 @@ pub fn run(mut args: Args) -> Result<()> {
                 return Ok(());
             }
             let obs = ob.step()?.expect("observation after the first sample");
+            let placer = placer_costs_now(&obs, &counts);
+            counts = bpf_counts();
             let pods = pods_of(&obs, &daemon_containers(&state_dir));
             let j = TopJson {
                 version: TOP_JSON_VERSION,
@@ -404,6 +508,7 @@ pub fn run(mut args: Args) -> Result<()> {
                 exited: ob.exited(),
                 pods: &pods,
                 coexistence: &coexistence,
+                placer: &placer,
             };
             crate::common::write_stdout(&(serde_json::to_string(&j)? + "\n"));
         }
@@ -430,15 +535,17 @@ mod live {
             .iter()
             .map(|l| format!("\nnext to another agent: {l}"))
             .collect();
+        let mut counts = bpf_counts();
         ob.step()?;
         let mut term = ratatui::init();
         let r = (|| -> Result<()> {
             let mut obs: Option<Observation> = None;
+            let mut placer = String::new();
             let mut next = Instant::now() + interval;
             let mut redraw = true;
             loop {
                 if redraw {
-                    let costs = cost_line(&ob.net_costs()) + &agents;
+                    let costs = cost_line(&ob.net_costs()) + &agents + &placer;
                     term.draw(|f| draw(f, obs.as_ref(), &src, n, interval, &costs))?;
                     redraw = false;
                 }
@@ -463,6 +570,11 @@ mod live {
                     continue;
                 }
                 obs = ob.step()?;
+                if let Some(o) = &obs {
+                    let line = placer_line(&placer_costs_now(o, &counts));
+                    placer = format!("\n{}", line.trim_end());
+                    counts = bpf_counts();
+                }
                 redraw = true;
                 next += interval;
                 if next < Instant::now() {
@@ -665,6 +777,50 @@ mod tests {
             ],
         };
         assert_eq!(missing_line(&s), "missing: rapl (no RAPL)");
+    }
+
+    #[test]
+    fn placer_processes_get_their_programs_kernel_time_apart_from_their_own() {
+        use placer_linux::bpf::{Prog, ProgramRunTime};
+        let at = |id, run_time_ns| ProgramRunTime {
+            id,
+            prog: Prog::Switch,
+            run_time_ns,
+            runs: 1,
+        };
+        let mut obs = Observation {
+            interval_s: 2.0,
+            ..Default::default()
+        };
+        let mut daemon = ProcObs::bare(10, 1, "placer", placer_core::cpuset::CpuSet::single(0));
+        daemon.cpu_share = 0.002;
+        obs.procs = vec![
+            std::sync::Arc::new(daemon),
+            std::sync::Arc::new(ProcObs::bare(11, 1, "sleep", Default::default())),
+        ];
+        // Program 1 is the daemon's (20 ms over 2 s: 1%), 2 someone else's, 3 loaded in
+        // the interval (no count before it), 4 went back.
+        let before = [at(1, 100), at(2, 0), at(4, 50)];
+        let after = [at(1, 20_000_100), at(2, 9_000_000), at(3, 5), at(4, 10)];
+        let held = |pid| if pid == 10 { vec![1, 3, 4] } else { vec![2] };
+        let c = placer_costs(&obs, &before, &after, held, true);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert_eq!(c[0].pid, 10);
+        assert_eq!(c[0].own_cpu_share, 0.002);
+        assert!(
+            (c[0].in_kernel_share.unwrap() - 0.01).abs() < 1e-12,
+            "{c:?}"
+        );
+        let line = placer_line(&c);
+        assert!(
+            line.contains("pid 10 own 0.200% + in kernel 1.000%"),
+            "{line}"
+        );
+        // Not counted by the kernel: said, not a zero.
+        let c = placer_costs(&obs, &before, &after, held, false);
+        assert_eq!(c[0].in_kernel_share, None);
+        assert!(placer_line(&c).contains("not counted"));
+        assert_eq!(placer_line(&[]), "");
     }
 
     #[test]

@@ -135,7 +135,7 @@ pub struct Scenario {
     /// --power-table FILE`): the energy-qos policy decides with it, as the daemon does with
     /// `energy_qos.power_table`. The simulated watts stay the machine model's.
     #[serde(skip)]
-    pub power_table_model: Option<placer_core::policies::energy_qos::StatePowerTable>,
+    pub power_table_model: Option<placer_core::power_table::StatePowerTable>,
 }
 
 /// `[sensitivity]`: the paper comparisons re-run for each value of one parameter.

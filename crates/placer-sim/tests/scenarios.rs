@@ -202,7 +202,7 @@ fn measured_harm_and_power_table_reach_the_scenario() {
         .power_table_model
         .is_none());
     let topo = placer_core::machines::machine(&sc.machine).unwrap();
-    let t = placer_core::policies::energy_qos::StatePowerTable::for_topology(&topo);
+    let t = placer_core::power_table::StatePowerTable::for_topology(&topo);
     sc.power_table_model = Some(t.clone());
     assert_eq!(
         sc.placer_config().unwrap().energy_qos.power_table_model,

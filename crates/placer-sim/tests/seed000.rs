@@ -70,9 +70,8 @@ fn compute_app_gets_its_75_percent_target_only_with_energy_qos() {
 /// Every state of the policy's model for the scenario's apps (brute force: a cluster per
 /// app, a frequency per cluster), with its evaluation.
 fn feasible_by_brute_force(sc: &Scenario) -> bool {
-    use placer_core::policies::energy_qos::{
-        evaluate, AppDemand, Machine, State, StatePowerTable, Target,
-    };
+    use placer_core::policies::energy_qos::{evaluate, AppDemand, Machine, State, Target};
+    use placer_core::power_table::StatePowerTable;
     let topo = placer_core::machines::machine(&sc.machine).unwrap();
     let m = Machine::for_topology(&topo, StatePowerTable::for_topology(&topo));
     let cfg = sc.placer_config().unwrap().energy_qos;

@@ -394,9 +394,9 @@ fn top_busy_w(t: &catalogue::DvfsTable) -> f64 {
 }
 
 impl Params {
-    /// Defaults for a built-in machine (by name) or a synthetic spec; `max_khz` is the
-    /// topology's maximum frequency when known.
-    pub fn for_machine(name: &str, max_khz: Option<u64>) -> Params {
+    /// Defaults for a built-in machine (its catalogue facts) or, with `None`, a synthetic
+    /// one; `max_khz` is the topology's maximum frequency when known.
+    pub fn for_machine(machine: Option<catalogue::Machine>, max_khz: Option<u64>) -> Params {
         let mut p = Params {
             sim: SimParams {
                 tick_us: 1000,
@@ -471,7 +471,7 @@ impl Params {
             },
             archetypes: default_archetypes(),
         };
-        let Some(machine) = catalogue::Machine::parse(name) else {
+        let Some(machine) = machine else {
             return p;
         };
         let pw = &mut p.power;
@@ -623,7 +623,7 @@ mod tests {
     fn every_parameter_has_a_source() {
         for m in catalogue::Machine::ALL {
             let name = m.name();
-            let p = Params::for_machine(name, None);
+            let p = Params::for_machine(Some(m), None);
             for (k, _, src) in p.describe() {
                 assert!(!src.starts_with("(no source"), "{name}: {k} has no source");
             }
@@ -632,7 +632,7 @@ mod tests {
 
     #[test]
     fn overrides_merge_and_reject_unknown_keys() {
-        let p = Params::for_machine("dell-c6100", None);
+        let p = Params::for_machine(Some(catalogue::Machine::DellC6100), None);
         let o: toml::Value = toml::from_str("[power]\nnode_idle_w = 50.0\n").unwrap();
         let q = p.with_overrides(&o).unwrap();
         assert_eq!(q.power.node_idle_w, 50.0);
@@ -654,7 +654,7 @@ mod tests {
 
     #[test]
     fn numa_ratio_by_distance() {
-        let p = Params::for_machine("opteron-magny-cours-4p", None);
+        let p = Params::for_machine(Some(catalogue::Machine::OpteronMagnyCours4p), None);
         assert_eq!(p.numa_ratio(10), 1.0);
         assert_eq!(p.numa_ratio(16), 1.085);
         assert_eq!(p.numa_ratio(22), 1.3);

@@ -12,8 +12,9 @@
 //! re-pin within an interval or two what still deserves it, and nothing stays changed on the
 //! word of a dead process). Each step is one `Engine::step` (sample, observe, plan, apply,
 //! learn), its report fed to the sinks: the log, the metrics, `decisions.json` (for
-//! `placer explain`) and the recorder (`--record`). Stop: put back, through the runtime,
-//! the container cpusets placer changed (`--nri`), then every journaled knob of the host.
+//! `placer explain`), the verdict log (for `placer report`) and the recorder (`--record`).
+//! Stop: put back, through the runtime, the container cpusets placer changed (`--nri`), then
+//! every journaled knob of the host.
 //!
 //! `once`: one plan (two samples one interval apart), applied and left journaled (undo with
 //! `placer restore`); `dry_run`: plans only, nothing changed (no journal, no state files).
@@ -157,6 +158,10 @@ struct Sinks {
     metrics: Metrics,
     /// With a state dir and not a dry run.
     decisions: Option<(Decisions, PathBuf)>,
+    /// The state dir whose verdict log gets every verdict (as `decisions`: with a state dir,
+    /// not a dry run). The agent is the one writer of verdicts: the log line, the metrics,
+    /// `decisions.json` and this log are all fed from the cycle's report, on every host.
+    verdict_log: Option<PathBuf>,
     recorder: Option<placer_core::record::RecordWriter<std::io::BufWriter<std::fs::File>>>,
     /// The log says a persistent error once, not every cycle.
     last_error: Option<String>,
@@ -283,6 +288,7 @@ impl<H: Host> Agent<H> {
             configured,
             sinks: Sinks {
                 metrics,
+                verdict_log: decisions.as_ref().map(|(_, dir)| dir.clone()),
                 decisions,
                 recorder,
                 last_error: None,
@@ -427,6 +433,9 @@ impl<H: Host> Agent<H> {
             self.sinks.metrics.set_policy(*p, false);
         }
         self.sinks.metrics.record(&r, cycle_s);
+        if let Some(dir) = &self.sinks.verdict_log {
+            append_verdicts(dir, &r.verdicts);
+        }
         if let Some((decisions, dir)) = self.sinks.decisions.as_mut() {
             if r.observation.is_some() {
                 let engine = &self.configured.engine;
@@ -665,6 +674,26 @@ fn log_why_not_moved(
             "[{}] pid {}{comm} not moved: {} (said once per process)",
             n.policy, k.pid, n.text
         );
+    }
+}
+
+/// Appends each verdict, with the wall-clock time, to the state dir's verdict log (the
+/// typed history `placer report` reads; the journal's entries go on restore).
+fn append_verdicts(dir: &Path, verdicts: &[placer_core::verdict::Verdict]) {
+    if verdicts.is_empty() {
+        return;
+    }
+    let unix_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    for v in verdicts {
+        let rec = placer_linux::verdict_log::VerdictRecord {
+            unix_ms,
+            verdict: v.clone(),
+        };
+        if let Err(e) = placer_linux::verdict_log::append(dir, &rec) {
+            warn!("verdict log: {e}");
+        }
     }
 }
 

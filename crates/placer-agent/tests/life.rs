@@ -1,6 +1,6 @@
 //! The agent's life in-process, without root: on the simulator (`SimHost`) and on the real
 //! host over a temporary root (`LinuxHost`). A new agent restores what a dead one left;
-//! stop restores; a dry run changes nothing.
+//! stop restores; a dry run changes nothing; every verdict reaches the verdict log.
 
 use placer_agent::{Agent, Options};
 use placer_core::config::Config;
@@ -136,6 +136,47 @@ fn on_the_simulator_a_dry_run_changes_nothing() {
     assert!(restored.is_empty());
     assert_eq!(affinities(&host), pinned, "{planned} planned action(s)");
     assert!(!host.journal().expect("journal").is_empty());
+}
+
+/// Verdicts have one writer, the agent, on every host: what the judge decided reaches the
+/// state dir's verdict log (`placer report`'s history) from the cycle's report, on the
+/// simulator as on the real host, each verdict once and in order.
+#[test]
+fn on_the_simulator_every_verdict_reaches_the_verdict_log() {
+    let (host, cfg) = sim();
+    let state = TempDir::new("placer-life-verdicts");
+    let opts = Options {
+        state_dir: Some(state.path().to_path_buf()),
+        ..sim_opts(false)
+    };
+    let mut agent = Agent::start(host, cfg, opts).expect("start");
+    let interval_ns = agent.configured().interval.as_nanos() as u64;
+    let mut judged = Vec::new();
+    // Bounded: the judge's probe ends well within 400 simulated intervals.
+    for _ in 0..400 {
+        judged.extend(agent.step().verdicts);
+        if !judged.is_empty() {
+            break;
+        }
+        let next = agent.host().time_ns() + interval_ns;
+        agent.host_mut().run_until(next, false);
+    }
+    assert!(!judged.is_empty(), "no move judged in 400 intervals");
+    let (logged, bad) = placer_linux::verdict_log::read(state.path()).expect("verdict log");
+    assert_eq!((bad, logged.len()), (0, judged.len()));
+    // Line by line, the very text of each judged verdict (not the values read back: a
+    // verdict on constant windows has a NaN t, and JSON's decimals round).
+    let text = std::fs::read_to_string(state.path().join(placer_linux::verdict_log::VERDICT_LOG))
+        .expect("verdict log");
+    let lines: Vec<&str> = text.lines().collect();
+    for ((line, rec), v) in lines.iter().zip(&logged).zip(judged) {
+        let rec = placer_linux::verdict_log::VerdictRecord {
+            unix_ms: rec.unix_ms,
+            verdict: v,
+        };
+        assert_eq!(*line, serde_json::to_string(&rec).expect("json"));
+    }
+    agent.stop().expect("stop");
 }
 
 /// A temporary root with one IRQ whose affinity placer set to CPU 1 from 0-3, as a dead

@@ -2,7 +2,7 @@
 //! machines ([`Machine`]; `machines` builds their topologies), their whole-machine power
 //! models ([`Machine::measured_power_model`], read by seed 001's `power_model::builtin`;
 //! [`Machine::power_coefficients`], read by the simulator), their DVFS tables (the Exynos 5422's operating points and
-//! per-CPU power, which energy-qos's `StatePowerTable::for_topology` reads) and the
+//! per-CPU power, which `power_table::StatePowerTable::for_topology` reads) and the
 //! classifier's per-machine thresholds (`[contention.classify.per_machine]`, none built in),
 //! and each machine's memory bandwidth per node with the loaded-latency curve, from which
 //! its sufficient-contention threshold follows ([`sufficient_contention_bytes_per_s`]).

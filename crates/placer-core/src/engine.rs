@@ -375,9 +375,6 @@ impl Engine {
         let judged = self.judge(&obs, &mut report, dry_run);
         let undo = judged.undo;
         let observed_cpus: crate::cpuset::CpuSet = obs.cpus.iter().map(|c| c.cpu).collect();
-        for v in &report.verdicts {
-            host.record_verdict(v);
-        }
 
         let now_s = obs.time_ns as f64 / 1e9;
         let mut plan = Plan::default();

@@ -31,8 +31,6 @@ pub trait Host {
     fn sample(&mut self, req: SampleRequest) -> Result<Sample, HostError>;
     /// Apply a plan; one report per action, in order. `dry_run` changes nothing.
     fn apply(&mut self, plan: &Plan, dry_run: bool) -> Vec<ActionReport>;
-    /// A move was judged (the real host notes it in the journal entry of the knob).
-    fn record_verdict(&mut self, _verdict: &crate::verdict::Verdict) {}
     /// What this host changed and has not put back yet (what a dead agent left, at start).
     fn journal(&mut self) -> Result<Vec<Entry>, HostError>;
     /// Puts back every journaled knob, newest first, only where placer's value still holds;

@@ -25,6 +25,7 @@ pub mod policies;
 pub mod policy;
 pub mod policy_kind;
 pub mod power_model;
+pub mod power_table;
 pub mod record;
 pub mod replay;
 pub mod rng;

@@ -289,15 +289,76 @@ fn ghz(g: f64) -> Option<u64> {
 
 /// The built-in machine `name`, or a synthetic spec (`pkg:2 node:1 core:4 pu:2`).
 pub fn machine(name: &str) -> Result<Topology, MachineError> {
-    if name.contains(':') {
-        return synthetic(name);
+    Ok(name.parse::<MachineSpec>()?.topology())
+}
+
+/// A machine named by a scenario or a flag, parsed once: a built-in machine, or a synthetic
+/// spec whose topology is built (and its spec checked) when it is parsed. Read and written
+/// as its name or spec (`odroid-xu4`, `pkg:2 core:4 pu:2`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum MachineSpec {
+    Builtin(Machine),
+    Synthetic {
+        /// As written: how the machine is named in reports.
+        spec: String,
+        topology: Box<Topology>,
+    },
+}
+
+impl MachineSpec {
+    pub fn topology(&self) -> Topology {
+        match self {
+            MachineSpec::Builtin(m) => build(*m),
+            MachineSpec::Synthetic { topology, .. } => (**topology).clone(),
+        }
     }
-    match Machine::parse(name) {
-        Some(m) => Ok(build(m)),
-        None => Err(MachineError::Unknown(
-            name.to_string(),
-            Machine::ALL.map(Machine::name).join(", "),
-        )),
+
+    /// The built-in machine, whose catalogue facts apply; None for a synthetic one.
+    pub fn builtin(&self) -> Option<Machine> {
+        match self {
+            MachineSpec::Builtin(m) => Some(*m),
+            MachineSpec::Synthetic { .. } => None,
+        }
+    }
+}
+
+impl std::str::FromStr for MachineSpec {
+    type Err = MachineError;
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        if name.contains(':') {
+            return Ok(MachineSpec::Synthetic {
+                spec: name.to_string(),
+                topology: Box::new(synthetic(name)?),
+            });
+        }
+        Machine::parse(name)
+            .map(MachineSpec::Builtin)
+            .ok_or_else(|| {
+                MachineError::Unknown(name.to_string(), Machine::ALL.map(Machine::name).join(", "))
+            })
+    }
+}
+
+impl TryFrom<String> for MachineSpec {
+    type Error = MachineError;
+    fn try_from(name: String) -> Result<Self, Self::Error> {
+        name.parse()
+    }
+}
+
+impl std::fmt::Display for MachineSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MachineSpec::Builtin(m) => f.write_str(m.name()),
+            MachineSpec::Synthetic { spec, .. } => f.write_str(spec),
+        }
+    }
+}
+
+impl From<MachineSpec> for String {
+    fn from(m: MachineSpec) -> String {
+        m.to_string()
     }
 }
 
@@ -592,6 +653,21 @@ mod tests {
         let o = machine("odroid-xu4").unwrap();
         assert_eq!(o.freq_domains.len(), 2);
         assert_eq!(o.cpu(5).unwrap().core_type, Some(CoreType::Big));
+    }
+
+    #[test]
+    fn machine_specs_parse_once_and_print_as_written() {
+        let m: MachineSpec = "dell-c6100".parse().unwrap();
+        assert_eq!(m, MachineSpec::Builtin(Machine::DellC6100));
+        assert_eq!(m.to_string(), "dell-c6100");
+        let s: MachineSpec = "pkg:2 core:2 pu:2".parse().unwrap();
+        assert_eq!(s.builtin(), None);
+        assert_eq!(s.to_string(), "pkg:2 core:2 pu:2");
+        assert_eq!(s.topology().cpus.len(), 8);
+        let e = "pkg:0".parse::<MachineSpec>().unwrap_err().to_string();
+        assert!(e.contains("\"pkg:0\""), "{e}");
+        let e = "dell".parse::<MachineSpec>().unwrap_err().to_string();
+        assert!(e.contains("\"dell\"") && e.contains("dell-c6100"), "{e}");
     }
 
     #[test]

@@ -100,9 +100,6 @@ impl<H: Host + ?Sized> Host for RecordingHost<'_, H> {
     fn apply(&mut self, plan: &Plan, dry_run: bool) -> Vec<ActionReport> {
         self.inner.apply(plan, dry_run)
     }
-    fn record_verdict(&mut self, v: &crate::engine::Verdict) {
-        self.inner.record_verdict(v)
-    }
     fn journal(&mut self) -> Result<Vec<crate::journal::Entry>, HostError> {
         self.inner.journal()
     }

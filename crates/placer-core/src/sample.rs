@@ -154,6 +154,15 @@ pub struct ProcSample {
     pub numa_pages: BTreeMap<u32, u64>,
 }
 
+/// The node holding most of a process's pages (`numa_pages`) (lowest id on a tie); None when no page is known.
+pub fn main_page_node(pages: &BTreeMap<u32, u64>) -> Option<u32> {
+    pages
+        .iter()
+        .filter(|(_, &p)| p > 0)
+        .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+        .map(|(&n, _)| n)
+}
+
 fn no_threads(t: &std::sync::Arc<[ThreadSample]>) -> bool {
     t.is_empty()
 }
@@ -439,6 +448,15 @@ impl SampleRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_main_page_node_holds_most_pages_lowest_id_on_a_tie() {
+        assert_eq!(
+            main_page_node(&BTreeMap::from([(0, 5), (1, 9), (2, 9)])),
+            Some(1)
+        );
+        assert_eq!(main_page_node(&BTreeMap::from([(3, 0)])), None);
+    }
 
     #[test]
     fn source_kinds_keep_the_names_recordings_carry() {

@@ -185,6 +185,12 @@ impl VerdictKind {
     }
 }
 
+/// A number that JSON wrote as null (serde_json writes NaN so): NaN again, so that a
+/// verdict log line with one reads back instead of counting as torn.
+fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+}
+
 /// The outcome of comparing one metric's windows.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Comparison {
@@ -193,7 +199,9 @@ pub struct Comparison {
     pub after_mean: f64,
     /// (after - before) / |before|.
     pub change: f64,
-    /// Welch's t statistic (after - before), on autocorrelation-corrected variances.
+    /// Welch's t statistic (after - before), on autocorrelation-corrected variances; NaN
+    /// when both windows are constant (JSON writes it as null, read back as NaN).
+    #[serde(deserialize_with = "nan_if_null")]
     pub t: f64,
     /// The lag-1 autocorrelation the test assumed (pooled, bias-corrected, clamped).
     #[serde(default)]
@@ -1027,6 +1035,26 @@ mod tests {
                 (PolicyKind::NumaLocal, Metric::Throughput, None, false),
             ]
         );
+    }
+
+    #[test]
+    fn a_comparison_on_constant_windows_reads_back_from_json() {
+        let c = Comparison {
+            metric: Metric::Throughput,
+            before_mean: 1.0,
+            after_mean: 1.0,
+            change: 0.0,
+            t: f64::NAN,
+            rho: 0.0,
+            significant: false,
+            beyond_noise: false,
+            paired: None,
+        };
+        let json = serde_json::to_string(&c).unwrap();
+        assert!(json.contains("\"t\":null"), "{json}");
+        let back: Comparison = serde_json::from_str(&json).unwrap();
+        assert!(back.t.is_nan());
+        assert_eq!(serde_json::to_string(&back).unwrap(), json);
     }
 
     #[test]

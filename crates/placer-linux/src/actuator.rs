@@ -39,9 +39,9 @@ pub struct Handlers {
     pub proc_affinity: ProcAffinityHandler,
     pub irq: IrqHandler,
     pub rps: RpsHandler,
-    pub cpufreq: crate::cpufreq::CpufreqHandler,
-    pub tc: crate::tc::TcHandler,
-    pub mem_policy: crate::membind::MemPolicyHandler,
+    pub cpufreq: crate::knobs::cpufreq::CpufreqHandler,
+    pub tc: crate::knobs::tc::TcHandler,
+    pub mem_policy: crate::knobs::membind::MemPolicyHandler,
 }
 
 impl Default for Handlers {
@@ -56,12 +56,12 @@ impl Handlers {
             proc_affinity: ProcAffinityHandler::default(),
             irq: IrqHandler,
             rps: RpsHandler,
-            cpufreq: crate::cpufreq::CpufreqHandler,
-            tc: crate::tc::TcHandler {
-                ctx: crate::tc::TcCtx::current(),
+            cpufreq: crate::knobs::cpufreq::CpufreqHandler,
+            tc: crate::knobs::tc::TcHandler {
+                ctx: crate::knobs::tc::TcCtx::current(),
                 ..Default::default()
             },
-            mem_policy: crate::membind::MemPolicyHandler,
+            mem_policy: crate::knobs::membind::MemPolicyHandler,
         }
     }
 
@@ -279,7 +279,7 @@ mod tests {
                 .into_iter()
                 .map(|action| PlannedAction {
                     action,
-                    policy: placer_core::policies::PolicyKind::NetAffinity,
+                    policy: placer_core::policy_kind::PolicyKind::NetAffinity,
                     reason: "test".into(),
                 })
                 .collect(),

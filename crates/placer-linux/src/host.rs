@@ -53,29 +53,6 @@ impl Host for LinuxHost {
             .sample(req)
             .map_err(|e| HostError::new("sample", e))
     }
-    fn record_verdict(&mut self, v: &placer_core::engine::Verdict) {
-        let knob = crate::journal::Knob::ProcAffinity {
-            pid: v.proc.pid,
-            start_time_ticks: v.proc.start_time_ticks,
-        };
-        if let Ok(j) = self.actuator.journal() {
-            let note = format!("verdict [{}]: {}", v.policy, v.judgement.why);
-            if let Err(e) = j.annotate(&knob, &note) {
-                tracing::warn!("journal: noting a verdict: {e}");
-            }
-        }
-        // The typed history `placer report` reads (the journal's entry goes on restore).
-        let rec = crate::verdict_log::VerdictRecord {
-            unix_ms: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64),
-            verdict: v.clone(),
-        };
-        if let Err(e) = crate::verdict_log::append(&self.actuator.state_dir, &rec) {
-            tracing::warn!("verdict log: {e}");
-        }
-    }
-
     fn apply(&mut self, plan: &Plan, dry_run: bool) -> Vec<ActionReport> {
         let reports = self.actuator.apply(plan, dry_run);
         // The sampler caches idle processes' affinity: make the next sample re-read the

@@ -166,17 +166,6 @@ impl Journal {
         Ok(new)
     }
 
-    /// Sets the note of `knob`'s entry to its first label (the process's comm) followed by
-    /// `note` (a verdict); nothing if the knob is not journaled. Durable on return.
-    pub fn annotate(&mut self, knob: &Knob, note: &str) -> Result<()> {
-        let Some(e) = self.entries.iter_mut().find(|e| &e.knob == knob) else {
-            return Ok(());
-        };
-        let base = e.label.split(" | ").next().unwrap_or("").to_string();
-        e.label = format!("{base} | {note}");
-        self.save()
-    }
-
     /// Forgets a knob (restored, or its object is gone). Durable on return.
     /// Removes every entry of `knobs` with one durable write (restore and pruning remove
     /// many at once: one write each would make restoring N entries cost N rewrites).

@@ -3,12 +3,12 @@
 //! applying ([`Ctx`]: the root, the journal or, in a dry run, a snapshot of it), how an
 //! errno becomes an outcome ([`classify`]), how a restore settles a journal entry
 //! ([`settle`]), and [`CpuFileKnob`], the whole of a knob that is one file holding a CPU
-//! set (IRQ affinity, RPS). The handlers are in `knobs/` (process affinity, IRQ, RPS), `tc`,
-//! `cpufreq` and `membind`; the `actuator` lists them and runs plans through them.
+//! set (IRQ affinity, RPS). The handlers are all in `knobs/` (process affinity, IRQ, RPS,
+//! `cpufreq`, `tc`, `membind`); the `actuator` lists them and runs plans through them.
 
 use crate::journal::{Entry, Journal, Knob};
 use placer_core::plan::{Action, Outcome};
-use placer_core::policies::PolicyKind;
+use placer_core::policy_kind::PolicyKind;
 use placer_core::CpuSet;
 use std::path::Path;
 

@@ -17,9 +17,9 @@
 //! ([`StatePowerTable::to_table`]) that the energy-qos policy reads (`power_table`) in place of
 //! the model.
 
-use crate::cpufreq;
 use crate::error::{LinuxError, Result};
-use placer_core::policies::energy_qos::{DomainPower, PowerPoint, StatePowerTable};
+use crate::knobs::cpufreq;
+use placer_core::power_table::{DomainPower, PowerPoint, StatePowerTable};
 use placer_core::{CpuSet, Topology};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};

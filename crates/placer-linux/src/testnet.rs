@@ -6,7 +6,7 @@
 //! `scripts/reap-tests.sh` can remove what a killed run left.
 
 use crate::error::{LinuxError, Result};
-use crate::tc::{s, TcCtx};
+use crate::knobs::tc::{s, TcCtx};
 use std::net::{IpAddr, SocketAddr};
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};

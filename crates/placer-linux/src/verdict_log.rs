@@ -80,7 +80,7 @@ pub fn read(state_dir: &Path) -> Result<(Vec<VerdictRecord>, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use placer_core::policies::PolicyKind;
+    use placer_core::policy_kind::PolicyKind;
     use placer_core::verdict::{Judgement, VerdictKind};
 
     fn rec(pid: u32, unix_ms: u64) -> VerdictRecord {

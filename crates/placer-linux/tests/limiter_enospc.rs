@@ -7,7 +7,7 @@
 
 use placer_core::plan::{Action, Direction, FlowMatch, Outcome, Plan};
 use placer_linux::actuator::Actuator;
-use placer_linux::tc::{has_ingress, root_is_default, show_qdiscs, TcCtx};
+use placer_linux::knobs::tc::{has_ingress, root_is_default, show_qdiscs, TcCtx};
 use placer_linux::testnet::VethPair;
 use std::path::Path;
 

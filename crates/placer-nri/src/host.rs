@@ -27,9 +27,6 @@ impl<H: Host + ?Sized> Host for NriHost<'_, H> {
     fn sample(&mut self, req: SampleRequest) -> Result<Sample, HostError> {
         self.inner.sample(req)
     }
-    fn record_verdict(&mut self, v: &placer_core::verdict::Verdict) {
-        self.inner.record_verdict(v)
-    }
 
     fn apply(&mut self, plan: &Plan, dry_run: bool) -> Vec<ActionReport> {
         let root = self.root;

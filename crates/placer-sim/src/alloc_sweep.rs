@@ -3,7 +3,8 @@
 //! speedup order and of the efficiency order, one simulated run each; the prefix stats of
 //! both orders get the simulated speedups and power.
 
-use crate::scenario::{default_factory, run_one, Scenario};
+use crate::baselines::Baseline;
+use crate::scenario::{default_factory, run_one, PolicySpec, Scenario};
 use placer_core::alloc::{self, AllocOptions, AllocPolicy, PrefixStats};
 use placer_core::power_model;
 use serde::Serialize;
@@ -50,7 +51,8 @@ pub fn sweep_scenario(name: &str, sc: Scenario, opts: &AllocOptions) -> Result<S
             let mut s = sc.clone();
             s.workloads[0].threads = n as u32;
             s.workloads[0].cpus = Some(order[..n].iter().copied().collect());
-            let r = run_one(&s, None, "linux-default", seed, &default_factory)
+            let linux = PolicySpec::new(Baseline::LinuxDefault, Vec::new());
+            let r = run_one(&s, None, &linux, seed, &default_factory)
                 .map_err(|e| format!("{name}, {policy} n = {n}: {e}"))?;
             let m = &r.metrics;
             let makespan_s = m

@@ -61,7 +61,7 @@ impl OracleResult {
                 (v / best - 1.0) * 100.0
             };
             t.push(vec![
-                r.policy.clone(),
+                r.policy.to_string(),
                 format!("{v:.4}"),
                 format!("{gap:.1}% worse"),
             ]);

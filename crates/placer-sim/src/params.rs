@@ -260,7 +260,7 @@ pub struct Archetype {
 pub const SOURCES: &[(&str, &str)] = &[
     ("sim.tick_us", "[E] 1 ms: below every modelled time constant (balance 4 ms, policies >= 100 ms)"),
     ("sim.clk_tck", "Linux USER_HZ = 100"),
-    ("cpu.big_max_khz", "machine model (placer_core::machines) max_khz; odroid A15 2000 MHz CAL A1"),
+    ("cpu.big_max_khz", "machine model (placer_core::machines) max_khz; odroid: the top of placer_core::catalogue::EXYNOS5422_A15 (CAL A1)"),
     ("cpu.little_max_khz", "odroid A7 1400 MHz, CAL A1"),
     ("cpu.big_dmips_per_mhz", "CAL A2/A5: capacity-dmips-mhz A15 1024"),
     ("cpu.little_dmips_per_mhz", "CAL A2/A5: capacity-dmips-mhz A7 539"),
@@ -278,11 +278,11 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("numa.latency_ratio", "CAL D: 2S Intel MLC 1.7x (distance 20/21); Opteron 4P 1-hop 1.085 (16), 2-hop 1.30 (22)"),
     ("power.node_idle_w", "placer_core::catalogue::Machine::power_coefficients (each with its source): seed 001 Pn (dell-c6100, hp-dk388p); CAL B SPECpower idle for others; odroid CAL A4 3.89 W"),
     ("power.package_w", "catalogue power_coefficients: seed 001 Ps; 0 where the source folds it into idle"),
-    ("power.big_core_w", "catalogue power_coefficients: seed 001 Pc; CAL B SPECpower (peak-idle)/cores for others; odroid CAL A3 IPA A15 1888 mW at 2 GHz"),
-    ("power.little_core_w", "CAL A3 IPA A7 250 mW at 1.4 GHz"),
+    ("power.big_core_w", "catalogue power_coefficients: seed 001 Pc; CAL B SPECpower (peak-idle)/cores for others; odroid: the top row of catalogue::EXYNOS5422_A15 (CAL A3 IPA)"),
+    ("power.little_core_w", "odroid: the top row of catalogue::EXYNOS5422_A7 (CAL A3 IPA)"),
     ("power.smt_sibling_w", "catalogue power_coefficients: seed 001 Pt; [E] 27% of Pc elsewhere (CAL B)"),
-    ("power.big_opp", "CAL A1 exynos5800.dtsi A15 OPPs"),
-    ("power.little_opp", "CAL A1 exynos5800.dtsi A7 OPPs"),
+    ("power.big_opp", "catalogue::EXYNOS5422_A15 voltages (CAL A1 exynos5800.dtsi)"),
+    ("power.little_opp", "catalogue::EXYNOS5422_A7 voltages (CAL A1 exynos5800.dtsi)"),
     ("power.em_big_coeff", "CAL A2 dynamic-power-coefficient A15 310"),
     ("power.em_little_coeff", "CAL A2 dynamic-power-coefficient A7 90"),
     ("power.cluster_leak_a", "odroid CAL A7 (XU3 DVFS project): I = c1 T^2 e^(c2/T) + I_gate = 0.0856 A at 330 K, ~0.11 W per active cluster at 1.3 V; 0 elsewhere (folded into Pn/Ps)"),
@@ -383,14 +383,20 @@ pub fn default_archetypes() -> BTreeMap<String, Archetype> {
     m
 }
 
-fn opp(points: &[(f64, f64)]) -> Vec<[f64; 2]> {
-    points.iter().map(|&(f, v)| [f, v]).collect()
+/// A DVFS table's voltages as OPP points: `[MHz, V]`, the voltage of every frequency up to it.
+fn opp(volts: &[(u64, f64)]) -> Vec<[f64; 2]> {
+    volts.iter().map(|&(mhz, v)| [mhz as f64, v]).collect()
+}
+
+/// W of one CPU busy at the table's top frequency (its last IPA row).
+fn top_busy_w(t: &catalogue::DvfsTable) -> f64 {
+    t.ipa_mw.last().map_or(0.0, |&(_, mw)| mw / 1000.0)
 }
 
 impl Params {
-    /// Defaults for a built-in machine (by name) or a synthetic spec; `max_khz` is the
-    /// topology's maximum frequency when known.
-    pub fn for_machine(name: &str, max_khz: Option<u64>) -> Params {
+    /// Defaults for a built-in machine (its catalogue facts) or, with `None`, a synthetic
+    /// one; `max_khz` is the topology's maximum frequency when known.
+    pub fn for_machine(machine: Option<catalogue::Machine>, max_khz: Option<u64>) -> Params {
         let mut p = Params {
             sim: SimParams {
                 tick_us: 1000,
@@ -465,7 +471,7 @@ impl Params {
             },
             archetypes: default_archetypes(),
         };
-        let Some(machine) = catalogue::Machine::parse(name) else {
+        let Some(machine) = machine else {
             return p;
         };
         let pw = &mut p.power;
@@ -479,38 +485,15 @@ impl Params {
         }
         match machine {
             catalogue::Machine::OdroidXu4 => {
-                (
-                    pw.node_idle_w,
-                    pw.package_w,
-                    pw.big_core_w,
-                    pw.little_core_w,
-                ) = (3.89, 0.0, 1.888, 0.250);
+                (pw.node_idle_w, pw.package_w) = (3.89, 0.0);
                 pw.smt_sibling_w = 0.0;
-                pw.big_opp = opp(&[
-                    (200.0, 0.9),
-                    (800.0, 0.9),
-                    (900.0, 1.0),
-                    (1200.0, 1.0),
-                    (1300.0, 1.1),
-                    (1500.0, 1.1),
-                    (1600.0, 1.25),
-                    (1700.0, 1.25),
-                    (1800.0, 1.2375),
-                    (1900.0, 1.2625),
-                    (2000.0, 1.3125),
-                ]);
-                pw.little_opp = opp(&[
-                    (200.0, 0.9),
-                    (300.0, 0.9),
-                    (400.0, 1.0),
-                    (700.0, 1.0),
-                    (800.0, 1.1),
-                    (1000.0, 1.1),
-                    (1100.0, 1.25),
-                    (1300.0, 1.25),
-                    (1400.0, 1.275),
-                ]);
-                p.cpu.big_max_khz = 2_000_000;
+                // Per cluster: the catalogue's Exynos 5422 tables, typed there once. A
+                // table's (up to MHz, V) rows are the OPP points `volts_at` reads.
+                if let Some([little, big]) = machine.dvfs() {
+                    (pw.big_opp, pw.big_core_w) = (opp(big.volts), top_busy_w(&big));
+                    (pw.little_opp, pw.little_core_w) = (opp(little.volts), top_busy_w(&little));
+                    p.cpu.big_max_khz = big.volts.last().map_or(0, |&(mhz, _)| mhz * 1000);
+                }
                 pw.cluster_leak_a = catalogue::EXYNOS5422_LEAK_A_PER_CLUSTER;
                 p.net.nic_max_rx_mbps = 280.0;
                 p.contention.core_bw_gbps = 3.0;
@@ -640,7 +623,7 @@ mod tests {
     fn every_parameter_has_a_source() {
         for m in catalogue::Machine::ALL {
             let name = m.name();
-            let p = Params::for_machine(name, None);
+            let p = Params::for_machine(Some(m), None);
             for (k, _, src) in p.describe() {
                 assert!(!src.starts_with("(no source"), "{name}: {k} has no source");
             }
@@ -649,7 +632,7 @@ mod tests {
 
     #[test]
     fn overrides_merge_and_reject_unknown_keys() {
-        let p = Params::for_machine("dell-c6100", None);
+        let p = Params::for_machine(Some(catalogue::Machine::DellC6100), None);
         let o: toml::Value = toml::from_str("[power]\nnode_idle_w = 50.0\n").unwrap();
         let q = p.with_overrides(&o).unwrap();
         assert_eq!(q.power.node_idle_w, 50.0);
@@ -671,7 +654,7 @@ mod tests {
 
     #[test]
     fn numa_ratio_by_distance() {
-        let p = Params::for_machine("opteron-magny-cours-4p", None);
+        let p = Params::for_machine(Some(catalogue::Machine::OpteronMagnyCours4p), None);
         assert_eq!(p.numa_ratio(10), 1.0);
         assert_eq!(p.numa_ratio(16), 1.085);
         assert_eq!(p.numa_ratio(22), 1.3);

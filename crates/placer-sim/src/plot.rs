@@ -186,9 +186,9 @@ where
         });
         let pi = policies
             .iter()
-            .position(|x| *x == r.policy)
+            .position(|x| *x == r.policy.to_string())
             .unwrap_or_else(|| {
-                policies.push(r.policy.clone());
+                policies.push(r.policy.to_string());
                 policies.len() - 1
             });
         idx.push((gi, pi));

@@ -51,7 +51,9 @@ impl Report {
             .paper
             .iter()
             .map(|f| {
-                let vals = paired_pct(&rows, f.variant.as_deref(), &f.policy, &f.versus, &f.metric);
+                let vals = f.policies().map_or_else(Vec::new, |(p, v)| {
+                    paired_pct(&rows, f.variant.as_deref(), &p, &v, &f.metric)
+                });
                 let mean = (!vals.is_empty()).then(|| vals.iter().sum::<f64>() / vals.len() as f64);
                 let verdict = match mean {
                     None => "n/a",
@@ -77,7 +79,7 @@ impl Report {
         Report {
             scenario: sc.name.clone(),
             description: sc.description.clone(),
-            machine: sc.machine.clone(),
+            machine: sc.machine.to_string(),
             objective: sc.objective,
             seeds: sc.seeds.clone(),
             rows,
@@ -128,14 +130,14 @@ impl Report {
             if let Some(e) = &r.error {
                 table.push(vec![
                     r.variant.clone().unwrap_or("-".into()),
-                    r.policy.clone(),
+                    r.policy.to_string(),
                     format!("error: {e}"),
                 ]);
                 continue;
             }
             table.push(vec![
                 r.variant.clone().unwrap_or("-".into()),
-                r.policy.clone(),
+                r.policy.to_string(),
                 format!("{:.3}", m.net_gbps),
                 format!("{:.3}", m.work_rate),
                 opt(m.completion_mean_s, 2),

@@ -17,8 +17,10 @@ use crate::params::Params;
 use crate::workload::{Kind, ProcResult, WorkloadSpec};
 use placer_core::config::Config;
 use placer_core::engine::Engine;
+use placer_core::machines::MachineSpec;
 use placer_core::plan::Outcome;
 use placer_core::policy::AnyPolicy;
+use placer_core::policy_kind::PolicyKind;
 use placer_core::verdict::VerdictKind;
 use placer_core::CpuSet;
 use serde::{Deserialize, Serialize};
@@ -75,8 +77,93 @@ fn default_seeds() -> Vec<u64> {
 fn default_interval() -> u64 {
     1000
 }
-fn default_policies() -> Vec<String> {
-    vec!["linux-default".into()]
+fn default_policies() -> Vec<PolicySpec> {
+    vec![PolicySpec::new(Baseline::LinuxDefault, Vec::new())]
+}
+
+/// One policy a scenario compares, parsed once at load: a baseline (`linux-default`,
+/// `eas`) and the placer policies run on it (`eas+energy-qos`; a spec that does not start
+/// with a baseline, `net-affinity`, runs on `linux-default`). Read and written as that text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct PolicySpec {
+    /// The baseline as written; None when the spec starts with a placer policy.
+    baseline: Option<Baseline>,
+    pub placer: Vec<PolicyKind>,
+}
+
+impl PolicySpec {
+    /// `placer` on `baseline`, written with it (`eas+energy-qos`, `linux-default`).
+    pub fn new(baseline: Baseline, placer: Vec<PolicyKind>) -> PolicySpec {
+        PolicySpec {
+            baseline: Some(baseline),
+            placer,
+        }
+    }
+
+    /// `placer` on linux-default, written without it (`contention`).
+    pub fn placer_only(placer: Vec<PolicyKind>) -> PolicySpec {
+        PolicySpec {
+            baseline: None,
+            placer,
+        }
+    }
+
+    /// The kernel scheduler the run models.
+    pub fn baseline(&self) -> Baseline {
+        self.baseline.unwrap_or(Baseline::LinuxDefault)
+    }
+}
+
+impl std::str::FromStr for PolicySpec {
+    type Err = String;
+    fn from_str(spec: &str) -> Result<Self, Self::Err> {
+        let mut parts = spec
+            .split('+')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .peekable();
+        let first = parts
+            .peek()
+            .ok_or("an empty policy (baselines: linux-default, eas)")?;
+        let baseline = Baseline::parse(first);
+        if baseline.is_some() {
+            parts.next();
+        }
+        let placer = parts
+            .map(|q| {
+                q.parse().map_err(|_| {
+                    format!(
+                        "unknown policy {q:?} in {spec:?}; baselines: linux-default, eas; placer \
+                         policies: {}",
+                        placer_core::config::POLICY_NAMES.join(", ")
+                    )
+                })
+            })
+            .collect::<Result<_, String>>()?;
+        Ok(PolicySpec { baseline, placer })
+    }
+}
+
+impl TryFrom<String> for PolicySpec {
+    type Error = String;
+    fn try_from(spec: String) -> Result<Self, Self::Error> {
+        spec.parse()
+    }
+}
+
+impl std::fmt::Display for PolicySpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names = self.baseline.iter().map(Baseline::name);
+        let names: Vec<&str> = names.chain(self.placer.iter().map(|k| k.name())).collect();
+        f.write_str(&names.join("+"))
+    }
+}
+
+impl From<PolicySpec> for String {
+    fn from(p: PolicySpec) -> String {
+        p.to_string()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -86,7 +173,7 @@ pub struct Scenario {
     #[serde(default)]
     pub description: String,
     /// A built-in machine or a synthetic spec (`pkg:2 core:4 pu:2`).
-    pub machine: String,
+    pub machine: MachineSpec,
     /// Simulated seconds per run (a run also stops when every finite job is done, when
     /// `stop_when_done`).
     pub duration_s: f64,
@@ -98,7 +185,7 @@ pub struct Scenario {
     #[serde(default = "default_seeds")]
     pub seeds: Vec<u64>,
     #[serde(default = "default_policies")]
-    pub policies: Vec<String>,
+    pub policies: Vec<PolicySpec>,
     #[serde(default = "default_interval")]
     pub policy_interval_ms: u64,
     /// The scenario's objective for the oracle and the headline column:
@@ -135,7 +222,7 @@ pub struct Scenario {
     /// --power-table FILE`): the energy-qos policy decides with it, as the daemon does with
     /// `energy_qos.power_table`. The simulated watts stay the machine model's.
     #[serde(skip)]
-    pub power_table_model: Option<placer_core::policies::energy_qos::StatePowerTable>,
+    pub power_table_model: Option<placer_core::power_table::StatePowerTable>,
 }
 
 /// `[sensitivity]`: the paper comparisons re-run for each value of one parameter.
@@ -201,11 +288,13 @@ pub fn sensitivity(sc: &Scenario, factory: PolicyFactory) -> Result<Vec<Sensitiv
     let Some(spec) = &sc.sensitivity else {
         return Ok(Vec::new());
     };
-    let mut pairs: Vec<(String, String)> = Vec::new();
+    let mut pairs: Vec<&PaperFigure> = Vec::new();
     for f in &sc.paper {
-        let pair = (f.policy.clone(), f.versus.clone());
-        if !pairs.contains(&pair) {
-            pairs.push(pair);
+        if !pairs
+            .iter()
+            .any(|p| (&p.policy, &p.versus) == (&f.policy, &f.versus))
+        {
+            pairs.push(f);
         }
     }
     let mut out = Vec::new();
@@ -220,11 +309,13 @@ pub fn sensitivity(sc: &Scenario, factory: PolicyFactory) -> Result<Vec<Sensitiv
         s2.topology_and_params(None).map_err(|e| e.to_string())?;
         let rows = run(&s2, factory);
         let mut comparisons = Vec::new();
-        for (pol, vs) in &pairs {
+        for f in &pairs {
             for m in &spec.metrics {
-                let vals = paired_pct(&rows, None, pol, vs, m);
+                let vals = f
+                    .policies()
+                    .map_or_else(Vec::new, |(p, v)| paired_pct(&rows, None, &p, &v, m));
                 let mean = (!vals.is_empty()).then(|| vals.iter().sum::<f64>() / vals.len() as f64);
-                comparisons.push((m.clone(), pol.clone(), vs.clone(), mean));
+                comparisons.push((m.clone(), f.policy.clone(), f.versus.clone(), mean));
             }
         }
         out.push(SensitivityRow { value, comparisons });
@@ -277,12 +368,21 @@ pub struct PaperFigure {
     /// `completion_speedup`, `work_rate`, `deadline_miss_reduction`, `qos_satisfaction`,
     /// `qos_per_watt`, `qos_per_dyn_watt`.
     pub metric: String,
+    /// The paper's labels: policies of the scenario, or what the paper compares instead
+    /// (seed 001's allocation orders, which `placer plan --simulate` prints).
     pub policy: String,
     pub versus: String,
     pub low_pct: f64,
     pub high_pct: f64,
     #[serde(default)]
     pub source: String,
+}
+
+impl PaperFigure {
+    /// The two policies compared, when both labels are policies.
+    pub fn policies(&self) -> Option<(PolicySpec, PolicySpec)> {
+        Some((self.policy.parse().ok()?, self.versus.parse().ok()?))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -360,7 +460,7 @@ pub struct RunResult {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PolicyResult {
     pub variant: Option<String>,
-    pub policy: String,
+    pub policy: PolicySpec,
     pub mean: Metrics,
     /// Smallest and largest value across seeds of the objective's headline metric.
     pub spread: (f64, f64),
@@ -448,7 +548,7 @@ impl Scenario {
                 .map_err(|e| ScenarioError::Invalid(self.name.clone(), e))?;
         }
         if !self.show_params.is_empty() || self.sensitivity.is_some() {
-            let known: Vec<String> = Params::for_machine(&self.machine, None)
+            let known: Vec<String> = Params::for_machine(self.machine.builtin(), None)
                 .describe()
                 .into_iter()
                 .map(|(k, _, _)| k)
@@ -462,18 +562,6 @@ impl Scenario {
                     return bad(format!(
                         "unknown parameter {k:?} (placer sim --params {} lists them)",
                         self.machine
-                    ));
-                }
-            }
-        }
-        for p in &self.policies {
-            let (_, placer) = split_policy(p);
-            for q in &placer {
-                if !placer_core::config::POLICY_NAMES.contains(&q.as_str()) {
-                    return bad(format!(
-                        "unknown policy {q:?} in {p:?}; baselines: linux-default, eas; placer \
-                         policies: {}",
-                        placer_core::config::POLICY_NAMES.join(", ")
                     ));
                 }
             }
@@ -552,11 +640,10 @@ impl Scenario {
         variant: Option<&Variant>,
     ) -> Result<(placer_core::Topology, Params), ScenarioError> {
         let bad = |m: String| ScenarioError::Invalid(self.name.clone(), m);
-        let mut topo =
-            placer_core::machines::machine(&self.machine).map_err(|e| bad(e.to_string()))?;
+        let mut topo = self.machine.topology();
         let max_khz = topo.cpus.iter().filter_map(|c| c.max_khz).max();
         add_loopback_if_used(&mut topo, &self.workloads, &self.variants);
-        let mut params = Params::for_machine(&self.machine, max_khz);
+        let mut params = Params::for_machine(self.machine.builtin(), max_khz);
         if let Some(o) = &self.params {
             params = params.with_overrides(o).map_err(bad)?;
         }
@@ -606,7 +693,7 @@ impl Scenario {
     ) -> Result<SimHost, ScenarioError> {
         let (topo, params) = self.topology_and_params(variant)?;
         SimHost::new(
-            &self.machine,
+            &self.machine.to_string(),
             topo,
             params,
             variant
@@ -648,38 +735,18 @@ fn add_loopback_if_used(
     });
 }
 
-/// Splits `eas+energy-qos` into the baseline and the placer policies; a spec that does
-/// not start with a baseline runs on `linux-default`.
-pub fn split_policy(spec: &str) -> (Baseline, Vec<String>) {
-    let mut parts = spec.split('+').map(str::trim).filter(|s| !s.is_empty());
-    let first = parts.next().unwrap_or("linux-default");
-    match Baseline::parse(first) {
-        Some(b) => (b, parts.map(String::from).collect()),
-        None => (
-            Baseline::LinuxDefault,
-            std::iter::once(first.to_string())
-                .chain(parts.map(String::from))
-                .collect(),
-        ),
-    }
-}
-
 /// Runs one (variant, policy, seed).
 pub fn run_one(
     sc: &Scenario,
     variant: Option<&Variant>,
-    policy: &str,
+    policy: &PolicySpec,
     seed: u64,
     factory: PolicyFactory,
 ) -> Result<RunResult, String> {
-    let (baseline, placer) = split_policy(policy);
     let mut cfg = sc.placer_config().map_err(|e| e.to_string())?;
-    cfg.policies = placer
-        .iter()
-        .map(|p| p.parse())
-        .collect::<Result<_, String>>()?;
+    cfg.policies.clone_from(&policy.placer);
     let mut host = sc
-        .host(variant, baseline, seed)
+        .host(variant, policy.baseline(), seed)
         .map_err(|e| e.to_string())?;
     // The daemon's loop, on the simulated machine (no simulated pid is placer's own).
     let mut engine = if cfg.policies.is_empty() {
@@ -949,13 +1016,13 @@ pub fn run(sc: &Scenario, factory: PolicyFactory) -> Vec<PolicyResult> {
 pub fn paired_pct(
     rows: &[PolicyResult],
     variant: Option<&str>,
-    policy: &str,
-    versus: &str,
+    policy: &PolicySpec,
+    versus: &PolicySpec,
     metric: &str,
 ) -> Vec<f64> {
-    let find = |name: &str| {
+    let find = |p: &PolicySpec| {
         rows.iter()
-            .find(|r| r.policy == name && r.variant.as_deref() == variant)
+            .find(|r| &r.policy == p && r.variant.as_deref() == variant)
     };
     match (find(policy), find(versus)) {
         (Some(p), Some(b)) => p

@@ -6,8 +6,12 @@
 //! number fails.
 
 use crate::alloc_sweep;
-use crate::scenario::{default_factory, dotted, overlay_into, run_one, RunResult, Scenario};
+use crate::baselines::Baseline;
+use crate::scenario::{
+    default_factory, dotted, overlay_into, run_one, PolicySpec, RunResult, Scenario,
+};
 use placer_core::alloc::{self, AllocOptions};
+use placer_core::policy_kind::PolicyKind;
 use serde::Serialize;
 use std::fmt::Write;
 
@@ -57,7 +61,12 @@ fn load(name: &str) -> Result<Scenario, String> {
     Scenario::load(name).map_err(|e| e.to_string())
 }
 
-fn run(sc: &Scenario, variant: Option<&str>, policy: &str, seed: u64) -> Result<RunResult, String> {
+fn run(
+    sc: &Scenario,
+    variant: Option<&str>,
+    policy: &PolicySpec,
+    seed: u64,
+) -> Result<RunResult, String> {
     let v = match variant {
         Some(n) => Some(
             sc.variants
@@ -157,8 +166,14 @@ fn round3(x: f64) -> f64 {
 /// - 1; makespan: makespan_linux / makespan_contention - 1.
 pub fn gains_003(case: &Case003, seed: u64) -> Result<(f64, f64), String> {
     let sc = with_override(&load(case.mix)?, case.input);
-    let base = run(&sc, case.variant, "linux-default", seed)?;
-    let pol = run(&sc, case.variant, "contention", seed)?;
+    let base = run(
+        &sc,
+        case.variant,
+        &PolicySpec::new(Baseline::LinuxDefault, vec![]),
+        seed,
+    )?;
+    let contention = PolicySpec::placer_only(vec![PolicyKind::Contention]);
+    let pol = run(&sc, case.variant, &contention, seed)?;
     let done = |r: &RunResult| -> Vec<(String, f64)> {
         r.procs
             .iter()
@@ -386,8 +401,13 @@ pub fn cases_000() -> Vec<(String, &'static str, Option<u32>)> {
 /// Both readings of one scenario (seed 1; the scenarios' seeds give one figure: the model
 /// has no random input on this board), as eas+energy-qos / eas.
 fn ratios_000(sc: &Scenario) -> Result<(f64, f64), String> {
-    let eas = run(sc, None, "eas", 1)?;
-    let eq = run(sc, None, "eas+energy-qos", 1)?;
+    let eas = run(sc, None, &PolicySpec::new(Baseline::Eas, vec![]), 1)?;
+    let eq = run(
+        sc,
+        None,
+        &PolicySpec::new(Baseline::Eas, vec![PolicyKind::EnergyQos]),
+        1,
+    )?;
     let get = |r: &RunResult, dyn_w: bool| {
         if dyn_w {
             r.metrics.qos_per_dyn_watt

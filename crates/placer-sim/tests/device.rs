@@ -12,9 +12,15 @@ fn mean(sc: &Scenario, variant: &str, policy: &str) -> (f64, f64) {
         .seeds
         .iter()
         .map(|&seed| {
-            scenario::run_one(sc, Some(v), policy, seed, &scenario::default_factory)
-                .unwrap()
-                .metrics
+            scenario::run_one(
+                sc,
+                Some(v),
+                &policy.parse().unwrap(),
+                seed,
+                &scenario::default_factory,
+            )
+            .unwrap()
+            .metrics
         })
         .collect();
     let n = runs.len() as f64;

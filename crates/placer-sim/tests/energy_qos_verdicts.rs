@@ -27,9 +27,15 @@ fn run(background: Option<&str>) -> Metrics {
             sc.workloads.remove(at);
         }
     }
-    scenario::run_one(&sc, None, "eas+energy-qos", 1, &scenario::default_factory)
-        .unwrap_or_else(|e| panic!("{e}"))
-        .metrics
+    scenario::run_one(
+        &sc,
+        None,
+        &"eas+energy-qos".parse().unwrap(),
+        1,
+        &scenario::default_factory,
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
+    .metrics
 }
 
 #[test]

@@ -272,7 +272,8 @@ fn contention_slows_a_sensitive_job_next_to_an_aggressive_one_only() {
     assert!(insens < 1.1, "insensitive next to streaming: {insens}");
     // The memory-bound victims are slowed by the mem fraction on their own node too:
     // mem fraction of cache-sensitive = 2/10.
-    let p = placer_sim::Params::for_machine("xeon-x5570x2", None);
+    let p =
+        placer_sim::Params::for_machine(Some(placer_core::catalogue::Machine::XeonX5570x2), None);
     assert!(
         (machine::mem_fraction(&p, p.archetype("cache-sensitive").unwrap()) - 0.2).abs() < 1e-9
     );
@@ -328,7 +329,7 @@ fn same_seed_same_result() {
     let a = scenario::run_one(
         &sc,
         Some(&sc.variants[0]),
-        "linux-default",
+        &"linux-default".parse().unwrap(),
         7,
         &scenario::default_factory,
     )
@@ -336,7 +337,7 @@ fn same_seed_same_result() {
     let b = scenario::run_one(
         &sc,
         Some(&sc.variants[0]),
-        "linux-default",
+        &"linux-default".parse().unwrap(),
         7,
         &scenario::default_factory,
     )

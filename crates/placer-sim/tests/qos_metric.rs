@@ -19,8 +19,14 @@ fn tiny(rate_mbps: f64, target_bps: f64, share: f64) -> Scenario {
 }
 
 fn run(sc: &Scenario) -> RunResult {
-    scenario::run_one(sc, None, "linux-default", 1, &scenario::default_factory)
-        .unwrap_or_else(|e| panic!("{e}"))
+    scenario::run_one(
+        sc,
+        None,
+        &"linux-default".parse().unwrap(),
+        1,
+        &scenario::default_factory,
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn sat(r: &RunResult, name: &str) -> f64 {

@@ -1,5 +1,6 @@
 //! Scenario files, the oracle, the report and the plot.
 
+use placer_core::policy_kind::PolicyKind;
 use placer_sim::oracle;
 use placer_sim::report::Report;
 use placer_sim::scenario::{self, OracleSpec, Scenario, BUILTIN};
@@ -26,15 +27,50 @@ fn scenario_files_reject_unknown_keys_and_bad_values() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("params.power.idle_w"), "{e}");
-    let bad_policy = ok.replace(
-        "duration_s = 1.0",
-        "duration_s = 1.0\npolicies = [\"nope\"]",
+    // `machine` and `policies` are typed at load; an error names the bad value.
+    let policies = |p: &str| {
+        ok.replace(
+            "duration_s = 1.0",
+            &format!("duration_s = 1.0\npolicies = [{p}]"),
+        )
+    };
+    for (list, bad) in [
+        ("\"nope\"", "nope"),
+        ("\"eas\", \"eas+net-afinity\"", "net-afinity"),
+    ] {
+        let e = Scenario::from_toml("t", &policies(list))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(&format!("{bad:?}")), "{e}");
+    }
+    let sc = Scenario::from_toml("t", &policies("\"eas+energy-qos\", \"net-affinity\"")).unwrap();
+    assert_eq!(
+        sc.policies[0].baseline(),
+        placer_sim::baselines::Baseline::Eas
     );
-    assert!(Scenario::from_toml("t", &bad_policy).is_err());
+    assert_eq!(sc.policies[0].placer, vec![PolicyKind::EnergyQos]);
+    assert_eq!(
+        sc.policies[1].baseline(),
+        placer_sim::baselines::Baseline::LinuxDefault
+    );
+    // Printed (reports, JSON) as written.
+    let names: Vec<String> = sc.policies.iter().map(|p| p.to_string()).collect();
+    assert_eq!(names, ["eas+energy-qos", "net-affinity"]);
+    assert_eq!(
+        serde_json::to_string(&sc.policies).unwrap(),
+        r#"["eas+energy-qos","net-affinity"]"#
+    );
     let bad_class = format!("{ok}class = \"nope\"\n");
     assert!(Scenario::from_toml("t", &bad_class).is_err());
-    let bad_machine = ok.replace("dell-c6100", "no-such-machine");
-    assert!(Scenario::from_toml("t", &bad_machine).is_err());
+    for bad in ["no-such-machine", "pkg:0 core:2"] {
+        let e = Scenario::from_toml("t", &ok.replace("dell-c6100", bad))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(&format!("{bad:?}")), "{e}");
+    }
+    let sc = Scenario::from_toml("t", &ok.replace("dell-c6100", "pkg:1 core:2 pu:2")).unwrap();
+    assert_eq!(sc.machine.builtin(), None);
+    assert_eq!(sc.machine.to_string(), "pkg:1 core:2 pu:2");
     // Parameters a report shows or sweeps must exist.
     let show = |k: &str| {
         ok.replace(
@@ -113,7 +149,7 @@ fn report_puts_paper_figures_beside_simulated_ones_and_plots() {
     sc.duration_s = 1.0;
     sc.warmup_s = 0.3;
     sc.seeds = vec![1];
-    sc.policies = vec!["linux-default".into()];
+    sc.policies = vec!["linux-default".parse().unwrap()];
     // Compare the baseline with itself: every paired figure is exactly 0%.
     for p in &mut sc.paper {
         p.policy = "linux-default".into();
@@ -201,8 +237,8 @@ fn measured_harm_and_power_table_reach_the_scenario() {
         .energy_qos
         .power_table_model
         .is_none());
-    let topo = placer_core::machines::machine(&sc.machine).unwrap();
-    let t = placer_core::policies::energy_qos::StatePowerTable::for_topology(&topo);
+    let topo = sc.machine.topology();
+    let t = placer_core::power_table::StatePowerTable::for_topology(&topo);
     sc.power_table_model = Some(t.clone());
     assert_eq!(
         sc.placer_config().unwrap().energy_qos.power_table_model,

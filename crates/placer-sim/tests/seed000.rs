@@ -13,8 +13,14 @@ fn run(name: &str, policy: &str) -> RunResult {
         warmup_s: 3.0,
         ..sc
     };
-    scenario::run_one(&sc, None, policy, 1, &scenario::default_factory)
-        .unwrap_or_else(|e| panic!("{policy}: {e}"))
+    scenario::run_one(
+        &sc,
+        None,
+        &policy.parse().unwrap(),
+        1,
+        &scenario::default_factory,
+    )
+    .unwrap_or_else(|e| panic!("{policy}: {e}"))
 }
 
 fn rx_rates(r: &RunResult) -> Vec<f64> {
@@ -70,10 +76,9 @@ fn compute_app_gets_its_75_percent_target_only_with_energy_qos() {
 /// Every state of the policy's model for the scenario's apps (brute force: a cluster per
 /// app, a frequency per cluster), with its evaluation.
 fn feasible_by_brute_force(sc: &Scenario) -> bool {
-    use placer_core::policies::energy_qos::{
-        evaluate, AppDemand, Machine, State, StatePowerTable, Target,
-    };
-    let topo = placer_core::machines::machine(&sc.machine).unwrap();
+    use placer_core::policies::energy_qos::{evaluate, AppDemand, Machine, State, Target};
+    use placer_core::power_table::StatePowerTable;
+    let topo = sc.machine.topology();
     let m = Machine::for_topology(&topo, StatePowerTable::for_topology(&topo));
     let cfg = sc.placer_config().unwrap().energy_qos;
     let apps: Vec<AppDemand> = cfg
@@ -137,7 +142,7 @@ fn qos_is_met_wherever_a_feasible_state_exists() {
             let r = scenario::run_one(
                 &sc,
                 None,
-                "eas+energy-qos",
+                &"eas+energy-qos".parse().unwrap(),
                 seed,
                 &scenario::default_factory,
             )

@@ -5,7 +5,14 @@ use placer_sim::scenario::{self, Scenario};
 
 fn gbps(sc: &Scenario, variant: &str, policy: &str) -> f64 {
     let v = sc.variants.iter().find(|v| v.name == variant).unwrap();
-    let r = scenario::run_one(sc, Some(v), policy, 1, &scenario::default_factory).unwrap();
+    let r = scenario::run_one(
+        sc,
+        Some(v),
+        &policy.parse().unwrap(),
+        1,
+        &scenario::default_factory,
+    )
+    .unwrap();
     r.metrics.net_gbps
 }
 

@@ -374,6 +374,31 @@ fn placer_core_does_no_io() {
     }
 }
 
+/// Whether code reaches into the policies (`placer_core::policies::...`), whose types a
+/// host file must not need: what hosts share with policies is in core's shared modules.
+fn uses_policy_internals(code: &str) -> bool {
+    code.contains("placer_core::policies")
+}
+
+#[test]
+fn host_files_import_no_policy_internals() {
+    assert!(uses_policy_internals(
+        "use placer_core::policies::energy_qos::StatePowerTable;"
+    ));
+    assert!(!uses_policy_internals(
+        "use placer_core::power_table::StatePowerTable;"
+    ));
+    let files = non_test_code(&workspace().join("crates/placer-linux/src"));
+    assert!(files.len() > 20, "only {} files found", files.len());
+    for (f, code) in files {
+        assert!(
+            !uses_policy_internals(&code),
+            "{} imports from placer_core::policies: move what it needs to a shared module of core",
+            f.display()
+        );
+    }
+}
+
 /// The non-test code of every `.rs` file under `dir`, by path.
 fn non_test_code(dir: &Path) -> Vec<(PathBuf, String)> {
     let mut files = Vec::new();

@@ -3,7 +3,7 @@
 //! created, and after SIGTERM the device has only the kernel's default qdisc again.
 //! Needs root; skips otherwise.
 
-use placer_linux::tc::{has_ingress, root_is_default, root_is_placers, show_qdiscs, TcCtx};
+use placer_linux::knobs::tc::{has_ingress, root_is_default, root_is_placers, show_qdiscs, TcCtx};
 use placer_linux::testnet;
 use std::io::BufRead;
 use std::process::{Command, Stdio};

@@ -40,7 +40,7 @@ use crate::cpuset::CpuSet;
 use crate::observation::{Observation, ProcObs};
 use crate::plan::{Action, Plan};
 use crate::policy::{Policy, PolicyState};
-use crate::sample::{ProcKey, SampleRequest};
+use crate::sample::{main_page_node, ProcKey, SampleRequest};
 use crate::topology::Topology;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -167,15 +167,6 @@ fn majority_node(topo: &Topology, cpus: &CpuSet) -> Option<u32> {
         .into_iter()
         .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
         .map(|(n, _)| n)
-}
-
-/// The node holding most pages (lowest id on a tie); None when no page is known.
-pub fn main_page_node(pages: &BTreeMap<u32, u64>) -> Option<u32> {
-    pages
-        .iter()
-        .filter(|(_, &p)| p > 0)
-        .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
-        .map(|(&n, _)| n)
 }
 
 /// The NIC-based target: the NIC carrying most of the process's bytes (by the local

@@ -1,7 +1,10 @@
-//! One file per kind of knob with a handler of its own here: process affinity, IRQ
-//! affinity, RPS. (Traffic control, cpufreq and memory policy keep their handlers beside
-//! their own logic: `tc`, `cpufreq`, `membind`.)
+//! Every knob handler, one module per kind of knob: process affinity, IRQ affinity, RPS,
+//! cpufreq (frequency cap and governor), traffic control (`tc`: qdiscs and their filters)
+//! and memory policy (`membind`); the last three with the logic their handler drives.
 
+pub mod cpufreq;
 pub mod irq;
+pub mod membind;
 pub mod proc_affinity;
 pub mod rps;
+pub mod tc;

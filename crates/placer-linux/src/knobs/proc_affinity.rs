@@ -7,7 +7,7 @@ use crate::knob::{classify, settle, Ctx, KnobHandler, Restored};
 use crate::pid::{start_time_ticks, task_ids, thread_start_ticks};
 use crate::sys::{get_affinity, set_affinity};
 use placer_core::plan::{Action, Outcome};
-use placer_core::policies::PolicyKind;
+use placer_core::policy_kind::PolicyKind;
 use placer_core::sample::ProcKey;
 use placer_core::CpuSet;
 use std::collections::{BTreeMap, BTreeSet};

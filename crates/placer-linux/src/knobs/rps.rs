@@ -3,7 +3,7 @@
 use crate::journal::{valid_dev_name, valid_queue_name, Entry, Knob};
 use crate::knob::{CpuFileKnob, Ctx, KnobFs, KnobHandler, Restored};
 use placer_core::plan::{Action, Outcome};
-use placer_core::policies::PolicyKind;
+use placer_core::policy_kind::PolicyKind;
 use placer_core::CpuSet;
 use std::path::Path;
 

@@ -20,7 +20,7 @@
 
 use anyhow::{bail, Context, Result};
 use placer_core::plan::{Direction, FlowMatch};
-use placer_linux::tc::{LimitSpec, Limiter, TcCtx};
+use placer_linux::knobs::tc::{LimitSpec, Limiter, TcCtx};
 use placer_linux::testnet;
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, Ordering};

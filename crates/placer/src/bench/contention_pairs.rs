@@ -180,7 +180,7 @@ impl Drop for Partner {
 /// Both fits of a matrix, in the units a scenario's archetypes use (the simulator's
 /// default LLC scales: `placer sim --params MACHINE`).
 pub fn fits(m: &PairMatrix) -> Vec<PairFit> {
-    let c = placer_sim::params::Params::for_machine("", None).contention;
+    let c = placer_sim::params::Params::for_machine(None, None).contention;
     vec![
         harm_fit::fit_pairs(m, LlcShape::Saturating, c.llc_scale),
         harm_fit::fit_pairs(m, LlcShape::Additive, c.llc_additive_per_pressure),

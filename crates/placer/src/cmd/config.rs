@@ -94,7 +94,7 @@ pub fn load_config(path: Option<&Path>) -> Result<Config> {
 
 /// Reads a power table (`energy_qos.power_table`), naming the line at fault when it is
 /// malformed.
-pub fn load_power_table(path: &Path) -> Result<placer_core::policies::energy_qos::StatePowerTable> {
+pub fn load_power_table(path: &Path) -> Result<placer_core::power_table::StatePowerTable> {
     placer_linux::power_meter::read_table(path).map_err(|e| anyhow::anyhow!("power table {e}"))
 }
 

@@ -30,13 +30,13 @@ pub struct Args {
 /// Puts cpufreq back when calibration ends, with an error or not.
 struct RestoreCaps<'a> {
     root: &'a std::path::Path,
-    prev: Vec<placer_linux::cpufreq::CpufreqPrev>,
+    prev: Vec<placer_linux::knobs::cpufreq::CpufreqPrev>,
 }
 
 impl Drop for RestoreCaps<'_> {
     fn drop(&mut self) {
         for p in &self.prev {
-            if let Err(e) = placer_linux::cpufreq::restore(self.root, p) {
+            if let Err(e) = placer_linux::knobs::cpufreq::restore(self.root, p) {
                 eprintln!("placer: restoring cpufreq policy{}: {e}", p.domain);
             }
         }
@@ -45,7 +45,7 @@ impl Drop for RestoreCaps<'_> {
 
 pub fn run(args: Args) -> Result<()> {
     let mut missing = Vec::new();
-    if let Some(why) = placer_linux::cpufreq::unavailable_reason(&args.root) {
+    if let Some(why) = placer_linux::knobs::cpufreq::unavailable_reason(&args.root) {
         missing.push(why);
     }
     let sensors = power_meter::discover(&args.root);

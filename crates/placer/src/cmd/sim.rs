@@ -33,7 +33,7 @@ pub struct Args {
     pub duration: Option<std::time::Duration>,
     /// Run only these policies (comma-separated).
     #[arg(long, value_delimiter = ',')]
-    pub policy: Vec<String>,
+    pub policy: Vec<placer_sim::scenario::PolicySpec>,
     /// Decide energy-qos with this measured power table (`placer power calibrate --out
     /// FILE`) instead of the machine's model; the simulated watts stay the model's.
     #[arg(long, value_name = "FILE")]
@@ -63,9 +63,9 @@ pub fn run(args: Args) -> Result<()> {
         return Ok(());
     }
     if let Some(m) = &args.params {
-        let topo = placer_core::machines::machine(m)?;
-        let max_khz = topo.cpus.iter().filter_map(|c| c.max_khz).max();
-        let p = placer_sim::Params::for_machine(m, max_khz);
+        let m: placer_core::machines::MachineSpec = m.parse()?;
+        let max_khz = m.topology().cpus.iter().filter_map(|c| c.max_khz).max();
+        let p = placer_sim::Params::for_machine(m.builtin(), max_khz);
         let mut last = "";
         for (k, v, src) in p.describe() {
             if src != last {
@@ -149,7 +149,11 @@ pub fn run(args: Args) -> Result<()> {
             // One bar per panel: say so, and where a comparison is.
             outln!(
                 "\none policy ran ({}): nothing is compared here{}",
-                sc.policies.join(", "),
+                sc.policies
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", "),
                 if sc.name == "seed-001" {
                     "; the seed's effect (its two allocation orders, 1-16 units): \
                      `placer plan --simulate seed-001`"

@@ -45,14 +45,13 @@ use crate::cpuset::CpuSet;
 use crate::observation::Observation;
 use crate::plan::{Action, Direction, FlowMatch, Outcome, Plan};
 use crate::policy::{Policy, PolicyState};
+use crate::power_table::{clusters_of, StatePowerTable};
 use crate::scope::AppMatch;
 use crate::topology::Topology;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-mod power;
 mod solver;
-pub use power::*;
 pub use solver::*;
 
 pub const NAME: &str = KIND.name();
@@ -523,7 +522,7 @@ impl Policy for EnergyQos {
         if self.cfg.apps.is_empty() {
             v.push("energy_qos.apps is empty: no process is matched, nothing is placed".into());
         }
-        if !solver::clusters_of(topo).iter().any(|c| c.has_cpufreq) {
+        if !clusters_of(topo).iter().any(|c| c.has_cpufreq) {
             v.push(
                 "no cpufreq: the allowed CPUs are one cluster at one frequency, so no \
                  frequency is capped; only placement and the rate limits act"

@@ -211,7 +211,7 @@ pub fn restore(root: &Path, prev: &CpufreqPrev) -> Result<()> {
 use crate::journal::{Entry, Knob};
 use crate::knob::{classify, Ctx, KnobHandler, Restored};
 use placer_core::plan::{Action, Outcome};
-use placer_core::policies::PolicyKind;
+use placer_core::policy_kind::PolicyKind;
 
 /// Journal value of a governor knob: `name`, or `userspace:KHZ`.
 fn governor_value(st: &CpufreqState) -> String {
@@ -501,7 +501,7 @@ mod tests {
         let mut act = Actuator::new(fs.path(), &state);
         let mut plan = Plan::default();
         plan.push(
-            placer_core::policies::PolicyKind::EnergyQos,
+            placer_core::policy_kind::PolicyKind::EnergyQos,
             Action::CapFrequency {
                 domain: 4,
                 max_khz: 1_000_000,
@@ -509,7 +509,7 @@ mod tests {
             "test",
         );
         plan.push(
-            placer_core::policies::PolicyKind::EnergyQos,
+            placer_core::policy_kind::PolicyKind::EnergyQos,
             Action::SetGovernor {
                 domain: 0,
                 governor: "userspace".into(),
@@ -562,7 +562,7 @@ mod tests {
         let mut act = Actuator::new(fs.path(), &state);
         let mut plan = Plan::default();
         plan.push(
-            placer_core::policies::PolicyKind::EnergyQos,
+            placer_core::policy_kind::PolicyKind::EnergyQos,
             Action::CapFrequency {
                 domain: 0,
                 max_khz: 800_000,
@@ -576,7 +576,7 @@ mod tests {
         );
         let mut plan = Plan::default();
         plan.push(
-            placer_core::policies::PolicyKind::EnergyQos,
+            placer_core::policy_kind::PolicyKind::EnergyQos,
             Action::RestoreFrequency { domain: 0 },
             "test",
         );

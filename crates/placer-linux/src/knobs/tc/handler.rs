@@ -9,7 +9,7 @@ use crate::error::LinuxError;
 use crate::journal::{Entry, Knob};
 use crate::knob::{Ctx, KnobHandler, Restored};
 use placer_core::plan::{Action, Outcome};
-use placer_core::policies::PolicyKind;
+use placer_core::policy_kind::PolicyKind;
 use std::path::Path;
 
 // ---------------------------------------------------------------------------------------

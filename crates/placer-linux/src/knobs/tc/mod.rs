@@ -390,7 +390,7 @@ mod tests {
             let mut act = Actuator::new(Path::new("/"), &st);
             let mut plan = Plan::default();
             plan.push(
-                placer_core::policies::PolicyKind::EnergyQos,
+                placer_core::policy_kind::PolicyKind::EnergyQos,
                 Action::LimitBandwidth {
                     app: "ftp".into(),
                     dev: dev.clone(),

@@ -25,8 +25,8 @@ use crate::knob::{Ctx, KnobHandler, Restored};
 use crate::numa_maps;
 use placer_bufpool::numa as sys;
 use placer_core::plan::{Action, Outcome};
-use placer_core::policies::PolicyKind;
-use placer_core::sample::ProcKey;
+use placer_core::policy_kind::PolicyKind;
+use placer_core::sample::{main_page_node, ProcKey};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -50,12 +50,9 @@ pub struct MemRecord {
 impl MemRecord {
     /// The node that held most pages before (the one `restore` moves back to).
     pub fn previous_main_node(&self) -> Option<u32> {
-        main_node(&self.before_pages)
+        main_page_node(&self.before_pages)
     }
 }
-
-/// The node holding the most pages (lowest id on a tie).
-pub use placer_core::policies::numa_local::main_page_node as main_node;
 
 /// What one bounded migration did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -438,12 +435,7 @@ mod tests {
     }
 
     #[test]
-    fn main_node_is_the_largest() {
-        assert_eq!(
-            main_node(&BTreeMap::from([(0, 5), (1, 9), (2, 9)])),
-            Some(1)
-        );
-        assert_eq!(main_node(&BTreeMap::from([(3, 0)])), None);
+    fn restoring_to_the_main_node_that_is_the_target_moves_nothing() {
         let rec = MemRecord {
             pid: 1,
             start_time_ticks: 1,
@@ -502,7 +494,7 @@ mod tests {
 
     fn one(action: Action) -> placer_core::plan::Plan {
         let mut p = placer_core::plan::Plan::default();
-        p.push(placer_core::policies::PolicyKind::NumaLocal, action, "test");
+        p.push(PolicyKind::NumaLocal, action, "test");
         p
     }
 

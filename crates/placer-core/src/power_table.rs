@@ -1,10 +1,91 @@
-//! The power model of `energy-qos`: watts per cluster and frequency, from a measured table
-//! (`placer power calibrate`, `power_table`) or the machine's model (Exynos 5422 tables,
-//! else a generic `V^2 f` curve).
+//! Watts per cluster and frequency, the power table energy-qos plans with: from a measured
+//! table (`placer power calibrate`, `power_table`) or the machine's model (Exynos 5422
+//! tables, else a generic `V^2 f` curve); and the clusters (cpufreq domains) it is keyed
+//! by. Neutral ground: the policy plans with it, the power meter writes it.
 
-use super::solver::clusters_of;
+use crate::cpuset::CpuSet;
 use crate::topology::{CoreType, Topology};
 use serde::{Deserialize, Serialize};
+
+/// A frequency domain as the power table and energy-qos's solver see it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cluster {
+    pub domain: u32,
+    pub cpus: CpuSet,
+    /// Capacity of one CPU at the top frequency (1024 = biggest CPU).
+    pub cap_max: f64,
+    /// Selectable frequencies, ascending; one entry (0) for a machine without cpufreq.
+    pub freqs_khz: Vec<u64>,
+    pub core_type: Option<CoreType>,
+    /// False for the pseudo cluster of a machine without cpufreq.
+    pub has_cpufreq: bool,
+}
+
+impl Cluster {
+    pub fn cap_at(&self, khz: u64) -> f64 {
+        let top = self.freqs_khz.last().copied().unwrap_or(0);
+        if top == 0 {
+            self.cap_max
+        } else {
+            self.cap_max * khz as f64 / top as f64
+        }
+    }
+}
+
+/// Pseudo-domain id of a machine without cpufreq.
+pub const NO_CPUFREQ_DOMAIN: u32 = u32::MAX;
+
+/// The clusters of a topology: its cpufreq domains (allowed online CPUs only), or one
+/// pseudo cluster of all allowed CPUs when there is no cpufreq.
+pub fn clusters_of(topo: &Topology) -> Vec<Cluster> {
+    let allowed = topo.allowed();
+    let cap_of = |cpus: &CpuSet| -> f64 {
+        cpus.iter()
+            .filter_map(|c| topo.cpu(c).and_then(|c| c.capacity))
+            .max()
+            .map_or(1024.0, f64::from)
+    };
+    let type_of = |cpus: &CpuSet| cpus.first().and_then(|c| topo.cpu(c)?.core_type);
+    let mut v: Vec<Cluster> = topo
+        .freq_domains
+        .iter()
+        .filter_map(|d| {
+            let cpus = d.cpus.intersection(&allowed);
+            if cpus.is_empty() {
+                return None;
+            }
+            let mut freqs = d.available_khz.clone();
+            if freqs.is_empty() {
+                freqs.extend(d.min_khz);
+                freqs.extend(d.max_khz);
+            }
+            freqs.sort_unstable();
+            freqs.dedup();
+            if freqs.is_empty() {
+                return None;
+            }
+            Some(Cluster {
+                domain: d.id,
+                cap_max: cap_of(&cpus),
+                core_type: type_of(&cpus),
+                cpus,
+                freqs_khz: freqs,
+                has_cpufreq: true,
+            })
+        })
+        .collect();
+    if v.is_empty() && !allowed.is_empty() {
+        v.push(Cluster {
+            domain: NO_CPUFREQ_DOMAIN,
+            cap_max: cap_of(&allowed),
+            core_type: type_of(&allowed),
+            cpus: allowed,
+            freqs_khz: vec![0],
+            has_cpufreq: false,
+        });
+    }
+    v
+}
 
 /// Power of one cluster per frequency: W per fully busy CPU, and the cluster's leakage
 /// while any CPU in it is active.

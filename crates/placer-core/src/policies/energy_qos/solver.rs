@@ -36,6 +36,14 @@ pub const NO_CPUFREQ_DOMAIN: u32 = u32::MAX;
 
 /// The clusters of a topology: its cpufreq domains (allowed online CPUs only), or one
 /// pseudo cluster of all allowed CPUs when there is no cpufreq.
+/// A CPU-bound app's maximum performance (capacity units, 1024 = the biggest CPU at its
+/// top frequency): `threads` CPUs of the largest cluster, at most, at the biggest capacity.
+pub fn max_perf(clusters: &[Cluster], threads: u32) -> f64 {
+    let k = clusters.iter().map(|c| c.cpus.len()).max().unwrap_or(1) as f64;
+    let cap = clusters.iter().map(|c| c.cap_max).fold(0.0, f64::max);
+    f64::from(threads).min(k) * cap
+}
+
 pub fn clusters_of(topo: &Topology) -> Vec<Cluster> {
     let allowed = topo.allowed();
     let cap_of = |cpus: &CpuSet| -> f64 {
@@ -146,14 +154,7 @@ impl Machine {
 
     /// Largest cluster size times the biggest capacity: a CPU-bound app's maximum.
     fn max_perf(&self, threads: u32) -> f64 {
-        let k = self
-            .clusters
-            .iter()
-            .map(|c| c.cpus.len())
-            .max()
-            .unwrap_or(1) as f64;
-        let cap = self.clusters.iter().map(|c| c.cap_max).fold(0.0, f64::max);
-        f64::from(threads).min(k) * cap
+        max_perf(&self.clusters, threads)
     }
 }
 

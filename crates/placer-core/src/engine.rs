@@ -618,6 +618,7 @@ impl Engine {
         });
         let index = obs.index();
         let verify = &self.config.verify;
+        let topo = self.topo.as_ref();
         let step = self.verifier.observe(
             |k| {
                 let p = index.get(&k)?;
@@ -633,6 +634,12 @@ impl Engine {
                         instructions_per_s,
                     },
                     affinity: &p.allowed_cpus,
+                    qos_ratio: topo.and_then(|topo| {
+                        let s = slots
+                            .iter()
+                            .find(|s| s.policy.shared().held.contains_key(&k))?;
+                        s.policy.qos_ratio(topo, obs, p)
+                    }),
                 })
             },
             self.cycles,

@@ -49,6 +49,18 @@ pub trait Policy: Send {
         obs: &Observation,
         state: &mut PolicyState<Self::State>,
     ) -> Plan;
+
+    /// Achieved / target of the QoS this policy promises `p` this interval, where it
+    /// promises one and the observation shows it (the judge stops probing a move whose off
+    /// arm costs it: V10 in [`crate::verifier`]). Pure.
+    fn qos_ratio(
+        &self,
+        _topo: &Topology,
+        _obs: &Observation,
+        _p: &crate::observation::ProcObs,
+    ) -> Option<f64> {
+        None
+    }
 }
 
 /// What the engine keeps for every policy alike: the knobs it holds (maintained from
@@ -103,6 +115,13 @@ pub trait AnyPolicy: Send {
     fn lacks(&self, topo: &Topology, sources: &crate::sample::SourceStatus) -> Vec<String>;
     /// Plans with the policy's own state.
     fn plan(&mut self, topo: &Topology, obs: &Observation) -> Plan;
+    /// [`Policy::qos_ratio`].
+    fn qos_ratio(
+        &self,
+        topo: &Topology,
+        obs: &Observation,
+        p: &crate::observation::ProcObs,
+    ) -> Option<f64>;
     fn shared(&self) -> &Shared;
     fn shared_mut(&mut self) -> &mut Shared;
     /// Takes `other`'s configuration (the same policy built from a reloaded config) and
@@ -136,6 +155,14 @@ impl<P: Policy + 'static> AnyPolicy for WithState<P> {
     }
     fn plan(&mut self, topo: &Topology, obs: &Observation) -> Plan {
         self.policy.plan(topo, obs, &mut self.state)
+    }
+    fn qos_ratio(
+        &self,
+        topo: &Topology,
+        obs: &Observation,
+        p: &crate::observation::ProcObs,
+    ) -> Option<f64> {
+        self.policy.qos_ratio(topo, obs, p)
     }
     fn shared(&self) -> &Shared {
         &self.state.shared

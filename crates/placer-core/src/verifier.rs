@@ -44,8 +44,14 @@
 //! - V8: while a process is in its off arm its affinity is not the policy's, and the engine
 //!   must not count that as a lease break ([`Verifier::in_off_arm`]); a change of its
 //!   affinity during the off arm (someone else's) ends the trial and releases the process;
-//! - V9: a trial whose process exits or is given back by its policy ends without a verdict.
-//! - V10: a process's own affinity is the one it had before its policy first pinned it, for
+//! - V9: a trial whose process exits or is given back by its policy ends without a verdict;
+//! - V10: probing never costs a QoS app more than one interval short of its target: when a
+//!   member with a QoS target (energy-qos's apps, [`Seen::qos_ratio`]) falls short of it
+//!   in an off arm, and below what it achieved in its last interval on the pin, the trial
+//!   ends at once, inconclusive, back on the pin (V3). Stopping only ever ends a trial
+//!   without acting, so it cannot raise V5's false-action rate; it costs power only where
+//!   the off arm is the worse one (the pin is the better placement for that QoS);
+//! - V11: a process's own affinity is the one it had before its policy first pinned it, for
 //!   as long as the policy holds it: a re-pin (a new target) does not make the previous pin
 //!   its own, since the off arm restores what placer first found (on the 16-core device
 //!   every re-pin was read as someone else's change 3 intervals later, and the process
@@ -134,6 +140,8 @@ struct Member {
     off: Vec<Option<Point>>,
     /// Its own affinity, seen before the pin: what its off arm must show (V8).
     own: CpuSet,
+    /// Achieved / target of its QoS in its last interval on the pin (V10).
+    on_qos: Option<f64>,
 }
 
 #[derive(Debug, Clone)]
@@ -163,7 +171,7 @@ pub struct Verifier {
     /// (policy, process) -> (undone moves so far, last cycle it may not move it).
     backoff: BTreeMap<(PolicyKind, ProcKey), (u32, u64)>,
     /// (policy, process) -> its affinity before the policy first pinned it, kept while
-    /// the policy holds it (V10).
+    /// the policy holds it (V11).
     own: BTreeMap<(PolicyKind, ProcKey), CpuSet>,
     next_id: u64,
 }
@@ -173,6 +181,9 @@ pub struct Verifier {
 pub struct Seen<'a> {
     pub point: Point,
     pub affinity: &'a CpuSet,
+    /// Achieved / target of the QoS its policy promises it (None: no target, or not
+    /// observable), for V10.
+    pub qos_ratio: Option<f64>,
 }
 
 impl Verifier {
@@ -244,7 +255,7 @@ impl Verifier {
     /// Starts a trial for pins that took effect in one cycle: one trial per pin, or one for
     /// all of a policy's pins of the cycle when they are judged together (V6).
     /// `pins` are (policy, process, name, the CPUs it was pinned to, its affinity before);
-    /// for a process its policy already held, the affinity before its first pin (V10).
+    /// for a process its policy already held, the affinity before its first pin (V11).
     pub fn start(
         &mut self,
         pins: Vec<(PolicyKind, ProcKey, String, CpuSet, CpuSet)>,
@@ -263,6 +274,7 @@ impl Verifier {
                 on: Vec::new(),
                 off: Vec::new(),
                 own,
+                on_qos: None,
             };
             if Expectation::of_policy(policy).together {
                 groups.entry(policy).or_default().push(m);
@@ -331,6 +343,30 @@ impl Verifier {
                 continue;
             }
             let s = settings(t.policy);
+            if t.applied == Some(Arm::On) {
+                for m in &mut t.members {
+                    m.on_qos = seen(m.proc).and_then(|sn| sn.qos_ratio);
+                }
+            }
+            // V10: an off arm (the last settling interval may be one) that costs the QoS
+            // the pin keeps stops probing; someone else's affinity in it is V8's, below.
+            let own_in_off = t
+                .members
+                .iter()
+                .all(|m| seen(m.proc).is_none_or(|sn| sn.affinity == &m.own));
+            if t.applied == Some(Arm::Off) && own_in_off {
+                if let Some(why) = qos_cost(t, &seen) {
+                    let j = Judgement {
+                        kind: VerdictKind::Inconclusive,
+                        main: None,
+                        guard: None,
+                        why: format!("probing stopped: {why}: the pin stays, inconclusive"),
+                    };
+                    end_on(t, j, &mut out);
+                    finished.push(ti);
+                    continue;
+                }
+            }
             if t.settle_left > 0 {
                 t.settle_left -= 1;
             } else {
@@ -378,34 +414,18 @@ impl Verifier {
                     t.looks_done += 1;
                     let j = judge_trial(t, s.alpha * share, s.min_effect, last);
                     if let Some(j) = j {
-                        let undone = j.kind == VerdictKind::Undone;
-                        for m in &t.members {
-                            let mut backoff_intervals = None;
-                            if undone {
+                        if j.kind == VerdictKind::Undone {
+                            for m in &t.members {
                                 let e = self.backoff.entry((t.policy, m.proc)).or_insert((0, 0));
                                 e.0 += 1;
                                 let wait = crate::verdict::backoff_intervals(backoff_base, e.0);
                                 e.1 = cycle + wait;
-                                backoff_intervals = Some(wait);
                                 out.undo.push((t.policy, m.proc));
-                            } else if t.applied != Some(Arm::On) {
-                                // V3: kept or inconclusive ends on.
-                                out.switches.push(Switch {
-                                    policy: t.policy,
-                                    proc: m.proc,
-                                    comm: m.comm.clone(),
-                                    cpus: m.cpus.clone(),
-                                    arm: Arm::On,
-                                });
+                                out.verdicts.push(verdict(t, m, &j, Some(wait)));
                             }
-                            out.verdicts.push(Verdict {
-                                policy: t.policy,
-                                proc: m.proc,
-                                comm: m.comm.clone(),
-                                judgement: j.clone(),
-                                backoff_intervals,
-                                trial: Some(t.id),
-                            });
+                        } else {
+                            // V3: kept or inconclusive ends on.
+                            end_on(t, j, &mut out);
                         }
                         finished.push(ti);
                         continue;
@@ -432,6 +452,54 @@ impl Verifier {
         self.backoff.retain(|(_, k), _| seen(*k).is_some());
         out
     }
+}
+
+/// The switch that puts `m` back on its pin.
+fn switch_on(policy: PolicyKind, m: &Member) -> Switch {
+    Switch {
+        policy,
+        proc: m.proc,
+        comm: m.comm.clone(),
+        cpus: m.cpus.clone(),
+        arm: Arm::On,
+    }
+}
+
+/// Ends `t` with `j` (not undone): every member back on its pin (V3), a verdict each.
+fn end_on(t: &Trial, j: Judgement, out: &mut VerifierStep) {
+    for m in &t.members {
+        if t.applied != Some(Arm::On) {
+            out.switches.push(switch_on(t.policy, m));
+        }
+        out.verdicts.push(verdict(t, m, &j, None));
+    }
+}
+
+/// `m`'s record of its trial's judgement `j`.
+fn verdict(t: &Trial, m: &Member, j: &Judgement, backoff_intervals: Option<u64>) -> Verdict {
+    Verdict {
+        policy: t.policy,
+        proc: m.proc,
+        comm: m.comm.clone(),
+        judgement: j.clone(),
+        backoff_intervals,
+        trial: Some(t.id),
+    }
+}
+
+/// V10: the first member whose off arm just now fell short of its QoS target and below
+/// its last interval on the pin, said in words; None when the off arm cost no QoS.
+fn qos_cost<'a>(t: &Trial, seen: &impl Fn(ProcKey) -> Option<Seen<'a>>) -> Option<String> {
+    t.members.iter().find_map(|m| {
+        let off = seen(m.proc)?.qos_ratio?;
+        let on = m.on_qos?;
+        (off < 1.0 && off < on).then(|| {
+            format!(
+                "pid {} ({}) reached {:.2} of its QoS target in an off arm, {:.2} on the pin",
+                m.proc.pid, m.comm, off, on
+            )
+        })
+    })
 }
 
 /// The arms of `pairs` pairs: each pair on-then-off or off-then-on by a fair coin (V2).
@@ -815,6 +883,7 @@ pub fn calibrate(
                     Some(Seen {
                         point: pts[m],
                         affinity: aff,
+                        qos_ratio: None,
                     })
                 },
                 t as u64,
@@ -944,6 +1013,7 @@ mod tests {
                     Some(Seen {
                         point: *points.get(&k)?,
                         affinity: aff.get(&k)?,
+                        qos_ratio: None,
                     })
                 },
                 w.interval,
@@ -976,6 +1046,7 @@ mod tests {
                 Some(Seen {
                     point: pt,
                     affinity: aff,
+                    qos_ratio: None,
                 })
             },
             interval,
@@ -1167,6 +1238,7 @@ mod tests {
             Some(Seen {
                 point: pt,
                 affinity: &aff,
+                qos_ratio: None,
             })
         };
         // Through settling to the first switch to the off arm.
@@ -1323,7 +1395,7 @@ mod tests {
     /// first pin: its off arm, which restores that, is no lease break; once its policy no
     /// longer holds it, a new pin takes what is seen then.
     #[test]
-    fn v10_a_re_pin_keeps_the_affinity_before_the_first_pin() {
+    fn v11_a_re_pin_keeps_the_affinity_before_the_first_pin() {
         let f = |_: u32, _: Arm, i: u64| cpu_per_byte_point(1.0 + 0.01 * (i % 3) as f64);
         let mut v = Verifier::new();
         start(&mut v, NET, &[70]);
@@ -1368,6 +1440,88 @@ mod tests {
             released.is_empty(),
             "the affinity seen at a fresh pin is its own"
         );
+    }
+
+    /// Runs a plan of pids 80 and 81 judged together whose QoS ratio is `qos(pid, arm)`,
+    /// until its verdict: (intervals seen off, the verdicts, the arm it ends in).
+    fn run_qos(qos: &dyn Fn(u32, Arm) -> Option<f64>) -> (usize, Vec<Verdict>, Arm) {
+        let mut v = Verifier::new();
+        start(&mut v, TOGETHER, &[80, 81]);
+        let s = settings();
+        let (pinned, own) = (
+            CpuSet::parse_list("1").unwrap(),
+            CpuSet::parse_list("0-1").unwrap(),
+        );
+        let (mut arm, mut offs) = (Arm::On, 0);
+        for i in 1..200u64 {
+            offs += usize::from(arm == Arm::Off);
+            let aff = if arm == Arm::Off { &own } else { &pinned };
+            // The arms differ by noise only on the judged metric.
+            let pt = Point {
+                cpu_share: 0.5 + 0.01 * (i % 3) as f64,
+                bytes_per_s: 0.0,
+                instructions_per_s: None,
+            };
+            let step = v.observe(
+                |k| {
+                    Some(Seen {
+                        point: pt,
+                        affinity: aff,
+                        qos_ratio: qos(k.pid, arm),
+                    })
+                },
+                i,
+                &|_| s,
+                10,
+            );
+            for sw in &step.switches {
+                arm = sw.arm;
+            }
+            v.applied(|_, _| true);
+            if !step.verdicts.is_empty() {
+                assert_eq!(v.trials(), 0);
+                return (offs, step.verdicts, arm);
+            }
+        }
+        panic!("no verdict");
+    }
+
+    #[test]
+    fn v10_an_off_arm_that_costs_a_qos_target_ends_probing_on_the_pin() {
+        // pid 80 meets its target on the pin (1.05) and misses it off (0.90): one off
+        // interval, then inconclusive for the whole plan, back on the pin.
+        let (offs, verdicts, arm) = run_qos(&|pid, arm| match (pid, arm) {
+            (80, Arm::Off) => Some(0.90),
+            (80, Arm::On) => Some(1.05),
+            _ => Some(1.0),
+        });
+        assert_eq!(offs, 1, "one off interval: {}", verdicts[0].judgement.why);
+        assert_eq!(verdicts.len(), 2);
+        for v in &verdicts {
+            assert_eq!(v.judgement.kind, VerdictKind::Inconclusive);
+            assert!(v.backoff_intervals.is_none());
+            assert!(
+                v.judgement.why.contains("pid 80") && v.judgement.why.contains("0.90"),
+                "{}",
+                v.judgement.why
+            );
+        }
+        assert_eq!(arm, Arm::On, "ends on the pin (V3)");
+        // Short of the target in both arms, but no worse off: the off arm costs nothing
+        // the pin keeps, so probing goes on to a look.
+        let (offs, verdicts, _) = run_qos(&|pid, arm| match (pid, arm) {
+            (80, Arm::Off) => Some(0.90),
+            (80, Arm::On) => Some(0.85),
+            _ => Some(1.0),
+        });
+        assert!(offs >= 12, "probed to a look: {offs} off intervals");
+        assert!(!verdicts[0].judgement.why.contains("probing stopped"));
+        // At its target off (the pin has headroom to spare): probing goes on.
+        let (offs, _, _) = run_qos(&|_, arm| Some(if arm == Arm::On { 1.3 } else { 1.0 }));
+        assert!(offs >= 12, "{offs}");
+        // No QoS known: as before V10.
+        let (offs, _, _) = run_qos(&|_, _| None);
+        assert!(offs >= 12, "{offs}");
     }
 
     #[test]

@@ -190,3 +190,75 @@ fn the_report_shows_both_readings_and_their_sensitivity_to_static_power() {
         assert!(text.contains(want), "no {want:?} in\n{text}");
     }
 }
+
+/// `sc` with the judge on or off for energy-qos.
+fn with_judge(sc: &Scenario, on: bool) -> Scenario {
+    let mut sc = sc.clone();
+    let mut cfg = sc
+        .config
+        .take()
+        .unwrap_or(toml::Value::Table(Default::default()));
+    let table = |v: &mut toml::Value, k: &str| -> toml::Value {
+        let t = v.as_table_mut().expect("a table");
+        t.entry(k)
+            .or_insert_with(|| toml::Value::Table(Default::default()))
+            .clone()
+    };
+    let mut verify = table(&mut cfg, "verify");
+    let mut policy = table(&mut verify, "policy");
+    let mut eq = table(&mut policy, "energy-qos");
+    eq.as_table_mut()
+        .unwrap()
+        .insert("verify".into(), toml::Value::Boolean(on));
+    policy
+        .as_table_mut()
+        .unwrap()
+        .insert("energy-qos".into(), eq);
+    verify
+        .as_table_mut()
+        .unwrap()
+        .insert("policy".into(), policy);
+    cfg.as_table_mut().unwrap().insert("verify".into(), verify);
+    sc.config = Some(cfg);
+    sc
+}
+
+/// Issue 44 item 2 (verifier V10): with the judge on, energy-qos's QoS is met as with it
+/// off, within 0.01 of the mean satisfaction (each trial may cost a QoS app one off
+/// interval below its target before probing stops), in every seed-000 scenario over
+/// seeds 1-6; and the judge did probe (its switches are applied actions), so this is not
+/// the judge doing nothing.
+#[test]
+fn the_judge_on_keeps_energy_qos_qos_as_with_it_off() {
+    let (mut actions_off, mut actions_on) = (0, 0);
+    for name in ["seed-000", "seed-000-mix50", "seed-000-mix75"] {
+        let sc = Scenario::load(name).unwrap();
+        for seed in 1..=6 {
+            let qos = |on: bool| {
+                let r = scenario::run_one(
+                    &with_judge(&sc, on),
+                    None,
+                    "eas+energy-qos",
+                    seed,
+                    &scenario::default_factory,
+                )
+                .unwrap();
+                (r.metrics.qos_satisfaction.unwrap(), r.metrics.actions)
+            };
+            let ((off, a_off), (on, a_on)) = (qos(false), qos(true));
+            eprintln!(
+                "{name} seed {seed}: QoS met {off:.4} judge off ({a_off} actions), {on:.4} on ({a_on})"
+            );
+            assert!(
+                on >= off - 0.01,
+                "{name} seed {seed}: {on} with the judge, {off} without"
+            );
+            actions_off += a_off;
+            actions_on += a_on;
+        }
+    }
+    assert!(
+        actions_on > actions_off,
+        "the judge probed: {actions_on} vs {actions_off}"
+    );
+}

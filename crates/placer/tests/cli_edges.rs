@@ -1048,9 +1048,11 @@ fn report_says_why_nothing_was_judged_and_what_the_judge_can_see() {
             undone_ci95: (0.63, 1.0),
             kept_ci95: (0.0, 0.37),
             median_s_to_verdict: 6.5,
+            max_s_to_verdict: 6.5,
             median_measured_ratio: 0.79,
         }],
         cut_short: false,
+        nice: -20,
     };
     std::fs::write(
         dir.path().join(SAVED),

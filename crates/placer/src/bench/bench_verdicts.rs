@@ -56,9 +56,17 @@ pub struct Args {
     /// With --real: also keep the result in this state dir for `placer report`.
     #[arg(long, value_name = "STATE_DIR", num_args = 0..=1, default_missing_value = "/run/placer")]
     pub save: Option<std::path::PathBuf>,
-    /// With --real: write the JSON to this file too.
+    /// With --real: write the JSON to this file too (again after each class, so a run cut
+    /// off keeps the classes it finished).
     #[arg(long)]
     pub out: Option<std::path::PathBuf>,
+    /// With --real: the classes, in order (default: all).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub classes: Vec<super::bench_verdicts_real::Class>,
+    /// With --real: the nice value of the worker, the hog and the judging thread (-20 so
+    /// that the staged effect survives other load; below 0 needs root).
+    #[arg(long, default_value_t = -20, allow_hyphen_values = true)]
+    pub nice: i32,
     /// Internal: spin at this duty cycle (the staged moves' worker and hog).
     #[arg(long, hide = true)]
     pub spin: Option<f64>,
@@ -81,12 +89,35 @@ fn run_real(args: &Args) -> Result<()> {
     if let Some(m) = args.min_effect {
         settings.min_effect = m;
     }
-    let saved = real::run_real(args.moves, args.interval, args.max_duration, settings)?;
-    let json = serde_json::to_string_pretty(&saved)?;
-    if let Some(path) = &args.out {
+    let run = real::RealRun {
+        moves: args.moves,
+        classes: if args.classes.is_empty() {
+            real::Class::ALL.to_vec()
+        } else {
+            args.classes.clone()
+        },
+        interval: args.interval,
+        max_duration: args.max_duration,
+        nice: args.nice,
+        settings,
+    };
+    let write_out = |saved: &real::Saved| -> Result<()> {
+        let Some(path) = &args.out else { return Ok(()) };
+        let json = serde_json::to_string_pretty(saved)?;
         std::fs::write(path, format!("{json}\n"))
-            .with_context(|| format!("writing {}", path.display()))?;
+            .with_context(|| format!("writing {}", path.display()))
+    };
+    let mut failed = None;
+    let saved = real::run_real(&run, &mut |s| {
+        if let Err(e) = write_out(s) {
+            failed.get_or_insert(e);
+        }
+    })?;
+    if let Some(e) = failed {
+        return Err(e);
     }
+    write_out(&saved)?;
+    let json = serde_json::to_string_pretty(&saved)?;
     if let Some(dir) = &args.save {
         let path = dir.join(real::SAVED);
         std::fs::write(&path, format!("{json}\n"))
@@ -97,8 +128,9 @@ fn run_real(args: &Args) -> Result<()> {
         return Ok(());
     }
     outln!(
-        "staged real moves, {} ms intervals, judged by the daemon's judge (settle {}, looks at {} and {} pairs, alpha {}){}",
+        "staged real moves, {} ms intervals, at nice {}, judged by the daemon's judge (settle {}, looks at {} and {} pairs, alpha {}){}",
         saved.interval_ms,
+        saved.nice,
         settings.settle_intervals,
         settings.first_look_pairs,
         settings.probe_pairs,
@@ -107,7 +139,7 @@ fn run_real(args: &Args) -> Result<()> {
     );
     for c in &saved.classes {
         outln!(
-            "  {:<8} intended on/off {:.3}, measured {:.3}: {} moves, kept {} ({:.0}..{:.0}%), undone {} ({:.0}..{:.0}%), inconclusive {}, acted {:.0}..{:.0}%, median {:.1} s to the verdict",
+            "  {:<8} intended on/off {:.3}, measured {:.3}: {} moves, kept {} ({:.0}..{:.0}%), undone {} ({:.0}..{:.0}%), inconclusive {}, acted {:.0}..{:.0}%, median {:.1} s to the verdict (longest {:.1})",
             format!("{:?}", c.class),
             c.intended_ratio,
             c.median_measured_ratio,
@@ -121,7 +153,8 @@ fn run_real(args: &Args) -> Result<()> {
             c.inconclusive,
             100.0 * c.acted_ci95.0,
             100.0 * c.acted_ci95.1,
-            c.median_s_to_verdict
+            c.median_s_to_verdict,
+            c.max_s_to_verdict
         );
     }
     Ok(())
@@ -252,8 +285,11 @@ fn run_probe(args: &Args, models: Vec<(String, NoiseModel)>) -> Result<()> {
 
 pub fn run(args: Args) -> Result<()> {
     if let Some(duty) = args.spin {
-        super::bench_verdicts_real::spin(duty, std::time::Duration::from_secs(args.spin_seconds));
-        return Ok(());
+        return super::bench_verdicts_real::spin(
+            duty,
+            args.nice,
+            std::time::Duration::from_secs(args.spin_seconds),
+        );
     }
     if args.real {
         return run_real(&args);

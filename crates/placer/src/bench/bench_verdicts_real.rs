@@ -15,6 +15,18 @@
 //!
 //! Needs two CPUs (it uses the first two this process may run on). Stops each move at its
 //! verdict and the whole run at `--max-duration`, reporting what it has.
+//!
+//! On a shared machine a hog at nice 0 is one task among many, and the staged harm is
+//! diluted by everyone else's load (the busy run in docs/daemon.md). So the worker, the hog
+//! and the thread that samples and judges run at `--nice` (default -20: a CFS weight 87
+//! times a nice-0 task's): against each other they share the CPUs as on a quiet machine,
+//! and the background gets what they leave. Each sets its own nice on its own thread
+//! (the spinners are killed at the class's end, the judging thread ends with the run).
+//! Where the kernel groups tasks by session (`sched_autogroup_enabled`), CPU is shared
+//! between sessions' groups first and a nice value only counts inside its group, so the
+//! run also sets its session's group to `--nice` (`/proc/self/autogroup`) and puts the old
+//! value back at its end; run it in a session of its own (`setsid`) so that nothing else
+//! shares that weight. Needs root (CAP_SYS_NICE) below 0.
 
 use anyhow::{bail, Context, Result};
 use placer_core::host::Host;
@@ -32,8 +44,9 @@ use std::time::{Duration, Instant};
 pub const SAVED: &str = "judge-calibration.json";
 
 /// One class of staged moves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
+#[value(rename_all = "snake_case")]
 pub enum Class {
     PlaceboMask,
     Placebo,
@@ -88,6 +101,9 @@ pub struct ClassResult {
     pub kept_ci95: (f64, f64),
     /// Median seconds from the pin to the verdict.
     pub median_s_to_verdict: f64,
+    /// The longest of them (the targets bound the time to an undo).
+    #[serde(default)]
+    pub max_s_to_verdict: f64,
     /// Median measured on/off ratio of the main metric.
     pub median_measured_ratio: f64,
 }
@@ -102,6 +118,10 @@ pub struct Saved {
     pub classes: Vec<ClassResult>,
     /// The run stopped at --max-duration before every move was made.
     pub cut_short: bool,
+    /// The nice value of the worker, the hog and the judging thread (0 in runs before it
+    /// was a setting).
+    #[serde(default)]
+    pub nice: i32,
 }
 
 impl Saved {
@@ -142,9 +162,10 @@ impl Saved {
     }
 }
 
-/// The hidden role of a spawned copy of this binary: spin at `duty` of every 10 ms until
-/// its parent is gone or `max` passed.
-pub fn spin(duty: f64, max: Duration) {
+/// The hidden role of a spawned copy of this binary: at `nice`, spin at `duty` of every
+/// 10 ms until its parent is gone or `max` passed.
+pub fn spin(duty: f64, nice: i32, max: Duration) -> Result<()> {
+    placer_linux::sys::set_thread_nice(nice).context("setting the spinner's nice")?;
     let start = Instant::now();
     let parent = std::os::unix::process::parent_id();
     let period = Duration::from_millis(10);
@@ -158,19 +179,22 @@ pub fn spin(duty: f64, max: Duration) {
             std::thread::sleep(period.saturating_sub(t0.elapsed()));
         }
     }
+    Ok(())
 }
 
 /// A spawned spinner, killed on drop.
 struct Spinner(std::process::Child);
 
 impl Spinner {
-    fn start(duty: f64, cpus: &CpuSet, max: Duration) -> Result<Spinner> {
+    fn start(duty: f64, nice: i32, cpus: &CpuSet, max: Duration) -> Result<Spinner> {
         let mut cmd = std::process::Command::new(std::env::current_exe()?);
         cmd.args([
             "bench",
             "verdicts",
             "--spin",
             &duty.to_string(),
+            "--nice",
+            &nice.to_string(),
             "--spin-seconds",
             &max.as_secs().to_string(),
         ]);
@@ -194,13 +218,44 @@ fn key_of(obs: &Observation, pid: u32) -> Option<ProcKey> {
     obs.iter_procs().find(|p| p.pid == pid).map(|p| p.key())
 }
 
-/// Runs the staged moves; `moves` per class, each sample `interval` apart.
-pub fn run_real(
-    moves: usize,
-    interval: Duration,
-    max_duration: Duration,
-    settings: placer_core::verifier::ProbeSettings,
-) -> Result<Saved> {
+/// What a staged run is asked to do.
+#[derive(Debug, Clone)]
+pub struct RealRun {
+    /// Moves per class.
+    pub moves: usize,
+    pub classes: Vec<Class>,
+    /// Between samples.
+    pub interval: Duration,
+    pub max_duration: Duration,
+    /// Of the worker, the hog and the judging thread.
+    pub nice: i32,
+    pub settings: placer_core::verifier::ProbeSettings,
+}
+
+/// Runs the staged moves on a thread of its own at `run.nice` (so the nice ends with it),
+/// handing what is measured so far to `progress` after each class.
+pub fn run_real(run: &RealRun, progress: &mut (dyn FnMut(&Saved) + Send)) -> Result<Saved> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            placer_linux::sys::set_thread_nice(run.nice)
+                .context("setting the judging thread's nice (below 0 needs root)")?;
+            let _group = AutogroupNice::set(std::path::Path::new("/"), run.nice)?;
+            run_classes(run, progress)
+        })
+        .join()
+        .unwrap_or_else(|_| bail!("the staged run panicked"))
+    })
+}
+
+fn run_classes(run: &RealRun, progress: &mut (dyn FnMut(&Saved) + Send)) -> Result<Saved> {
+    let RealRun {
+        moves,
+        interval,
+        max_duration,
+        nice,
+        settings,
+        ..
+    } = *run;
     let allowed = placer_linux::sys::get_affinity(placer_linux::sys::gettid())?;
     let cpus: Vec<u32> = allowed.iter().take(2).collect();
     if cpus.len() < 2 {
@@ -215,10 +270,20 @@ pub fn run_real(
     let policy = PolicyKind::SmtEnergy;
     let mut classes = Vec::new();
     let mut cut_short = false;
-    'classes: for class in Class::ALL {
+    let saved = |classes: &[ClassResult], cut_short| Saved {
+        at_unix_s: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        interval_ms: interval.as_millis() as u64,
+        settings,
+        classes: classes.to_vec(),
+        cut_short,
+        nice,
+    };
+    'classes: for &class in &run.classes {
         let hog = class
             .hog()
-            .map(|(d, on_b)| Spinner::start(d, if on_b { &b } else { &a }, max_duration))
+            .map(|(d, on_b)| Spinner::start(d, nice, if on_b { &b } else { &a }, max_duration))
             .transpose()?;
         // (the worker's own CPUs, the pin's).
         let (own, pinned) = match class {
@@ -227,7 +292,7 @@ pub fn run_real(
             Class::Harm10 | Class::Harm20 | Class::Harm40 => (&both, &b),
             Class::Gain25 => (&a, &both),
         };
-        let worker = Spinner::start(1.0, own, max_duration)?;
+        let worker = Spinner::start(1.0, nice, own, max_duration)?;
         let (mut kept, mut undone, mut inconclusive) = (0, 0, 0);
         let (mut times, mut ratios) = (Vec::new(), Vec::new());
         let mut verifier = Verifier::new();
@@ -292,6 +357,7 @@ pub fn run_real(
                                 instructions_per_s: None,
                             },
                             affinity: &p.allowed_cpus,
+                            qos_ratio: None,
                         })
                     },
                     cycle,
@@ -372,27 +438,53 @@ pub fn run_real(
             undone_ci95: ci95(undone, n),
             kept_ci95: ci95(kept, n),
             median_s_to_verdict: placer_core::stats::median(&times).unwrap_or(f64::NAN),
+            max_s_to_verdict: times.iter().copied().fold(f64::NAN, f64::max),
             median_measured_ratio: placer_core::stats::median(&ratios).unwrap_or(f64::NAN),
         });
+        progress(&saved(&classes, cut_short));
         if cut_short {
             break 'classes;
         }
     }
     let _ = host.restore_all();
-    Ok(Saved {
-        at_unix_s: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
-        interval_ms: interval.as_millis() as u64,
-        settings,
-        classes,
-        cut_short,
-    })
+    Ok(saved(&classes, cut_short))
 }
 
 /// The Clopper-Pearson 95% interval of `k` of `n` (counts as this module keeps them).
 pub(crate) fn ci95(k: usize, n: usize) -> (f64, f64) {
     placer_core::stats::clopper_pearson_95(k as u64, n as u64)
+}
+
+/// This session's scheduling group at a nice value, the one before put back on drop
+/// (module doc); nothing where the kernel has no autogroups.
+struct AutogroupNice {
+    path: std::path::PathBuf,
+    before: i32,
+}
+
+impl AutogroupNice {
+    fn set(root: &std::path::Path, nice: i32) -> Result<Option<AutogroupNice>> {
+        let path = root.join("proc/self/autogroup");
+        // "/autogroup-153 nice 0"
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            return Ok(None);
+        };
+        let before = text
+            .split_whitespace()
+            .skip_while(|w| *w != "nice")
+            .nth(1)
+            .and_then(|n| n.parse().ok())
+            .with_context(|| format!("{}: {text:?}", path.display()))?;
+        std::fs::write(&path, nice.to_string())
+            .with_context(|| format!("setting {} to {nice}", path.display()))?;
+        Ok(Some(AutogroupNice { path, before }))
+    }
+}
+
+impl Drop for AutogroupNice {
+    fn drop(&mut self) {
+        let _ = std::fs::write(&self.path, self.before.to_string());
+    }
 }
 
 /// A private state dir for the run's journal, removed on drop.

@@ -39,7 +39,10 @@
 //!   each missed target with the numbers that make it miss;
 //! - Q3: network apps are always limited (the limit is what bounds their softirq load);
 //! - Q4: the plan is the same for the same inputs; actions are emitted when the chosen
-//!   state changes (new state, new process), notes every cycle.
+//!   state changes (new state, new process), notes every cycle;
+//! - Q5: the QoS an app achieved, told to the judge (`Policy::qos_ratio`), is measured as
+//!   the model counts its target (so the judge's V10 stops probing a pin whose off arm
+//!   costs it).
 
 use crate::cpuset::CpuSet;
 use crate::observation::Observation;
@@ -540,6 +543,46 @@ impl Policy for EnergyQos {
         }
     }
 
+    /// Q5: what the app achieved this interval over its target, as the model counts it: a
+    /// network app's bytes/s in its direction over `target_bytes_per_s`; a CPU-bound app's
+    /// capacity received (each thread's CPU share times its CPU's capacity at its current
+    /// frequency; without threads sampled, the CPU share times the mean capacity of the
+    /// CPUs it may use) over `target_perf_share` of its maximum; a real-time app's
+    /// deadline is not in the observation (None).
+    fn qos_ratio(
+        &self,
+        topo: &Topology,
+        obs: &Observation,
+        p: &crate::observation::ProcObs,
+    ) -> Option<f64> {
+        let a = self.cfg.apps.iter().find(|a| a.matches.matches(p))?;
+        if let Some(b) = a.target_bytes_per_s {
+            let got = match a.direction.unwrap_or(Direction::Both) {
+                Direction::Ingress => p.rx_bytes_per_s,
+                Direction::Egress => p.tx_bytes_per_s,
+                Direction::Both => p.rx_bytes_per_s + p.tx_bytes_per_s,
+            };
+            return Some(got / (b as f64).max(1.0));
+        }
+        let share = a.target_perf_share?;
+        let cap = |cpu: u32| crate::net_costs::capacity_now(topo, obs, cpu);
+        let got_1024 = if p.threads.is_empty() {
+            // Which CPUs its threads ran on is not observed (threads not sampled): its CPU
+            // time at the mean capacity of the CPUs it may use, the pessimistic reading
+            // for a pin to the big CPUs (what V10 wants: stop rather than cost QoS).
+            let allowed: Vec<f64> = p.allowed_cpus.iter().map(cap).collect();
+            p.cpu_share * allowed.iter().sum::<f64>() / (allowed.len().max(1) as f64)
+        } else {
+            p.threads
+                .iter()
+                .map(|t| t.cpu_share * t.last_cpu.map_or(1.0, cap))
+                .sum()
+        } * 1024.0;
+        let threads = a.threads.unwrap_or(p.num_threads).max(1);
+        let need = share * max_perf(&clusters_of(topo), threads);
+        Some(got_1024 / need.max(1e-9))
+    }
+
     fn plan(&self, topo: &Topology, obs: &Observation, state: &mut PolicyState<Private>) -> Plan {
         let mut plan = Plan::default();
         let running: Vec<Running> = self
@@ -838,7 +881,7 @@ mod tests {
     use super::solver::{eval_cluster, net_costs, softirq_load};
     use super::*;
     use crate::machines::machine;
-    use crate::observation::{FlowObs, ProcObs};
+    use crate::observation::{FlowObs, ProcObs, ThreadObs};
     use crate::plan::ActionReport;
 
     fn xu4() -> (Topology, Machine) {
@@ -1103,6 +1146,60 @@ mod tests {
             },
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn q5_the_qos_told_to_the_judge_is_the_target_as_the_model_counts_it() {
+        let (topo, _) = xu4();
+        let obs = Observation::default();
+        let big: CpuSet = topo
+            .cpus
+            .iter()
+            .filter(|c| c.capacity == Some(1024))
+            .map(|c| c.id)
+            .collect();
+        assert_eq!(big.len(), 4, "the XU4's A15s");
+        let mut ftp = app("ftp", "ftp0");
+        ftp.target_bytes_per_s = Some(5_000_000);
+        ftp.direction = Some(Direction::Ingress);
+        let mut par = app("parsec", "parsec");
+        par.target_perf_share = Some(0.75);
+        par.threads = Some(4);
+        let mut rt = app("rt", "rt");
+        (rt.period_us, rt.deadline_us, rt.work_us) = (Some(10_000), Some(5_000), Some(1_000));
+        let p = EnergyQos::new(EnergyQosConfig {
+            apps: vec![ftp, par, rt],
+            ..Default::default()
+        });
+        let q = |proc: &ProcObs| Policy::qos_ratio(&p, &topo, &obs, proc);
+        // A network app: its bytes in its direction over the target.
+        let mut f = proc_obs(10, "ftp0", 1);
+        f.rx_bytes_per_s = 6e6;
+        f.tx_bytes_per_s = 9e9;
+        assert!((q(&f).unwrap() - 1.2).abs() < 1e-9);
+        // A CPU-bound app on the big CPUs: 3 of its 4-CPU maximum is its 75% target.
+        let mut c = proc_obs(11, "parsec", 4);
+        c.cpu_share = 3.0;
+        c.allowed_cpus = big.clone();
+        assert!((q(&c).unwrap() - 1.0).abs() < 1e-9, "{:?}", q(&c));
+        // The same CPU time where it may run on the LITTLE CPUs too is less capacity.
+        c.allowed_cpus = CpuSet::first_n(8);
+        assert!(q(&c).unwrap() < 0.99, "{:?}", q(&c));
+        // Threads seen: each at its own CPU's capacity (all four on big CPUs: the target).
+        c.threads = big
+            .iter()
+            .map(|cpu| ThreadObs {
+                tid: 100 + cpu,
+                comm: "parsec".into(),
+                cpu_share: 0.75,
+                last_cpu: Some(cpu),
+                allowed_cpus: CpuSet::first_n(8),
+            })
+            .collect();
+        assert!((q(&c).unwrap() - 1.0).abs() < 1e-9, "{:?}", q(&c));
+        // A deadline is not observed; a process of no app has no target.
+        assert_eq!(q(&proc_obs(12, "rt", 1)), None);
+        assert_eq!(q(&proc_obs(13, "other", 1)), None);
     }
 
     #[test]

@@ -6,6 +6,14 @@ use crate::power_table::{clusters_of, Cluster, StatePowerTable};
 use crate::topology::Topology;
 use std::collections::BTreeMap;
 
+/// A CPU-bound app's maximum performance (capacity units, 1024 = the biggest CPU at its
+/// top frequency): `threads` CPUs of the largest cluster, at most, at the biggest capacity.
+pub fn max_perf(clusters: &[Cluster], threads: u32) -> f64 {
+    let k = clusters.iter().map(|c| c.cpus.len()).max().unwrap_or(1) as f64;
+    let cap = clusters.iter().map(|c| c.cap_max).fold(0.0, f64::max);
+    f64::from(threads).min(k) * cap
+}
+
 /// What an app needs.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Target {
@@ -66,14 +74,7 @@ impl Machine {
 
     /// Largest cluster size times the biggest capacity: a CPU-bound app's maximum.
     fn max_perf(&self, threads: u32) -> f64 {
-        let k = self
-            .clusters
-            .iter()
-            .map(|c| c.cpus.len())
-            .max()
-            .unwrap_or(1) as f64;
-        let cap = self.clusters.iter().map(|c| c.cap_max).fold(0.0, f64::max);
-        f64::from(threads).min(k) * cap
+        max_perf(&self.clusters, threads)
     }
 }
 

@@ -238,7 +238,7 @@ fn the_judge_on_keeps_energy_qos_qos_as_with_it_off() {
                 let r = scenario::run_one(
                     &with_judge(&sc, on),
                     None,
-                    "eas+energy-qos",
+                    &"eas+energy-qos".parse().unwrap(),
                     seed,
                     &scenario::default_factory,
                 )

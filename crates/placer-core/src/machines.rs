@@ -630,6 +630,19 @@ mod tests {
         }
     }
 
+    /// A CPU's package group is the one `packages` gives it, on every built-in machine.
+    #[test]
+    fn package_cpus_is_the_cpus_group_in_packages() {
+        for m in Machine::ALL {
+            let t = machine(m.name()).unwrap();
+            let groups = t.packages();
+            for c in t.online().iter() {
+                let package = t.cpu(c).and_then(|x| x.package);
+                assert_eq!(t.package_cpus(c), groups[&package], "{} CPU {c}", m.name());
+            }
+        }
+    }
+
     #[test]
     fn shapes() {
         let c = machine("dell-c6100").unwrap();

@@ -207,6 +207,17 @@ impl Topology {
         m
     }
 
+    /// The online CPUs of `cpu`'s package (of the CPUs with no known package, when its
+    /// is unknown): its group in [`Topology::packages`], without building the others.
+    pub fn package_cpus(&self, cpu: u32) -> CpuSet {
+        let package = self.cpu(cpu).and_then(|c| c.package);
+        self.cpus
+            .iter()
+            .filter(|c| c.online && c.package == package)
+            .map(|c| c.id)
+            .collect()
+    }
+
     pub fn node(&self, id: u32) -> Option<&Node> {
         self.nodes.iter().find(|n| n.id == id)
     }

@@ -660,8 +660,6 @@ impl NetAffinity {
             }
             (_, l) => l,
         };
-        let package = topo.cpu(rc).and_then(|c| c.package);
-        let package_cpus = topo.packages().get(&package).cloned().unwrap_or_default();
         let beside = |n: u32, nl: f64, reason: &str| {
             let cache = topo.caches_of(rc).into_iter().find(|c| c.cpus.contains(n));
             let level = cache
@@ -674,7 +672,7 @@ impl NetAffinity {
             // keeps it off the receive CPU and leaves the scheduler the rest.
             let spans_package = self.cfg.rule == Rule::Checked
                 && neigh.len() > 1
-                && cache.is_some_and(|c| package_cpus.is_subset(&c.cpus));
+                && cache.is_some_and(|c| topo.package_cpus(rc).is_subset(&c.cpus));
             if spans_package {
                 return Target {
                     cpus: neigh.clone(),
@@ -775,8 +773,7 @@ impl NetAffinity {
         // A cache shared with a CPU it may use, but not by its whole package: L2 shared by
         // a pair (seed 002's Xeon 5355), SMT siblings' L1/L2, a die's L3 on a two-die
         // package. One LLC over the whole package is not such a cache.
-        let package = topo.cpu(rc).and_then(|c| c.package);
-        let package_cpus = topo.packages().get(&package).cloned().unwrap_or_default();
+        let package_cpus = topo.package_cpus(rc);
         let shared_private = topo.caches_of(rc).into_iter().find(|c| {
             c.kind != crate::topology::CacheKind::Instruction
                 && !package_cpus.is_subset(&c.cpus)

@@ -401,6 +401,18 @@ pub enum Interest {
     Write,
 }
 
+/// Sets the accept queue of a listening socket to `backlog` connections (listen(2) again on
+/// a socket already listening changes only its queue's length).
+pub fn set_listen_backlog(fd: std::os::fd::BorrowedFd<'_>, backlog: u32) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let n = backlog.min(i32::MAX as u32) as libc::c_int;
+    // SAFETY: listen(2) on a descriptor the caller keeps open; no memory is passed.
+    if unsafe { libc::listen(fd.as_raw_fd(), n) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Waits until one of `fds` is ready the way asked, or `timeout` passes; says for each
 /// whether it is ready (a hang-up or an error counts: the next read or write reports it).
 /// A signal handler ending the wait (EINTR) is a wait with none ready.

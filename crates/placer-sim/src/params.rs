@@ -26,6 +26,12 @@ pub struct Params {
     pub sched: SchedParams,
     /// Workload classes (CAL C archetypes), by name.
     pub archetypes: BTreeMap<String, Archetype>,
+    /// A measured power table (`placer power calibrate`): where given, the node's watts are
+    /// the table's (its base, and per cluster and frequency a busy CPU's and the active
+    /// cluster's), not [`PowerParams`]' model. Set from `placer sim --power-table`, never
+    /// from `[params]`.
+    #[serde(skip)]
+    pub power_table: Option<placer_core::power_table::StatePowerTable>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -470,6 +476,7 @@ impl Params {
                 cross_llc_migration_cost_us: 2000.0,
             },
             archetypes: default_archetypes(),
+            power_table: None,
         };
         let Some(machine) = machine else {
             return p;

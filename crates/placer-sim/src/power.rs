@@ -50,8 +50,11 @@ pub fn governors(h: &mut SimHost) {
     }
 }
 
-/// Whole-node power now, W.
+/// Whole-node power now, W: a measured table's where the scenario has one, else the model's.
 pub fn node_power_w(h: &SimHost) -> f64 {
+    if let Some(t) = &h.world.params.power_table {
+        return table_power_w(h, t);
+    }
     let pw = &h.world.params.power;
     let mut p = pw.node_idle_w;
     let mut pkg_active = vec![0.0f64; h.world.m.n_packages];
@@ -103,4 +106,35 @@ pub fn cluster_static_w(h: &SimHost) -> f64 {
         w += pw.cluster_leak_a * v * active;
     }
     w
+}
+
+/// Whole-node power now from a measured table, W: its base, plus per cluster at its current
+/// frequency the busy CPUs' watts (each CPU's busy fraction) and the cluster's own while
+/// active (its busiest CPU's busy fraction; an idle cluster is power-gated), the same
+/// fractional form as the model's. A machine without cpufreq is the table's one pseudo
+/// cluster of every CPU.
+pub fn table_power_w(h: &SimHost, t: &placer_core::power_table::StatePowerTable) -> f64 {
+    let busy = |c: usize| (h.world.cpu[c].busy + h.world.cpu[c].softirq).min(1.0);
+    let cluster = |domain: u32, khz: u64, cpus: &mut dyn Iterator<Item = usize>| -> f64 {
+        let (sum, max) = cpus.fold((0.0f64, 0.0f64), |(s, m), c| {
+            let u = busy(c);
+            (s + u, m.max(u))
+        });
+        t.point(domain, khz)
+            .map_or(0.0, |p| p.cluster_active_w * max + p.busy_cpu_w * sum)
+    };
+    let doms = &h.world.topo.freq_domains;
+    if doms.is_empty() {
+        let all = &mut (0..h.world.m.cpus.len());
+        return t.base_w + cluster(placer_core::power_table::NO_CPUFREQ_DOMAIN, 0, all);
+    }
+    t.base_w
+        + doms
+            .iter()
+            .enumerate()
+            .map(|(d, dom)| {
+                let cpus = &mut dom.cpus.iter().filter_map(|id| h.world.m.idx(id));
+                cluster(dom.id, h.world.domains[d].khz, cpus)
+            })
+            .sum::<f64>()
 }

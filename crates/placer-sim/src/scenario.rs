@@ -220,7 +220,8 @@ pub struct Scenario {
     pub show_params: Vec<String>,
     /// A measured power table (`placer power calibrate --out FILE`, given to `placer sim
     /// --power-table FILE`): the energy-qos policy decides with it, as the daemon does with
-    /// `energy_qos.power_table`. The simulated watts stay the machine model's.
+    /// `energy_qos.power_table`, and the simulated watts are the table's
+    /// (`power::table_power_w`).
     #[serde(skip)]
     pub power_table_model: Option<placer_core::power_table::StatePowerTable>,
 }
@@ -633,6 +634,20 @@ impl Scenario {
         self.validate()
     }
 
+    /// Sets the LLC size the archetypes' pressures are stated for
+    /// (`contention.llc_reference_bytes`): the LLC a measured matrix was run on, whose
+    /// fitted pressures hold for that size, in place of the 8 MiB estimate.
+    pub fn set_llc_reference_bytes(&mut self, bytes: u64) -> Result<(), ScenarioError> {
+        overlay_into(
+            &mut self.params,
+            &dotted(
+                "contention.llc_reference_bytes",
+                toml::Value::Float(bytes as f64),
+            ),
+        );
+        self.validate()
+    }
+
     /// The machine's topology and parameters for a variant (IRQ/RPS affinities and
     /// parameter overrides applied).
     pub fn topology_and_params(
@@ -671,6 +686,19 @@ impl Scenario {
                     });
                 }
             }
+        }
+        if let Some(t) = &self.power_table_model {
+            // Every cluster of the machine needs its rows: a table measured on another
+            // machine would leave some of its watts out.
+            for c in placer_core::power_table::clusters_of(&topo) {
+                if !t.domains.iter().any(|d| d.domain == c.domain) {
+                    return Err(bad(format!(
+                        "the power table ({}) has no rows for cluster {} (CPUs {}) of this machine",
+                        t.source, c.domain, c.cpus
+                    )));
+                }
+            }
+            params.power_table = Some(t.clone());
         }
         Ok((topo, params))
     }

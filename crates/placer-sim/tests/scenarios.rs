@@ -229,6 +229,12 @@ fn measured_harm_and_power_table_reach_the_scenario() {
     assert!(sc
         .set_archetype_harm(&[("no-such-app".into(), 0.1, 0.1)])
         .is_err());
+    // The LLC the matrix was measured on becomes the reference size.
+    assert_eq!(p.contention.llc_reference_bytes, 8.0 * 1024.0 * 1024.0);
+    sc.set_llc_reference_bytes(12 << 20).unwrap();
+    let (_, p) = sc.topology_and_params(None).unwrap();
+    assert_eq!(p.contention.llc_reference_bytes, f64::from(12u32 << 20));
+    assert_eq!(p.archetype("lbm").unwrap().pressure, 0.123);
 
     let mut sc = Scenario::load("seed-000").unwrap();
     assert!(sc
@@ -244,4 +250,41 @@ fn measured_harm_and_power_table_reach_the_scenario() {
         sc.placer_config().unwrap().energy_qos.power_table_model,
         Some(t)
     );
+}
+
+/// Issue 51: with a measured power table the simulated watts are the table's. The same run
+/// with every watt of the table doubled draws twice the power (energy-qos chooses the same
+/// states: doubling every state's watts keeps their order), where the model's watts would
+/// not move at all; a table without rows for one of the machine's clusters is refused.
+#[test]
+fn a_measured_power_table_sets_the_simulated_watts() {
+    let mut sc = Scenario::load("seed-000").unwrap();
+    sc.seeds.truncate(1);
+    let t = placer_core::power_table::StatePowerTable::for_topology(&sc.machine.topology());
+    let mut doubled = t.clone();
+    doubled.base_w *= 2.0;
+    for p in doubled.domains.iter_mut().flat_map(|d| d.points.iter_mut()) {
+        p.busy_cpu_w *= 2.0;
+        p.cluster_active_w *= 2.0;
+    }
+    let mut power_w = |t: &placer_core::power_table::StatePowerTable| -> Vec<f64> {
+        sc.power_table_model = Some(t.clone());
+        scenario::run(&sc, &scenario::default_factory)
+            .iter()
+            .map(|r| r.mean.power_w)
+            .collect()
+    };
+    let (once, twice) = (power_w(&t), power_w(&doubled));
+    assert!(!once.is_empty());
+    for (a, b) in once.iter().zip(&twice) {
+        assert!(
+            *a > 0.0 && (b / a - 2.0).abs() < 1e-9,
+            "{a} W, doubled {b} W"
+        );
+    }
+    let mut short = t.clone();
+    short.domains.pop();
+    sc.power_table_model = Some(short);
+    let e = sc.topology_and_params(None).unwrap_err().to_string();
+    assert!(e.contains("has no rows for cluster"), "{e}");
 }

@@ -613,6 +613,19 @@ fn bench_contention_measures_a_pairwise_matrix() {
     // The sleeper takes its 2.x s whoever runs beside it.
     assert!(j["alone_s"][0].as_f64().unwrap() >= 2.0, "{j}");
     assert_eq!(j["fits"].as_array().unwrap().len(), 2, "{j}");
+    // The report names the size of the LLC its apps ran on (the victim's last-level cache
+    // in sysfs, where sysfs lists caches), for `placer sim --pairs`.
+    let victim = j["victim_cpu"].as_u64().unwrap();
+    let last_level = (0..8).rev().find_map(|i| {
+        std::fs::read_to_string(format!(
+            "/sys/devices/system/cpu/cpu{victim}/cache/index{i}/size"
+        ))
+        .ok()
+    });
+    if let Some(size) = last_level {
+        let kib: u64 = size.trim().trim_end_matches('K').parse().unwrap();
+        assert_eq!(j["llc_bytes"].as_u64(), Some(kib * 1024), "{j}");
+    }
     let saved = dir.path().join("pairs.json");
     std::fs::write(&saved, &o.stdout).unwrap();
     let o = placer()

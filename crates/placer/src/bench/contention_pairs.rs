@@ -45,6 +45,11 @@ pub struct PairsReport {
     #[serde(default)]
     pub rounds: u32,
     pub matrix: PairMatrix,
+    /// Size of the victim's LLC, bytes (none where sysfs does not say): the pressures fitted
+    /// from this matrix are stated for it, so `placer sim --pairs` takes it as the LLC
+    /// reference size (`contention.llc_reference_bytes`).
+    #[serde(default)]
+    pub llc_bytes: Option<u64>,
     #[serde(default)]
     pub fits: Vec<PairFit>,
     #[serde(default)]
@@ -280,6 +285,7 @@ pub fn measure(apps: &[(String, String)], rounds: u32, timeout: Duration) -> Res
         slowdown: rows,
     };
     Ok(PairsReport {
+        llc_bytes: topo.llc_of(victim).and_then(|c| c.size_bytes),
         victim_cpu: victim,
         partner_cpu: partner,
         alone_s: alone,
@@ -292,9 +298,15 @@ pub fn measure(apps: &[(String, String)], rounds: u32, timeout: Duration) -> Res
 
 /// Reads a matrix from FILE: a pairs report (`--json`) or a bare `{names, slowdown}`.
 pub fn read_matrix(path: &Path) -> Result<PairMatrix> {
+    read_pairs(path).map(|(m, _)| m)
+}
+
+/// A matrix from FILE as [`read_matrix`] reads it, and the size of the LLC it was measured
+/// on where the file says (a pairs report of this version; a bare matrix does not).
+pub fn read_pairs(path: &Path) -> Result<(PairMatrix, Option<u64>)> {
     let text = crate::common::read_input(path)?;
     if let Ok(r) = serde_json::from_str::<PairsReport>(&text) {
-        return Ok(r.matrix);
+        return Ok((r.matrix, r.llc_bytes));
     }
     let m: PairMatrix = serde_json::from_str(&text)
         .with_context(|| format!("{}: neither a pairs report nor a matrix", path.display()))?;
@@ -302,7 +314,7 @@ pub fn read_matrix(path: &Path) -> Result<PairMatrix> {
     if m.slowdown.len() != n || m.slowdown.iter().any(|r| r.len() != n) {
         bail!("{}: the matrix is not {n} x {n}", path.display());
     }
-    Ok(m)
+    Ok((m, None))
 }
 
 /// The matrix and its fits, for people.
@@ -404,11 +416,15 @@ mod tests {
             rounds: 3,
             fits: fits(&m),
             matrix: m.clone(),
+            llc_bytes: Some(12 << 20),
             notes: vec![],
         };
         let saved = tmp.path().join("r.json");
         std::fs::write(&saved, serde_json::to_string(&report).unwrap()).unwrap();
         assert_eq!(read_matrix(&saved).unwrap(), m);
+        // The report carries the LLC it was measured on; a bare matrix does not.
+        assert_eq!(read_pairs(&saved).unwrap().1, Some(12 << 20));
+        assert_eq!(read_pairs(&bare).unwrap().1, None);
         let ragged = tmp.path().join("bad.json");
         std::fs::write(&ragged, r#"{"names":["a","b"],"slowdown":[[0.1]]}"#).unwrap();
         assert!(read_matrix(&ragged).is_err());

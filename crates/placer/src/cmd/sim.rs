@@ -35,7 +35,7 @@ pub struct Args {
     #[arg(long, value_delimiter = ',')]
     pub policy: Vec<placer_sim::scenario::PolicySpec>,
     /// Decide energy-qos with this measured power table (`placer power calibrate --out
-    /// FILE`) instead of the machine's model; the simulated watts stay the model's.
+    /// FILE`) instead of the machine's model, and take the simulated watts from it.
     #[arg(long, value_name = "FILE")]
     pub power_table: Option<std::path::PathBuf>,
     /// Take each app's pressure and sensitivity from a saved `placer bench contention --app
@@ -99,7 +99,7 @@ pub fn run(args: Args) -> Result<()> {
         sc.power_table_model = Some(crate::cmd::config::load_power_table(p)?);
     }
     if let Some(p) = &args.pairs {
-        let m = placer::bench::contention_pairs::read_matrix(p)?;
+        let (m, llc_bytes) = placer::bench::contention_pairs::read_pairs(p)?;
         let shape = sc.topology_and_params(None)?.1.contention.llc_shape;
         let fit = placer::bench::contention_pairs::fits(&m)
             .into_iter()
@@ -113,6 +113,22 @@ pub fn run(args: Args) -> Result<()> {
             .map(|(k, n)| (n.replace('.', "_"), fit.pressure[k], fit.sensitivity[k]))
             .collect();
         sc.set_archetype_harm(&fitted)?;
+        // The fitted pressures hold for the LLC the matrix was run on: that is the
+        // reference size, measured, in place of the estimate.
+        match llc_bytes {
+            Some(b) if b > 0 => {
+                sc.set_llc_reference_bytes(b)?;
+                eprintln!(
+                    "LLC reference size: {:.1} MiB, the LLC {} was measured on",
+                    b as f64 / (1024.0 * 1024.0),
+                    p.display()
+                );
+            }
+            _ => eprintln!(
+                "LLC reference size: the scenario's ({} does not say which LLC it was measured on)",
+                p.display()
+            ),
+        }
     }
     sc.validate()?;
     let progress = crate::common::Progress::start(&format!("sim {name}"), "simulating each policy");

@@ -95,6 +95,11 @@ pub struct Report {
     /// Fits of the local sweep: against co-runner count, and against bandwidth.
     pub fit_by_count: HarmFit,
     pub fit_by_bandwidth: HarmFit,
+    /// The sufficient-contention threshold measured here, bytes/s of co-runner traffic
+    /// ([`measured_threshold_bytes_per_s`]): what `[contention]
+    /// min_domain_bandwidth_bytes_per_s` takes on this machine; none when no point slowed
+    /// the chase that much.
+    pub sufficient_contention_bytes_per_s: Option<f64>,
     /// What the machine could not give (no second LLC domain, oversubscribed co-runners).
     pub notes: Vec<String>,
 }
@@ -368,6 +373,10 @@ pub fn run(args: Args) -> Result<()> {
         duration_s: args.duration.as_secs_f64(),
         fit_by_count: harm_fit::fit(&local_pts(&|p| p.co_runners as f64)),
         fit_by_bandwidth: harm_fit::fit(&local_pts(&|p| p.co_runner_gbps)),
+        sufficient_contention_bytes_per_s: measured_threshold_bytes_per_s(
+            &out,
+            placer_core::catalogue::DEFAULT_MIN_EFFECT,
+        ),
         points: out,
         notes,
     };
@@ -427,15 +436,70 @@ pub fn run(args: Args) -> Result<()> {
     }
     print_fit("fit, local sweep", &report.fit_by_count, "co-runners");
     print_fit("fit, local sweep", &report.fit_by_bandwidth, "GB/s");
+    let min_effect_pct = 100.0 * placer_core::catalogue::DEFAULT_MIN_EFFECT;
+    match report.sufficient_contention_bytes_per_s {
+        Some(b) => outln!(
+            "sufficient contention here: {:.1} GB/s of co-runner traffic slows the chase by \
+             {min_effect_pct:.0}% ([contention] min_domain_bandwidth_bytes_per_s = {b:.0})",
+            b / 1e9
+        ),
+        None => outln!(
+            "sufficient contention here: no point slowed the chase by {min_effect_pct:.0}% \
+             (the threshold is above the traffic measured)"
+        ),
+    }
     for n in &report.notes {
         outln!("note: {n}");
     }
     Ok(())
 }
 
+/// The sufficient-contention threshold `points` measure, bytes/s: the co-runners' traffic
+/// at which the chase first runs `min_effect` slower than alone (linear between points of
+/// the local sweep), the way the catalogue derives a machine's own from its loaded-latency
+/// curve (`catalogue::sufficient_contention_bytes_per_s`); None if no point slows it that
+/// much.
+pub fn measured_threshold_bytes_per_s(points: &[Point], min_effect: f64) -> Option<f64> {
+    let mut curve: Vec<[f64; 2]> = points
+        .iter()
+        .filter(|p| p.sweep == "local")
+        .map(|p| [p.co_runner_gbps, 1.0 + p.slowdown])
+        .collect();
+    // The chase alone: no traffic, no slowdown.
+    curve.push([0.0, 1.0]);
+    curve.sort_by(|a, b| a[0].total_cmp(&b[0]));
+    placer_core::catalogue::utilisation_at_latency(&curve, min_effect).map(|gbps| gbps * 1e9)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_threshold_is_where_the_local_sweep_first_costs_the_minimum_effect() {
+        let pt = |sweep: &str, gbps: f64, slowdown: f64| Point {
+            sweep: sweep.into(),
+            co_runners: 1,
+            co_runner_cpus: vec![1],
+            ns_per_access: 100.0 * (1.0 + slowdown),
+            slowdown,
+            co_runner_gbps: gbps,
+        };
+        // 2% at 4 GB/s, 8% at 10 GB/s: 5% is reached halfway, at 7 GB/s. A remote point
+        // that slows more is not the local domain's traffic.
+        let pts = [
+            pt("local", 10.0, 0.08),
+            pt("local", 4.0, 0.02),
+            pt("remote", 1.0, 0.5),
+        ];
+        let b = measured_threshold_bytes_per_s(&pts, 0.05).unwrap();
+        assert!((b - 7e9).abs() < 1.0, "{b}");
+        // Never slowed that much: no threshold.
+        assert_eq!(
+            measured_threshold_bytes_per_s(&[pt("local", 16.0, 0.04)], 0.05),
+            None
+        );
+    }
 
     #[test]
     fn the_chase_visits_every_slot_in_one_cycle() {

@@ -297,6 +297,12 @@ impl Net {
     }
 
     fn logs(&self) -> String {
+        let lines = self.log_lines();
+        lines[lines.len().saturating_sub(60)..].join("\n")
+    }
+
+    /// Every line of the daemons' logs so far.
+    fn log_lines(&self) -> Vec<String> {
         let mut s = String::new();
         if let Ok(rd) = std::fs::read_dir(&self.dir) {
             for e in rd.flatten() {
@@ -305,8 +311,7 @@ impl Net {
                 }
             }
         }
-        let tail: Vec<&str> = s.lines().rev().take(60).collect();
-        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        s.lines().map(str::to_string).collect()
     }
 
     fn journal_empty(&self) -> bool {
@@ -491,8 +496,11 @@ fn releases_the_quiet_receiver_20_of_20_times_under_cpu_hogs_and_fork_loops() {
     let watch = within + interval() * 6;
     let tx = repeating_sender(&net, TRIALS, 1.0, watch.as_secs_f64() + 0.5);
     let mut late = Vec::new();
+    // The daemon's log lines of each stream, from its start to the end of its watch.
+    let mut spans = Vec::new();
     for i in 0..TRIALS {
         let limit = Duration::from_secs(30);
+        let from_line = net.log_lines().len();
         let started = tx.expect_line(&format!("start {i}"), limit);
         let pinned = wait_for(Duration::from_secs(5), || affinity(rx.pid()) == "1");
         assert!(
@@ -518,16 +526,27 @@ fn releases_the_quiet_receiver_20_of_20_times_under_cpu_hogs_and_fork_loops() {
             "stream {i}: pinned {:?} after its start, released {took:?} after its end",
             pinned.map(|p| p.duration_since(started))
         );
+        spans.push(from_line..net.log_lines().len());
         match took {
             Some(t) if t <= within + Duration::from_millis(100) => {}
             _ => late.push((i, took, affinity(rx.pid()))),
         }
     }
-    assert!(
-        late.is_empty(),
-        "released late or not at all (stream, after, affinity now): {late:?}; log:\n{}",
-        net.logs()
-    );
+    if let Some(&(first, ..)) = late.first() {
+        // The whole log stays for a look at what came before.
+        let kept = Path::new(env!("CARGO_TARGET_TMPDIR")).join("release-under-load.log");
+        let lines = net.log_lines();
+        let _ = std::fs::write(&kept, lines.join("\n"));
+        let span = spans[first as usize].clone();
+        let shown = &lines[span.start.min(lines.len())..span.end.min(lines.len())];
+        panic!(
+            "released late or not at all (stream, after, affinity now): {late:?}; the log of \
+             stream {first} ({} lines; the whole log in {}):\n{}",
+            shown.len(),
+            kept.display(),
+            shown[..shown.len().min(400)].join("\n")
+        );
+    }
 }
 
 /// A burner pinned to CPU 1 makes the receive CPU busy: it takes at least half of CPU 1

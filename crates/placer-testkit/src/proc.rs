@@ -39,6 +39,33 @@ pub fn die_with_parent(cmd: &mut std::process::Command) -> &mut std::process::Co
     }
 }
 
+/// Starts `cmd`'s child at `nice` (a negative value needs root): set before its exec, so
+/// every thread it creates inherits it.
+pub fn with_nice(cmd: &mut std::process::Command, nice: i32) -> &mut std::process::Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setpriority(2) is async-signal-safe and touches only the child.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setpriority(libc::PRIO_PROCESS, 0, nice) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
+}
+
+#[cfg(test)]
+mod nice_tests {
+    #[test]
+    fn a_child_starts_at_its_nice_value() {
+        // A positive value needs no privilege; field 19 of stat is the nice value.
+        let mut cmd = std::process::Command::new("sh");
+        cmd.args(["-c", "cut -d' ' -f19 /proc/self/stat"]);
+        let out = super::with_nice(&mut cmd, 7).output().expect("sh");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "7");
+    }
+}
+
 #[cfg(test)]
 mod death_tests {
     #[test]

@@ -50,6 +50,11 @@ pub fn governors(h: &mut SimHost) {
     }
 }
 
+/// CPU `c`'s busy fraction in the last tick, softirq included (at most 1).
+fn busy_fraction(h: &SimHost, c: usize) -> f64 {
+    (h.world.cpu[c].busy + h.world.cpu[c].softirq).min(1.0)
+}
+
 /// Whole-node power now, W: a measured table's where the scenario has one, else the model's.
 pub fn node_power_w(h: &SimHost) -> f64 {
     if let Some(t) = &h.world.params.power_table {
@@ -59,7 +64,7 @@ pub fn node_power_w(h: &SimHost) -> f64 {
     let mut p = pw.node_idle_w;
     let mut pkg_active = vec![0.0f64; h.world.m.n_packages];
     for (c, info) in h.world.m.cpus.iter().enumerate() {
-        let u = (h.world.cpu[c].busy + h.world.cpu[c].softirq).min(1.0);
+        let u = busy_fraction(h, c);
         pkg_active[info.package] = pkg_active[info.package].max(u);
         // Count each core once, at its lowest-index thread.
         if info.siblings.iter().any(|&s| s < c) {
@@ -68,7 +73,7 @@ pub fn node_power_w(h: &SimHost) -> f64 {
         let mut hi = u;
         let mut second = 0.0f64;
         for &s in &info.siblings {
-            let us = (h.world.cpu[s].busy + h.world.cpu[s].softirq).min(1.0);
+            let us = busy_fraction(h, s);
             second = second.max(us.min(hi));
             hi = hi.max(us);
         }
@@ -96,7 +101,7 @@ pub fn cluster_static_w(h: &SimHost) -> f64 {
         let mut little = false;
         for id in dom.cpus.iter() {
             if let Some(c) = h.world.m.idx(id) {
-                active = active.max((h.world.cpu[c].busy + h.world.cpu[c].softirq).min(1.0));
+                active = active.max(busy_fraction(h, c));
                 little |= h.world.m.cpus[c].little;
             }
         }
@@ -114,27 +119,36 @@ pub fn cluster_static_w(h: &SimHost) -> f64 {
 /// fractional form as the model's. A machine without cpufreq is the table's one pseudo
 /// cluster of every CPU.
 pub fn table_power_w(h: &SimHost, t: &placer_core::power_table::StatePowerTable) -> f64 {
-    let busy = |c: usize| (h.world.cpu[c].busy + h.world.cpu[c].softirq).min(1.0);
-    let cluster = |domain: u32, khz: u64, cpus: &mut dyn Iterator<Item = usize>| -> f64 {
-        let (sum, max) = cpus.fold((0.0f64, 0.0f64), |(s, m), c| {
-            let u = busy(c);
-            (s + u, m.max(u))
-        });
-        t.point(domain, khz)
-            .map_or(0.0, |p| p.cluster_active_w * max + p.busy_cpu_w * sum)
-    };
     let doms = &h.world.topo.freq_domains;
     if doms.is_empty() {
-        let all = &mut (0..h.world.m.cpus.len());
-        return t.base_w + cluster(placer_core::power_table::NO_CPUFREQ_DOMAIN, 0, all);
+        let all = 0..h.world.m.cpus.len();
+        return t.base_w
+            + table_cluster_w(h, t, placer_core::power_table::NO_CPUFREQ_DOMAIN, 0, all);
     }
     t.base_w
         + doms
             .iter()
             .enumerate()
             .map(|(d, dom)| {
-                let cpus = &mut dom.cpus.iter().filter_map(|id| h.world.m.idx(id));
-                cluster(dom.id, h.world.domains[d].khz, cpus)
+                let cpus = dom.cpus.iter().filter_map(|id| h.world.m.idx(id));
+                table_cluster_w(h, t, dom.id, h.world.domains[d].khz, cpus)
             })
             .sum::<f64>()
+}
+
+/// One cluster's watts from the table at `khz`: its CPUs' busy fractions times a busy CPU's
+/// watts, and its busiest CPU's fraction times the active cluster's.
+fn table_cluster_w(
+    h: &SimHost,
+    t: &placer_core::power_table::StatePowerTable,
+    domain: u32,
+    khz: u64,
+    cpus: impl Iterator<Item = usize>,
+) -> f64 {
+    let (sum, max) = cpus.fold((0.0f64, 0.0f64), |(s, m), c| {
+        let u = busy_fraction(h, c);
+        (s + u, m.max(u))
+    });
+    t.point(domain, khz)
+        .map_or(0.0, |p| p.cluster_active_w * max + p.busy_cpu_w * sum)
 }

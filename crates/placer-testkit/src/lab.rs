@@ -716,8 +716,7 @@ impl Guest {
             std::fs::File::create(dir.path().join("qemu.log")).map_or(Stdio::null(), Stdio::from),
         );
         crate::proc::die_with_parent(&mut q);
-        // SAFETY: geteuid(2) cannot fail and touches nothing.
-        if unsafe { libc::geteuid() } == 0 {
+        if crate::is_root() {
             crate::proc::with_nice(&mut q, EMULATOR_NICE);
         }
         let child = q.spawn().map_err(|e| failed("starting qemu", e))?;

@@ -29,6 +29,7 @@ use placer_core::config::Config;
 use placer_core::engine::{CycleReport, Engine};
 use placer_core::host::Host;
 use placer_core::journal::{Entry, Restored};
+use placer_core::learned::{Learned, LearnedFile};
 use placer_core::plan::Outcome;
 use placer_core::policies::PolicyKind;
 use std::path::{Path, PathBuf};
@@ -169,6 +170,103 @@ struct Sinks {
     /// The processes whose reason for staying where they are the log has said, per policy
     /// (once per process: a first run tells why a busy process was not moved).
     said_why: std::collections::HashSet<(placer_core::sample::ProcKey, PolicyKind)>,
+    /// What the policies learned, kept in the state dir (`learned.json`).
+    learned: Option<LearnedStore>,
+}
+
+/// The state dir's record of what the policies learned about this machine
+/// ([`placer_core::learned`]): read at start, given to the engine once the machine's
+/// topology is known (before any plan: the first step only samples), written again
+/// whenever it changes (not in a dry run, which writes nothing).
+struct LearnedStore {
+    dir: PathBuf,
+    /// The file as read at start, until the topology is known.
+    pending: Option<std::result::Result<LearnedFile, String>>,
+    /// What the file holds now (what was given back, or last written).
+    written: Vec<Learned>,
+    write: bool,
+}
+
+impl LearnedStore {
+    fn open(dir: &Path, write: bool) -> LearnedStore {
+        let pending = match placer_linux::state_dir::StateDir::open(dir) {
+            Ok(d) => match d.read(state::LEARNED_FILE) {
+                Ok(text) => Some(LearnedFile::parse(&text).map_err(|e| e.to_string())),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(e) => Some(Err(e.to_string())),
+            },
+            // No state dir yet (a first start creates it): nothing learned.
+            Err(_) => None,
+        };
+        LearnedStore {
+            dir: dir.to_path_buf(),
+            pending,
+            written: Vec::new(),
+            write,
+        }
+    }
+
+    /// After a step: the record given back once the topology is known, then kept current.
+    fn after_step(&mut self, engine: &mut Engine) {
+        if engine.topology().is_none() {
+            return;
+        }
+        let name = self.dir.join(state::LEARNED_FILE);
+        let given = match self.pending.take() {
+            Some(Ok(file)) => {
+                let saved = file.saved_unix_s;
+                let topo = engine.topology().expect("checked above");
+                file.for_machine(topo)
+                    .map(|l| (l, saved))
+                    .map_err(|e| e.to_string())
+            }
+            Some(Err(e)) => Err(e),
+            None => Ok((Vec::new(), 0.0)),
+        };
+        match given {
+            Ok((learned, saved)) if !learned.is_empty() => {
+                let age_s = (unix_now_s() - saved).max(0.0);
+                info!(
+                    "{}: what a previous daemon learned here {} ago, given back: {}",
+                    name.display(),
+                    placer_core::units::format_duration(Duration::from_secs_f64(age_s)),
+                    learned
+                        .iter()
+                        .map(Learned::describe)
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                );
+                engine.relearn(&learned);
+                self.written = learned;
+            }
+            Ok(_) => {}
+            Err(e) => warn!("{}: {e}: not used; measuring again", name.display()),
+        }
+        if !self.write {
+            return;
+        }
+        let now = engine.learned();
+        if now.is_empty() || now == self.written {
+            return;
+        }
+        let topo = engine.topology().expect("checked above");
+        let text = LearnedFile::new(topo, unix_now_s(), now.clone()).to_json();
+        if let Err(e) = placer_linux::state_dir::StateDir::open(&self.dir)
+            .and_then(|d| d.write_replace(state::LEARNED_FILE, text.as_bytes()))
+        {
+            // Said once: a later change tries again, quietly.
+            if self.written.is_empty() {
+                warn!("writing {}: {e}", name.display());
+            }
+        }
+        self.written = now;
+    }
+}
+
+fn unix_now_s() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 pub struct Agent<H: Host> {
@@ -282,6 +380,10 @@ impl<H: Host> Agent<H> {
             }
             None => None,
         };
+        let learned = opts
+            .state_dir
+            .as_deref()
+            .map(|d| LearnedStore::open(d, !dry_run));
         Ok(Agent {
             host,
             opts,
@@ -294,6 +396,7 @@ impl<H: Host> Agent<H> {
                 last_error: None,
                 kubelet_error: None,
                 said_why: Default::default(),
+                learned,
             },
             nri,
             _lock: lock,
@@ -426,6 +529,9 @@ impl<H: Host> Agent<H> {
             }
             None => engine.step(base, dry_run),
         };
+        if let Some(l) = self.sinks.learned.as_mut() {
+            l.after_step(engine);
+        }
         let cycle_s = t0.elapsed().as_secs_f64();
         log_cycle(&r, &mut self.sinks.last_error);
         log_why_not_moved(&r, &mut self.sinks.said_why);

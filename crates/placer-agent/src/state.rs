@@ -1,6 +1,7 @@
 //! What the daemon keeps in its state directory besides the journal: a lock (one daemon
 //! per state dir; `placer restore` refuses to race a running daemon) and its latest
-//! per-process decisions (`decisions.json`, read by `placer explain` and `placer top`).
+//! per-process decisions (`decisions.json`, read by `placer explain` and `placer top`), and
+//! what the policies learned about the machine (`learned.json`, kept across daemons).
 
 use crate::{AgentError, Result};
 use placer_core::engine::CycleReport;
@@ -14,6 +15,9 @@ use std::path::Path;
 
 pub const LOCK_FILE: &str = "daemon.lock";
 pub const DECISIONS_FILE: &str = "decisions.json";
+/// What the policies learned about this machine ([`placer_core::learned`]), kept across
+/// daemons: written by the agent when it changes, given back at the next start.
+pub const LEARNED_FILE: &str = "learned.json";
 
 /// The exclusive lock of a state directory, held for the daemon's life (released by the
 /// kernel when the daemon dies, even by SIGKILL).

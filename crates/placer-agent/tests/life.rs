@@ -179,6 +179,79 @@ fn on_the_simulator_every_verdict_reaches_the_verdict_log() {
     agent.stop().expect("stop");
 }
 
+/// Equal records, each value within JSON's decimal rounding.
+fn same_record(a: &[placer_core::learned::Learned], b: &[placer_core::learned::Learned]) -> bool {
+    use placer_core::learned::Learned;
+    let close = |x: &[f64], y: &[f64]| {
+        x.len() == y.len() && x.iter().zip(y).all(|(x, y)| (x - y).abs() <= 1e-12)
+    };
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(a, b)| match (a, b) {
+            (Learned::NetAffinityClasses(a), Learned::NetAffinityClasses(b)) => {
+                close(&a.on, &b.on) && close(&a.beside, &b.beside)
+            }
+        })
+}
+
+/// What the policies learned outlives the daemon (issue 45): net-affinity's record of its
+/// placement classes reaches the state dir's `learned.json`, a new agent on the same state
+/// dir and machine starts with it, and a record of another machine's shape is not used.
+#[test]
+fn on_the_simulator_what_a_daemon_learned_is_given_to_the_next_one() {
+    let (host, cfg) = sim();
+    let state = TempDir::new("placer-life-learned");
+    let opts = || Options {
+        state_dir: Some(state.path().to_path_buf()),
+        ..sim_opts(false)
+    };
+    let file = state.path().join(placer_agent::state::LEARNED_FILE);
+    let mut agent = Agent::start(host, cfg.clone(), opts()).expect("start");
+    let interval_ns = agent.configured().interval.as_nanos() as u64;
+    // Bounded: a pin's class is measured over 5 intervals after it.
+    for _ in 0..200 {
+        agent.step();
+        if file.exists() {
+            break;
+        }
+        let next = agent.host().time_ns() + interval_ns;
+        agent.host_mut().run_until(next, false);
+    }
+    let learned = agent.configured().engine.learned();
+    assert!(!learned.is_empty(), "nothing learned in 200 intervals");
+    let text = std::fs::read_to_string(&file).expect("learned.json written");
+    let saved = placer_core::learned::LearnedFile::parse(&text).expect("parses");
+    assert!(
+        same_record(&saved.learned, &learned),
+        "the file holds what the engine learned: {saved:?} {learned:?}"
+    );
+    agent.stop().expect("stop");
+
+    // A new daemon, a fresh machine of the same shape: it starts with the record.
+    let (host, _) = sim();
+    let mut agent = Agent::start(host, cfg.clone(), opts()).expect("second start");
+    assert!(
+        agent.configured().engine.learned().is_empty(),
+        "not before the topology"
+    );
+    agent.step();
+    let given = agent.configured().engine.learned();
+    assert!(same_record(&given, &learned), "{given:?} {learned:?}");
+    agent.stop().expect("stop");
+
+    // The same record said to come from another machine's shape: not used.
+    let mut other = saved.clone();
+    other.shape.push_str(",L9Unified[0]");
+    std::fs::write(&file, other.to_json()).expect("rewrite");
+    let (host, _) = sim();
+    let mut agent = Agent::start(host, cfg, opts()).expect("third start");
+    agent.step();
+    assert!(
+        agent.configured().engine.learned().is_empty(),
+        "another shape's record was used"
+    );
+    agent.stop().expect("stop");
+}
+
 /// A temporary root with one IRQ whose affinity placer set to CPU 1 from 0-3, as a dead
 /// daemon leaves it; the state dir beside it.
 struct TempHost {

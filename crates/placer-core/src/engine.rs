@@ -283,6 +283,25 @@ impl Engine {
             .map(|s| s.policy.shared())
     }
 
+    /// What the policies learned about this machine, to keep across restarts
+    /// ([`crate::learned`]).
+    pub fn learned(&self) -> Vec<crate::learned::Learned> {
+        self.slots
+            .iter()
+            .filter_map(|s| s.policy.learned())
+            .collect()
+    }
+
+    /// Gives each policy what a previous daemon learned on this machine (every policy
+    /// takes the kinds of record it keeps and ignores the others).
+    pub fn relearn(&mut self, learned: &[crate::learned::Learned]) {
+        for s in &mut self.slots {
+            for l in learned {
+                s.policy.relearn(l);
+            }
+        }
+    }
+
     /// Every process held by any policy, with the policy.
     pub fn held(&self) -> Vec<(PolicyKind, ProcKey, &Held)> {
         self.slots

@@ -15,6 +15,7 @@ pub mod engine;
 pub mod host;
 pub mod journal;
 pub mod k8s;
+pub mod learned;
 pub mod machines;
 pub mod mem;
 pub mod net_costs;

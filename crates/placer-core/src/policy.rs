@@ -3,6 +3,7 @@
 //! simulator (placer-sim) drive the same implementations through [`crate::host::Host`].
 
 use crate::cpuset::CpuSet;
+use crate::learned::Learned;
 use crate::observation::Observation;
 use crate::plan::{ActionReport, Plan};
 use crate::policy_kind::PolicyKind;
@@ -61,6 +62,16 @@ pub trait Policy: Send {
     ) -> Option<f64> {
         None
     }
+
+    /// What this policy learned about the machine that should outlive the daemon
+    /// ([`crate::learned`]): `None` for a policy that learns nothing worth keeping.
+    fn learned(&self, _state: &Self::State) -> Option<Learned> {
+        None
+    }
+
+    /// Takes back what a previous daemon learned on this machine (a record of another
+    /// policy's kind is ignored).
+    fn relearn(&self, _state: &mut Self::State, _learned: &Learned) {}
 }
 
 /// What the engine keeps for every policy alike: the knobs it holds (maintained from
@@ -128,6 +139,10 @@ pub trait AnyPolicy: Send {
     /// keeps this one's state: what it holds, its history. False when `other` is another
     /// policy.
     fn adopt_config(&mut self, other: Box<dyn AnyPolicy>) -> bool;
+    /// [`Policy::learned`].
+    fn learned(&self) -> Option<Learned>;
+    /// [`Policy::relearn`].
+    fn relearn(&mut self, learned: &Learned);
     fn into_any(self: Box<Self>) -> Box<dyn std::any::Any>;
 }
 
@@ -178,6 +193,12 @@ impl<P: Policy + 'static> AnyPolicy for WithState<P> {
             }
             Err(_) => false,
         }
+    }
+    fn learned(&self) -> Option<Learned> {
+        self.policy.learned(&self.state.private)
+    }
+    fn relearn(&mut self, learned: &Learned) {
+        self.policy.relearn(&mut self.state.private, learned)
     }
     fn into_any(self: Box<Self>) -> Box<dyn std::any::Any> {
         self

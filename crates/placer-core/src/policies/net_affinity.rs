@@ -855,6 +855,35 @@ impl Policy for NetAffinity {
         state.private = st;
         plan
     }
+
+    /// The class record (N7-N9's evidence) is what this machine taught: kept across
+    /// restarts so that a new daemon does not try again a class measured to hurt here.
+    fn learned(&self, st: &NetState) -> Option<crate::learned::Learned> {
+        if st.costs.on.is_empty() && st.costs.beside.is_empty() {
+            return None;
+        }
+        Some(crate::learned::Learned::NetAffinityClasses(
+            crate::learned::ClassRecord {
+                on: st.costs.on.iter().copied().collect(),
+                beside: st.costs.beside.iter().copied().collect(),
+            },
+        ))
+    }
+
+    fn relearn(&self, st: &mut NetState, learned: &crate::learned::Learned) {
+        match learned {
+            crate::learned::Learned::NetAffinityClasses(r) => {
+                // Through `record`, so the window and the finiteness rule hold as for a
+                // move measured here; what this daemon measured already stays the newest.
+                let mine = std::mem::take(&mut st.costs);
+                for (class, old) in [(Placement::On, &r.on), (Placement::Beside, &r.beside)] {
+                    for &x in old.iter().chain(mine.of(class)) {
+                        st.costs.record(class, x);
+                    }
+                }
+            }
+        }
+    }
 }
 
 impl NetAffinity {
@@ -2136,6 +2165,62 @@ mod tests {
         assert!(choose_class(&costs(&dear, &dear), true, true, Placement::Beside).is_err());
     }
 
+    /// Process 10 is pinned to a cache neighbour of CPU 1, not CPU 1, for a reason saying
+    /// `why`.
+    fn pinned_beside_cpu_1(plan: &Plan, t: &Topology, why: &str) {
+        let cpu = pinned_to(plan, 10).and_then(|c| c.first()).expect("pinned");
+        assert!(cpu != 1 && t.cache_neighbours(1).contains(cpu), "CPU {cpu}");
+        let reason = &plan.actions[0].reason;
+        assert!(reason.contains(why), "{reason}");
+    }
+
+    #[test]
+    fn n7_a_record_a_previous_daemon_learned_is_obeyed_from_the_first_pin() {
+        // On seed 002's Xeon the prior is "on" (n8 below); a record saying "on" hurts here,
+        // given back at start, sends the first pin beside the receive CPU.
+        let t = xeon();
+        let p = policy(Default::default());
+        let pr = || proc_obs(10, "rx", t.online(), vec![flow(1, 1, 50.0 * MB)]);
+        let learned_from = NetState {
+            costs: costs(&[0.20, 0.25, 0.22, 0.18], &[]),
+            ..Default::default()
+        };
+        let record = p.learned(&learned_from).expect("a record to keep");
+        let mut state = PolicyState::<NetState>::default();
+        p.relearn(&mut state.private, &record);
+        assert_eq!(state.private.costs, learned_from.costs);
+        let plan = run(&p, &t, &obs(&t, &[], vec![pr()], 1.0), &mut state);
+        // Without the record, the same first interval pins on CPU 1 (n8's first case).
+        pinned_beside_cpu_1(&plan, &t, "hurts");
+    }
+
+    #[test]
+    fn n7_a_record_given_back_keeps_this_daemons_own_moves_the_newest() {
+        let p = policy(Default::default());
+        let mut st = NetState {
+            costs: costs(&[0.5], &[]),
+            ..Default::default()
+        };
+        let old = crate::learned::Learned::NetAffinityClasses(crate::learned::ClassRecord {
+            on: (0..CLASS_WINDOW).map(|i| i as f64 / 100.0).collect(),
+            beside: vec![f64::NAN, -0.1],
+        });
+        p.relearn(&mut st, &old);
+        assert_eq!(st.costs.on.len(), CLASS_WINDOW, "the window holds");
+        assert_eq!(
+            st.costs.on.back(),
+            Some(&0.5),
+            "this daemon's move is the newest"
+        );
+        assert_eq!(
+            st.costs.beside,
+            VecDeque::from(vec![-0.1]),
+            "finite values only"
+        );
+        // Nothing measured: nothing to keep.
+        assert_eq!(p.learned(&NetState::default()), None);
+    }
+
     #[test]
     fn n8_without_a_record_on_only_where_seed_002s_shape_holds() {
         // Xeon 5355: L2 shared by pairs, receive CPU quiet: on it (the paper).
@@ -2156,15 +2241,7 @@ mod tests {
             .filter(|c| c.cpu == 1)
             .for_each(|c| c.softirq = 0.55);
         let plan = run(&p, &t, &o, &mut PolicyState::default());
-        let cpu = pinned_to(&plan, 10)
-            .and_then(|c| c.first())
-            .expect("pinned");
-        assert!(cpu != 1 && t.cache_neighbours(1).contains(cpu), "CPU {cpu}");
-        assert!(
-            plan.actions[0].reason.contains("softirq"),
-            "{}",
-            plan.actions[0].reason
-        );
+        pinned_beside_cpu_1(&plan, &t, "softirq");
         // One LLC over the package, private L1/L2 (this VM's shape, the 16-core device's):
         // beside the receive CPU, not on it.
         let mut t = machine("pkg:1 node:1 core:4 pu:1 l3:package").expect("model");

@@ -685,6 +685,24 @@ fn sleep_or_stop(d: Duration) {
     }
 }
 
+/// Puts the last on-phase daemon's `learned.json` in the state dir of the next.
+fn carry_learned(state: &std::path::Path, learned: Option<&str>) -> Result<()> {
+    let Some(text) = learned else {
+        return Ok(());
+    };
+    let dir = placer_linux::state_dir::StateDir::prepare(state)?;
+    dir.write_replace(placer_agent::state::LEARNED_FILE, text.as_bytes())?;
+    Ok(())
+}
+
+/// The `learned.json` an on-phase's daemon left, if any.
+fn read_learned(state: &std::path::Path) -> Option<String> {
+    placer_linux::state_dir::StateDir::open(state)
+        .ok()?
+        .read(placer_agent::state::LEARNED_FILE)
+        .ok()
+}
+
 fn start_daemon(config: &Option<PathBuf>, state: &std::path::Path) -> Result<Kid> {
     let st = state.display().to_string();
     let mut args = vec!["daemon", "--state-dir", &st];
@@ -1887,6 +1905,10 @@ pub fn run(args: Args) -> Result<()> {
     let mut phases = Vec::new();
     let mut failures = Vec::new();
     let mut lost_in_a_row = 0u32;
+    // What each on-phase's daemon learned (net-affinity's placement classes) is given to
+    // the next one, as a daemon that runs on keeps it: a fresh daemon per phase would
+    // explore again, every round, a class the last one measured to hurt.
+    let mut learned: Option<String> = None;
     for (round, on_first) in (1..=args.rounds).zip(on_first) {
         let order = if on_first {
             [true, false]
@@ -1902,7 +1924,13 @@ pub fn run(args: Args) -> Result<()> {
             let mut got = None;
             for attempt in 1..=PHASE_ATTEMPTS {
                 let state = work.0.join(format!("state-{round}-{position}-{attempt}"));
+                if run_daemon {
+                    carry_learned(&state, learned.as_deref())?;
+                }
                 let result = run_phase(&workload, net.as_ref(), &args, &state, round, run_daemon);
+                if run_daemon {
+                    learned = read_learned(&state).or(learned);
+                }
                 if STOP.load(Ordering::SeqCst) {
                     bail!("interrupted: the daemon stopped and restored; RPS put back");
                 }
@@ -2994,6 +3022,23 @@ MEAN_LATENCY=24.45
         assert!(!s.presence_only && s.moved == 3 && s.kept == 2, "{s:?}");
         // A/A: nothing ran, nothing to say about presence.
         assert!(!daemon_summary(&[ph(1, false, 1.0)], true).presence_only);
+    }
+
+    #[test]
+    fn what_one_on_phases_daemon_learned_reaches_the_next_ones_state_dir() {
+        let dir = tempdir("learned-test", 0o700).unwrap();
+        let (first, next) = (dir.0.join("state-1"), dir.0.join("state-2"));
+        assert_eq!(read_learned(&first), None, "no state dir yet");
+        carry_learned(&first, None).unwrap();
+        assert!(!first.exists(), "nothing to carry: nothing made");
+        let text = "{\"version\": 1}\n";
+        carry_learned(&first, Some(text)).unwrap();
+        let got = read_learned(&first);
+        assert_eq!(got.as_deref(), Some(text));
+        carry_learned(&next, got.as_deref()).unwrap();
+        assert_eq!(read_learned(&next).as_deref(), Some(text));
+        // The daemon's checks hold on the directory made for it.
+        placer_linux::state_dir::StateDir::open(&next).unwrap();
     }
 
     #[test]

@@ -727,7 +727,7 @@ pub fn describe_target(a: &placer_core::Action) -> String {
     use placer_core::Action as A;
     match a {
         A::PinProcess { proc, comm, cpus } => format!("pid {} ({comm}) -> CPUs {cpus}", proc.pid),
-        A::RestoreProcess { proc, comm } => format!("pid {} ({comm})", proc.pid),
+        A::RestoreProcess { proc, comm, .. } => format!("pid {} ({comm})", proc.pid),
         A::PinThread { proc, tid, cpus } => format!("pid {} tid {tid} -> CPUs {cpus}", proc.pid),
         A::SetIrqAffinity { irq, cpus } => format!("IRQ {irq} -> CPUs {cpus}"),
         A::RestoreIrq { irq } => format!("IRQ {irq}"),

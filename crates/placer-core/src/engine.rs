@@ -517,6 +517,7 @@ impl Engine {
                     Action::RestoreProcess {
                         proc: *k,
                         comm: comm.clone(),
+                        via: None,
                     },
                     format!(
                         "missing from {MAX_ABSENT_OBSERVATIONS} observations in a row: given back in case it still runs"
@@ -533,7 +534,11 @@ impl Engine {
                     .map_or_else(String::new, |h| h.comm.clone());
                 plan.push(
                     kind,
-                    Action::RestoreProcess { proc: *k, comm },
+                    Action::RestoreProcess {
+                        proc: *k,
+                        comm,
+                        via: None,
+                    },
                     "verdict: the move made things worse; undone".to_string(),
                 );
             }
@@ -560,6 +565,7 @@ impl Engine {
                         Action::RestoreProcess {
                             proc: sw.proc,
                             comm: sw.comm.clone(),
+                            via: sw.via.clone(),
                         },
                         "judge: probing the pin (off arm: its own affinity for an interval)",
                     ),
@@ -706,11 +712,18 @@ impl Engine {
                 continue;
             }
             let (on, _, _) = self.config.verify.for_policy(policy);
-            let Some(own) = index.get(proc).map(|p| p.allowed_cpus.clone()) else {
+            let Some(seen) = index.get(proc) else {
                 continue;
             };
             if on {
-                pins.push((policy, *proc, comm.clone(), cpus.clone(), own));
+                pins.push(crate::verifier::NewPin {
+                    policy,
+                    proc: *proc,
+                    comm: comm.clone(),
+                    cpus: cpus.clone(),
+                    own: seen.allowed_cpus.clone(),
+                    ran_on: seen.last_cpu,
+                });
             }
         }
         if !pins.is_empty() {
@@ -1705,7 +1718,11 @@ mod tests {
                 } else if held && state.now_s >= self.restore_s {
                     plan.push(
                         self.kind(),
-                        Action::RestoreProcess { proc: k, comm },
+                        Action::RestoreProcess {
+                            proc: k,
+                            comm,
+                            via: None,
+                        },
                         "quiet",
                     );
                 }

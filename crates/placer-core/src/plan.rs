@@ -26,10 +26,15 @@ pub enum Action {
         tid: u32,
         cpus: CpuSet,
     },
-    /// Put back the affinity the process had before placer pinned it.
+    /// Put back the affinity the process had before placer pinned it; with `via`, its
+    /// threads are first put on those CPUs (where it ran before the pin: the judge's off
+    /// arm, V12 in [`crate::verifier`]), so that the kernel does not keep it where the pin
+    /// had it.
     RestoreProcess {
         proc: ProcKey,
         comm: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        via: Option<CpuSet>,
     },
     /// Set /proc/irq/N/smp_affinity_list.
     SetIrqAffinity {

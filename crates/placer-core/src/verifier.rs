@@ -55,7 +55,16 @@
 //!   as long as the policy holds it: a re-pin (a new target) does not make the previous pin
 //!   its own, since the off arm restores what placer first found (on the 16-core device
 //!   every re-pin was read as someone else's change 3 intervals later, and the process
-//!   released).
+//!   released);
+//! - V12: an off arm puts the process back where the kernel had it before its first pin:
+//!   its switch names the CPU the process last ran on before that pin ([`Switch::via`],
+//!   when that CPU is outside the pin and inside its own affinity), which the host sets
+//!   before widening to its own affinity. The kernel does not move a running task off a
+//!   CPU it may still use until its load balancer does, so a plain restore left the
+//!   process where the pin had put it, and the off arm measured much of the pin's effect
+//!   too (this VM, 2026-12-01: a worker beside a hog taking 40% of its CPU kept 0.82 of a
+//!   CPU in a plain off arm, 1.0 in one that names its CPU before the pin; on/off 0.75
+//!   against 0.575, the staged 0.6).
 
 use crate::policies::PolicyKind;
 use crate::sample::ProcKey;
@@ -114,6 +123,22 @@ pub struct Switch {
     pub comm: String,
     pub cpus: CpuSet,
     pub arm: Arm,
+    /// Off arms: the CPU to put the process on before its own affinity is restored (V12).
+    pub via: Option<CpuSet>,
+}
+
+/// A pin that took effect, for [`Verifier::start`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewPin {
+    pub policy: PolicyKind,
+    pub proc: ProcKey,
+    pub comm: String,
+    /// The CPUs it was pinned to.
+    pub cpus: CpuSet,
+    /// Its affinity before the pin.
+    pub own: CpuSet,
+    /// The CPU it last ran on before the pin (V12), if known.
+    pub ran_on: Option<u32>,
 }
 
 /// One cycle's output of [`Verifier::observe`].
@@ -140,6 +165,8 @@ struct Member {
     off: Vec<Option<Point>>,
     /// Its own affinity, seen before the pin: what its off arm must show (V8).
     own: CpuSet,
+    /// Where its off arm puts it before widening to `own` (V12).
+    via: Option<CpuSet>,
     /// Achieved / target of its QoS in its last interval on the pin (V10).
     on_qos: Option<f64>,
 }
@@ -170,9 +197,9 @@ pub struct Verifier {
     trials: Vec<Trial>,
     /// (policy, process) -> (undone moves so far, last cycle it may not move it).
     backoff: BTreeMap<(PolicyKind, ProcKey), (u32, u64)>,
-    /// (policy, process) -> its affinity before the policy first pinned it, kept while
-    /// the policy holds it (V11).
-    own: BTreeMap<(PolicyKind, ProcKey), CpuSet>,
+    /// (policy, process) -> its affinity before the policy first pinned it, and the CPU it
+    /// last ran on then, kept while the policy holds it (V11, V12).
+    own: BTreeMap<(PolicyKind, ProcKey), (CpuSet, Option<u32>)>,
     next_id: u64,
 }
 
@@ -254,19 +281,30 @@ impl Verifier {
 
     /// Starts a trial for pins that took effect in one cycle: one trial per pin, or one for
     /// all of a policy's pins of the cycle when they are judged together (V6).
-    /// `pins` are (policy, process, name, the CPUs it was pinned to, its affinity before);
-    /// for a process its policy already held, the affinity before its first pin (V11).
-    pub fn start(
-        &mut self,
-        pins: Vec<(PolicyKind, ProcKey, String, CpuSet, CpuSet)>,
-        settings: &dyn Fn(PolicyKind) -> ProbeSettings,
-    ) {
+    /// For a process its policy already held, what it had before its first pin counts
+    /// (V11, V12).
+    pub fn start(&mut self, pins: Vec<NewPin>, settings: &dyn Fn(PolicyKind) -> ProbeSettings) {
         let mut groups: BTreeMap<PolicyKind, Vec<Member>> = BTreeMap::new();
         let mut alone: Vec<(PolicyKind, Member)> = Vec::new();
-        for (policy, proc, comm, cpus, own) in pins {
+        for NewPin {
+            policy,
+            proc,
+            comm,
+            cpus,
+            own,
+            ran_on,
+        } in pins
+        {
             // A new pin of a process on trial starts its trial again.
             self.end(policy, proc);
-            let own = self.own.entry((policy, proc)).or_insert(own).clone();
+            let (own, ran_on) = self
+                .own
+                .entry((policy, proc))
+                .or_insert((own, ran_on))
+                .clone();
+            let via = ran_on
+                .filter(|c| !cpus.contains(*c) && own.contains(*c))
+                .map(CpuSet::single);
             let m = Member {
                 proc,
                 comm,
@@ -274,6 +312,7 @@ impl Verifier {
                 on: Vec::new(),
                 off: Vec::new(),
                 own,
+                via,
                 on_qos: None,
             };
             if Expectation::of_policy(policy).together {
@@ -442,6 +481,10 @@ impl Verifier {
                     comm: m.comm.clone(),
                     cpus: m.cpus.clone(),
                     arm: next,
+                    via: match next {
+                        Arm::On => None,
+                        Arm::Off => m.via.clone(),
+                    },
                 }));
             }
         }
@@ -462,6 +505,7 @@ fn switch_on(policy: PolicyKind, m: &Member) -> Switch {
         comm: m.comm.clone(),
         cpus: m.cpus.clone(),
         arm: Arm::On,
+        via: None,
     }
 }
 
@@ -867,7 +911,14 @@ pub fn calibrate(
         v.next_id = seed.wrapping_add(trial as u64);
         v.start(
             keys.iter()
-                .map(|&k| (staged.policy, k, String::new(), pinned.clone(), own.clone()))
+                .map(|&k| NewPin {
+                    policy: staged.policy,
+                    proc: k,
+                    comm: String::new(),
+                    cpus: pinned.clone(),
+                    own: own.clone(),
+                    ran_on: None,
+                })
                 .collect(),
             &|_| *settings,
         );
@@ -1070,15 +1121,13 @@ mod tests {
     fn start(v: &mut Verifier, policy: PolicyKind, pids: &[u32]) {
         let pins = pids
             .iter()
-            .map(|&p| {
-                let own = CpuSet::parse_list("0-1").unwrap();
-                (
-                    policy,
-                    key(p),
-                    format!("p{p}"),
-                    CpuSet::parse_list("1").unwrap(),
-                    own,
-                )
+            .map(|&p| NewPin {
+                policy,
+                proc: key(p),
+                comm: format!("p{p}"),
+                cpus: CpuSet::parse_list("1").unwrap(),
+                own: CpuSet::parse_list("0-1").unwrap(),
+                ran_on: Some(0),
             })
             .collect();
         v.start(pins, &|_| settings());
@@ -1410,13 +1459,14 @@ mod tests {
             );
             v.applied(|_, _| true);
         }
-        let repin = vec![(
-            NET,
-            key(70),
-            "p70".to_string(),
-            CpuSet::parse_list("0").unwrap(),
-            CpuSet::parse_list("1").unwrap(),
-        )];
+        let repin = vec![NewPin {
+            policy: NET,
+            proc: key(70),
+            comm: "p70".to_string(),
+            cpus: CpuSet::parse_list("0").unwrap(),
+            own: CpuSet::parse_list("1").unwrap(),
+            ran_on: Some(1),
+        }];
         v.start(repin.clone(), &|_| settings());
         // Its off arms restore 0-1 (what placer first found): probed to a verdict.
         let mut w = world(&[70]);
@@ -1440,6 +1490,63 @@ mod tests {
             released.is_empty(),
             "the affinity seen at a fresh pin is its own"
         );
+    }
+
+    /// An off arm names the CPU the process ran on before its first pin, when that CPU is
+    /// outside the pin and inside its own affinity, so the host puts it back there before
+    /// widening its affinity; on arms name none; a re-pin keeps the first pin's CPU.
+    #[test]
+    fn v12_an_off_arm_puts_the_process_back_where_it_ran_before_its_first_pin() {
+        let f = |_: u32, _: Arm, i: u64| cpu_per_byte_point(1.0 + 0.01 * (i % 3) as f64);
+        let mut v = Verifier::new();
+        start(&mut v, NET, &[90]); // pinned to 1 from 0-1, ran on 0 before
+        let (_, _, _, switches) = run(&mut v, &mut world(&[90]), &[90], &f, 200);
+        let zero = CpuSet::parse_list("0").unwrap();
+        assert!(switches.iter().any(|s| s.arm == Arm::Off));
+        for s in &switches {
+            match s.arm {
+                Arm::Off => assert_eq!(s.via.as_ref(), Some(&zero), "{s:?}"),
+                Arm::On => assert_eq!(s.via, None, "{s:?}"),
+            }
+        }
+        // It ran on a CPU of the pin, or outside its own affinity: no CPU to name.
+        for ran_on in [Some(1), Some(7), None] {
+            let mut v = Verifier::new();
+            v.start(
+                vec![NewPin {
+                    policy: NET,
+                    proc: key(91),
+                    comm: "p91".into(),
+                    cpus: CpuSet::parse_list("1").unwrap(),
+                    own: CpuSet::parse_list("0-1").unwrap(),
+                    ran_on,
+                }],
+                &|_| settings(),
+            );
+            let (_, _, _, switches) = run(&mut v, &mut world(&[91]), &[91], &f, 200);
+            assert!(switches.iter().any(|s| s.arm == Arm::Off));
+            assert!(switches.iter().all(|s| s.via.is_none()), "{ran_on:?}");
+        }
+        // A re-pin while held, said to have run on 1 with affinity 1 (the first pin's
+        // doing): what it had before the first pin counts (0-1, ran on 0).
+        let mut v = Verifier::new();
+        start(&mut v, NET, &[92]);
+        v.start(
+            vec![NewPin {
+                policy: NET,
+                proc: key(92),
+                comm: "p92".into(),
+                cpus: CpuSet::parse_list("1").unwrap(),
+                own: CpuSet::parse_list("1").unwrap(),
+                ran_on: Some(1),
+            }],
+            &|_| settings(),
+        );
+        let (_, _, _, switches) = run(&mut v, &mut world(&[92]), &[92], &f, 200);
+        assert!(switches
+            .iter()
+            .filter(|s| s.arm == Arm::Off)
+            .all(|s| s.via.as_ref() == Some(&zero)));
     }
 
     /// Runs a plan of pids 80 and 81 judged together whose QoS ratio is `qos(pid, arm)`,

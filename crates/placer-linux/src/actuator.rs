@@ -527,6 +527,7 @@ mod tests {
                 &plan(vec![Action::RestoreProcess {
                     proc: k,
                     comm: "py".into(),
+                    via: None,
                 }]),
                 false,
             )[0]
@@ -615,6 +616,7 @@ mod tests {
             &plan(vec![Action::RestoreProcess {
                 proc: k,
                 comm: "py".into(),
+                via: None,
             }]),
             false,
         );
@@ -623,6 +625,63 @@ mod tests {
             assert_eq!(get_affinity(tid).expect("aff"), all, "thread {tid}");
         }
         assert!(Journal::load(&root.join("state")).expect("j").is_empty());
+    }
+
+    /// V12's host half: a restore through `via` puts a running thread on that CPU before
+    /// widening its mask (the kernel keeps a running task where it is while its mask still
+    /// holds that CPU), then the mask is the one it had; the journal is empty after.
+    #[test]
+    fn a_restore_via_a_cpu_puts_the_running_process_there_then_widens() {
+        let Some(all) = can_pin() else {
+            placer_testkit::skip("needs 2 allowed CPUs");
+            return;
+        };
+        let (first, last) = (all.first().expect("cpu"), all.last().expect("cpu"));
+        let kid = Kid(Command::new("sh")
+            .args(["-c", "while :; do :; done"])
+            .spawn()
+            .expect("spinner"));
+        let pid = kid.0.id();
+        let k = ProcKey {
+            pid,
+            start_time_ticks: start_time_ticks(Path::new("/"), pid).expect("start"),
+        };
+        let root = FakeRoot::new("act-via");
+        let mut a = Actuator::new(Path::new("/"), &root.join("state"));
+        let ran_on = || {
+            let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+            crate::procfs::parse_pid_stat(&text).and_then(|s| s.last_cpu)
+        };
+        let mut there = 0;
+        for _ in 0..5 {
+            let rep = a.apply(
+                &plan(vec![Action::PinProcess {
+                    proc: k,
+                    comm: "sh".into(),
+                    cpus: CpuSet::single(last),
+                }]),
+                false,
+            );
+            assert_eq!(rep[0].outcome, Outcome::Done);
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            let rep = a.apply(
+                &plan(vec![Action::RestoreProcess {
+                    proc: k,
+                    comm: "sh".into(),
+                    via: Some(CpuSet::single(first)),
+                }]),
+                false,
+            );
+            assert_eq!(rep[0].outcome, Outcome::Done);
+            there += usize::from(ran_on() == Some(first));
+            assert_eq!(get_affinity(pid).expect("aff"), all);
+            assert!(Journal::load(&root.join("state")).expect("j").is_empty());
+        }
+        // A balancer may move it in the instant before the look, rarely.
+        assert!(
+            there >= 4,
+            "on CPU {first} right after {there} of 5 restores"
+        );
     }
 
     #[test]

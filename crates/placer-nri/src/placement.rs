@@ -1126,6 +1126,7 @@ mod tests {
         let restore = vec![planned(Action::RestoreProcess {
             proc: key(10),
             comm: "app".into(),
+            via: None,
         })];
         let t = translate(&mut st, &restore, &container_of);
         assert_eq!(t.updates[0].1.cpus, "0-7");
@@ -1157,6 +1158,7 @@ mod tests {
                 start_time_ticks: 1,
             },
             comm: "app".into(),
+            via: None,
         })
     }
 

@@ -316,6 +316,7 @@ impl SimHost {
                             start_time_ticks: *start_time_ticks,
                         },
                         comm: e.label.clone(),
+                        via: None,
                     },
                     Knob::IrqAffinity { irq } => Action::RestoreIrq { irq: *irq },
                     other => {

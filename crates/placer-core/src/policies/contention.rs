@@ -736,7 +736,7 @@ impl Policy for Contention {
         // goes back too, and is followed no more.
         let (shared, st) = (&state.shared, &mut state.private);
         for r in &shared.last_reports {
-            let (Action::RestoreProcess { proc, comm }, Outcome::Done) =
+            let (Action::RestoreProcess { proc, comm, .. }, Outcome::Done) =
                 (&r.planned.action, &r.outcome)
             else {
                 continue;
@@ -1454,6 +1454,7 @@ mod tests {
                         action: Action::RestoreProcess {
                             proc: *proc,
                             comm: comm.clone(),
+                            via: None,
                         },
                         reason: "verdict".into(),
                     },

@@ -1011,6 +1011,7 @@ impl NetAffinity {
                             Action::RestoreProcess {
                                 proc: k,
                                 comm: p.comm.to_string(),
+                                via: None,
                             },
                             format!(
                                 "all its connections idle longer than {:.1} s{idle}: no longer communication-intensive; original affinity back",

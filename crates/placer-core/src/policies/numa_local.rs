@@ -543,7 +543,11 @@ impl Policy for NumaLocal {
             if now - last >= cfg.quiet_s {
                 plan.push(
                     KIND,
-                    Action::RestoreProcess { proc: key, comm },
+                    Action::RestoreProcess {
+                        proc: key,
+                        comm,
+                        via: None,
+                    },
                     format!(
                         "quiet for {:.0} s >= {:.0} s: original CPUs back (pages stay)",
                         now - last,

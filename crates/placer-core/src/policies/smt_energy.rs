@@ -240,6 +240,7 @@ impl Policy for SmtEnergy {
                         Action::RestoreProcess {
                             proc: *key,
                             comm: h.comm.clone(),
+                            via: None,
                         },
                         format!("{} no longer matches any smt_energy.apps rule", p.comm),
                     );
@@ -273,6 +274,7 @@ impl Policy for SmtEnergy {
                             Action::RestoreProcess {
                                 proc: key,
                                 comm: p.comm.to_string(),
+                                via: None,
                             },
                             format!(
                                 "{} idle ({:.2} CPUs < {}) for {:.0} s",

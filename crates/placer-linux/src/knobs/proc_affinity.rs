@@ -24,6 +24,7 @@ fn restore_threads(
     previous: &CpuSet,
     applied: &CpuSet,
     threads: &BTreeMap<u32, String>,
+    via: Option<&CpuSet>,
 ) -> Restored {
     let target = |tid: u32| -> CpuSet {
         threads
@@ -50,14 +51,23 @@ fn restore_threads(
             match get_affinity(tid) {
                 Ok(cur) if &cur == applied => {
                     let want = target(tid);
+                    // Through `via` first: a mask that still holds the thread's CPU does
+                    // not move it, and the kernel would keep it where the pin put it.
+                    let via = via
+                        .map(|v| v.intersection(&want))
+                        .filter(|v| !v.is_empty() && set_affinity(tid, v).is_ok());
                     match set_affinity(tid, &want) {
                         Ok(()) => restored += 1,
                         Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
                         Err(e) => {
+                            // Left as the journal says (placer's mask), not on `via`.
+                            if via.is_some() {
+                                let _ = set_affinity(tid, applied);
+                            }
                             return Restored::Failed(format!(
                                 "restoring thread {tid} of pid {} to {want}: {e}",
                                 k.pid
-                            ))
+                            ));
                         }
                     }
                 }
@@ -227,7 +237,14 @@ impl ProcAffinityHandler {
         }
     }
 
-    fn restore_proc(&mut self, root: &Path, k: ProcKey, e: &Entry) -> Restored {
+    /// `via`: CPUs each thread is put on first (V12 in `placer_core::verifier`).
+    fn restore_proc(
+        &mut self,
+        root: &Path,
+        k: ProcKey,
+        e: &Entry,
+        via: Option<&CpuSet>,
+    ) -> Restored {
         if let Err(why) = same_process(root, k) {
             self.known.remove(&k);
             self.pinned_at.remove(&k);
@@ -242,7 +259,7 @@ impl ProcAffinityHandler {
                 e.previous, e.applied
             ));
         };
-        let r = restore_threads(root, k, &prev, &applied, &e.thread_previous);
+        let r = restore_threads(root, k, &prev, &applied, &e.thread_previous, via);
         self.known.remove(&k);
         self.pinned_at.remove(&k);
         r
@@ -321,7 +338,7 @@ impl KnobHandler for ProcAffinityHandler {
         let dry_run = ctx.dry_run();
         match action {
             Action::PinProcess { proc, comm, cpus } => self.pin(ctx, *proc, comm, cpus, dry_run),
-            Action::RestoreProcess { proc, comm } => {
+            Action::RestoreProcess { proc, comm, via } => {
                 let knob = proc_knob(*proc);
                 let Some(e) = ctx.entry(&knob) else {
                     return Outcome::Skipped(format!(
@@ -335,7 +352,11 @@ impl KnobHandler for ProcAffinityHandler {
                         proc.pid, e.previous
                     ));
                 }
-                settle(ctx, &e.knob, self.restore_proc(ctx.root, *proc, &e))
+                settle(
+                    ctx,
+                    &e.knob,
+                    self.restore_proc(ctx.root, *proc, &e, via.as_ref()),
+                )
             }
             _ => crate::knob::not_mine("process affinity", action),
         }
@@ -353,6 +374,7 @@ impl KnobHandler for ProcAffinityHandler {
                     start_time_ticks,
                 },
                 entry,
+                None,
             ),
             _ => Restored::Failed("not a process affinity".into()),
         }

@@ -1009,6 +1009,24 @@ impl CpuCollector {
         Ok(u32::from_ne_bytes(info[4..8].try_into().expect("4 bytes")))
     }
 
+    /// This collector's programs' (switch and tick) cumulative time in the kernel, ns:
+    /// counted only while [`RunTimeStats`] is held by anyone. Its own program fds, not a
+    /// walk over every loaded program.
+    pub fn run_time_ns(&self) -> io::Result<u64> {
+        // struct bpf_prog_info: run_time_ns at byte 192.
+        let of = |fd: &OwnedFd| -> io::Result<u64> {
+            let info = prog_info(fd)?;
+            Ok(u64::from_ne_bytes(
+                info[192..200].try_into().expect("8 bytes"),
+            ))
+        };
+        let tick = match &self.tick_link {
+            Some((_, prog)) => of(prog)?,
+            None => 0,
+        };
+        Ok(of(&self._prog)? + tick)
+    }
+
     /// Whether the program also runs on the tick (a running task's time is counted
     /// before it is switched out).
     pub fn counts_running_tasks(&self) -> bool {

@@ -1,6 +1,7 @@
 //! The sampler's tests on fixture roots and, as root, on this machine's /proc.
 
 mod equivalence;
+mod paths;
 
 use super::*;
 use crate::pid::PidMap;

@@ -98,7 +98,8 @@
 //!    multi-threaded process's `schedstat` is its main thread's, so it always has its
 //!    `stat` read. A process the rule spares lets its kept-open `stat` go (below). Its
 //!    parent is spared with it: a process whose parent exited shows its new parent at
-//!    its refresh (rule 7 needs the connector's exits);
+//!    its refresh (rule 7 needs the connector's exits: with them, as when the collector is
+//!    detached by cost, an orphan or an exec is read in full at once);
 //! 9. without the connector, /proc is not listed while `/proc/loadavg`'s last pid (the
 //!    pid the kernel handed out last, moved by every process or thread created) stands
 //!    where it stood just before the last listing: no process came since, and one that

@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 const STORM_CHILD_ENV: &str = "PLACER_TEST_STORM_CHILD";
 /// The most a storm child lives, whatever happens to the test.
-const STORM_MAX_S: u64 = 40;
+const STORM_MAX_S: u64 = 60;
+/// Sleeping processes beside the test's.
+const SLEEPERS: usize = 100;
 
 /// Two children of this test binary bouncing a byte over two pipes (each byte two
 /// context switches), killed and reaped when dropped; each also ends at its deadline or
@@ -98,8 +100,10 @@ fn check_against_a_full_read(s: &mut Sampler, req: SampleRequest, pid: u32, when
     );
     // Its thread's time by the collector, where the sample has it, against the kernel's
     // read after it: behind by what it ran since (the full read) and the collector's
-    // bound ([`crate::bpf::TICK_MIN_NS`] and a tick), ahead by at most the two ticks of
-    // rounding in the figure it started from (its `stat` ticks).
+    // bound ([`crate::bpf::TICK_MIN_NS`] and a tick); ahead by the ticks of rounding in
+    // the figure it started from (its `stat` ticks) and the interrupts its CPU served
+    // while it ran (the collector charges wall time on the CPU, schedstat leaves
+    // interrupt time out), 1%.
     let p = inc.procs.iter().find(|p| p.pid == pid).unwrap();
     if let Some(ns) = p.threads.first().and_then(|t| t.cpu_ns) {
         let truth = std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
@@ -108,7 +112,7 @@ fn check_against_a_full_read(s: &mut Sampler, req: SampleRequest, pid: u32, when
             .map(|s| s.run_ns)
             .expect("the spinner's schedstat");
         assert!(
-            ns <= truth + 20_000_000 && truth.saturating_sub(ns) <= 150_000_000,
+            ns <= truth + truth / 100 + 20_000_000 && truth.saturating_sub(ns) <= 150_000_000,
             "{when}: collector {ns} ns, schedstat {truth} ns"
         );
     }
@@ -135,21 +139,32 @@ fn real_collector_detaches_under_a_switch_storm_and_attaches_after_it() {
         threads: true,
         ..Default::default()
     };
+    // A machine with some processes, most of them asleep (as a server's): a full read
+    // costs what it reads, the events path what ran.
+    let _sleepers: Vec<KillOnDrop> = (0..SLEEPERS)
+        .map(|_| {
+            let mut c = std::process::Command::new("sleep");
+            c.arg("120");
+            placer_testkit::proc::die_with_parent(&mut c);
+            KillOnDrop(c.spawn().expect("sleep"))
+        })
+        .collect();
     let spin = placer_testkit::proc::spinner();
     let pid = spin.0.id();
     s.sample(req).unwrap();
     assert_eq!(s.cpu_collector_attached(), Some(true));
-    // The storm: at a 1 s interval reading /proc costs a few ms per second here, and the
-    // collector's programs at every switch of the storm tens of ms.
+    // The storm: sampled every 3 s, reading every process costs a few ms per second
+    // here (a debug build, on a shared VM), and the collector's programs at every switch
+    // of the storm (tens of thousands a second) tens of ms.
     let storm = storm();
     let t0 = Instant::now();
     while s.cpu_collector_attached() == Some(true) {
         assert!(
-            t0.elapsed() < Duration::from_secs(25),
-            "still attached after 25 s of the storm: {:?}",
+            t0.elapsed() < Duration::from_secs(45),
+            "still attached after 45 s of the storm: {:?}",
             s.cpu_path()
         );
-        std::thread::sleep(Duration::from_millis(700));
+        std::thread::sleep(Duration::from_millis(3000));
         check_against_a_full_read(&mut s, req, pid, "storm");
     }
     eprintln!("detached after {:?}: {:?}", t0.elapsed(), s.cpu_path());

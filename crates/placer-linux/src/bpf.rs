@@ -687,6 +687,17 @@ impl TcpMoves {
         })
     }
 
+    /// Both programs' cumulative time in the kernel, ns (counted only while
+    /// [`RunTimeStats`] is held by anyone).
+    pub fn run_time_ns(&self) -> io::Result<u64> {
+        let mut ns = 0;
+        for p in &self._progs {
+            let info = prog_info(p)?;
+            ns += u64::from_ne_bytes(info[192..200].try_into().expect("8 bytes"));
+        }
+        Ok(ns)
+    }
+
     /// State changes counted so far (TCP sockets of the namespace given at open).
     pub fn state_changes(&self) -> io::Result<u64> {
         read_count(&self.states)

@@ -239,16 +239,23 @@ impl Sampler {
     }
 
     /// Attach the eBPF CPU collector only while it costs less than reading every
-    /// process's files, by measured cost ([`paths`]), with `cfg`'s hysteresis; `None`
-    /// (the default): attached whenever it can be. The daemon turns it on.
+    /// process's files, and the socket marks only while they cost less than dumping every
+    /// socket, by measured cost ([`paths`]), with `cfg`'s hysteresis; `None` (the
+    /// default): attached whenever they can be. The daemon turns it on.
     pub fn set_event_path_choice(&mut self, cfg: Option<placer_core::event_path::ChooserConfig>) {
         self.cpu_path = cfg.map(paths::CpuPath::new);
+        self.cache.sockets.set_path_choice(cfg);
     }
 
     /// Where the CPU collector's choice stands (`None` without the choice).
-    pub fn cpu_path(&self) -> Option<paths::CpuPathStatus> {
+    pub fn cpu_path(&self) -> Option<paths::PathStatus> {
         let p = self.cpu_path.as_ref()?;
         Some(p.status(self.sources.activity.as_deref()))
+    }
+
+    /// Where the socket marks' choice stands (`None` without the choice or sock_diag).
+    pub fn socket_path(&self) -> Option<paths::PathStatus> {
+        self.cache.sockets.path_status()
     }
 
     /// Whether the eBPF CPU collector is attached now (`None`: there is none).

@@ -1,4 +1,5 @@
-//! The CPU collector attached only while it is the cheaper way to know what ran (issue 46).
+//! Each per-event hook attached only while it is the cheaper way to the observation
+//! (issue 46): the CPU collector (what ran) and the socket marks (which sockets moved).
 //!
 //! The collector's programs run at every context switch and timer of every CPU: their cost
 //! is the machine's rate of switches (`/proc/stat`'s `ctxt`, read each sample anyway) times
@@ -16,7 +17,18 @@
 //! Correctness across a move is the activity source's: a detached collector drains
 //! `ran: None` (every process read), and one attached again drains `ran: None` once, so
 //! the sample after an attach reads every process and only later drains are trusted (as
-//! after [`crate::activity::KernelActivity`] grows its map).
+//! after [`crate::activity::KernelActivity`] grows its map). A move is decided after a
+//! sample and carried out at the start of the next, so that this first sample is the one
+//! whose drain would hold only the instants since the attach.
+//!
+//! The socket marks the same way ([`HookKind::SocketMarks`]): their cost is the
+//! namespace's TCP segments received per second (`InSegs`, `/proc/net/snmp`) times
+//! `placer_tcpmove`'s ns per segment (calibrated as above; [`DEFAULT_NS_PER_SEGMENT`]
+//! until then), plus the sampler's own time reading sockets with them (the moved ones
+//! looked up, a dump now and then); without them each sample with a segment moved dumps
+//! every socket, at the cost of the last dumps measured. Detached, the next sample dumps
+//! (no segment count to compare with yet); attached again, it dumps too (the state count
+//! has no base yet: [`super::plan::socket_read`]).
 
 use crate::activity::ActivitySource;
 use crate::bpf::RunTimeStats;
@@ -28,20 +40,61 @@ use placer_core::event_path::{
 /// count their run time (before Linux 5.8): a conservative figure from the issue's
 /// measurements on this 2-vCPU VM (178-250 ns with the statistics on).
 pub const DEFAULT_NS_PER_SWITCH: f64 = 250.0;
+/// ns per TCP segment received of `placer_tcpmove` until measured: the issue's figure on
+/// this VM (356-387 ns with the statistics on).
+pub const DEFAULT_NS_PER_SEGMENT: f64 = 380.0;
 /// Samples between two calibrations while attached (one interval each).
 pub const CALIBRATE_EVERY: u64 = 64;
 /// Weight of the newest sample in the sampler's own costs (a moving average: one slow
 /// sample on a loaded machine does not decide).
 const NEWEST: f64 = 0.25;
 
+/// Which hook a [`HookPath`] attaches and detaches (how it logs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookKind {
+    /// The eBPF CPU collector (`placer_cpu`, `placer_tick`), per context switch.
+    CpuCollector,
+    /// The socket marks (`placer_tcpmove`, `placer_tcpstate`), per segment received.
+    SocketMarks,
+}
+
+impl HookKind {
+    fn default_ns(self) -> f64 {
+        match self {
+            HookKind::CpuCollector => DEFAULT_NS_PER_SWITCH,
+            HookKind::SocketMarks => DEFAULT_NS_PER_SEGMENT,
+        }
+    }
+    fn what(self) -> (&'static str, &'static str, &'static str) {
+        match self {
+            HookKind::CpuCollector => (
+                "eBPF CPU collector",
+                "switches/s",
+                "reading every /proc/PID/stat",
+            ),
+            HookKind::SocketMarks => ("TCP socket marks", "segments/s", "dumping every socket"),
+        }
+    }
+}
+
+/// What a hook can be asked: the sampler's side of it.
+pub(super) trait Hook {
+    /// Attached now; `None`: there is none to attach.
+    fn attached(&self) -> Option<bool>;
+    fn set_attached(&mut self, on: bool) -> Result<(), String>;
+    /// Its programs' cumulative time in the kernel (ns, counted while statistics are on).
+    fn run_time_ns(&self) -> Option<u64>;
+}
+
 /// What the last evaluation knew (for `placer top`, the metrics and tests).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct CpuPathStatus {
-    /// The collector is attached now.
+pub struct PathStatus {
+    /// The hook is attached now.
     pub attached: bool,
-    pub switches_per_s: Option<f64>,
-    pub ns_per_switch: Option<f64>,
-    /// Whether `ns_per_switch` was measured (else the default).
+    /// The machine's events the hook runs at, per second.
+    pub events_per_s: Option<f64>,
+    pub ns_per_event: Option<f64>,
+    /// Whether `ns_per_event` was measured (else the default).
     pub measured: bool,
     pub costs: Costs,
 }
@@ -50,7 +103,7 @@ pub struct CpuPathStatus {
 struct Calibration {
     _stats: RunTimeStats,
     run_ns: u64,
-    ctxt: u64,
+    events: u64,
 }
 
 fn ewma(old: Option<f64>, new: f64) -> f64 {
@@ -60,106 +113,109 @@ fn ewma(old: Option<f64>, new: f64) -> f64 {
     }
 }
 
-pub(super) struct CpuPath {
+/// One sample, as a [`HookPath`] needs it.
+pub(super) struct Observed {
+    /// The machine's count of the hook's events (context switches, segments received).
+    pub events: Option<u64>,
+    pub time_ns: u64,
+    /// The sampler's CPU ns on this sample, when it was one on the events path.
+    pub events_sample_ns: Option<u64>,
+    /// What a sample on the polling path costs now, ns (measured by the caller).
+    pub polling_sample_ns: Option<f64>,
+}
+
+/// One hook's costs measured and its moves decided.
+pub(super) struct HookPath {
+    kind: HookKind,
     chooser: PathChooser,
-    /// `ctxt` and the sample's time at the last sample.
+    /// The event count and the sample's time at the last sample.
     last: Option<(u64, u64)>,
-    switches_per_s: Option<f64>,
+    events_per_s: Option<f64>,
     interval_s: Option<f64>,
-    ns_per_switch: Option<f64>,
+    ns_per_event: Option<f64>,
     measured: bool,
     calibration: Option<Calibration>,
     since_calibration: u64,
-    /// The sampler's CPU ns per process on samples that read every process.
-    full_ns_per_proc: Option<f64>,
-    /// The sampler's CPU ns per sample on the events path.
     events_sample_ns: Option<f64>,
-    procs: usize,
+    polling_sample_ns: Option<f64>,
     last_costs: Costs,
     /// A move decided after the last sample, carried out at the start of the next (so
-    /// that the sample after an attach is the one that reads every process: its drain
-    /// would hold only the instants since the attach).
+    /// that the sample after an attach is the one that reads everything: its drain would
+    /// hold only the instants since the attach).
     pending: Option<Move>,
 }
 
-/// One sample, as this module needs it.
-pub(super) struct SampleCost {
-    pub ctxt: Option<u64>,
-    pub time_ns: u64,
-    /// The sampling thread's CPU ns deciding and reading the process set.
-    pub procs_ns: u64,
-    /// Every process's files were read (no drain trusted, or the first sample).
-    pub full: bool,
-    pub procs: usize,
-}
-
-impl CpuPath {
-    pub(super) fn new(cfg: ChooserConfig) -> CpuPath {
-        CpuPath {
+impl HookPath {
+    pub(super) fn new(kind: HookKind, cfg: ChooserConfig) -> HookPath {
+        HookPath {
+            kind,
             chooser: PathChooser::new(cfg, EventPath::Events),
             last: None,
-            switches_per_s: None,
+            events_per_s: None,
             interval_s: None,
-            ns_per_switch: None,
+            ns_per_event: None,
             measured: false,
             calibration: None,
             since_calibration: CALIBRATE_EVERY,
-            full_ns_per_proc: None,
             events_sample_ns: None,
-            procs: 0,
+            polling_sample_ns: None,
             last_costs: Costs::default(),
             pending: None,
         }
     }
 
-    pub(super) fn status(&self, act: Option<&(dyn ActivitySource + 'static)>) -> CpuPathStatus {
-        CpuPathStatus {
-            attached: act.and_then(|a| a.cpu_attached()).unwrap_or(false),
-            switches_per_s: self.switches_per_s,
-            ns_per_switch: self.ns_per_switch,
+    pub(super) fn status(&self, attached: bool) -> PathStatus {
+        PathStatus {
+            attached,
+            events_per_s: self.events_per_s,
+            ns_per_event: self.ns_per_event,
             measured: self.measured,
             costs: self.last_costs,
         }
     }
 
-    /// Before a sample: the move the last one decided, carried out. `true` when it moved
-    /// (the sources' text changes).
-    pub(super) fn before(&mut self, act: &mut (dyn ActivitySource + 'static)) -> bool {
+    /// Before a sample: the move the last one decided, carried out. `true` when it moved.
+    pub(super) fn before(&mut self, hook: &mut dyn Hook) -> bool {
         match self.pending.take() {
-            Some(m) => self.carry_out(act, m),
+            Some(m) => self.carry_out(hook, m),
             None => false,
         }
     }
 
     /// After a sample: the figures taken in, a calibration finished or begun, and a move
-    /// decided when the chooser says so (carried out by [`CpuPath::before`]).
-    pub(super) fn after(&mut self, act: &mut (dyn ActivitySource + 'static), s: SampleCost) {
-        let Some(attached) = act.cpu_attached() else {
+    /// decided when the chooser says so (carried out by [`HookPath::before`]).
+    pub(super) fn after(&mut self, hook: &mut dyn Hook, s: Observed) {
+        let Some(attached) = hook.attached() else {
             return;
         };
-        if let (Some((c0, t0)), Some(c1)) = (self.last, s.ctxt) {
+        if let (Some((c0, t0)), Some(c1)) = (self.last, s.events) {
             let dt_s = s.time_ns.saturating_sub(t0) as f64 / 1e9;
             if dt_s > 0.0 {
                 self.interval_s = Some(dt_s);
-                self.switches_per_s = Some(c1.saturating_sub(c0) as f64 / dt_s);
+                self.events_per_s = Some(c1.saturating_sub(c0) as f64 / dt_s);
             }
         }
-        self.last = s.ctxt.map(|c| (c, s.time_ns));
-        self.procs = s.procs;
-        if s.full && s.procs > 0 {
-            self.full_ns_per_proc = Some(ewma(
-                self.full_ns_per_proc,
-                s.procs_ns as f64 / s.procs as f64,
-            ));
-        } else if !s.full && attached {
-            self.events_sample_ns = Some(ewma(self.events_sample_ns, s.procs_ns as f64));
+        self.last = s.events.map(|c| (c, s.time_ns));
+        if let (Some(ns), true) = (s.events_sample_ns, attached) {
+            self.events_sample_ns = Some(ewma(self.events_sample_ns, ns as f64));
+        }
+        if s.polling_sample_ns.is_some() {
+            self.polling_sample_ns = s.polling_sample_ns;
         }
         if attached {
-            self.calibrate(act, s.ctxt);
+            self.calibrate(hook, s.events);
         } else {
             self.calibration = None;
         }
-        let costs = self.costs();
+        let per_s = |ns: Option<f64>| Some(ns? / self.interval_s.filter(|i| *i > 0.0)?);
+        let costs = Costs {
+            events_ns_per_s: events_cost_ns_per_s(
+                self.events_per_s,
+                self.ns_per_event,
+                per_s(self.events_sample_ns),
+            ),
+            polling_ns_per_s: per_s(self.polling_sample_ns),
+        };
         self.last_costs = costs;
         // The actual state wins over the chooser's memory (an attach that failed).
         let path = match attached {
@@ -172,89 +228,136 @@ impl CpuPath {
         self.pending = self.chooser.evaluate(costs);
     }
 
-    fn costs(&self) -> Costs {
-        let per_s = |ns: Option<f64>| Some(ns? / self.interval_s.filter(|i| *i > 0.0)?);
-        Costs {
-            events_ns_per_s: events_cost_ns_per_s(
-                self.switches_per_s,
-                self.ns_per_switch,
-                per_s(self.events_sample_ns),
-            ),
-            polling_ns_per_s: per_s(self.full_ns_per_proc.map(|n| n * self.procs as f64)),
-        }
-    }
-
-    /// Ends a calibration window (its ns per switch taken) or begins one when due.
-    fn calibrate(&mut self, act: &mut (dyn ActivitySource + 'static), ctxt: Option<u64>) {
+    /// Ends a calibration window (its ns per event taken) or begins one when due.
+    fn calibrate(&mut self, hook: &mut dyn Hook, events: Option<u64>) {
         self.since_calibration += 1;
         if let Some(cal) = self.calibration.take() {
-            let now = act.cpu_run_time_ns();
-            if let (Some(run_ns), Some(c)) = (now, ctxt) {
-                let switches = c.saturating_sub(cal.ctxt);
-                if switches > 0 && run_ns >= cal.run_ns {
-                    self.ns_per_switch = Some((run_ns - cal.run_ns) as f64 / switches as f64);
+            if let (Some(run_ns), Some(c)) = (hook.run_time_ns(), events) {
+                let n = c.saturating_sub(cal.events);
+                if n > 0 && run_ns >= cal.run_ns {
+                    self.ns_per_event = Some((run_ns - cal.run_ns) as f64 / n as f64);
                     self.measured = true;
                 }
             }
+            self.ns_per_event.get_or_insert(self.kind.default_ns());
             self.since_calibration = 0;
             return; // the statistics go off here (dropped)
         }
         if self.since_calibration < CALIBRATE_EVERY {
             return;
         }
-        let (Some(ctxt), Ok(stats)) = (ctxt, RunTimeStats::enable()) else {
-            // No statistics (before Linux 5.8): the default stands; tried again later.
-            self.ns_per_switch.get_or_insert(DEFAULT_NS_PER_SWITCH);
-            self.since_calibration = 0;
-            return;
+        let started = match (events, RunTimeStats::enable()) {
+            (Some(events), Ok(stats)) => hook.run_time_ns().map(|run_ns| Calibration {
+                _stats: stats,
+                run_ns,
+                events,
+            }),
+            _ => None,
         };
-        match act.cpu_run_time_ns() {
-            Some(run_ns) => {
-                self.calibration = Some(Calibration {
-                    _stats: stats,
-                    run_ns,
-                    ctxt,
-                })
-            }
-            None => {
-                self.ns_per_switch.get_or_insert(DEFAULT_NS_PER_SWITCH);
-                self.since_calibration = 0;
-            }
+        if started.is_none() {
+            // No statistics (before Linux 5.8): the default stands; tried again later.
+            self.ns_per_event.get_or_insert(self.kind.default_ns());
+            self.since_calibration = 0;
         }
+        self.calibration = started;
     }
 
-    fn carry_out(&mut self, act: &mut (dyn ActivitySource + 'static), m: Move) -> bool {
+    fn carry_out(&mut self, hook: &mut dyn Hook, m: Move) -> bool {
         let pct = |ns_per_s: f64| ns_per_s / 1e7;
-        let (sw, ns) = (
-            self.switches_per_s.unwrap_or(0.0),
-            self.ns_per_switch.unwrap_or(0.0),
+        let (name, unit, read) = self.kind.what();
+        let (rate, ns) = (
+            self.events_per_s.unwrap_or(0.0),
+            self.ns_per_event.unwrap_or(0.0),
         );
         let on = m.to == EventPath::Events;
-        match act.set_cpu_attached(on) {
-            Ok(()) if on => {
-                // A fresh collector: measured again over its first interval.
-                self.since_calibration = CALIBRATE_EVERY;
-                tracing::info!(
-                    "eBPF CPU collector attached: {sw:.0} switches/s x {ns:.0} ns = {:.3}% of a CPU with its sampling, reading every /proc/PID/stat costs {:.3}%",
-                    pct(m.events_ns_per_s),
-                    pct(m.polling_ns_per_s)
-                );
-                true
-            }
+        match hook.set_attached(on) {
             Ok(()) => {
-                self.calibration = None;
+                if on {
+                    // A fresh hook: measured again over its first interval.
+                    self.since_calibration = CALIBRATE_EVERY;
+                } else {
+                    self.calibration = None;
+                }
                 tracing::info!(
-                    "eBPF CPU collector detached: {sw:.0} switches/s x {ns:.0} ns = {:.3}% of a CPU with its sampling, reading every /proc/PID/stat costs {:.3}%",
+                    "{name} {}: {rate:.0} {unit} x {ns:.0} ns = {:.3}% of a CPU with its sampling, {read} costs {:.3}%",
+                    if on { "attached" } else { "detached" },
                     pct(m.events_ns_per_s),
                     pct(m.polling_ns_per_s)
                 );
                 true
             }
             Err(why) => {
-                tracing::warn!("eBPF CPU collector: attaching it again failed: {why}");
+                tracing::warn!("{name}: attaching it again failed: {why}");
                 self.chooser.reset(EventPath::Polling);
                 false
             }
         }
+    }
+}
+
+/// The CPU collector as a [`Hook`]: the activity source's.
+struct CpuHook<'a>(&'a mut (dyn ActivitySource + 'static));
+
+impl Hook for CpuHook<'_> {
+    fn attached(&self) -> Option<bool> {
+        self.0.cpu_attached()
+    }
+    fn set_attached(&mut self, on: bool) -> Result<(), String> {
+        self.0.set_cpu_attached(on)
+    }
+    fn run_time_ns(&self) -> Option<u64> {
+        self.0.cpu_run_time_ns()
+    }
+}
+
+/// One sample, as [`CpuPath`] needs it.
+pub(super) struct SampleCost {
+    pub ctxt: Option<u64>,
+    pub time_ns: u64,
+    /// The sampling thread's CPU ns deciding and reading the process set.
+    pub procs_ns: u64,
+    /// Every process's files were read (no drain trusted, or the first sample).
+    pub full: bool,
+    pub procs: usize,
+}
+
+/// The CPU collector's path: the polling side's cost is per process (a full read's
+/// ns per process, times the processes now).
+pub(super) struct CpuPath {
+    hook: HookPath,
+    full_ns_per_proc: Option<f64>,
+}
+
+impl CpuPath {
+    pub(super) fn new(cfg: ChooserConfig) -> CpuPath {
+        CpuPath {
+            hook: HookPath::new(HookKind::CpuCollector, cfg),
+            full_ns_per_proc: None,
+        }
+    }
+
+    pub(super) fn status(&self, act: Option<&(dyn ActivitySource + 'static)>) -> PathStatus {
+        self.hook
+            .status(act.and_then(|a| a.cpu_attached()).unwrap_or(false))
+    }
+
+    pub(super) fn before(&mut self, act: &mut (dyn ActivitySource + 'static)) -> bool {
+        self.hook.before(&mut CpuHook(act))
+    }
+
+    pub(super) fn after(&mut self, act: &mut (dyn ActivitySource + 'static), s: SampleCost) {
+        if s.full && s.procs > 0 {
+            self.full_ns_per_proc = Some(ewma(
+                self.full_ns_per_proc,
+                s.procs_ns as f64 / s.procs as f64,
+            ));
+        }
+        let obs = Observed {
+            events: s.ctxt,
+            time_ns: s.time_ns,
+            events_sample_ns: (!s.full).then_some(s.procs_ns),
+            polling_sample_ns: self.full_ns_per_proc.map(|n| n * s.procs as f64),
+        };
+        self.hook.after(&mut CpuHook(act), obs);
     }
 }

@@ -16,9 +16,10 @@
 //! - **P2** a move happens only after [`ChooserConfig::streak`] evaluations in a row in
 //!   which the other path cost at most `1 / factor` of the current one
 //!   ([`ChooserConfig::factor`] >= 1);
-//! - **P3** after a move, no other move for [`ChooserConfig::hold`] evaluations: within
-//!   any `hold` evaluations in a row there is at most one move, whatever the costs (no
-//!   flapping: each move costs a full read, and an attach a program load);
+//! - **P3** after a move (or a [`PathChooser::reset`]), no other move for
+//!   [`ChooserConfig::hold`] evaluations: within any `hold` evaluations in a row there is
+//!   at most one move, whatever the costs (no flapping: each move costs a full read, and
+//!   an attach a program load). The first move after [`PathChooser::new`] needs only P2;
 //! - **P4** a path cheaper by less than the factor (an equal cost too) never causes a
 //!   move;
 //! - **P5** the other path cheaper by the factor at every evaluation is chosen within
@@ -113,8 +114,7 @@ pub struct PathChooser {
     path: EventPath,
     /// Evaluations in a row the other path was cheaper by the factor.
     streak: u32,
-    /// Evaluations since the last move (or since the start, which counts as one: the
-    /// first path was just taken).
+    /// Evaluations since the last move or reset (from `hold` at the start).
     since_move: u32,
 }
 
@@ -127,7 +127,8 @@ impl PathChooser {
             },
             path: start,
             streak: 0,
-            since_move: 0,
+            // The start is no move: the first needs only its streak.
+            since_move: cfg.hold,
         }
     }
 
@@ -291,6 +292,15 @@ mod tests {
             };
             assert!(ch.evaluate(costs).is_some(), "{start:?}");
         }
+    }
+
+    #[test]
+    fn p3_the_first_move_needs_only_its_streak() {
+        let mut ch = PathChooser::new(cfg(3, 30), EventPath::Events);
+        assert_eq!(first_move(&mut ch, c(1e7, 1e5), 100), Some(3));
+        // The next waits for the hold.
+        let back = first_move(&mut ch, c(1e3, 1e5), 100).expect("back");
+        assert_eq!(back, 31);
     }
 
     #[test]

@@ -46,6 +46,9 @@ pub trait ActivitySource: Send {
     fn set_cpu_attached(&mut self, _on: bool) -> Result<(), String> {
         Err("this source has no CPU collector to attach".into())
     }
+    /// The next `n` drains are taken and let go (`ran: None`): those samples read every
+    /// process, which is how the sampler measures what that path costs while attached.
+    fn discard_next_drains(&mut self, _n: u32) {}
     /// The collector's programs' cumulative time in the kernel (ns, counted while
     /// [`crate::bpf::RunTimeStats`] is held by anyone), `None` when detached.
     fn cpu_run_time_ns(&self) -> Option<u64> {
@@ -58,6 +61,8 @@ pub struct KernelActivity {
     cpu: Cpu,
     /// The collector was attached since the last drain: the next says `ran: None`.
     fresh: bool,
+    /// Drains to take and let go ([`ActivitySource::discard_next_drains`]).
+    discard: u32,
     events: Result<ProcEvents, String>,
     moves: Result<CgroupMoves, String>,
 }
@@ -78,6 +83,7 @@ impl KernelActivity {
                 Err(e) => Cpu::Off(e.to_string()),
             },
             fresh: false,
+            discard: 0,
             events: ProcEvents::open().map_err(|e| e.to_string()),
             moves: CgroupMoves::open().map_err(|e| e.to_string()),
         }
@@ -127,6 +133,17 @@ impl ActivitySource for KernelActivity {
             // Attached since the last drain: what its map holds is only since then, and
             // this sample reads every process; the next drain is complete.
             Cpu::On(_) if std::mem::take(&mut self.fresh) => None,
+            // Drained (the next drain holds only what ran after this sample's full read),
+            // and not trusted.
+            Cpu::On(c) if self.discard > 0 => {
+                self.discard -= 1;
+                if let Ok(d) = c.drain() {
+                    if d.lost_full {
+                        self.grow();
+                    }
+                }
+                None
+            }
             Cpu::On(c) => match c.drain() {
                 Ok(d) if !d.lost_full => Some(d.procs),
                 // The map filled up: some processes went unaccounted (this sample reads
@@ -221,6 +238,10 @@ impl ActivitySource for KernelActivity {
                 Ok(())
             }
         }
+    }
+
+    fn discard_next_drains(&mut self, n: u32) {
+        self.discard = n;
     }
 
     fn cpu_run_time_ns(&self) -> Option<u64> {

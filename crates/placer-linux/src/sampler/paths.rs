@@ -217,6 +217,7 @@ impl HookPath {
             polling_ns_per_s: per_s(self.polling_sample_ns),
         };
         self.last_costs = costs;
+        tracing::debug!(hook = ?self.kind, attached, events_per_s = ?self.events_per_s, ns_per_event = ?self.ns_per_event, ?costs, "event path");
         // The actual state wins over the chooser's memory (an attach that failed).
         let path = match attached {
             true => EventPath::Events,
@@ -322,10 +323,20 @@ pub(super) struct SampleCost {
 }
 
 /// The CPU collector's path: the polling side's cost is per process (a full read's
-/// ns per process, times the processes now).
+/// ns per process, times the processes now). While attached, it is measured by a probe:
+/// two samples whose drains are let go (so they read every process), the second of which
+/// costs what a sample on the polling path costs (rule 8's `schedstat` figures are there
+/// from the first); at the third sample and every [`CALIBRATE_EVERY`] after. Until then,
+/// the first sample's full read stands in (dearer than the polling path's: it reads every
+/// file of every process).
 pub(super) struct CpuPath {
     hook: HookPath,
     full_ns_per_proc: Option<f64>,
+    /// `full_ns_per_proc` is a polling sample's (a probe's, or the polling path's own).
+    polling_measured: bool,
+    since_probe: u64,
+    /// Probe samples still to come (2, then 1).
+    probing: u8,
 }
 
 impl CpuPath {
@@ -333,6 +344,9 @@ impl CpuPath {
         CpuPath {
             hook: HookPath::new(HookKind::CpuCollector, cfg),
             full_ns_per_proc: None,
+            polling_measured: false,
+            since_probe: 0,
+            probing: 0,
         }
     }
 
@@ -342,15 +356,39 @@ impl CpuPath {
     }
 
     pub(super) fn before(&mut self, act: &mut (dyn ActivitySource + 'static)) -> bool {
-        self.hook.before(&mut CpuHook(act))
+        let moved = self.hook.before(&mut CpuHook(&mut *act));
+        let due = self.since_probe >= CALIBRATE_EVERY
+            || (!self.polling_measured && self.since_probe >= 2);
+        if !moved && self.probing == 0 && due && act.cpu_attached() == Some(true) {
+            act.discard_next_drains(2);
+            self.probing = 2;
+            self.since_probe = 0;
+        }
+        moved
     }
 
     pub(super) fn after(&mut self, act: &mut (dyn ActivitySource + 'static), s: SampleCost) {
+        self.since_probe += 1;
+        let attached = act.cpu_attached() == Some(true);
+        let probing = self.probing;
+        self.probing = probing.saturating_sub(1);
         if s.full && s.procs > 0 {
-            self.full_ns_per_proc = Some(ewma(
-                self.full_ns_per_proc,
-                s.procs_ns as f64 / s.procs as f64,
-            ));
+            let per = s.procs_ns as f64 / s.procs as f64;
+            let take = match (attached, probing) {
+                // The probe's first: rule 8 has no `schedstat` figures to compare yet.
+                (true, 2) => None,
+                (true, 1) => Some(true),
+                (false, _) => Some(true),
+                // A first sample, or the one after an attach: until a polling sample.
+                (true, _) => (!self.polling_measured).then_some(false),
+            };
+            if let Some(polling) = take {
+                let prev = self
+                    .full_ns_per_proc
+                    .filter(|_| self.polling_measured || !polling);
+                self.full_ns_per_proc = Some(ewma(prev, per));
+                self.polling_measured |= polling;
+            }
         }
         let obs = Observed {
             events: s.ctxt,

@@ -50,8 +50,9 @@ pub trait ActivitySource: Send {
     /// process, which is how the sampler measures what that path costs while attached.
     fn discard_next_drains(&mut self, _n: u32) {}
     /// The collector's programs' cumulative time in the kernel (ns, counted while
-    /// [`crate::bpf::RunTimeStats`] is held by anyone), `None` when detached.
-    fn cpu_run_time_ns(&self) -> Option<u64> {
+    /// [`crate::bpf::RunTimeStats`] is held by anyone): the switch program's and the tick
+    /// program's; `None` when detached.
+    fn cpu_run_time_ns(&self) -> Option<(u64, u64)> {
         None
     }
 }
@@ -244,7 +245,7 @@ impl ActivitySource for KernelActivity {
         self.discard = n;
     }
 
-    fn cpu_run_time_ns(&self) -> Option<u64> {
+    fn cpu_run_time_ns(&self) -> Option<(u64, u64)> {
         match &self.cpu {
             Cpu::On(c) => c.run_time_ns().ok(),
             Cpu::Detached { .. } | Cpu::Off(_) => None,

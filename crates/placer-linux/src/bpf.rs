@@ -687,15 +687,16 @@ impl TcpMoves {
         })
     }
 
-    /// Both programs' cumulative time in the kernel, ns (counted only while
-    /// [`RunTimeStats`] is held by anyone).
-    pub fn run_time_ns(&self) -> io::Result<u64> {
-        let mut ns = 0;
-        for p in &self._progs {
+    /// The programs' cumulative time in the kernel, ns, the segment marker's and the
+    /// state counter's (counted only while [`RunTimeStats`] is held by anyone).
+    pub fn run_time_ns(&self) -> io::Result<(u64, u64)> {
+        let of = |p: &OwnedFd| -> io::Result<u64> {
             let info = prog_info(p)?;
-            ns += u64::from_ne_bytes(info[192..200].try_into().expect("8 bytes"));
-        }
-        Ok(ns)
+            Ok(u64::from_ne_bytes(
+                info[192..200].try_into().expect("8 bytes"),
+            ))
+        };
+        Ok((of(&self._progs[0])?, of(&self._progs[1])?))
     }
 
     /// State changes counted so far (TCP sockets of the namespace given at open).
@@ -1020,10 +1021,10 @@ impl CpuCollector {
         Ok(u32::from_ne_bytes(info[4..8].try_into().expect("4 bytes")))
     }
 
-    /// This collector's programs' (switch and tick) cumulative time in the kernel, ns:
-    /// counted only while [`RunTimeStats`] is held by anyone. Its own program fds, not a
-    /// walk over every loaded program.
-    pub fn run_time_ns(&self) -> io::Result<u64> {
+    /// This collector's programs' cumulative time in the kernel, ns, the switch program's
+    /// and the tick program's: counted only while [`RunTimeStats`] is held by anyone. Its
+    /// own program fds, not a walk over every loaded program.
+    pub fn run_time_ns(&self) -> io::Result<(u64, u64)> {
         // struct bpf_prog_info: run_time_ns at byte 192.
         let of = |fd: &OwnedFd| -> io::Result<u64> {
             let info = prog_info(fd)?;
@@ -1035,7 +1036,7 @@ impl CpuCollector {
             Some((_, prog)) => of(prog)?,
             None => 0,
         };
-        Ok(of(&self._prog)? + tick)
+        Ok((of(&self._prog)?, tick))
     }
 
     /// Whether the program also runs on the tick (a running task's time is counted

@@ -82,8 +82,11 @@ pub(super) trait Hook {
     /// Attached now; `None`: there is none to attach.
     fn attached(&self) -> Option<bool>;
     fn set_attached(&mut self, on: bool) -> Result<(), String>;
-    /// Its programs' cumulative time in the kernel (ns, counted while statistics are on).
-    fn run_time_ns(&self) -> Option<u64>;
+    /// Its programs' cumulative time in the kernel (ns, counted while statistics are on):
+    /// the program run at each of the events counted, and the others (the collector's
+    /// tick program, whose runs follow the timers, not the switches; the marks' state
+    /// counter), whose time is taken per second.
+    fn run_time_ns(&self) -> Option<(u64, u64)>;
 }
 
 /// What the last evaluation knew (for `placer top`, the metrics and tests).
@@ -102,8 +105,9 @@ pub struct PathStatus {
 /// A calibration window: the statistics held, and where the counts stood at its start.
 struct Calibration {
     _stats: RunTimeStats,
-    run_ns: u64,
+    run_ns: (u64, u64),
     events: u64,
+    time_ns: u64,
 }
 
 fn ewma(old: Option<f64>, new: f64) -> f64 {
@@ -133,6 +137,8 @@ pub(super) struct HookPath {
     events_per_s: Option<f64>,
     interval_s: Option<f64>,
     ns_per_event: Option<f64>,
+    /// The other programs' time per second of wall time (calibrated with it).
+    other_ns_per_s: f64,
     measured: bool,
     calibration: Option<Calibration>,
     since_calibration: u64,
@@ -154,6 +160,7 @@ impl HookPath {
             events_per_s: None,
             interval_s: None,
             ns_per_event: None,
+            other_ns_per_s: 0.0,
             measured: false,
             calibration: None,
             since_calibration: CALIBRATE_EVERY,
@@ -203,7 +210,7 @@ impl HookPath {
             self.polling_sample_ns = s.polling_sample_ns;
         }
         if attached {
-            self.calibrate(hook, s.events);
+            self.calibrate(hook, s.events, s.time_ns);
         } else {
             self.calibration = None;
         }
@@ -212,7 +219,7 @@ impl HookPath {
             events_ns_per_s: events_cost_ns_per_s(
                 self.events_per_s,
                 self.ns_per_event,
-                per_s(self.events_sample_ns),
+                per_s(self.events_sample_ns).map(|n| n + self.other_ns_per_s),
             ),
             polling_ns_per_s: per_s(self.polling_sample_ns),
         };
@@ -230,13 +237,20 @@ impl HookPath {
     }
 
     /// Ends a calibration window (its ns per event taken) or begins one when due.
-    fn calibrate(&mut self, hook: &mut dyn Hook, events: Option<u64>) {
+    fn calibrate(&mut self, hook: &mut dyn Hook, events: Option<u64>, time_ns: u64) {
         self.since_calibration += 1;
         if let Some(cal) = self.calibration.take() {
-            if let (Some(run_ns), Some(c)) = (hook.run_time_ns(), events) {
+            if let (Some((ev_ns, other_ns)), Some(c)) = (hook.run_time_ns(), events) {
                 let n = c.saturating_sub(cal.events);
-                if n > 0 && run_ns >= cal.run_ns {
-                    self.ns_per_event = Some((run_ns - cal.run_ns) as f64 / n as f64);
+                let dt_s = time_ns.saturating_sub(cal.time_ns) as f64 / 1e9;
+                let (ev, other) = (
+                    ev_ns.checked_sub(cal.run_ns.0),
+                    other_ns.checked_sub(cal.run_ns.1),
+                );
+                tracing::debug!(hook = ?self.kind, ?ev, ?other, events = n, dt_s, "calibration");
+                if let (Some(ev), Some(other), true, true) = (ev, other, n > 0, dt_s > 0.0) {
+                    self.ns_per_event = Some(ev as f64 / n as f64);
+                    self.other_ns_per_s = other as f64 / dt_s;
                     self.measured = true;
                 }
             }
@@ -252,6 +266,7 @@ impl HookPath {
                 _stats: stats,
                 run_ns,
                 events,
+                time_ns,
             }),
             _ => None,
         };
@@ -306,7 +321,7 @@ impl Hook for CpuHook<'_> {
     fn set_attached(&mut self, on: bool) -> Result<(), String> {
         self.0.set_cpu_attached(on)
     }
-    fn run_time_ns(&self) -> Option<u64> {
+    fn run_time_ns(&self) -> Option<(u64, u64)> {
         self.0.cpu_run_time_ns()
     }
 }

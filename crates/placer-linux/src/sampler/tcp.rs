@@ -320,7 +320,7 @@ impl Hook for MarksHook<'_> {
         Ok(())
     }
 
-    fn run_time_ns(&self) -> Option<u64> {
+    fn run_time_ns(&self) -> Option<(u64, u64)> {
         match &*self.moves {
             Marks::On(m) => m.run_time_ns().ok(),
             _ => None,

@@ -12,7 +12,7 @@ const STORM_CHILD_ENV: &str = "PLACER_TEST_STORM_CHILD";
 /// The most a storm child lives, whatever happens to the test.
 const STORM_MAX_S: u64 = 60;
 /// Sleeping processes beside the test's.
-const SLEEPERS: usize = 100;
+const SLEEPERS: usize = 300;
 
 /// Two children of this test binary bouncing a byte over two pipes (each byte two
 /// context switches), killed and reaped when dropped; each also ends at its deadline or
@@ -100,10 +100,13 @@ fn check_against_a_full_read(s: &mut Sampler, req: SampleRequest, pid: u32, when
     );
     // Its thread's time by the collector, where the sample has it, against the kernel's
     // read after it: behind by what it ran since (the full read) and the collector's
-    // bound ([`crate::bpf::TICK_MIN_NS`] and a tick); ahead by the ticks of rounding in
-    // the figure it started from (its `stat` ticks) and the interrupts its CPU served
-    // while it ran (the collector charges wall time on the CPU, schedstat leaves
-    // interrupt time out), 1%.
+    // bound ([`crate::bpf::TICK_MIN_NS`] and a tick); ahead by the interrupts its CPU
+    // served while it ran (the collector charges wall time on the CPU, schedstat leaves
+    // interrupt time out), 1%, and by what it ran between a drain and the read of its
+    // files on each sample whose drain was not trusted (the probe's, an attach's): its
+    // time starts again from its ticks read then, and the next drain holds that gap too
+    // (one sample's reading of ~400 processes, tens of ms in this debug build; up to
+    // three such samples here).
     let p = inc.procs.iter().find(|p| p.pid == pid).unwrap();
     if let Some(ns) = p.threads.first().and_then(|t| t.cpu_ns) {
         let truth = std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
@@ -112,7 +115,7 @@ fn check_against_a_full_read(s: &mut Sampler, req: SampleRequest, pid: u32, when
             .map(|s| s.run_ns)
             .expect("the spinner's schedstat");
         assert!(
-            ns <= truth + truth / 100 + 20_000_000 && truth.saturating_sub(ns) <= 150_000_000,
+            ns <= truth + truth / 100 + 150_000_000 && truth.saturating_sub(ns) <= 150_000_000,
             "{when}: collector {ns} ns, schedstat {truth} ns"
         );
     }

@@ -833,8 +833,13 @@ mod tests {
         assert_eq!(placer_line(&[]), "");
         // Holding the switch program: attached; holding only others: said detached.
         assert!(c[0].cpu_collector_attached && !placer_line(&c).contains("detached"));
-        let tcp_only = |pid| if pid == 10 { vec![2] } else { vec![] };
-        let c = placer_costs(&obs, &before, &after, tcp_only, true);
+        let mut others = after.to_vec();
+        others.push(ProgramRunTime {
+            prog: Prog::TcpMoves,
+            ..at(5, 10)
+        });
+        let tcp_only = |pid| if pid == 10 { vec![5] } else { vec![] };
+        let c = placer_costs(&obs, &before, &others, tcp_only, true);
         assert!(!c[0].cpu_collector_attached, "{c:?}");
         assert!(placer_line(&c).contains("CPU collector detached"));
     }

@@ -1,7 +1,6 @@
 //! The sampler's tests on fixture roots and, as root, on this machine's /proc.
 
 mod equivalence;
-mod paths;
 
 use super::*;
 use crate::pid::PidMap;

@@ -1,18 +1,23 @@
-//! The CPU collector's path chosen by cost ([`crate::sampler::paths`]) on this machine:
-//! detached under a storm of context switches, attached again after it, and what the
-//! samples say of a known CPU burner right across both moves.
+//! The CPU collector's path chosen by cost (`placer_linux::sampler::paths`) on this
+//! machine: detached under a storm of context switches, attached again after it, and what
+//! the samples say of a known CPU burner right across both moves. A test binary of its
+//! own: its storm and its sleeping processes would change what the sampler's other root
+//! tests see (kept-open files, CPU shares) were they run beside them.
 
-use super::*;
 use placer_core::event_path::ChooserConfig;
+use placer_core::sample::{SampleRequest, SourceKind};
+use placer_core::Sample;
+use placer_linux::sampler::Sampler;
 use placer_testkit::proc::KillOnDrop;
 use std::io::{Read, Write};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 const STORM_CHILD_ENV: &str = "PLACER_TEST_STORM_CHILD";
 /// The most a storm child lives, whatever happens to the test.
 const STORM_MAX_S: u64 = 60;
 /// Sleeping processes beside the test's.
-const SLEEPERS: usize = 300;
+const SLEEPERS: usize = 600;
 
 /// Two children of this test binary bouncing a byte over two pipes (each byte two
 /// context switches), killed and reaped when dropped; each also ends at its deadline or
@@ -25,14 +30,9 @@ struct Storm(
 fn storm() -> Storm {
     let child = |start: bool| {
         let mut c = std::process::Command::new(std::env::current_exe().unwrap());
-        c.args([
-            "--exact",
-            "sampler::tests::paths::storm_child",
-            "--ignored",
-            "--test-threads=1",
-        ])
-        .env(STORM_CHILD_ENV, if start { "start" } else { "echo" })
-        .stderr(std::process::Stdio::null());
+        c.args(["--exact", "storm_child", "--ignored", "--test-threads=1"])
+            .env(STORM_CHILD_ENV, if start { "start" } else { "echo" })
+            .stderr(std::process::Stdio::null());
         placer_testkit::proc::die_with_parent(&mut c);
         c
     };
@@ -100,18 +100,18 @@ fn check_against_a_full_read(s: &mut Sampler, req: SampleRequest, pid: u32, when
     );
     // Its thread's time by the collector, where the sample has it, against the kernel's
     // read after it: behind by what it ran since (the full read) and the collector's
-    // bound ([`crate::bpf::TICK_MIN_NS`] and a tick); ahead by the interrupts its CPU
+    // bound ([`placer_linux::bpf::TICK_MIN_NS`] and a tick); ahead by the interrupts its CPU
     // served while it ran (the collector charges wall time on the CPU, schedstat leaves
     // interrupt time out), 1%, and by what it ran between a drain and the read of its
     // files on each sample whose drain was not trusted (the probe's, an attach's): its
     // time starts again from its ticks read then, and the next drain holds that gap too
-    // (one sample's reading of ~400 processes, tens of ms in this debug build; up to
+    // (one sample's reading of ~700 processes, tens of ms in this debug build; up to
     // three such samples here).
     let p = inc.procs.iter().find(|p| p.pid == pid).unwrap();
     if let Some(ns) = p.threads.first().and_then(|t| t.cpu_ns) {
         let truth = std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
             .ok()
-            .and_then(|t| crate::procfs::parse_schedstat(&t))
+            .and_then(|t| placer_linux::procfs::parse_schedstat(&t))
             .map(|s| s.run_ns)
             .expect("the spinner's schedstat");
         assert!(
@@ -125,10 +125,17 @@ fn check_against_a_full_read(s: &mut Sampler, req: SampleRequest, pid: u32, when
 #[cfg_attr(not(placer_root), ignore = "needs root")]
 fn real_collector_detaches_under_a_switch_storm_and_attaches_after_it() {
     placer_testkit::require_root();
-    let Some(mut s) = super::event_sampler() else {
+    let mut s = Sampler::new(Path::new("/"));
+    let src = s.sources();
+    if !src.has(SourceKind::Ebpf) || !src.has(SourceKind::ProcEvents) {
+        placer_testkit::skip(&format!(
+            "kernel event sources: {:?} / {:?}",
+            src.why_missing(SourceKind::Ebpf),
+            src.why_missing(SourceKind::ProcEvents)
+        ));
         return;
-    };
-    if crate::bpf::RunTimeStats::enable().is_err() {
+    }
+    if placer_linux::bpf::RunTimeStats::enable().is_err() {
         placer_testkit::skip("no BPF run-time statistics (Linux 5.8) to measure the collector by");
         return;
     }

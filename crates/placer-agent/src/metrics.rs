@@ -357,11 +357,15 @@ impl Metrics {
             render_process(&mut o, &p);
         }
         if let Some((root, pid)) = &s.process {
-            if let Some(progs) = held_programs(root, *pid) {
+            let progs = held_programs(root, *pid);
+            if let Some(progs) = &progs {
                 let on = std::fs::read_to_string(root.join("proc/sys/kernel/bpf_stats_enabled"))
                     .ok()
                     .map(|t| t.trim() != "0");
-                render_bpf(&mut o, on, &progs);
+                render_bpf(&mut o, on, progs);
+            }
+            if root == std::path::Path::new("/") {
+                render_event_sources(&mut o, progs.as_deref().unwrap_or_default());
             }
         }
         if !s.nri_labels.is_empty() {
@@ -489,6 +493,28 @@ fn render_bpf(o: &mut String, stats_on: Option<bool>, progs: &[ProgramRunTime]) 
     );
     for (name, (_, runs)) in &by {
         let _ = writeln!(o, "placer_bpf_runs_total{{program=\"{name}\"}} {runs}");
+    }
+}
+
+/// Which of placer's per-event hooks are attached now (the programs it holds): the CPU
+/// collector is let go while reading /proc costs less (`placer_linux::sampler::paths`),
+/// the socket marks while no policy asks for sockets.
+fn render_event_sources(o: &mut String, held: &[ProgramRunTime]) {
+    let _ = writeln!(
+        o,
+        "# HELP placer_event_source_attached 1 while the source's eBPF program is attached (it runs at each of its events), 0 while placer reads the same observation per sample instead.\n# TYPE placer_event_source_attached gauge"
+    );
+    for (source, prog) in [
+        ("cpu_collector", Prog::Switch),
+        ("socket_marks", Prog::TcpMoves),
+        ("cgroup_moves", Prog::CgroupMoves),
+    ] {
+        let on = held.iter().any(|p| p.prog == prog);
+        let _ = writeln!(
+            o,
+            "placer_event_source_attached{{source=\"{source}\"}} {}",
+            u8::from(on)
+        );
     }
 }
 
@@ -935,6 +961,16 @@ mod tests {
             "{o}"
         );
         assert!(o.contains("# TYPE placer_bpf_runs_total counter"), "{o}");
+        let mut src = String::new();
+        render_event_sources(
+            &mut src,
+            &[at(1, Prog::Switch, 0, 0), at(2, Prog::Tick, 0, 0)],
+        );
+        assert!(
+            src.contains("placer_event_source_attached{source=\"cpu_collector\"} 1\n")
+                && src.contains("placer_event_source_attached{source=\"socket_marks\"} 0\n"),
+            "{src}"
+        );
         let mut off = String::new();
         render_bpf(&mut off, Some(false), &[at(1, Prog::TcpMoves, 0, 0)]);
         assert!(off.contains("placer_bpf_stats_enabled 0\n"), "{off}");

@@ -12,6 +12,7 @@ pub mod config_doc;
 pub mod counter_trace;
 pub mod cpuset;
 pub mod engine;
+pub mod event_path;
 pub mod host;
 pub mod journal;
 pub mod k8s;

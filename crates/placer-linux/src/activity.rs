@@ -35,19 +35,56 @@ pub trait ActivitySource: Send {
     fn drain(&mut self) -> Activity;
     /// `ebpf` and `proc_events` entries for [`placer_core::sample::SourceStatus`].
     fn sources(&self) -> Vec<Source>;
+    /// Whether the CPU collector is attached now; `None`: there is none to attach or
+    /// detach (it could not be opened, or the source is scripted).
+    fn cpu_attached(&self) -> Option<bool> {
+        None
+    }
+    /// Attaches (a fresh collector: the next drain says `ran: None`, so that sample reads
+    /// every process and later drains are complete) or detaches the CPU collector; the
+    /// error says why not.
+    fn set_cpu_attached(&mut self, _on: bool) -> Result<(), String> {
+        Err("this source has no CPU collector to attach".into())
+    }
+    /// The next `n` drains are taken and let go (`ran: None`): those samples read every
+    /// process, which is how the sampler measures what that path costs while attached.
+    fn discard_next_drains(&mut self, _n: u32) {}
+    /// The collector's programs' cumulative time in the kernel (ns, counted while
+    /// [`crate::bpf::RunTimeStats`] is held by anyone): the switch program's and the tick
+    /// program's; `None` when detached.
+    fn cpu_run_time_ns(&self) -> Option<(u64, u64)> {
+        None
+    }
 }
 
 /// The real kernel's event sources, each opened once (or its error kept to say why not).
 pub struct KernelActivity {
-    cpu: Result<CpuCollector, String>,
+    cpu: Cpu,
+    /// The collector was attached since the last drain: the next says `ran: None`.
+    fresh: bool,
+    /// Drains to take and let go ([`ActivitySource::discard_next_drains`]).
+    discard: u32,
     events: Result<ProcEvents, String>,
     moves: Result<CgroupMoves, String>,
+}
+
+/// The CPU collector: attached, let go (its map's size kept for the next attach), or not
+/// to be had (why).
+enum Cpu {
+    On(CpuCollector),
+    Detached { capacity: u32 },
+    Off(String),
 }
 
 impl KernelActivity {
     pub fn open() -> KernelActivity {
         KernelActivity {
-            cpu: CpuCollector::open().map_err(|e| e.to_string()),
+            cpu: match CpuCollector::open() {
+                Ok(c) => Cpu::On(c),
+                Err(e) => Cpu::Off(e.to_string()),
+            },
+            fresh: false,
+            discard: 0,
             events: ProcEvents::open().map_err(|e| e.to_string()),
             moves: CgroupMoves::open().map_err(|e| e.to_string()),
         }
@@ -55,12 +92,15 @@ impl KernelActivity {
 
     /// Whether at least one source works.
     pub fn any(&self) -> bool {
-        self.cpu.is_ok() || self.events.is_ok()
+        !matches!(self.cpu, Cpu::Off(_)) || self.events.is_ok()
     }
 
     /// The CPU collector's map size (None without the collector).
     pub fn cpu_capacity(&self) -> Option<u32> {
-        self.cpu.as_ref().ok().map(|c| c.capacity())
+        match &self.cpu {
+            Cpu::On(c) => Some(c.capacity()),
+            Cpu::Detached { .. } | Cpu::Off(_) => None,
+        }
     }
 
     /// A collector whose map holds `capacity` threads in place of this one's (tests: a
@@ -68,7 +108,7 @@ impl KernelActivity {
     pub fn resize_cpu(&mut self, capacity: u32) -> std::io::Result<()> {
         let c = CpuCollector::open_for(capacity)?;
         // Attached before the old one goes: no instant without a collector.
-        self.cpu = Ok(c);
+        self.cpu = Cpu::On(c);
         Ok(())
     }
 
@@ -91,7 +131,21 @@ impl KernelActivity {
 impl ActivitySource for KernelActivity {
     fn drain(&mut self) -> Activity {
         let ran = match &mut self.cpu {
-            Ok(c) => match c.drain() {
+            // Attached since the last drain: what its map holds is only since then, and
+            // this sample reads every process; the next drain is complete.
+            Cpu::On(_) if std::mem::take(&mut self.fresh) => None,
+            // Drained (the next drain holds only what ran after this sample's full read),
+            // and not trusted.
+            Cpu::On(c) if self.discard > 0 => {
+                self.discard -= 1;
+                if let Ok(d) = c.drain() {
+                    if d.lost_full {
+                        self.grow();
+                    }
+                }
+                None
+            }
+            Cpu::On(c) => match c.drain() {
                 Ok(d) if !d.lost_full => Some(d.procs),
                 // The map filled up: some processes went unaccounted (this sample reads
                 // them all); from now on a map twice as big, where there is room.
@@ -104,7 +158,7 @@ impl ActivitySource for KernelActivity {
                     None
                 }
             },
-            Err(_) => None,
+            Cpu::Detached { .. } | Cpu::Off(_) => None,
         };
         let events = match &mut self.events {
             Ok(ev) => {
@@ -129,18 +183,22 @@ impl ActivitySource for KernelActivity {
         vec![
             Source {
                 name: SourceKind::Ebpf,
-                available: self.cpu.is_ok(),
+                available: !matches!(self.cpu, Cpu::Off(_)),
                 detail: match (&self.cpu, &self.moves) {
-                    (Ok(_), Ok(_)) => format!(
+                    (Cpu::Detached { .. }, _) => format!(
+                        "CPU collector ({}) detached: at this machine's rate of context switches it costs more than reading every /proc/PID/stat, which each sample does now; attached again when it is the cheaper",
+                        crate::bpf::PROG_NAME,
+                    ),
+                    (Cpu::On(_), Ok(_)) => format!(
                         "CPU time per thread from sched_switch and the tick ({}); idle processes are not read; cgroup moves counted ({}): an idle process's cgroup is read again only after one",
                         crate::bpf::PROG_NAME,
                         crate::bpf::CGROUP_MOVES_PROG_NAME,
                     ),
-                    (Ok(_), Err(e)) => format!(
+                    (Cpu::On(_), Err(e)) => format!(
                         "CPU time per thread from sched_switch and the tick ({}); idle processes are not read; cgroup-move counter: {e}: an idle process's cgroup is read again at each refresh",
                         crate::bpf::PROG_NAME,
                     ),
-                    (Err(e), _) => format!("eBPF CPU collector: {e}; reading every /proc/PID/stat"),
+                    (Cpu::Off(e), _) => format!("eBPF CPU collector: {e}; reading every /proc/PID/stat"),
                 },
             },
             Source {
@@ -152,6 +210,46 @@ impl ActivitySource for KernelActivity {
                 },
             },
         ]
+    }
+
+    fn cpu_attached(&self) -> Option<bool> {
+        match self.cpu {
+            Cpu::On(_) => Some(true),
+            Cpu::Detached { .. } => Some(false),
+            Cpu::Off(_) => None,
+        }
+    }
+
+    fn set_cpu_attached(&mut self, on: bool) -> Result<(), String> {
+        match (&self.cpu, on) {
+            (Cpu::Off(why), _) => Err(why.clone()),
+            (Cpu::On(_), true) | (Cpu::Detached { .. }, false) => Ok(()),
+            // Dropping the collector drops its links (the programs leave the tracepoints)
+            // and its maps.
+            (Cpu::On(c), false) => {
+                self.cpu = Cpu::Detached {
+                    capacity: c.capacity(),
+                };
+                Ok(())
+            }
+            (&Cpu::Detached { capacity }, true) => {
+                let c = CpuCollector::open_for(capacity).map_err(|e| e.to_string())?;
+                self.cpu = Cpu::On(c);
+                self.fresh = true;
+                Ok(())
+            }
+        }
+    }
+
+    fn discard_next_drains(&mut self, n: u32) {
+        self.discard = n;
+    }
+
+    fn cpu_run_time_ns(&self) -> Option<(u64, u64)> {
+        match &self.cpu {
+            Cpu::On(c) => c.run_time_ns().ok(),
+            Cpu::Detached { .. } | Cpu::Off(_) => None,
+        }
     }
 }
 

@@ -687,6 +687,18 @@ impl TcpMoves {
         })
     }
 
+    /// The programs' cumulative time in the kernel, ns, the segment marker's and the
+    /// state counter's (counted only while [`RunTimeStats`] is held by anyone).
+    pub fn run_time_ns(&self) -> io::Result<(u64, u64)> {
+        let of = |p: &OwnedFd| -> io::Result<u64> {
+            let info = prog_info(p)?;
+            Ok(u64::from_ne_bytes(
+                info[192..200].try_into().expect("8 bytes"),
+            ))
+        };
+        Ok((of(&self._progs[0])?, of(&self._progs[1])?))
+    }
+
     /// State changes counted so far (TCP sockets of the namespace given at open).
     pub fn state_changes(&self) -> io::Result<u64> {
         read_count(&self.states)
@@ -1007,6 +1019,24 @@ impl CpuCollector {
     pub fn prog_id(&self) -> io::Result<u32> {
         let info = prog_info(&self._prog)?;
         Ok(u32::from_ne_bytes(info[4..8].try_into().expect("4 bytes")))
+    }
+
+    /// This collector's programs' cumulative time in the kernel, ns, the switch program's
+    /// and the tick program's: counted only while [`RunTimeStats`] is held by anyone. Its
+    /// own program fds, not a walk over every loaded program.
+    pub fn run_time_ns(&self) -> io::Result<(u64, u64)> {
+        // struct bpf_prog_info: run_time_ns at byte 192.
+        let of = |fd: &OwnedFd| -> io::Result<u64> {
+            let info = prog_info(fd)?;
+            Ok(u64::from_ne_bytes(
+                info[192..200].try_into().expect("8 bytes"),
+            ))
+        };
+        let tick = match &self.tick_link {
+            Some((_, prog)) => of(prog)?,
+            None => 0,
+        };
+        Ok((of(&self._prog)?, tick))
     }
 
     /// Whether the program also runs on the tick (a running task's time is counted

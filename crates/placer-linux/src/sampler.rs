@@ -98,7 +98,8 @@
 //!    multi-threaded process's `schedstat` is its main thread's, so it always has its
 //!    `stat` read. A process the rule spares lets its kept-open `stat` go (below). Its
 //!    parent is spared with it: a process whose parent exited shows its new parent at
-//!    its refresh (rule 7 needs the connector's exits);
+//!    its refresh (rule 7 needs the connector's exits: with them, as when the collector is
+//!    detached by cost, an orphan or an exec is read in full at once);
 //! 9. without the connector, /proc is not listed while `/proc/loadavg`'s last pid (the
 //!    pid the kernel handed out last, moved by every process or thread created) stands
 //!    where it stood just before the last listing: no process came since, and one that
@@ -153,6 +154,7 @@
 
 mod cache;
 mod cycle;
+pub mod paths;
 pub mod plan;
 mod procs;
 mod reads;
@@ -190,6 +192,9 @@ struct Settings {
 pub struct Sampler {
     /// Where the figures come from (probed and opened once).
     sources: Sources,
+    /// The CPU collector attached only while it is the cheaper path ([`paths`]); `None`:
+    /// attached whenever it can be (the default).
+    cpu_path: Option<paths::CpuPath>,
     /// What persists between samples.
     cache: SampleCache,
     settings: Settings,
@@ -207,6 +212,7 @@ impl Sampler {
         Sampler {
             cache: SampleCache::new(sources.clk_tck, sources.real_root()),
             sources,
+            cpu_path: None,
             settings: Settings {
                 refresh_every: DEFAULT_REFRESH_EVERY,
                 stage_times: false,
@@ -230,6 +236,31 @@ impl Sampler {
         self.sources.activity = None;
         self.cache.sockets.reprobe();
         self.sources.status = None;
+    }
+
+    /// Attach the eBPF CPU collector only while it costs less than reading every
+    /// process's files, and the socket marks only while they cost less than dumping every
+    /// socket, by measured cost ([`paths`]), with `cfg`'s hysteresis; `None` (the
+    /// default): attached whenever they can be. The daemon turns it on.
+    pub fn set_event_path_choice(&mut self, cfg: Option<placer_core::event_path::ChooserConfig>) {
+        self.cpu_path = cfg.map(paths::CpuPath::new);
+        self.cache.sockets.set_path_choice(cfg);
+    }
+
+    /// Where the CPU collector's choice stands (`None` without the choice).
+    pub fn cpu_path(&self) -> Option<paths::PathStatus> {
+        let p = self.cpu_path.as_ref()?;
+        Some(p.status(self.sources.activity.as_deref()))
+    }
+
+    /// Where the socket marks' choice stands (`None` without the choice or sock_diag).
+    pub fn socket_path(&self) -> Option<paths::PathStatus> {
+        self.cache.sockets.path_status()
+    }
+
+    /// Whether the eBPF CPU collector is attached now (`None`: there is none).
+    pub fn cpu_collector_attached(&self) -> Option<bool> {
+        self.sources.activity.as_deref()?.cpu_attached()
     }
 
     /// Replace the event sources (a scripted one in benchmarks on generated trees).
@@ -293,6 +324,11 @@ impl Sampler {
         // The sample's time is the middle of its reads (CPU times, processes, sockets):
         // under load one sample can take tens of ms, and stamping its start would skew
         // every rate by that much.
+        if let (Some(p), Some(a)) = (&mut self.cpu_path, self.sources.activity.as_deref_mut()) {
+            if p.before(a) {
+                self.sources.refresh_activity_status();
+            }
+        }
         let t_start = crate::sys::monotonic_ns();
         let clk_tck = self.sources.clk_tck;
         let src = self
@@ -302,9 +338,22 @@ impl Sampler {
         let mut machine = Machine::default();
         let cache = &mut self.cache;
         cx.interrupts(&mut machine);
+        // The path's own cost (two clock reads a sample, only with the choice on).
+        let choosing = self.cpu_path.is_some();
+        let first = cache.procs.cache.is_empty();
+        let procs_t0 = if choosing {
+            crate::sys::thread_cpu_ns()
+        } else {
+            0
+        };
         cache.plan(&mut cx, src.activity, src.last_pid_ours)?;
         cache.read_procs(&mut cx);
         cache.settle_set(&mut cx);
+        let procs_ns = match choosing {
+            true => crate::sys::thread_cpu_ns().saturating_sub(procs_t0),
+            false => 0,
+        };
+        let full = first || !cx.drain_trusted();
         let sockets = cache.read_sockets(&mut cx);
         let time_ns = t_start + (crate::sys::monotonic_ns() - t_start) / 2;
         cx.sockets_done();
@@ -322,8 +371,10 @@ impl Sampler {
             power,
             nics,
             cpu_freqs,
+            ctxt,
         } = machine;
-        Ok(Sample {
+        let n_procs = cx.procs.len();
+        let sample = Sample {
             time_ns,
             clk_tck,
             cpus,
@@ -337,6 +388,17 @@ impl Sampler {
             cpu_freqs,
             page_bytes: placer_bufpool::numa::page_bytes() as u64,
             exited: cx.exited,
-        })
+        };
+        if let (Some(p), Some(a)) = (&mut self.cpu_path, self.sources.activity.as_deref_mut()) {
+            let cost = paths::SampleCost {
+                ctxt,
+                time_ns,
+                procs_ns,
+                full,
+                procs: n_procs,
+            };
+            p.after(a, cost);
+        }
+        Ok(sample)
     }
 }

@@ -64,6 +64,8 @@ pub(super) struct Machine {
     pub power: Vec<PowerReading>,
     pub nics: Vec<NicCounters>,
     pub cpu_freqs: Vec<CpuFreq>,
+    /// `/proc/stat`'s count of context switches (the collector's cost follows it).
+    pub ctxt: Option<u64>,
 }
 
 /// Empties what a stage not asked for this sample left in processes from an earlier one
@@ -114,6 +116,12 @@ impl<'a> Cycle<'a> {
             m.softirqs = parse_softirqs(self.rd.buf);
         }
         self.stages.system_ns += self.lap.take();
+    }
+
+    /// Whether the collector's drain said which processes ran (else every process's files
+    /// were read).
+    pub(super) fn drain_trusted(&self) -> bool {
+        self.act.ran.is_some()
     }
 
     /// The sockets stage's time, taken by the caller after it stamped the sample.
@@ -393,6 +401,7 @@ impl SampleCache {
             .system("stat")
             .map_err(|e| LinuxError::io(cx.rd.proc_dir.join("stat"), e))?;
         m.cpus = parse_proc_stat(cx.rd.buf);
+        m.ctxt = crate::procfs::parse_context_switches(cx.rd.buf);
         if let Some(e) = energy {
             (m.energy, m.power) = (e.read_energy(), e.read_power());
         }

@@ -148,7 +148,10 @@ pub fn proc_read(f: ProcFacts) -> ProcRead {
             false => ProcRead::Cached,
         };
     }
-    let due = if f.stale {
+    // An exec or a parent's exit the connector reported is read at once, with the
+    // collector's word or without it (detached by cost, or missing: `sampler::paths`);
+    // without it, in full, which is what keeps rule 8 from sparing its `stat`.
+    let due = if f.stale || (f.ran.is_none() && (f.execd || f.orphaned)) {
         Some(true)
     } else {
         f.ran.map(|_| f.in_window || f.execd)
@@ -366,6 +369,11 @@ mod tests {
             ..facts(Some(false))
         };
         assert_eq!(proc_read(execd), ProcRead::Files { due: Some(true) });
+        // The connector's exec without the collector's word (detached by cost): in full.
+        assert_eq!(
+            proc_read(ProcFacts { ran: None, ..execd }),
+            ProcRead::Files { due: Some(true) }
+        );
         for ran in [None, Some(false), Some(true)] {
             let f = ProcFacts {
                 stale: true,
@@ -386,6 +394,14 @@ mod tests {
         assert_eq!(
             proc_read(ProcFacts {
                 in_window: true,
+                ..orphan
+            }),
+            ProcRead::Files { due: Some(true) }
+        );
+        // Without the collector's word (rule 8 would spare its unchanged schedstat).
+        assert_eq!(
+            proc_read(ProcFacts {
+                ran: None,
                 ..orphan
             }),
             ProcRead::Files { due: Some(true) }

@@ -49,6 +49,8 @@ pub(super) struct SocketReader {
     /// The last sample mapped sockets to processes (the stage ran): its mapping is what
     /// the cached samples hold.
     mapped_last: bool,
+    /// See [`SocketReader::set_path_choice`].
+    path_choice: Option<placer_core::event_path::ChooserConfig>,
 }
 
 impl SocketReader {
@@ -61,6 +63,7 @@ impl SocketReader {
             fd_cache: PidMap::default(),
             last_unowned: HashSet::new(),
             mapped_last: false,
+            path_choice: None,
         }
     }
 
@@ -68,9 +71,30 @@ impl SocketReader {
     /// `None` when it is not, else whether it opened.
     pub(super) fn probe(&mut self, marks: bool) -> Option<&std::result::Result<TcpReader, String>> {
         if self.use_sock_diag && self.tcp.is_none() {
-            self.tcp = Some(TcpReader::open(marks));
+            let mut tcp = TcpReader::open(marks);
+            if let Ok(t) = &mut tcp {
+                t.set_path_choice(self.path_choice);
+            }
+            self.tcp = Some(tcp);
         }
         self.tcp.as_ref()
+    }
+
+    /// Attach the socket marks only while they cost less than dumping (now and after a
+    /// probe).
+    pub(super) fn set_path_choice(&mut self, cfg: Option<placer_core::event_path::ChooserConfig>) {
+        self.path_choice = cfg;
+        if let Some(Ok(tcp)) = &mut self.tcp {
+            tcp.set_path_choice(cfg);
+        }
+    }
+
+    /// Where the socket marks' choice stands.
+    pub(super) fn path_status(&self) -> Option<super::paths::PathStatus> {
+        match &self.tcp {
+            Some(Ok(tcp)) => tcp.path_status(),
+            _ => None,
+        }
     }
 
     /// Opens sock_diag again at the next probe (the socket marks asked for changed).

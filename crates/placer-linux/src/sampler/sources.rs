@@ -191,6 +191,19 @@ impl Sources {
         }
     }
 
+    /// The event sources' lines in the status, said again (the CPU collector was attached
+    /// or detached).
+    pub(super) fn refresh_activity_status(&mut self) {
+        let (Some(st), Some(a)) = (&mut self.status, &self.activity) else {
+            return;
+        };
+        for s in a.sources() {
+            if let Some(e) = st.sources.iter_mut().find(|e| e.name == s.name) {
+                *e = s;
+            }
+        }
+    }
+
     /// The sources for one sample: the `proc` directory opened if it was not (an error
     /// when the root has none), every handle borrowed.
     pub(super) fn open<'a>(

@@ -221,6 +221,16 @@ fn window_programs(
     (!out.is_empty()).then_some(out)
 }
 
+/// Each program's latest figures: `now`'s, beside those of programs no longer in it.
+fn merge_seen(seen: &mut Vec<ProgramRunTime>, now: &[ProgramRunTime]) {
+    for p in now {
+        match seen.iter_mut().find(|s| s.id == p.id) {
+            Some(s) => *s = *p,
+            None => seen.push(*p),
+        }
+    }
+}
+
 /// CPU time of all of `pid`'s threads so far, seconds (threads that exited are not in it).
 fn cpu_s(pid: u32) -> Result<f64> {
     let mut ns = 0u64;
@@ -283,10 +293,31 @@ fn measure(
         .and_then(|on| Some((on, bpf_ns()?)));
     let b0 = busy.map(Busy::snapshot).transpose()?;
     let (c0, t0) = (cpu_s(pid)?, Instant::now());
-    std::thread::sleep(window);
+    // The daemon attaches and detaches its hooks by their cost (issue 46): its programs
+    // are looked at every 100 ms, each counted from where it stood at the start (or from
+    // 0, loaded in the window) to where it stood when last seen held, so that a program
+    // dropped in the window counts up to 100 ms before its end.
+    let mut seen: Vec<ProgramRunTime> = Vec::new();
+    while t0.elapsed() < window {
+        std::thread::sleep((window - t0.elapsed()).min(Duration::from_millis(100)));
+        if stats.is_some() {
+            merge_seen(&mut seen, &bpf_ns().unwrap_or_default());
+        }
+    }
     let (c1, w) = (cpu_s(pid)?, t0.elapsed().as_secs_f64());
     let programs = stats
-        .and_then(|(_on, k0)| window_programs(&k0, &bpf_ns()?, w))
+        .and_then(|(_on, mut k0)| {
+            for p in &seen {
+                if !k0.iter().any(|k| k.id == p.id) {
+                    k0.push(ProgramRunTime {
+                        run_time_ns: 0,
+                        runs: 0,
+                        ..*p
+                    });
+                }
+            }
+            window_programs(&k0, &seen, w)
+        })
         .unwrap_or_default();
     let background = match (b0, busy) {
         (Some(a), Some(b)) => Some(a.rates_to(&b.snapshot()?)),
@@ -623,6 +654,20 @@ mod tests {
             Some(300)
         );
         assert_eq!(total(&[sw(9, 1, 1)], &[sw(11, 5, 1)]), None);
+    }
+
+    #[test]
+    fn a_program_dropped_in_the_window_counts_to_its_last_sight() {
+        // Program 1 held at the start, dropped in the window (last seen at 500 ns);
+        // program 2 loaded in the window (from 0), seen at 70 then 300.
+        let mut seen = Vec::new();
+        merge_seen(&mut seen, &[at(1, Prog::Switch, 500, 5)]);
+        merge_seen(&mut seen, &[at(2, Prog::Switch, 70, 1)]);
+        merge_seen(&mut seen, &[at(2, Prog::Switch, 300, 3)]);
+        assert_eq!(seen.len(), 2);
+        let start = [at(1, Prog::Switch, 100, 1), at(2, Prog::Switch, 0, 0)];
+        let w = window_programs(&start, &seen, 1.0).unwrap();
+        assert_eq!((w[0].run_ns, w[0].runs), (700, 7));
     }
 
     #[test]

@@ -112,6 +112,9 @@ pub fn run(args: Args) -> Result<()> {
     }
     let mut host = LinuxHost::new(&args.state.root, &state_dir);
     host.sampler.set_kernel_events(cfg.kernel_events);
+    // The eBPF CPU collector only while it costs less than reading /proc (issue 46).
+    host.sampler
+        .set_event_path_choice(Some(placer_core::event_path::ChooserConfig::default()));
     let opts = Options {
         root: args.state.root.clone(),
         state_dir: Some(state_dir.clone()),

@@ -205,6 +205,9 @@ pub struct PlacerCost {
     /// Its programs' kernel time over the interval, same unit; `None` when it holds none
     /// or the kernel does not count their time (sysctl kernel.bpf_stats_enabled = 0).
     pub in_kernel_share: Option<f64>,
+    /// Whether it holds the CPU collector's program now (the daemon detaches it while
+    /// reading every /proc/PID/stat costs less: `placer_linux::sampler::paths`).
+    pub cpu_collector_attached: bool,
 }
 
 /// The kernel's counts of placer's programs now (empty without root).
@@ -243,6 +246,9 @@ pub fn placer_costs(
                 .sum();
             PlacerCost {
                 pid: p.pid,
+                cpu_collector_attached: after
+                    .iter()
+                    .any(|a| a.prog == placer_linux::bpf::Prog::Switch && ids.contains(&a.id)),
                 own_cpu_share: p.cpu_share,
                 in_kernel_share: (counting && !ids.is_empty() && obs.interval_s > 0.0)
                     .then(|| ns as f64 / 1e9 / obs.interval_s),
@@ -281,7 +287,11 @@ pub fn placer_line(costs: &[PlacerCost]) -> String {
                         .into()
                 }
             };
-            format!("pid {} own {:.3}%{k}", c.pid, c.own_cpu_share * 100.0)
+            let path = match c.cpu_collector_attached {
+                true => "",
+                false => " (CPU collector detached: what ran read from /proc)",
+            };
+            format!("pid {} own {:.3}%{k}{path}", c.pid, c.own_cpu_share * 100.0)
         })
         .collect();
     format!("placer, % of one CPU: {}\n", each.join("; "))
@@ -821,6 +831,17 @@ mod tests {
         assert_eq!(c[0].in_kernel_share, None);
         assert!(placer_line(&c).contains("not counted"));
         assert_eq!(placer_line(&[]), "");
+        // Holding the switch program: attached; holding only others: said detached.
+        assert!(c[0].cpu_collector_attached && !placer_line(&c).contains("detached"));
+        let mut others = after.to_vec();
+        others.push(ProgramRunTime {
+            prog: Prog::TcpMoves,
+            ..at(5, 10)
+        });
+        let tcp_only = |pid| if pid == 10 { vec![5] } else { vec![] };
+        let c = placer_costs(&obs, &before, &others, tcp_only, true);
+        assert!(!c[0].cpu_collector_attached, "{c:?}");
+        assert!(placer_line(&c).contains("CPU collector detached"));
     }
 
     #[test]

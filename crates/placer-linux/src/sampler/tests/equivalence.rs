@@ -80,6 +80,9 @@ struct World {
     /// The last sample each (pid, field) may still differ at.
     lag: BTreeMap<(u32, Lagging), u64>,
     events: bool,
+    /// The CPU collector says who ran at the coming sample (off while it is detached,
+    /// and at the first sample after it is attached again: [`crate::sampler::paths`]).
+    collector: bool,
     tick_ns: u64,
 }
 
@@ -112,6 +115,7 @@ impl World {
             cgroup_moves: 0,
             lag: BTreeMap::new(),
             events,
+            collector: events,
             tick_ns,
         };
         let init = w.proc_like(0, false, "/init");
@@ -380,7 +384,7 @@ impl World {
                             p.threads[last].ticks = 1;
                             self.run_one(&mut ran, pid, tid);
                         }
-                        if !self.events {
+                        if !self.collector {
                             self.may_lag(pid, Lagging::ThreadList, bound);
                         }
                     } else {
@@ -543,6 +547,14 @@ fn differences(w: &World, inc: &Sample, fresh: &Sample, s: u64) -> Vec<String> {
 /// Plays `samples` intervals of the seeded script on the /proc path or the events path;
 /// panics at the first difference no rule allows.
 fn play(seed: u64, events: bool, samples: u64) {
+    play_toggled(seed, events, samples, |_| true)
+}
+
+/// [`play`], the CPU collector attached at sample `s` only where `attached(s)`: a
+/// detached collector's drain says `ran: None`, and so does the first after it is
+/// attached again (what it holds then is only since the attach), as
+/// [`crate::activity::KernelActivity`] does; the connector stays.
+fn play_toggled(seed: u64, events: bool, samples: u64, attached: impl Fn(u64) -> bool) {
     let tick_ns = 1_000_000_000 / u64::from(crate::sys::clock_ticks_per_s());
     let mut w = World::new(&format!("equiv-{seed}-{events}"), events, tick_ns);
     // xorshift stays at 0 from 0: every seed is moved off it.
@@ -554,7 +566,12 @@ fn play(seed: u64, events: bool, samples: u64) {
         inc.set_activity_source(Box::new(script.clone()));
     }
     for s in 1..=samples {
-        let act = w.step(&mut rng, &mut inc, s);
+        let trusted = events && attached(s) && attached(s - 1);
+        w.collector = trusted;
+        let mut act = w.step(&mut rng, &mut inc, s);
+        if !trusted {
+            act.ran = None;
+        }
         if events {
             script.push(act);
         }
@@ -592,6 +609,18 @@ fn proc_path_incremental_equals_a_full_read_within_each_rules_lag() {
 fn events_path_incremental_equals_a_full_read_within_each_rules_lag() {
     for seed in 0..SEEDS {
         play(seed, true, SAMPLES);
+    }
+}
+
+/// The collector detached and attached again mid-run (by cost, `sampler::paths`), in
+/// windows of a few samples and at single samples: every sample still equals a full read.
+#[test]
+fn events_path_with_the_collector_detached_and_attached_again_equals_a_full_read() {
+    for seed in 0..SEEDS {
+        play_toggled(seed, true, SAMPLES, |s| {
+            !(10..17).contains(&s) && s % 23 != 0
+        });
+        play_toggled(seed + 100, true, SAMPLES, |s| (s / 5) % 2 == 0);
     }
 }
 

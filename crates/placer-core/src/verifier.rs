@@ -57,9 +57,11 @@
 //!   every re-pin was read as someone else's change 3 intervals later, and the process
 //!   released);
 //! - V12: an off arm puts the process back where the kernel had it before its first pin:
-//!   its switch names the CPU the process last ran on before that pin ([`Switch::via`],
-//!   when that CPU is outside the pin and inside its own affinity), which the host sets
-//!   before widening to its own affinity. The kernel does not move a running task off a
+//!   for a pin to one CPU, its switch names the CPU the process last ran on before that
+//!   pin ([`Switch::via`], when that CPU is outside the pin and inside its own affinity),
+//!   which the host sets before widening to its own affinity. (Only for one CPU: there
+//!   its runnable threads already share that CPU, so moving them together to another is
+//!   no worse; a wider pin's threads, spread over its CPUs, would be piled onto one.) The kernel does not move a running task off a
 //!   CPU it may still use until its load balancer does, so a plain restore left the
 //!   process where the pin had put it, and the off arm measured much of the pin's effect
 //!   too (this VM, 2026-12-01: a worker beside a hog taking 40% of its CPU kept 0.82 of a
@@ -303,7 +305,7 @@ impl Verifier {
                 .or_insert((own, ran_on))
                 .clone();
             let via = ran_on
-                .filter(|c| !cpus.contains(*c) && own.contains(*c))
+                .filter(|c| cpus.len() == 1 && !cpus.contains(*c) && own.contains(*c))
                 .map(CpuSet::single);
             let m = Member {
                 proc,
@@ -1509,23 +1511,33 @@ mod tests {
                 Arm::On => assert_eq!(s.via, None, "{s:?}"),
             }
         }
-        // It ran on a CPU of the pin, or outside its own affinity: no CPU to name.
-        for ran_on in [Some(1), Some(7), None] {
+        // It ran on a CPU of the pin, or outside its own affinity, or the pin is wider
+        // than one CPU (its threads would be piled onto one): no CPU to name.
+        for (pin, own, ran_on) in [
+            ("1", "0-1", Some(1)),
+            ("1", "0-1", Some(7)),
+            ("1", "0-1", None),
+            ("1-2", "0-3", Some(0)),
+        ] {
             let mut v = Verifier::new();
             v.start(
                 vec![NewPin {
                     policy: NET,
                     proc: key(91),
                     comm: "p91".into(),
-                    cpus: CpuSet::parse_list("1").unwrap(),
-                    own: CpuSet::parse_list("0-1").unwrap(),
+                    cpus: CpuSet::parse_list(pin).unwrap(),
+                    own: CpuSet::parse_list(own).unwrap(),
                     ran_on,
                 }],
                 &|_| settings(),
             );
-            let (_, _, _, switches) = run(&mut v, &mut world(&[91]), &[91], &f, 200);
+            let mut w = world(&[91]);
+            w.pinned = CpuSet::parse_list(pin).unwrap();
+            w.own = CpuSet::parse_list(own).unwrap();
+            let (_, _, released, switches) = run(&mut v, &mut w, &[91], &f, 200);
+            assert!(released.is_empty(), "{pin}: its off arms are its own affinity");
             assert!(switches.iter().any(|s| s.arm == Arm::Off));
-            assert!(switches.iter().all(|s| s.via.is_none()), "{ran_on:?}");
+            assert!(switches.iter().all(|s| s.via.is_none()), "{pin} {ran_on:?}");
         }
         // A re-pin while held, said to have run on 1 with affinity 1 (the first pin's
         // doing): what it had before the first pin counts (0-1, ran on 0).

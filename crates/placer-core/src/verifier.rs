@@ -1535,7 +1535,10 @@ mod tests {
             w.pinned = CpuSet::parse_list(pin).unwrap();
             w.own = CpuSet::parse_list(own).unwrap();
             let (_, _, released, switches) = run(&mut v, &mut w, &[91], &f, 200);
-            assert!(released.is_empty(), "{pin}: its off arms are its own affinity");
+            assert!(
+                released.is_empty(),
+                "{pin}: its off arms are its own affinity"
+            );
             assert!(switches.iter().any(|s| s.arm == Arm::Off));
             assert!(switches.iter().all(|s| s.via.is_none()), "{pin} {ran_on:?}");
         }

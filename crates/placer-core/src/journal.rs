@@ -127,6 +127,12 @@ pub struct Entry {
     /// (an app that pins its threads itself), by tid. Restore gives each its own back.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub thread_previous: std::collections::BTreeMap<u32, String>,
+    /// Process affinity: a mask placer is moving the threads through on their way back to
+    /// `previous` (the judge's off arm, V12 in [`crate::verifier`]), journaled before the
+    /// first thread is put on it, so that a daemon killed between the two steps leaves a
+    /// mask the next restore knows as placer's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transit: Option<String>,
 }
 
 /// What became of one journaled knob on restore.
@@ -198,6 +204,7 @@ mod tests {
             label: String::new(),
             since_unix_s: 0,
             thread_previous: Default::default(),
+            transit: None,
         }
     }
 

@@ -29,7 +29,7 @@ pub enum Action {
     /// Put back the affinity the process had before placer pinned it; with `via`, its
     /// threads are first put on those CPUs (where it ran before the pin: the judge's off
     /// arm, V12 in [`crate::verifier`]), so that the kernel does not keep it where the pin
-    /// had it.
+    /// had it (journaled first as the entry's transit mask: crash-safe).
     RestoreProcess {
         proc: ProcKey,
         comm: String,

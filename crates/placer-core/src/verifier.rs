@@ -59,7 +59,9 @@
 //! - V12: an off arm puts the process back where the kernel had it before its first pin:
 //!   for a pin to one CPU, its switch names the CPU the process last ran on before that
 //!   pin ([`Switch::via`], when that CPU is outside the pin and inside its own affinity),
-//!   which the host sets before widening to its own affinity. (Only for one CPU: there
+//!   for the host to set before widening to its own affinity (the Linux host journals it
+//!   first, so that a daemon killed between the two steps leaves nothing pinned). (Only
+//!   for one CPU: there
 //!   its runnable threads already share that CPU, so moving them together to another is
 //!   no worse; a wider pin's threads, spread over its CPUs, would be piled onto one.) The kernel does not move a running task off a
 //!   CPU it may still use until its load balancer does, so a plain restore left the

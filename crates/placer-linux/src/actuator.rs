@@ -684,6 +684,52 @@ mod tests {
         );
     }
 
+    /// A daemon killed between a restore's two steps (its threads put on `via`, not yet
+    /// widened) left a mask the next start's restore knows as placer's: the journal has it
+    /// as the entry's transit, and the thread gets its own affinity back.
+    #[test]
+    fn a_restore_killed_on_its_way_through_via_is_finished_by_the_next_restore() {
+        let Some(all) = can_pin() else {
+            placer_testkit::skip("needs 2 allowed CPUs");
+            return;
+        };
+        let (first, last) = (all.first().expect("cpu"), all.last().expect("cpu"));
+        let kid = Kid(Command::new("sleep").arg("30").spawn().expect("sleep"));
+        let pid = kid.0.id();
+        let k = ProcKey {
+            pid,
+            start_time_ticks: start_time_ticks(Path::new("/"), pid).expect("start"),
+        };
+        let root = FakeRoot::new("act-transit");
+        let mut a = Actuator::new(Path::new("/"), &root.join("state"));
+        let rep = a.apply(
+            &plan(vec![Action::PinProcess {
+                proc: k,
+                comm: "sleep".into(),
+                cpus: CpuSet::single(last),
+            }]),
+            false,
+        );
+        assert_eq!(rep[0].outcome, Outcome::Done);
+        // What the off arm does before it dies: the transit journaled, the thread on it.
+        let via = CpuSet::single(first);
+        let knob = Knob::ProcAffinity {
+            pid,
+            start_time_ticks: k.start_time_ticks,
+        };
+        let mut j = Journal::open(&root.join("state")).expect("journal");
+        j.set_transit(&knob, &via.to_list_string())
+            .expect("transit");
+        set_affinity(pid, &via).expect("on via");
+        drop(a);
+        // The next daemon's start.
+        let mut a = Actuator::new(Path::new("/"), &root.join("state"));
+        let res = a.restore_all().expect("restore");
+        assert!(res.iter().all(|(_, r)| *r == Restored::Restored), "{res:?}");
+        assert_eq!(get_affinity(pid).expect("aff"), all);
+        assert!(Journal::load(&root.join("state")).expect("j").is_empty());
+    }
+
     #[test]
     fn reused_pid_and_bad_cpus_are_permanent_and_touch_nothing() {
         let Some(all) = can_pin() else {
@@ -803,6 +849,7 @@ mod tests {
             label: String::new(),
             since_unix_s: 0,
             thread_previous: Default::default(),
+            transit: None,
         };
         let mut h = RpsHandler;
         for e in [

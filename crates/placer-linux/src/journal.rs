@@ -140,6 +140,8 @@ impl Journal {
         let new = match self.entries.iter_mut().find(|e| e.knob == knob) {
             Some(e) => {
                 e.applied = applied.to_string();
+                // A new pin ends any restore that was passing through a mask.
+                e.transit = None;
                 for (tid, v) in threads {
                     e.thread_previous.entry(*tid).or_insert_with(|| v.clone());
                 }
@@ -153,6 +155,7 @@ impl Journal {
                     label: label.to_string(),
                     since_unix_s: unix_now_s(),
                     thread_previous: threads.clone(),
+                    transit: None,
                 });
                 true
             }
@@ -204,6 +207,22 @@ impl Journal {
             .collect();
         self.remove_many(&gone)?;
         Ok(gone.len())
+    }
+
+    /// Journals the mask `knob`'s threads are about to pass through on their way back
+    /// ([`Entry::transit`]). Durable on return; an error leaves the entry as it was.
+    pub fn set_transit(&mut self, knob: &Knob, transit: &str) -> Result<()> {
+        let Some(e) = self.entries.iter_mut().find(|e| &e.knob == knob) else {
+            return Ok(());
+        };
+        let before = e.transit.replace(transit.to_string());
+        if let Err(err) = self.save() {
+            if let Some(e) = self.entries.iter_mut().find(|e| &e.knob == knob) {
+                e.transit = before;
+            }
+            return Err(err);
+        }
+        Ok(())
     }
 
     pub fn remove(&mut self, knob: &Knob) -> Result<()> {
@@ -526,6 +545,7 @@ mod tests {
                 label: "gone".into(),
                 since_unix_s: 0,
                 thread_previous: Default::default(),
+                transit: None,
             });
         }
         j.save().expect("save");

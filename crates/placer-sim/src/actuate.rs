@@ -279,6 +279,7 @@ impl SimHost {
                     label: p.comm.clone(),
                     since_unix_s: 0,
                     thread_previous: Default::default(),
+                    transit: None,
                 })
             });
         let irqs = self.world.irq_orig.iter().filter_map(|(irq, orig)| {
@@ -290,6 +291,7 @@ impl SimHost {
                 label: String::new(),
                 since_unix_s: 0,
                 thread_previous: Default::default(),
+                transit: None,
             })
         });
         procs.chain(irqs).collect()

@@ -24,6 +24,7 @@ fn restore_threads(
     previous: &CpuSet,
     applied: &CpuSet,
     threads: &BTreeMap<u32, String>,
+    transit: Option<&CpuSet>,
     via: Option<&CpuSet>,
 ) -> Restored {
     let target = |tid: u32| -> CpuSet {
@@ -49,21 +50,19 @@ fn restore_threads(
         for tid in tids {
             done.insert(tid);
             match get_affinity(tid) {
-                Ok(cur) if &cur == applied => {
+                // On placer's pin, or on the mask a restore through `via` was moving it
+                // through when a daemon died (journaled first: `Entry::transit`).
+                Ok(cur) if &cur == applied || Some(&cur) == transit => {
                     let want = target(tid);
                     // Through `via` first: a mask that still holds the thread's CPU does
                     // not move it, and the kernel would keep it where the pin put it.
-                    let via = via
-                        .map(|v| v.intersection(&want))
-                        .filter(|v| !v.is_empty() && set_affinity(tid, v).is_ok());
+                    if let Some(v) = via.filter(|v| v.is_subset(&want)) {
+                        let _ = set_affinity(tid, v);
+                    }
                     match set_affinity(tid, &want) {
                         Ok(()) => restored += 1,
                         Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
                         Err(e) => {
-                            // Left as the journal says (placer's mask), not on `via`.
-                            if via.is_some() {
-                                let _ = set_affinity(tid, applied);
-                            }
                             return Restored::Failed(format!(
                                 "restoring thread {tid} of pid {} to {want}: {e}",
                                 k.pid
@@ -237,7 +236,8 @@ impl ProcAffinityHandler {
         }
     }
 
-    /// `via`: CPUs each thread is put on first (V12 in `placer_core::verifier`).
+    /// `via`: CPUs each thread is put on first (V12 in `placer_core::verifier`); it must
+    /// already be journaled as the entry's transit mask.
     fn restore_proc(
         &mut self,
         root: &Path,
@@ -259,7 +259,19 @@ impl ProcAffinityHandler {
                 e.previous, e.applied
             ));
         };
-        let r = restore_threads(root, k, &prev, &applied, &e.thread_previous, via);
+        let transit = e
+            .transit
+            .as_deref()
+            .and_then(|t| CpuSet::parse_list(t).ok());
+        let r = restore_threads(
+            root,
+            k,
+            &prev,
+            &applied,
+            &e.thread_previous,
+            transit.as_ref().or(via),
+            via,
+        );
         self.known.remove(&k);
         self.pinned_at.remove(&k);
         r
@@ -338,6 +350,10 @@ impl KnobHandler for ProcAffinityHandler {
         let dry_run = ctx.dry_run();
         match action {
             Action::PinProcess { proc, comm, cpus } => self.pin(ctx, *proc, comm, cpus, dry_run),
+            // `via` (V12 in `placer_core::verifier`): each thread is put on it, then
+            // widened. Two steps: the mask is journaled first (`Entry::transit`), so that a
+            // daemon killed between them leaves a mask the next restore knows as placer's
+            // (without it the fault trials left 1-3 of 999 threads pinned, 2026-12-01).
             Action::RestoreProcess { proc, comm, via } => {
                 let knob = proc_knob(*proc);
                 let Some(e) = ctx.entry(&knob) else {
@@ -352,11 +368,13 @@ impl KnobHandler for ProcAffinityHandler {
                         proc.pid, e.previous
                     ));
                 }
-                settle(
-                    ctx,
-                    &e.knob,
-                    self.restore_proc(ctx.root, *proc, &e, via.as_ref()),
-                )
+                let via = via.as_ref().filter(|v| !v.is_empty());
+                if let (Some(v), Some(j)) = (via, ctx.journal.as_deref_mut()) {
+                    if let Err(err) = j.set_transit(&e.knob, &v.to_list_string()) {
+                        return Outcome::Transient(format!("journal: {err}"));
+                    }
+                }
+                settle(ctx, &e.knob, self.restore_proc(ctx.root, *proc, &e, via))
             }
             _ => crate::knob::not_mine("process affinity", action),
         }

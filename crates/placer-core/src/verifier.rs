@@ -1110,6 +1110,18 @@ mod tests {
         )
     }
 
+    /// A pin of process `pid` to `cpus` from `own`, having run on `ran_on` before.
+    fn new_pin(policy: PolicyKind, pid: u32, cpus: &str, own: &str, ran_on: Option<u32>) -> NewPin {
+        NewPin {
+            policy,
+            proc: key(pid),
+            comm: format!("p{pid}"),
+            cpus: CpuSet::parse_list(cpus).unwrap(),
+            own: CpuSet::parse_list(own).unwrap(),
+            ran_on,
+        }
+    }
+
     fn world(pids: &[u32]) -> World {
         World {
             interval: 0,
@@ -1125,14 +1137,7 @@ mod tests {
     fn start(v: &mut Verifier, policy: PolicyKind, pids: &[u32]) {
         let pins = pids
             .iter()
-            .map(|&p| NewPin {
-                policy,
-                proc: key(p),
-                comm: format!("p{p}"),
-                cpus: CpuSet::parse_list("1").unwrap(),
-                own: CpuSet::parse_list("0-1").unwrap(),
-                ran_on: Some(0),
-            })
+            .map(|&p| new_pin(policy, p, "1", "0-1", Some(0)))
             .collect();
         v.start(pins, &|_| settings());
     }
@@ -1463,14 +1468,7 @@ mod tests {
             );
             v.applied(|_, _| true);
         }
-        let repin = vec![NewPin {
-            policy: NET,
-            proc: key(70),
-            comm: "p70".to_string(),
-            cpus: CpuSet::parse_list("0").unwrap(),
-            own: CpuSet::parse_list("1").unwrap(),
-            ran_on: Some(1),
-        }];
+        let repin = vec![new_pin(NET, 70, "0", "1", Some(1))];
         v.start(repin.clone(), &|_| settings());
         // Its off arms restore 0-1 (what placer first found): probed to a verdict.
         let mut w = world(&[70]);
@@ -1522,17 +1520,7 @@ mod tests {
             ("1-2", "0-3", Some(0)),
         ] {
             let mut v = Verifier::new();
-            v.start(
-                vec![NewPin {
-                    policy: NET,
-                    proc: key(91),
-                    comm: "p91".into(),
-                    cpus: CpuSet::parse_list(pin).unwrap(),
-                    own: CpuSet::parse_list(own).unwrap(),
-                    ran_on,
-                }],
-                &|_| settings(),
-            );
+            v.start(vec![new_pin(NET, 91, pin, own, ran_on)], &|_| settings());
             let mut w = world(&[91]);
             w.pinned = CpuSet::parse_list(pin).unwrap();
             w.own = CpuSet::parse_list(own).unwrap();
@@ -1548,17 +1536,7 @@ mod tests {
         // doing): what it had before the first pin counts (0-1, ran on 0).
         let mut v = Verifier::new();
         start(&mut v, NET, &[92]);
-        v.start(
-            vec![NewPin {
-                policy: NET,
-                proc: key(92),
-                comm: "p92".into(),
-                cpus: CpuSet::parse_list("1").unwrap(),
-                own: CpuSet::parse_list("1").unwrap(),
-                ran_on: Some(1),
-            }],
-            &|_| settings(),
-        );
+        v.start(vec![new_pin(NET, 92, "1", "1", Some(1))], &|_| settings());
         let (_, _, _, switches) = run(&mut v, &mut world(&[92]), &[92], &f, 200);
         assert!(switches
             .iter()
